@@ -1,0 +1,72 @@
+"""logbuf: an Aeron-style shared-memory log-buffer transport for Python.
+
+The public API is re-exported here; see README.md for the architecture.
+"""
+
+from logbuf.client.fragment_assembler import FragmentAssembler
+from logbuf.client.image import ControlledPollAction, FragmentBatch, Image
+from logbuf.client.publication import (
+    ADMIN_ACTION,
+    BACK_PRESSURED,
+    CLOSED,
+    MAX_POSITION_EXCEEDED,
+    NOT_CONNECTED,
+    BatchResult,
+    BufferClaim,
+    ConcurrentPublication,
+    ExclusivePublication,
+    Publication,
+    PublicationResult,
+)
+from logbuf.client.subscription import Subscription
+from logbuf.errors import (
+    ClaimStateError,
+    InvalidLogBufferError,
+    LogbufError,
+    LogCorruptedError,
+    MessageTooLargeError,
+)
+from logbuf.idle import (
+    BackoffIdleStrategy,
+    BusySpinIdleStrategy,
+    SleepingIdleStrategy,
+    YieldingIdleStrategy,
+)
+from logbuf.logbuffer.header import Header
+from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.native import AtomicBuffer
+from logbuf.position import Position
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ADMIN_ACTION",
+    "BACK_PRESSURED",
+    "CLOSED",
+    "MAX_POSITION_EXCEEDED",
+    "NOT_CONNECTED",
+    "AtomicBuffer",
+    "BackoffIdleStrategy",
+    "BatchResult",
+    "BufferClaim",
+    "BusySpinIdleStrategy",
+    "ClaimStateError",
+    "ConcurrentPublication",
+    "ControlledPollAction",
+    "ExclusivePublication",
+    "FragmentAssembler",
+    "FragmentBatch",
+    "Header",
+    "Image",
+    "InvalidLogBufferError",
+    "LogBuffers",
+    "LogCorruptedError",
+    "LogbufError",
+    "MessageTooLargeError",
+    "Position",
+    "Publication",
+    "PublicationResult",
+    "SleepingIdleStrategy",
+    "Subscription",
+    "YieldingIdleStrategy",
+]

@@ -1,0 +1,1 @@
+"""The client side: publications, subscriptions and images over log buffers."""

@@ -1,0 +1,99 @@
+"""The conductor's duties for one IPC publication (a log shared by publishers and subscribers on this host).
+
+Every duty cycle: sample pub-pos from the active tail; move pub-lmt to ``min(sub-pos) + window`` once it has
+grown by more than the trip gain (window/8: fewer writes to a hot cache line); clean the terms behind the
+slowest subscriber; with no subscribers, pub-lmt falls back to the consumer position and isConnected is
+false.  On the timer: unblock a claim that has held the consumers still for longer than the unblock timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.logbuffer.term_cleaner import LogCleaner
+from logbuf.logbuffer.term_unblocker import unblock
+from logbuf.position import Position
+
+DEFAULT_UNBLOCK_TIMEOUT_NS = 15_000_000_000
+
+
+class IpcPublicationDuty:
+    def __init__(
+        self,
+        log: LogBuffers,
+        publisher_position: Position,
+        publisher_limit: Position,
+        subscriber_positions: Callable[[], Sequence[Position]],
+        *,
+        window_length: int | None = None,
+        unblock_timeout_ns: int = DEFAULT_UNBLOCK_TIMEOUT_NS,
+        on_unblocked: Callable[[], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.publisher_position = publisher_position
+        self.publisher_limit = publisher_limit
+        self.subscriber_positions = subscriber_positions
+        self.window_length = window_length or log.term_length // 2
+        if not 0 < self.window_length <= log.term_length:
+            raise ValueError(f"window {self.window_length} must be in (0, term length {log.term_length}]")
+        self.trip_gain = self.window_length // 8
+        self.unblock_timeout_ns = unblock_timeout_ns
+        self.on_unblocked = on_unblocked
+        consumer = log.producer_position()
+        self.cleaner = LogCleaner(log, consumer)
+        self.trip_limit = 0
+        self.consumer_position = consumer
+        self._last_consumer_position = consumer
+        self._time_of_last_consumer_move_ns: int | None = None
+        self.unblocked_count = 0
+
+    def update(self) -> int:
+        """One duty cycle: pub-pos, pub-lmt, cleaning, isConnected.  Returns work done (0 when idle)."""
+        work = 0
+        producer = self.log.producer_position()
+        self.publisher_position.set(producer)
+        positions = self.subscriber_positions()
+        if positions:
+            min_sub = min(p.get() for p in positions)
+            self.consumer_position = max(min_sub, self.consumer_position)
+            proposed = min_sub + self.window_length
+            if proposed > self.trip_limit:
+                # never clean past what a subscriber may still be reading, nor past the producer
+                work += self.cleaner.clean_to(min(min_sub, producer))
+                self.publisher_limit.set(proposed)
+                self.trip_limit = proposed + self.trip_gain
+                work += 1
+            if not self.log.is_connected:
+                self.log.is_connected = True
+        else:
+            # no subscriber: nothing may be appended past where consumers last were
+            if self.publisher_limit.get() > self.consumer_position:
+                self.publisher_limit.set(self.consumer_position)
+                self.trip_limit = self.consumer_position
+                work += 1
+            if self.log.is_connected:
+                self.log.is_connected = False
+        return work
+
+    def check_for_blocked_publisher(self, now_ns: int) -> bool:
+        """Timer duty: if consumers sat still for the unblock timeout while the producer is ahead, pad the
+        stuck claim.  Returns True when something was unblocked."""
+        consumer = self.consumer_position
+        producer = self.log.producer_position()
+        if consumer != self._last_consumer_position or producer <= consumer:
+            self._last_consumer_position = consumer
+            self._time_of_last_consumer_move_ns = now_ns
+            return False
+        if self._time_of_last_consumer_move_ns is None:
+            self._time_of_last_consumer_move_ns = now_ns
+            return False
+        if now_ns - self._time_of_last_consumer_move_ns <= self.unblock_timeout_ns:
+            return False
+        if unblock(self.log, consumer):
+            self.unblocked_count += 1
+            self._time_of_last_consumer_move_ns = now_ns
+            if self.on_unblocked is not None:
+                self.on_unblocked()
+            return True
+        return False

@@ -1,0 +1,27 @@
+"""logbuf's exceptions: one base class, specific subclasses for what a caller can act on."""
+
+from __future__ import annotations
+
+
+class LogbufError(Exception):
+    """Base class of every error logbuf raises on purpose."""
+
+
+class InvalidLogBufferError(LogbufError):
+    """A log buffer file is not one logbuf (or Aeron) can use: wrong size, term length, page size or header."""
+
+
+class LogCorruptedError(LogbufError):
+    """A frame header in shared memory cannot be a frame (hostile or corrupted length/type)."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+class MessageTooLargeError(LogbufError, ValueError):
+    """A message is longer than the publication's maximum message (or, for try_claim, payload) length."""
+
+
+class ClaimStateError(LogbufError):
+    """A BufferClaim was used after it was committed or aborted, or before a successful try_claim."""
