@@ -349,14 +349,25 @@ void lb_claim_abort(uint8_t *terms, int64_t frame_offset, int32_t frame_length)
     st_i32(terms + frame_offset, frame_length);
 }
 
-int64_t lb_offer_batch(lb_publication_t *p, int exclusive, const char *data, const int64_t *offsets,
-                       const int32_t *lengths, const int64_t *reserved_values, int32_t count, int32_t *appended)
+int64_t lb_offer_batch(lb_publication_t *p, int exclusive, const char *data, int64_t data_length,
+                       const int64_t *offsets, const int32_t *lengths, const int64_t *reserved_values,
+                       int32_t count, int32_t *appended)
 {
     *appended = 0;
     if (count <= 0) return LB_ADMIN_ACTION;
+    /* validate the whole batch first: nothing is reserved for a batch that cannot be written */
+    int64_t cursor = 0;
+    for (int32_t i = 0; i < count; i++) {
+        int64_t start = offsets ? offsets[i] : cursor;
+        if (lengths[i] < 0 || lengths[i] > p->max_message_length || start < 0 || start > data_length - lengths[i]) {
+            return LB_INVALID_BATCH;
+        }
+        cursor = start + lengths[i];
+    }
     if (lengths[0] > p->max_payload_length) {
         /* a message that needs fragments goes in on its own */
-        int64_t r = offer_impl(p, exclusive, data + offsets[0], lengths[0], reserved_values ? reserved_values[0] : 0);
+        int64_t r = offer_impl(p, exclusive, data + (offsets ? offsets[0] : 0), lengths[0],
+                               reserved_values ? reserved_values[0] : 0);
         if (r >= 0) *appended = 1;
         return r;
     }
@@ -392,15 +403,18 @@ int64_t lb_offer_batch(lb_publication_t *p, int exclusive, const char *data, con
         return end_of_term(p, term, term_offset, term_id, term_count_of(term_id, p->initial_term_id), exclusive);
     }
     int32_t offset = (int32_t)term_offset;
+    const char *src = data;
     for (int32_t i = 0; i < n; i++) {
         int32_t frame_length = lengths[i] + HDR_LENGTH;
         uint8_t *frame = term + offset;
         int64_t rv = reserved_values ? reserved_values[i] : 0;
+        if (offsets) src = data + offsets[i];
         write_header(frame, frame_length, UNFRAGMENTED, HDR_TYPE_DATA, offset, p->session_id, p->stream_id, term_id);
         memcpy(frame + RESERVED_VALUE_OFFSET, &rv, 8);
-        if (lengths[i]) memcpy(frame + HDR_LENGTH, data + offsets[i], (size_t)lengths[i]);
+        if (lengths[i]) memcpy(frame + HDR_LENGTH, src, (size_t)lengths[i]);
         st_i32(frame, frame_length);
         offset += (int32_t)ALIGN_FRAME(frame_length);
+        src += lengths[i];
     }
     *appended = n;
     return compute_position(term_id, resulting, p->position_bits, p->initial_term_id);

@@ -66,12 +66,16 @@ void lb_claim_commit(uint8_t *terms, int64_t frame_offset, int32_t frame_length)
 void lb_claim_abort(uint8_t *terms, int64_t frame_offset, int32_t frame_length);
 
 /*
- * Many messages in one call, one frame each: messages are `count` slices of `data` at offsets[i], lengths[i];
- * reserved_values may be NULL (0 for every frame).  Reserves the space of the whole run with one get-and-add.
- * Returns the new position (or a result code when nothing was appended); *appended says how many went in.
+ * Many messages in one call, one frame each: message i is lengths[i] bytes of `data` at offsets[i] (or, with
+ * offsets NULL, the messages lie back to back).  reserved_values may be NULL (0 for every frame).  Reserves
+ * the space of the whole run with one get-and-add.  Returns the new position (or a result code when nothing
+ * was appended); *appended says how many went in.  LB_INVALID_BATCH when a length is negative, longer than
+ * the maximum message, or a message runs past data_length (checked before anything is written).
  */
-int64_t lb_offer_batch(lb_publication_t *pub, int exclusive, const char *data, const int64_t *offsets,
-                       const int32_t *lengths, const int64_t *reserved_values, int32_t count, int32_t *appended);
+#define LB_INVALID_BATCH -101
+int64_t lb_offer_batch(lb_publication_t *pub, int exclusive, const char *data, int64_t data_length,
+                       const int64_t *offsets, const int32_t *lengths, const int64_t *reserved_values,
+                       int32_t count, int32_t *appended);
 
 int64_t lb_producer_position(const lb_publication_t *pub);
 

@@ -253,37 +253,28 @@ class Publication:
         if self._closed:
             return BatchResult(0, CLOSED)
         if lengths is None:
-            lengths_arr = np.fromiter((len(m) for m in messages), dtype=np.int32, count=len(messages))
-            data = b"".join(messages)
-        else:
-            lengths_arr = np.ascontiguousarray(lengths, dtype=np.int32)
-            data = messages
-        count = len(lengths_arr)
+            lengths = [len(m) for m in messages]
+            messages = b"".join(messages)
+        if type(lengths) is not np.ndarray or lengths.dtype != np.int32 or not lengths.flags.c_contiguous:
+            lengths = np.ascontiguousarray(lengths, dtype=np.int32)
+        count = len(lengths)
         if count == 0:
             return BatchResult(0, self.position)
-        buf = ffi.from_buffer(data)
-        offsets = np.zeros(count, dtype=np.int64)
-        np.cumsum(lengths_arr[:-1], out=offsets[1:])
-        if count and (lengths_arr.min() < 0 or int(offsets[-1]) + int(lengths_arr[-1]) > len(buf)):
-            raise ValueError("lengths are negative or run past the end of the data")
-        if lengths_arr.max() > self.max_message_length:
-            raise MessageTooLargeError(f"a message in the batch is longer than {self.max_message_length} bytes")
+        buf = ffi.from_buffer(messages)
         rv_ptr = ffi.NULL
         if reserved_values is not None:
-            rv = np.ascontiguousarray(reserved_values, dtype=np.int64)
-            if len(rv) != count:
+            reserved_values = np.ascontiguousarray(reserved_values, dtype=np.int64)
+            if len(reserved_values) != count:
                 raise ValueError("reserved_values needs one value per message")
-            rv_ptr = ffi.from_buffer("int64_t[]", rv)
+            rv_ptr = ffi.from_buffer("int64_t[]", reserved_values)
         result = lib.lb_offer_batch(
-            self._pub,
-            self._exclusive,
-            buf,
-            ffi.from_buffer("int64_t[]", offsets),
-            ffi.from_buffer("int32_t[]", lengths_arr),
-            rv_ptr,
-            count,
-            self._appended,
+            self._pub, self._exclusive, buf, len(buf), ffi.NULL, ffi.from_buffer("int32_t[]", lengths), rv_ptr,
+            count, self._appended,
         )
+        if result == lib.LB_INVALID_BATCH:
+            if int(lengths.max()) > self.max_message_length:
+                raise MessageTooLargeError(f"a message in the batch is longer than {self.max_message_length} bytes")
+            raise ValueError("batch lengths are negative or run past the end of the data")
         return BatchResult(self._appended[0], result)
 
     # -- state ---------------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""logbuf benchmarks (not part of the test run): ``python -m bench`` or ``./run bench``."""
