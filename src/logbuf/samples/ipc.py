@@ -24,9 +24,6 @@ import numpy as np
 
 from logbuf.client.image import Image
 from logbuf.client.publication import (
-    ADMIN_ACTION,
-    BACK_PRESSURED,
-    ConcurrentPublication,
     ExclusivePublication,
 )
 from logbuf.driver.ipc_publication import IpcPublicationDuty
