@@ -21,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name != name:
+            # a layer that is not installed (e.g. an optional one) simply adds no commands;
+            # a missing dependency *inside* an existing layer is a real error
+            if not exc.name or not (name == exc.name or name.startswith(exc.name + ".")):
                 raise
             continue
         module.add_commands(sub)

@@ -144,6 +144,9 @@ class Image:
         T = log.term_length
         self._term_views = [view[i * T : (i + 1) * T] for i in range(d.PARTITION_COUNT)]
         self._np_terms = [np.frombuffer(v, dtype=np.uint8) for v in self._term_views]
+        # int32 words of each term: a cheap, non-atomic peek at the next frame length so an empty poll costs
+        # no native call.  Only a hint: the C reader re-reads the length with acquire before using a frame.
+        self._term_words = [v.cast("i") for v in self._term_views]
         self._reader = TermReader(log.term_pointer(0), log.term_length, fragment_capacity)
         self._header = Header(log.initial_term_id, self._bits)
         self._batch_capacity = fragment_capacity
@@ -184,6 +187,8 @@ class Image:
         position = self._position
         term_offset = position & self._mask
         index = (position >> self._bits) % 3
+        if self._term_words[index][term_offset >> 2] <= 0:
+            return 0  # nothing committed at our position yet
         result = self._reader.read(index, term_offset, fragment_limit)
         if result < 0:
             raise self._corrupt(position)
@@ -216,6 +221,8 @@ class Image:
         position = self._position
         term_offset = position & self._mask
         index = (position >> self._bits) % 3
+        if self._term_words[index][term_offset >> 2] <= 0:
+            return 0  # nothing committed at our position yet
         result = self._reader.read(index, term_offset, fragment_limit)
         if result < 0:
             raise self._corrupt(position)
