@@ -66,12 +66,14 @@ def run(runs: int, messages: int, sizes: list[int], rtt_samples: int) -> dict[st
 
 def markdown(result: dict[str, Any], command: str) -> str:
     m = result["machine"]
-    busy = max(m["load_1m_at_start"], m["load_1m_at_end"]) > 0.5
+    # the end figure includes the benchmark's own processes; only the start says whether others were busy
+    busy = m["load_1m_at_start"] > 0.5
     lines = [
         f"Measured {time.strftime('%Y-%m-%d')} on {m['cpu']} ({m['cores']} cores), Python {m['python']}; "
         f"median of {result['runs']} interleaved runs. Command: `{command}`.",
-        f"Load average (1 min) {m['load_1m_at_start']:.2f} before, {m['load_1m_at_end']:.2f} after"
-        + (" — the machine was busy; treat as noisy." if busy else "."),
+        f"Load average (1 min) {m['load_1m_at_start']:.2f} before the run"
+        + (" — other work was running; treat as noisy." if busy else " (machine otherwise idle).")
+        + f" {m['load_1m_at_end']:.2f} after, including the benchmark's own processes.",
         "",
         "| API | payload | msg/s (median) | min..max | MB/s | CPU s / M msg | target |",
         "|---|---:|---:|---:|---:|---:|---|",
