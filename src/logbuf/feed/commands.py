@@ -1,0 +1,360 @@
+"""``logbuf synth``, ``logbuf replay`` and ``logbuf retransmit``: argument parsing and wiring only.
+
+User errors (missing file, bad host:port, bad numbers) print one line to stderr and exit with status 2;
+SIGINT and SIGTERM stop the replay and the retransmission workers cleanly (exit status 130 / 143 not used:
+a stopped run still prints its summary and exits 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from logbuf.feed import moldudp64
+
+USAGE_ERROR = 2
+_SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+
+class UsageError(Exception):
+    """A command-line value the user can fix."""
+
+
+def _count(text: str) -> int:
+    """``5000``, ``50k``, ``2M``, ``1_000_000``."""
+    raw = text.strip().lower().replace("_", "")
+    scale = _SUFFIXES.get(raw[-1:], 1)
+    digits = raw[:-1] if scale != 1 else raw
+    try:
+        value = float(digits) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (e.g. 5000, 50k, 2M)") from None
+    if value < 1 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
+    return int(value)
+
+
+def _host_port(text: str) -> tuple[str, int] | None:
+    from logbuf.feed.replay import parse_host_port
+
+    if text.lower() == "off":
+        return None
+    try:
+        return parse_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _speed(text: str) -> float | None:
+    if text.lower() == "max":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"speed {text!r} must be a positive number or 'max'") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("speed must be positive")
+    return value
+
+
+def _seq_range(text: str) -> tuple[int, int]:
+    first, sep, last = text.partition("-")
+    if not first.isdigit() or (sep and not last.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a sequence range FIRST-LAST (or one sequence)")
+    low, high = int(first), int(last) if sep else int(first)
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"range {text!r} must satisfy 1 <= FIRST <= LAST")
+    return low, high
+
+
+def _session(text: str) -> str:
+    try:
+        moldudp64.encode_session(text)
+    except (moldudp64.MoldUDP64Error, UnicodeEncodeError):
+        raise argparse.ArgumentTypeError(f"session {text!r} must be at most 10 ASCII characters") from None
+    return text
+
+
+_FAULT_KEYS = {"loss": "loss", "dup": "duplicate", "duplicate": "duplicate", "reorder": "reorder",
+               "freeze": "freeze"}
+
+
+def _faults(text: str) -> dict:
+    """``loss=0.01,dup=0.001,reorder=0.001,freeze=0.0005,freeze-ms=100-200,freeze-packets=64``."""
+    out: dict = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        try:
+            if key in _FAULT_KEYS:
+                out[_FAULT_KEYS[key]] = float(value)
+            elif key == "freeze-ms":
+                low, _, high = value.partition("-")
+                out["freeze_ms"] = (float(low), float(high or low))
+            elif key == "freeze-packets":
+                out["freeze_max_packets"] = int(value)
+            elif key == "catch-up-budget":
+                out["catch_up_budget"] = int(value)
+            else:
+                raise argparse.ArgumentTypeError(
+                    f"unknown fault {key!r}: use loss, dup, reorder, freeze, freeze-ms, freeze-packets, "
+                    "catch-up-budget"
+                )
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"fault {item!r} needs a number") from None
+        if not sep:
+            raise argparse.ArgumentTypeError(f"fault {item!r} must be KEY=VALUE")
+    return out
+
+
+def _existing_file(path: str) -> str:
+    if not os.path.isfile(path):
+        raise UsageError(f"no such file: {path}")
+    return path
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs (previous handlers restored afterwards)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, frame: object) -> None:
+        stop.set()
+
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn user errors into one line on stderr and exit status 2, without a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except UsageError as exc:
+            print(f"logbuf {args.command}: error: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+        except (ValueError, OSError) as exc:
+            print(f"logbuf {args.command}: error: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+
+    return run
+
+
+def _progress_enabled(args: argparse.Namespace) -> bool:
+    return not args.quiet and sys.stderr.isatty()
+
+
+# ---- synth ----------------------------------------------------------------------------------------------
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from logbuf.feed.synth import SynthConfig, write_day
+
+    config = SynthConfig(messages=args.messages, seed=args.seed, symbols=args.symbols,
+                         orders_per_symbol=args.orders_per_symbol, mix=args.mix)
+    started = time.perf_counter()
+    written = write_day(config, args.output, progress=_progress_enabled(args))
+    seconds = time.perf_counter() - started
+    if not args.quiet:
+        size = os.path.getsize(args.output)
+        print(f"synth: {written} messages, {size} bytes, {config.symbol_count()} symbols in {seconds:.2f} s "
+              f"({written / seconds / 1e6:.2f} M msg/s) -> {args.output}", file=sys.stderr)
+    return 0
+
+
+# ---- replay ---------------------------------------------------------------------------------------------
+
+
+def _ring_publisher(args: argparse.Namespace, reader) -> tuple[object | None, Callable | None]:
+    """(retransmission server, ring publish function) when --retransmit is given."""
+    if args.retransmit is None:
+        return None, None
+    from logbuf.feed.retransmit import MessageRing, RateLimiter, RetransmitCore, RetransmitServer
+
+    ring = MessageRing(args.ring_bits)
+    host, port = args.retransmit
+    server = RetransmitServer(
+        lambda: RetransmitCore(args.session, ring, reader.buffer, args.budget, RateLimiter(args.rate, args.burst)),
+        host, port, args.workers,
+    )
+    return server, ring.publish
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from logbuf.feed.dayfile import DayFileReader
+    from logbuf.feed.replay import FaultConfig, FeedConfig, ReplayConfig, ReplayCore, ReplayServer
+
+    _existing_file(args.file)
+    feeds: list[FeedConfig] = []
+    destinations: list[tuple[str, int]] = []
+    for name, dest, faults, drops, delay_ms, jitter_ms in (
+        ("A", args.feed_a, args.faults_a, args.drop_a, 0.0, 0.0),
+        ("B", args.feed_b, args.faults_b, args.drop_b, args.b_delay_ms, args.b_jitter_ms),
+    ):
+        if dest is None:
+            continue
+        ranges = tuple(sorted((drops or []) + (args.drop_both or [])))
+        feeds.append(FeedConfig(name, int(delay_ms * 1e6), int(jitter_ms * 1e6),
+                                FaultConfig(drop_ranges=ranges, **(faults or {}))))
+        destinations.append(dest)
+    if not feeds:
+        raise UsageError("both feeds are off: give --feed-a and/or --feed-b a host:port")
+    config = ReplayConfig(
+        session=args.session, speed=args.speed, start=args.start, budget=args.budget,
+        flush_gap_ns=int(args.flush_gap_us * 1_000), heartbeat_ns=int(args.heartbeat_s * 1e9),
+        end_of_session_count=args.eos_count, end_of_session_interval_ns=int(args.eos_interval_s * 1e9),
+        seed=args.seed, feeds=tuple(feeds),
+    )
+    with DayFileReader(args.file) as reader, _stop_on_signals() as stop:
+        retransmit, publish = _ring_publisher(args, reader)
+        bar = tqdm(unit="msg", unit_scale=True, file=sys.stderr, disable=not _progress_enabled(args), desc="replay")
+        server = ReplayServer(ReplayCore(reader, config), destinations, publish=publish, stop=stop,
+                              progress=bar.update)
+        try:
+            if retransmit is not None:
+                retransmit.start()
+                if not args.quiet:
+                    print(f"replay: retransmission on {retransmit.address[0]}:{retransmit.address[1]}",
+                          file=sys.stderr)
+            summary = server.run()
+            bar.close()
+            linger_until = time.monotonic() + args.linger_s
+            while retransmit is not None and not stop.is_set() and time.monotonic() < linger_until:
+                stop.wait(min(0.2, max(0.0, linger_until - time.monotonic())))
+        finally:
+            server.close()
+            if retransmit is not None:
+                retransmit.stop()
+        report = summary.as_dict()
+        if retransmit is not None:
+            report["retransmit"] = vars(retransmit.stats()).copy()
+    if args.summary_json:
+        with open(args.summary_json, "w") as f:
+            json.dump(report, f, indent=2)
+    if not args.quiet:
+        print(f"replay: {report['packets']} packets, {report['messages']} messages in {report['seconds']:.3f} s "
+              f"({report['packets_per_second']:.0f} packets/s, {report['messages_per_second']:.0f} msg/s); "
+              f"first sequence {report['first_sequence']}, next {report['next_sequence']}, "
+              f"skipped {report['skipped_messages']}", file=sys.stderr)
+        for name, stats in report["feeds"].items():
+            print(f"  feed {name}: " + ", ".join(f"{k}={v}" for k, v in stats.items()), file=sys.stderr)
+    return 0
+
+
+# ---- retransmit -----------------------------------------------------------------------------------------
+
+
+def _cmd_retransmit(args: argparse.Namespace) -> int:
+    from logbuf.feed.dayfile import DayFileReader
+    from logbuf.feed.retransmit import MessageRing, RateLimiter, RetransmitCore, RetransmitServer
+
+    _existing_file(args.file)
+    with DayFileReader(args.file) as reader, _stop_on_signals() as stop:
+        ring = MessageRing(args.ring_bits)
+        for block in reader.blocks():  # standalone: every message of the file counts as sent
+            ring.publish(ring.next_sequence, block.frames)
+        host, port = args.listen
+        server = RetransmitServer(
+            lambda: RetransmitCore(args.session, ring, reader.buffer, args.budget,
+                                   RateLimiter(args.rate, args.burst)),
+            host, port, args.workers,
+        ).start()
+        if not args.quiet:
+            print(f"retransmit: {ring.next_sequence - 1} messages (ring keeps {ring.capacity}), listening on "
+                  f"{server.address[0]}:{server.address[1]}", file=sys.stderr, flush=True)
+        deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
+        try:
+            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                stop.wait(0.2)
+        finally:
+            server.stop()
+        if not args.quiet:
+            stats = server.stats()
+            print("retransmit: " + ", ".join(f"{k}={v}" for k, v in vars(stats).items()), file=sys.stderr)
+    return 0
+
+
+# ---- registration ---------------------------------------------------------------------------------------
+
+
+def _add_retransmit_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workers", type=int, default=2, help="worker threads sharing the port (SO_REUSEPORT)")
+    p.add_argument("--ring-bits", type=int, default=20, help="the ring keeps the last 2**BITS messages")
+    p.add_argument("--rate", type=float, default=1000.0, help="re-requests per second per client")
+    p.add_argument("--burst", type=float, default=100.0, help="token bucket depth per client")
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("synth", help="write a synthetic ITCH 5.0 day file",
+                              description="Write a synthetic, deterministic (per seed) ITCH 5.0 day file.")
+    p.add_argument("output", help="day file to write")
+    p.add_argument("--messages", "-n", type=_count, default=1_000_000, help="total messages (e.g. 5000, 2M)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--symbols", type=int, default=None, help="symbols (default: scaled with --messages)")
+    p.add_argument("--orders-per-symbol", type=int, default=64, help="live orders tracked per symbol")
+    p.add_argument("--mix", choices=("open", "balanced"), default="open", help="order-flow message mix")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    p.set_defaults(func=_guard(_cmd_synth))
+
+    p = subparsers.add_parser("replay", help="replay a day file as a MoldUDP64 feed (A/B) over UDP",
+                              description="Replay an ITCH day file as MoldUDP64 downstream packets on feeds A "
+                                          "and B. Messages skipped by --start keep their sequence numbers.")
+    p.add_argument("file")
+    p.add_argument("--session", type=_session, default="SYNTH0001")
+    p.add_argument("--feed-a", type=_host_port, default=("127.0.0.1", 30001), metavar="HOST:PORT|off")
+    p.add_argument("--feed-b", type=_host_port, default=("127.0.0.1", 30002), metavar="HOST:PORT|off")
+    p.add_argument("--b-delay-ms", type=float, default=5.0)
+    p.add_argument("--b-jitter-ms", type=float, default=1.0)
+    p.add_argument("--speed", type=_speed, default=1.0, help="1 = real time, 10, ..., or max")
+    p.add_argument("--start", choices=("pre-open", "open", "close"), default="pre-open")
+    p.add_argument("--budget", type=int, default=moldudp64.DEFAULT_PAYLOAD_BUDGET, help="UDP payload bytes")
+    p.add_argument("--flush-gap-us", type=float, default=50.0,
+                   help="flush a packet when the next message is later than this (feed time)")
+    p.add_argument("--heartbeat-s", type=float, default=1.0)
+    p.add_argument("--eos-count", type=int, default=3, help="end-of-session packets at the end")
+    p.add_argument("--eos-interval-s", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=1, help="seed of the fault injection")
+    p.add_argument("--faults-a", type=_faults, default=None, metavar="SPEC",
+                   help="e.g. loss=0.01,dup=0.001,reorder=0.001,freeze=0.0005,freeze-ms=100-200")
+    p.add_argument("--faults-b", type=_faults, default=None, metavar="SPEC")
+    p.add_argument("--drop-a", type=_seq_range, action="append", metavar="FIRST-LAST",
+                   help="never send these message sequences on feed A (repeatable)")
+    p.add_argument("--drop-b", type=_seq_range, action="append", metavar="FIRST-LAST")
+    p.add_argument("--drop-both", type=_seq_range, action="append", metavar="FIRST-LAST")
+    p.add_argument("--retransmit", type=_host_port, default=None, metavar="HOST:PORT",
+                   help="also serve re-requests on this address")
+    _add_retransmit_options(p)
+    p.add_argument("--linger-s", type=float, default=0.0, help="keep serving re-requests this long after the end")
+    p.add_argument("--summary-json", default=None, metavar="PATH", help="write the final summary as JSON")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=_guard(_cmd_replay))
+
+    p = subparsers.add_parser("retransmit", help="serve MoldUDP64 re-requests for a day file",
+                              description="Answer MoldUDP64 re-requests from a day file (every message counts "
+                                          "as sent; the ring keeps the last 2**--ring-bits).")
+    p.add_argument("file")
+    p.add_argument("--session", type=_session, default="SYNTH0001")
+    p.add_argument("--listen", type=_host_port, default=("127.0.0.1", 30010), metavar="HOST:PORT")
+    p.add_argument("--budget", type=int, default=moldudp64.DEFAULT_PAYLOAD_BUDGET)
+    _add_retransmit_options(p)
+    p.add_argument("--duration-s", type=float, default=None, help="stop after this long (default: until signal)")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=_guard(_cmd_retransmit))

@@ -1,0 +1,303 @@
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from logbuf.feed import moldudp64 as m
+from logbuf.feed.dayfile import DayFileReader
+from logbuf.feed.replay import (
+    EventKind,
+    FaultConfig,
+    FeedConfig,
+    ReplayConfig,
+    ReplayCore,
+    ReplayServer,
+    parse_host_port,
+)
+from logbuf.feed.synth import OPEN_NS
+
+QUICK_END = {"end_of_session_count": 2, "end_of_session_interval_ns": 0}
+
+
+def _events(path: Path, **kw) -> tuple[list, ReplayCore, list]:
+    reader = DayFileReader(path)
+    core = ReplayCore(reader, ReplayConfig(**{**QUICK_END, **kw}))
+    events = list(core.events())
+    with DayFileReader(path) as again:
+        raw = [again_block.message(i) for again_block in again.blocks() for i in range(again_block.count)]
+    return events, core, raw
+
+
+def _data(events: list, feed: int = 0) -> list:
+    return [e for e in events if e.feed == feed and e.kind in (EventKind.DATA, EventKind.CATCH_UP)]
+
+
+def test_packets_respect_budget_and_carry_every_message_in_order(small_day: Path) -> None:
+    events, core, raw = _events(small_day, speed=None, budget=600)
+    seq = 1
+    for e in _data(events):
+        packet = m.decode(e.data)
+        assert len(e.data) <= 600 or packet.sequence == seq and len(packet.messages) == 1
+        assert packet.sequence == seq == e.sequence and len(packet.messages) == e.count
+        assert list(packet.messages) == raw[seq - 1 : seq - 1 + e.count]
+        seq += e.count
+    assert seq == len(raw) + 1 == core.next_sequence
+    eos = [e for e in events if e.kind == EventKind.END_OF_SESSION]
+    assert len(eos) == 2 and all(m.decode(e.data) == m.EndOfSession(b"SYNTH0001 ", seq) for e in eos)
+
+
+def test_flush_on_time_gap(small_day: Path) -> None:
+    events, _, raw = _events(small_day, speed=None, flush_gap_ns=10_000)
+    from logbuf.feed import itch
+
+    for e in _data(events):
+        ts = [itch.timestamp_of(msg) for msg in m.decode(e.data).messages]
+        assert all(b - a <= 10_000 for a, b in zip(ts, ts[1:], strict=False))
+    # and packets do fill up when messages are close: some carry many messages
+    assert max(e.count for e in _data(events)) > 10
+
+
+@pytest.mark.parametrize("speed", [1.0, 10.0])
+def test_send_times_follow_scaled_timestamps(small_day: Path, speed: float) -> None:
+    from logbuf.feed import itch
+
+    events, _, raw = _events(small_day, speed=speed, start="open")
+    data = _data(events)
+    origin = itch.timestamp_of(raw[data[0].sequence - 1])
+    assert origin >= OPEN_NS
+    for e in data:
+        expected = int((itch.timestamp_of(raw[e.sequence - 1]) - origin) / speed)
+        assert e.time_ns == expected
+    times = [e.time_ns for e in events]
+    assert times == sorted(times)
+
+
+def test_start_phase_keeps_sequence_numbers(small_day: Path) -> None:
+    from logbuf.feed import itch
+
+    events, core, raw = _events(small_day, speed=None, start="open")
+    first_open = next(i for i, r in enumerate(raw) if itch.timestamp_of(r) >= OPEN_NS)
+    skipped = [e for e in events if e.kind == EventKind.SKIPPED]
+    assert sum(e.count for e in skipped) == first_open == core.skipped
+    data = _data(events)
+    assert data[0].sequence == first_open + 1 == core.first_sequence
+    assert m.decode(data[0].data).messages[0] == raw[first_open]  # S/Q, start of market hours
+
+
+def test_heartbeats_fill_idle_seconds(small_day: Path) -> None:
+    events, _, _ = _events(small_day, speed=1.0, start="close", heartbeat_ns=10**9)
+    hbs = [e for e in events if e.kind == EventKind.HEARTBEAT]
+    assert hbs
+    sends = [e for e in events if e.feed == 0 and e.kind != EventKind.SKIPPED]
+    for prev, cur in zip(sends, sends[1:], strict=False):
+        assert cur.time_ns - prev.time_ns <= 10**9  # never more than a second of silence
+    for hb in hbs:
+        packet = m.decode(hb.data)
+        assert isinstance(packet, m.Heartbeat) and packet.next_sequence == hb.sequence
+
+
+def _fault_run(path: Path, seed: int, faults: FaultConfig) -> tuple[list, ReplayCore]:
+    events, core, _ = _events(path, speed=1.0, seed=seed, feeds=(FeedConfig("A", faults=faults),))
+    return events, core
+
+
+def test_faults_are_deterministic_per_seed(small_day: Path) -> None:
+    faults = FaultConfig(loss=0.05, duplicate=0.05, reorder=0.05, freeze=0.01)
+    a, core_a = _fault_run(small_day, 7, faults)
+    b, _ = _fault_run(small_day, 7, faults)
+    c, _ = _fault_run(small_day, 8, faults)
+    key = [(e.time_ns, e.kind, e.data) for e in a]
+    assert key == [(e.time_ns, e.kind, e.data) for e in b]
+    assert key != [(e.time_ns, e.kind, e.data) for e in c]
+    stats = core_a.feeds[0].stats
+    assert stats.lost_packets and stats.duplicated_packets and stats.reordered_packets and stats.freezes
+    # what the summary says is what the events show
+    data = _data(a)
+    assert len(data) == stats.packets
+    sent = sum(e.count for e in data)
+    assert sent == stats.messages
+    unique = {s for e in data for s in range(e.sequence, e.sequence + e.count)}
+    assert len(unique) == core_a.next_sequence - 1 - stats.lost_messages
+    seqs = [e.sequence for e in data]
+    assert sum(x > y for x, y in zip(seqs, seqs[1:], strict=False)) >= stats.reordered_packets  # out of order on the wire
+
+
+def test_freeze_is_silence_then_large_catch_up_packets(small_day: Path) -> None:
+    """At max speed a freeze holds ``freeze_max_packets`` packets, stays silent 100-200 ms, then bursts."""
+    faults = FaultConfig(freeze=0.001, freeze_ms=(100.0, 200.0), freeze_max_packets=60)
+    events, core, _ = _events(small_day, speed=None, seed=3, feeds=(FeedConfig("A", faults=faults),))
+    stats = core.feeds[0].stats
+    assert stats.freezes >= 1
+    sends = [e for e in events if e.kind in (EventKind.DATA, EventKind.CATCH_UP)]
+    first = next(i for i, e in enumerate(sends) if e.kind == EventKind.CATCH_UP)
+    silence = sends[first].time_ns - sends[first - 1].time_ns
+    assert 100_000_000 <= silence <= 200_000_000
+    burst = [e for e in sends[first:] if e.kind == EventKind.CATCH_UP and e.time_ns == sends[first].time_ns]
+    assert sends[first].sequence == sends[first - 1].sequence + sends[first - 1].count  # nothing lost
+    for x, y in zip(burst, burst[1:], strict=False):
+        assert y.sequence == x.sequence + x.count  # contiguous, in order, back to back
+    normal = [e.count for e in sends if e.kind == EventKind.DATA]
+    assert max(len(e.data) for e in burst) > 1400  # larger than any normal packet
+    assert sum(e.count for e in burst) / len(burst) > 2 * sum(normal) / len(normal)
+    assert stats.catch_up_packets >= len(burst)
+
+
+def test_drop_range_loses_exactly_that_range(small_day: Path) -> None:
+    drop = (1000, 1099)
+    events, core, _ = _events(small_day, speed=None, feeds=(
+        FeedConfig("A", faults=FaultConfig(drop_ranges=(drop,))), FeedConfig("B", faults=FaultConfig(drop_ranges=(drop,))),
+    ))
+    for feed in (0, 1):
+        got = sorted(s for e in _data(events, feed) for s in range(e.sequence, e.sequence + e.count))
+        assert got == [s for s in range(1, core.next_sequence) if not drop[0] <= s <= drop[1]]
+        assert core.feeds[feed].stats.dropped_messages == 100
+
+
+def test_b_feed_is_delayed(small_day: Path) -> None:
+    events, _, _ = _events(small_day, speed=1.0, feeds=(FeedConfig("A"), FeedConfig("B", delay_ns=5_000_000, jitter_ns=1_000_000)))
+    a = {e.sequence: e.time_ns for e in _data(events, 0)}
+    b = {e.sequence: e.time_ns for e in _data(events, 1)}
+    assert a.keys() == b.keys()
+    lags = [b[s] - a[s] for s in a]
+    assert min(lags) >= 5_000_000 and max(lags) <= 6_000_000 + max(np.diff(sorted(a.values())).max(), 0)
+
+
+def test_fake_clock_drives_the_server_loop(tiny_day: Path) -> None:
+    """With an injected clock the loop sends each event exactly when the clock reaches its time."""
+    now = [0]
+    sent_at: list[int] = []
+
+    class Idle:
+        def idle(self, work_count: int = 0) -> None:
+            now[0] += 1_000  # each idle step advances the fake clock by 1 us
+
+        def reset(self) -> None:
+            pass
+
+    def sleep(seconds: float) -> None:
+        now[0] += int(seconds * 1e9)
+
+    reader = DayFileReader(tiny_day)
+    core = ReplayCore(reader, ReplayConfig(speed=1e5, **QUICK_END))
+    server = ReplayServer(core, [("127.0.0.1", 9)], clock=lambda: now[0], sleep=sleep, idle=Idle())
+    server._sockets[0].close()
+    server._sockets = [type("S", (), {"sendto": lambda self, data, dest: sent_at.append(now[0])})()]
+    summary = server.run()
+    expected = [e.time_ns for e in ReplayCore(DayFileReader(tiny_day), ReplayConfig(speed=1e5, **QUICK_END)).events()]
+    assert len(sent_at) == len(expected) == summary.packets
+    assert all(0 <= s - t < 1_000 for s, t in zip(sent_at, expected, strict=True))
+
+
+class _Sink:
+    """A UDP socket drained by a thread into a list, bounded by a deadline."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", socket.SO_RCVBUF), 32 << 20)
+        self.sock.bind(("127.0.0.1", 0))
+        self.address = self.sock.getsockname()
+        self.packets: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.sock], [], [], 0.05)
+            if ready:
+                self.packets.append(self.sock.recv(65536))
+
+    def wait_for_end(self, eos: int, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(len(p) == m.HEADER_LENGTH and p[18:20] == b"\xff\xff" for p in list(self.packets)) >= eos:
+                break
+            time.sleep(0.01)
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+def _replay_to_sinks(path: Path, feeds: tuple[FeedConfig, ...]):
+    sinks = [_Sink() for _ in feeds]
+    core = ReplayCore(DayFileReader(path), ReplayConfig(speed=None, feeds=feeds, **QUICK_END))
+    server = ReplayServer(core, [s.address for s in sinks])
+    try:
+        summary = server.run()
+    finally:
+        server.close()
+    for sink in sinks:
+        sink.wait_for_end(2)
+    return sinks, summary, core
+
+
+def test_loopback_two_feeds_every_message_once_in_order(tiny_day: Path) -> None:
+    sinks, summary, core = _replay_to_sinks(tiny_day, (FeedConfig("A"), FeedConfig("B", delay_ns=2_000_000)))
+    for sink in sinks:
+        seqs = [s for p in sink.packets if isinstance(pk := m.decode(p), m.DownstreamPacket)
+                for s in range(pk.sequence, pk.next_sequence)]
+        assert seqs == list(range(1, core.next_sequence))
+    assert summary.messages == 2 * (core.next_sequence - 1)
+
+
+def test_loopback_with_faults_matches_the_summary(tiny_day: Path) -> None:
+    faults = FaultConfig(loss=0.05, duplicate=0.05, reorder=0.05)
+    sinks, summary, core = _replay_to_sinks(tiny_day, (FeedConfig("A", faults=faults), FeedConfig("B")))
+    stats = summary.feeds["A"]
+    data = [pk for p in sinks[0].packets if isinstance(pk := m.decode(p), m.DownstreamPacket)]
+    assert len(data) == stats.packets
+    assert sum(len(pk.messages) for pk in data) == stats.messages
+    unique = {s for pk in data for s in range(pk.sequence, pk.next_sequence)}
+    assert len(unique) == core.next_sequence - 1 - stats.lost_messages
+    assert stats.lost_packets and stats.duplicated_packets and stats.reordered_packets
+    b = [s for p in sinks[1].packets if isinstance(pk := m.decode(p), m.DownstreamPacket)
+         for s in range(pk.sequence, pk.next_sequence)]
+    assert b == list(range(1, core.next_sequence))
+
+
+def test_cli_replay_writes_summary(tiny_day: Path, tmp_path: Path) -> None:
+    from logbuf.cli import main
+
+    sink = _Sink()
+    out = tmp_path / "summary.json"
+    rc = main(["replay", str(tiny_day), "--feed-a", f"127.0.0.1:{sink.address[1]}", "--feed-b", "off",
+               "--speed", "max", "--eos-count", "2", "--eos-interval-s", "0", "--faults-a", "loss=0.01",
+               "--drop-a", "10-19", "--summary-json", str(out), "--quiet"])
+    sink.wait_for_end(2)
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["feeds"]["A"]["dropped_messages"] == 10
+    data = [pk for p in sink.packets if isinstance(pk := m.decode(p), m.DownstreamPacket)]
+    assert sum(len(pk.messages) for pk in data) == report["feeds"]["A"]["messages"]
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["replay", "/nonexistent.itch"], "no such file"),
+    (["replay", "{day}", "--feed-a", "off", "--feed-b", "off"], "both feeds are off"),
+    (["synth", "{tmp}/x.itch", "-n", "10"], "too few"),
+])
+def test_cli_user_errors_exit_2_without_traceback(argv, fragment, small_day: Path, tmp_path: Path, capsys) -> None:
+    from logbuf.cli import main
+
+    argv = [a.format(day=small_day, tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bad", ["nohost", "host:", ":80", "h:99999", "h:x"])
+def test_bad_host_port(bad: str) -> None:
+    with pytest.raises(ValueError, match="not host:port"):
+        parse_host_port(bad)
+    from logbuf.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "x", "--feed-a", bad])
+    assert exc.value.code == 2

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import collections
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from logbuf.feed import itch
+from logbuf.feed.dayfile import DayFileReader, read_messages
+from logbuf.feed.synth import CLOSE_NS, OPEN_NS, SynthConfig, write_day
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    write_day(SynthConfig(messages=8_000, seed=3), str(a), progress=False)
+    write_day(SynthConfig(messages=8_000, seed=3), str(b), progress=False)
+    write_day(SynthConfig(messages=8_000, seed=4), str(c), progress=False)
+    assert _digest(a) == _digest(b)
+    assert _digest(a) != _digest(c)
+
+
+def test_exact_count_and_too_small_is_an_error(tmp_path: Path) -> None:
+    assert write_day(SynthConfig(messages=4_321, seed=1), str(tmp_path / "d"), progress=False) == 4_321
+    assert len(read_messages(tmp_path / "d")) == 4_321
+    with pytest.raises(ValueError, match="too few"):
+        write_day(SynthConfig(messages=50, seed=1), str(tmp_path / "e"), progress=False)
+
+
+def test_day_structure_and_stateful_book(small_day: Path) -> None:
+    messages = read_messages(small_day)
+    events = [(m.event_code, m.timestamp) for m in messages if isinstance(m, itch.SystemEvent)]
+    assert [e for e, _ in events] == [b"O", b"S", b"Q", b"M", b"E", b"C"]
+    assert dict((e, t) for e, t in events)[b"Q"] == OPEN_NS and dict((e, t) for e, t in events)[b"M"] == CLOSE_NS
+    assert messages[0] == itch.SystemEvent(0, 0, messages[0].timestamp, b"O")
+    assert messages[-1].event_code == b"C"
+
+    # the directory comes before any order, one R per symbol
+    first_order = next(i for i, m in enumerate(messages) if isinstance(m, itch.AddOrder | itch.AddOrderMpid))
+    directory = [m for m in messages[:first_order] if isinstance(m, itch.StockDirectory)]
+    locates = {m.stock_locate for m in messages if hasattr(m, "order_ref") or isinstance(m, itch.OrderReplace)}
+    assert {m.stock_locate for m in directory} >= locates - {0}
+    assert len({m.stock_locate for m in directory}) == len(directory)
+
+    timestamps = [m.timestamp for m in messages]
+    assert timestamps == sorted(timestamps)
+    assert sum(a == b for a, b in zip(timestamps, timestamps[1:], strict=False)) > 0.02 * len(timestamps)  # same-ns runs
+
+    # replay the book: every E/C/X/D/U names a live order, refs unique and increasing, never crossed
+    live: dict[int, list] = {}  # ref -> [locate, side, shares, price]
+    last_ref = 0
+    best: dict[tuple[int, bytes], set[int]] = collections.defaultdict(set)
+    noii = cross = 0
+    for m in messages:
+        if isinstance(m, itch.AddOrder | itch.AddOrderMpid):
+            assert m.order_ref > last_ref
+            last_ref = m.order_ref
+            live[m.order_ref] = [m.stock_locate, m.side, m.shares, m.price]
+            best[(m.stock_locate, m.side)].add(m.price)
+            bids, asks = best[(m.stock_locate, b"B")], best[(m.stock_locate, b"S")]
+            assert not bids or not asks or max(bids) < min(asks)
+        elif isinstance(m, itch.OrderReplace):
+            assert m.original_order_ref in live and m.new_order_ref > last_ref
+            last_ref = m.new_order_ref
+            locate, side, _, _ = live.pop(m.original_order_ref)
+            live[m.new_order_ref] = [locate, side, m.shares, m.price]
+            best[(locate, side)].add(m.price)
+        elif isinstance(m, itch.OrderExecuted | itch.OrderExecutedWithPrice | itch.OrderCancel):
+            order = live[m.order_ref]
+            taken = m.cancelled_shares if isinstance(m, itch.OrderCancel) else m.executed_shares
+            assert 0 < taken <= order[2]
+            if isinstance(m, itch.OrderCancel):
+                assert taken < order[2]  # partial
+            order[2] -= taken
+            if order[2] == 0:
+                del live[m.order_ref]
+        elif isinstance(m, itch.OrderDelete):
+            del live[m.order_ref]
+        elif isinstance(m, itch.Noii):
+            noii += 1
+            assert OPEN_NS - 5 * 60 * 10**9 <= m.timestamp < OPEN_NS or CLOSE_NS - 10 * 60 * 10**9 <= m.timestamp < CLOSE_NS
+        elif isinstance(m, itch.CrossTrade):
+            cross += 1
+            assert m.timestamp >= OPEN_NS
+    assert noii > 0 and cross == 2 * len(directory)
+
+
+def test_mix_is_close_to_a_real_open(small_day: Path) -> None:
+    with DayFileReader(small_day) as reader:
+        types = np.concatenate([b.headers().type for b in reader.blocks()])
+    share = {chr(t): float(np.mean(types == t)) for t in np.unique(types)}
+    assert 0.30 < share["A"] < 0.47
+    assert 0.15 < share["U"] < 0.27
+    assert 0.14 < share["F"] < 0.24
+    assert 0.12 < share["D"] < 0.22
+    assert 0.01 < share["E"] < 0.05
+    assert {"X", "C", "P", "I", "Q", "H", "Y", "L"} <= share.keys()
+
+
+def test_intensity_is_u_shaped_with_open_spike(small_day: Path) -> None:
+    with DayFileReader(small_day) as reader:
+        ts = np.concatenate([b.headers().timestamp for b in reader.blocks()]).astype(np.int64)
+    minute = 60 * 10**9
+    first = np.sum((ts >= OPEN_NS) & (ts < OPEN_NS + minute))
+    midday = np.sum((ts >= OPEN_NS + 180 * minute) & (ts < OPEN_NS + 181 * minute))
+    last = np.sum((ts >= CLOSE_NS - 10 * minute) & (ts < CLOSE_NS)) / 10
+    premarket = np.sum((ts >= OPEN_NS - 120 * minute) & (ts < OPEN_NS - 119 * minute))
+    assert first > 5 * max(midday, 1)
+    assert last > midday * 1.5
+    assert premarket < max(midday, 1)
+
+
+def test_itchfeed_decodes_every_message(small_day: Path) -> None:
+    from itch.parser import MessageParser
+
+    ours = read_messages(small_day)
+    theirs = []
+    with open(small_day, "rb") as f:
+        theirs = list(MessageParser().parse_file(f))
+    assert len(theirs) == len(ours)
+    for mine, other in zip(ours, theirs, strict=True):
+        assert other.message_type == itch.message_type(mine)
+        assert other.to_bytes() == itch.encode(mine)
+
+
+def test_itch_book_finds_a_consistent_book(small_day: Path) -> None:
+    core = pytest.importorskip("itch_book._core", reason="itch-book is not installed (pip install itch-book)")
+    session = core.Session(tables=[], depth=0, symbols=[])
+    session.feed(np.fromfile(small_day, dtype=np.uint8))
+    stats = session.stats()
+    assert stats["messages"] == 30_000
+    assert stats["malformed"] == 0 and stats["unknown"] == 0 and stats["pending_bytes"] == 0
+    assert stats["missing_ref"] == 0
+    assert stats["dup_ref"] == 0
+    assert stats["crossed_books"] == 0
+    assert stats["rejected"] == 0
+    assert stats["last_event"] == "C"
+
+
+def test_itch_book_notices_a_broken_stream(tmp_path: Path) -> None:
+    """The validator above can fail: a delete of an unknown order is counted as missing_ref."""
+    core = pytest.importorskip("itch_book._core", reason="itch-book is not installed")
+    raws = [itch.encode(itch.SystemEvent(0, 0, 1, b"O")), itch.encode(itch.OrderDelete(1, 0, 2, 12345))]
+    framed = b"".join(len(r).to_bytes(2, "big") + r for r in raws)
+    session = core.Session(tables=[], depth=0, symbols=[])
+    session.feed(np.frombuffer(framed, dtype=np.uint8))
+    assert session.stats()["missing_ref"] == 1
