@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from logbuf import ConcurrentPublication, ExclusivePublication, Image, LogBuffers, Position
+from log_pipe import Pipe
+from logbuf import LogBuffers
 
 
 @pytest.fixture
@@ -39,27 +40,6 @@ def make_log(shm_dir: str) -> Iterator[Callable[..., LogBuffers]]:
     yield factory
     for log in logs:
         log.close()
-
-
-class Pipe:
-    """A log with one publication and one image, flow control left wide open unless a test narrows it."""
-
-    def __init__(self, log: LogBuffers, exclusive: bool = False) -> None:
-        self.log = log
-        self.limit = Position.standalone(1 << 62)
-        self.sub_pos = Position.standalone(0)
-        log.is_connected = True
-        cls = ExclusivePublication if exclusive else ConcurrentPublication
-        self.pub = cls(log, self.limit)
-        self.image = Image(log, self.sub_pos)
-
-    def drain(self, limit: int = 1 << 30) -> list[tuple[bytes, int, int]]:
-        got: list[tuple[bytes, int, int]] = []
-        while True:
-            before = self.image.position
-            n = self.image.poll(lambda b, h: got.append((bytes(b), h.reserved_value, h.flags)), 1000)
-            if (n == 0 and self.image.position == before) or len(got) >= limit:
-                return got
 
 
 @pytest.fixture

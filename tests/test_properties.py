@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from log_pipe import Pipe
 from logbuf import ADMIN_ACTION, BACK_PRESSURED, FragmentAssembler, Position
 from logbuf.driver.ipc_publication import IpcPublicationDuty
 
@@ -28,8 +29,6 @@ def payload(n: int, tag: int) -> bytes:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=20, max_size=300), exclusive=st.booleans())
 def test_subscriber_sees_exactly_the_committed_messages(make_log, ops, exclusive) -> None:
-    from conftest import Pipe
-
     p = Pipe(make_log(term_length=64 * 1024), exclusive=exclusive)
     pub_pos = Position.standalone()
     duty = IpcPublicationDuty(p.log, pub_pos, p.limit, lambda: [p.sub_pos])
