@@ -161,6 +161,7 @@ class Image:
             ffi.from_buffer(t, a)
             for t, a in zip(("int32_t[]", "int32_t[]", "int64_t[]", "int64_t[]", "uint8_t[]"), self._batch_arrays, strict=False)
         )
+        self._batch_next_offset = ffi.new("int32_t *")
         self._closed = False
 
     # -- polling -------------------------------------------------------------------------------------
@@ -268,7 +269,7 @@ class Image:
         term_offset = position & self._mask
         index = (position >> self._bits) % 3
         limit = self._batch_capacity if fragment_limit is None else min(fragment_limit, self._batch_capacity)
-        next_offset = ffi.new("int32_t *")
+        next_offset = self._batch_next_offset
         if self._closed:
             return FragmentBatch(self, self._np_terms[index], 0, position, self._batch_arrays)
         count = lib.lb_term_read_batch(

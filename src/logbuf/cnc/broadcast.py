@@ -45,12 +45,14 @@ TAIL_COUNTER_OFFSET = 8
 LATEST_COUNTER_OFFSET = 16
 TRAILER_LENGTH = TO_CLIENTS_TRAILER_LENGTH  # 128
 
-# Record header.
-LENGTH_OFFSET = 0
-TYPE_OFFSET = 4
-HEADER_LENGTH = 8
-RECORD_ALIGNMENT = 8
-PADDING_MSG_TYPE_ID = -1
+# Record header (shared with the other buffer of cnc.dat).
+from logbuf.cnc.record_descriptor import (  # noqa: E402
+    HEADER_LENGTH,
+    LENGTH_OFFSET,
+    PADDING_MSG_TYPE_ID,
+    RECORD_ALIGNMENT,
+    TYPE_OFFSET,
+)
 
 MessageHandler = Callable[[int, bytes], None]
 """``handler(msg_type_id, body)`` for CopyBroadcastReceiver: ``body`` is a private, validated copy."""

@@ -44,12 +44,16 @@ CORRELATION_COUNTER_OFFSET = 512
 CONSUMER_HEARTBEAT_OFFSET = 640
 TRAILER_LENGTH = TO_DRIVER_TRAILER_LENGTH  # 768
 
-# Record header.
-LENGTH_OFFSET = 0
-TYPE_OFFSET = 4
-HEADER_LENGTH = 8
-ALIGNMENT = 8
-PADDING_MSG_TYPE_ID = -1
+# Record header (shared with the other buffer of cnc.dat).
+from logbuf.cnc.record_descriptor import (  # noqa: E402
+    HEADER_LENGTH,
+    LENGTH_OFFSET,
+    PADDING_MSG_TYPE_ID,
+    RECORD_ALIGNMENT,
+    TYPE_OFFSET,
+)
+
+ALIGNMENT = RECORD_ALIGNMENT
 
 MessageHandler = Callable[[int, memoryview], None]
 """``handler(msg_type_id, body)``: ``body`` is a view into the ring, valid only during the call."""
