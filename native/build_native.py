@@ -34,8 +34,9 @@ ffibuilder.cdef("\n".join(h.read_text() for h in HEADERS))
 ffibuilder.set_source(
     "logbuf._native",
     "#include <stdint.h>\n" + "".join(f'#include "{h.name}"\n' for h in HEADERS),
-    # setuptools wants paths relative to the project root (where it runs)
-    sources=[str(s.relative_to(HERE.parent)) for s in SOURCES],
+    # setuptools wants paths relative to the project root (where it runs); scripts/rebuild-native.sh compiles
+    # from a scratch directory and asks for absolute ones
+    sources=[str(s if os.environ.get("LOGBUF_NATIVE_ABSOLUTE") else s.relative_to(HERE.parent)) for s in SOURCES],
     include_dirs=[str(HERE)],
     extra_compile_args=["-O3", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fno-strict-aliasing"],
 )

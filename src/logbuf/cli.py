@@ -10,7 +10,10 @@ from collections.abc import Sequence
 # Modules that expose ``add_commands(subparsers)``; each sub-command sets ``func`` (args -> exit code).
 _COMMAND_MODULES = (
     "logbuf.demo",
+    "logbuf.driver.commands",
+    "logbuf.tools.commands",
     "logbuf.feed.commands",
+    "logbuf.pipeline.commands",
 )
 
 

@@ -1,0 +1,49 @@
+"""Where a media driver lives: its directory, and the files inside it.
+
+One driver owns one directory::
+
+    /dev/shm/logbuf-<user>/            0700, owned by the user running the driver
+        cnc.dat                        command-and-control file (header, rings, counters, error log)
+        publications/<regId>.logbuffer  log buffers the driver created for publications
+        images/<corrId>.logbuffer       (UDP) images rebuilt by the receiver
+
+The directory is chosen by, in order: an explicit argument, the ``LOGBUF_DIR`` environment variable, then
+``/dev/shm/logbuf-<user>`` (``<tmp>/logbuf-<user>`` where ``/dev/shm`` does not exist).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tempfile
+from pathlib import Path
+
+ENV_DIR = "LOGBUF_DIR"
+CNC_FILE = "cnc.dat"
+PUBLICATIONS_DIR = "publications"
+IMAGES_DIR = "images"
+LOG_SUFFIX = ".logbuffer"
+
+
+def default_directory() -> Path:
+    """``$LOGBUF_DIR`` or ``/dev/shm/logbuf-<user>``."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env)
+    base = Path("/dev/shm")
+    if not base.is_dir():
+        base = Path(tempfile.gettempdir())
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers): fall back to the uid
+        user = str(os.getuid())
+    return base / f"logbuf-{user}"
+
+
+def resolve_directory(directory: str | os.PathLike[str] | None = None) -> Path:
+    """The driver directory for an optional explicit choice (see the module doc for the order)."""
+    return Path(directory) if directory else default_directory()
+
+
+def cnc_path(directory: str | os.PathLike[str] | None = None) -> Path:
+    return resolve_directory(directory) / CNC_FILE
