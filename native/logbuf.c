@@ -3,6 +3,8 @@
  * (append, read, scan, unblock, clean).  Layouts are Aeron's; see src/logbuf/logbuffer/descriptor.py and
  * src/logbuf/logbuffer/frame.py for the tables.  Python checks arguments; this file checks shared memory.
  */
+#include <fcntl.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <string.h>
 #include "logbuf.h"
@@ -287,14 +289,45 @@ static int64_t offer_impl(lb_publication_t *p, int exclusive, const char *msg, i
     return compute_position(term_id, resulting, p->position_bits, p->initial_term_id);
 }
 
+/* ---- waking subscribers that sleep on the stream's semaphore ----
+ * A subscriber increments *waiting (a full barrier), re-checks for data, then sleeps on the semaphore.  A
+ * publisher stores the frame length (release), then must not read *waiting before that store is visible:
+ * that is a store->load order, which x86 does not keep without a fence.  With the fence on both sides one
+ * of the two always sees the other (Dekker), so no wake-up is lost.  Exchanging the count to 0 posts once
+ * per sleeper, so posts never pile up while nobody sleeps. */
+int32_t lb_wake_waiting(lb_publication_t *p)
+{
+    if (p->wake == NULL || p->waiting == NULL) return 0;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(p->waiting, __ATOMIC_RELAXED) <= 0) return 0;
+    int32_t n = __atomic_exchange_n(p->waiting, 0, __ATOMIC_SEQ_CST);
+    for (int32_t i = 0; i < n; i++) sem_post((sem_t *)p->wake);
+    return n > 0 ? n : 0;
+}
+
+void *lb_wake_open(const char *name)
+{
+    sem_t *sem = sem_open(name, 0);
+    return sem == SEM_FAILED ? NULL : (void *)sem;
+}
+
+void lb_wake_close(void *sem)
+{
+    if (sem != NULL) sem_close((sem_t *)sem);
+}
+
 int64_t lb_offer(lb_publication_t *p, const char *msg, int32_t length, int64_t reserved_value)
 {
-    return offer_impl(p, 0, msg, length, reserved_value);
+    int64_t r = offer_impl(p, 0, msg, length, reserved_value);
+    if (r > 0 && p->wake != NULL) lb_wake_waiting(p);
+    return r;
 }
 
 int64_t lb_offer_exclusive(lb_publication_t *p, const char *msg, int32_t length, int64_t reserved_value)
 {
-    return offer_impl(p, 1, msg, length, reserved_value);
+    int64_t r = offer_impl(p, 1, msg, length, reserved_value);
+    if (r > 0 && p->wake != NULL) lb_wake_waiting(p);
+    return r;
 }
 
 static int64_t try_claim_impl(lb_publication_t *p, int exclusive, int32_t length, lb_claim_t *claim)
@@ -342,6 +375,12 @@ void lb_claim_commit(uint8_t *terms, int64_t frame_offset, int32_t frame_length)
     st_i32(terms + frame_offset, frame_length);
 }
 
+void lb_claim_commit_wake(lb_publication_t *p, int64_t frame_offset, int32_t frame_length)
+{
+    st_i32(p->terms + frame_offset, frame_length);
+    if (p->wake != NULL) lb_wake_waiting(p);
+}
+
 void lb_claim_abort(uint8_t *terms, int64_t frame_offset, int32_t frame_length)
 {
     uint16_t pad = HDR_TYPE_PAD;
@@ -349,9 +388,22 @@ void lb_claim_abort(uint8_t *terms, int64_t frame_offset, int32_t frame_length)
     st_i32(terms + frame_offset, frame_length);
 }
 
+static int64_t offer_batch_impl(lb_publication_t *p, int exclusive, const char *data, int64_t data_length,
+                                const int64_t *offsets, const int32_t *lengths, const int64_t *reserved_values,
+                                int32_t count, int32_t *appended);
+
 int64_t lb_offer_batch(lb_publication_t *p, int exclusive, const char *data, int64_t data_length,
                        const int64_t *offsets, const int32_t *lengths, const int64_t *reserved_values,
                        int32_t count, int32_t *appended)
+{
+    int64_t r = offer_batch_impl(p, exclusive, data, data_length, offsets, lengths, reserved_values, count, appended);
+    if (r > 0 && p->wake != NULL) lb_wake_waiting(p);
+    return r;
+}
+
+static int64_t offer_batch_impl(lb_publication_t *p, int exclusive, const char *data, int64_t data_length,
+                                const int64_t *offsets, const int32_t *lengths, const int64_t *reserved_values,
+                                int32_t count, int32_t *appended)
 {
     *appended = 0;
     if (count <= 0) return LB_ADMIN_ACTION;

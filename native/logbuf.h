@@ -51,6 +51,9 @@ typedef struct lb_publication {
     int32_t ex_term_offset;
     int32_t ex_term_id;
     int32_t ex_term_count;
+    /* waking subscribers that wait on the stream's named semaphore (both NULL: nobody can wait) */
+    int32_t *waiting;               /* subscribers declared waiting: a count in the log metadata */
+    void *wake;                     /* sem_t * of the stream's semaphore (lb_wake_open) */
 } lb_publication_t;
 
 typedef struct lb_claim {
@@ -64,6 +67,14 @@ int64_t lb_try_claim(lb_publication_t *pub, int32_t length, lb_claim_t *claim);
 int64_t lb_try_claim_exclusive(lb_publication_t *pub, int32_t length, lb_claim_t *claim);
 void lb_claim_commit(uint8_t *terms, int64_t frame_offset, int32_t frame_length);
 void lb_claim_abort(uint8_t *terms, int64_t frame_offset, int32_t frame_length);
+/* Commit that also wakes waiting subscribers (publications with a wake semaphore). */
+void lb_claim_commit_wake(lb_publication_t *pub, int64_t frame_offset, int32_t frame_length);
+
+/* Named POSIX semaphore (created by the driver through posix_ipc) opened for posting; NULL on failure. */
+void *lb_wake_open(const char *name);
+void lb_wake_close(void *sem);
+/* Posts the semaphore once per declared waiter (and clears the count); cheap when nobody waits. */
+int32_t lb_wake_waiting(lb_publication_t *pub);
 
 /*
  * Many messages in one call, one frame each: message i is lengths[i] bytes of `data` at offsets[i] (or, with

@@ -3,6 +3,7 @@
 The public API is re-exported here; see README.md for the architecture.
 """
 
+from logbuf.client.client import Client, connect
 from logbuf.client.fragment_assembler import FragmentAssembler
 from logbuf.client.image import ControlledPollAction, FragmentBatch, Image
 from logbuf.client.publication import (
@@ -19,12 +20,17 @@ from logbuf.client.publication import (
     PublicationResult,
 )
 from logbuf.client.subscription import Subscription
+from logbuf.driver.context import DriverContext
+from logbuf.driver.media_driver import ActiveDriverError, DriverDirectoryError, MediaDriver
 from logbuf.errors import (
     ClaimStateError,
+    ClientTimeoutError,
+    DriverTimeout,
     InvalidLogBufferError,
     LogbufError,
     LogCorruptedError,
     MessageTooLargeError,
+    RegistrationError,
 )
 from logbuf.idle import (
     BackoffIdleStrategy,
@@ -40,6 +46,15 @@ from logbuf.position import Position
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActiveDriverError",
+    "Client",
+    "ClientTimeoutError",
+    "DriverContext",
+    "DriverDirectoryError",
+    "DriverTimeout",
+    "MediaDriver",
+    "RegistrationError",
+    "connect",
     "ADMIN_ACTION",
     "BACK_PRESSURED",
     "CLOSED",

@@ -14,6 +14,7 @@ The directory is chosen by, in order: an explicit argument, the ``LOGBUF_DIR`` e
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -47,3 +48,18 @@ def resolve_directory(directory: str | os.PathLike[str] | None = None) -> Path:
 
 def cnc_path(directory: str | os.PathLike[str] | None = None) -> Path:
     return resolve_directory(directory) / CNC_FILE
+
+
+def wake_semaphore_name(directory: str | os.PathLike[str], stream_id: int) -> str:
+    """The named POSIX semaphore subscribers of ``stream_id`` sleep on (one per stream and driver).
+
+    Named semaphores live in one flat namespace: the name carries the uid and a hash of the directory so
+    two drivers (or users) never share one.
+    """
+    digest = hashlib.sha1(os.path.realpath(directory).encode()).hexdigest()[:12]
+    return f"/logbuf.{os.getuid()}.{digest}.{stream_id & 0xFFFFFFFF:08x}"
+
+
+def wake_semaphore_prefix(directory: str | os.PathLike[str]) -> str:
+    """The common prefix of every wake-up semaphore of one driver directory (for cleaning up)."""
+    return wake_semaphore_name(directory, 0).rsplit(".", 1)[0] + "."

@@ -25,3 +25,20 @@ class MessageTooLargeError(LogbufError, ValueError):
 
 class ClaimStateError(LogbufError):
     """A BufferClaim was used after it was committed or aborted, or before a successful try_claim."""
+
+
+class DriverTimeout(LogbufError):
+    """The media driver is gone: no cnc.dat, a stale heartbeat (it died), or it shut down."""
+
+
+class ClientTimeoutError(LogbufError):
+    """The driver timed this client out (no keepalive within the client liveness timeout)."""
+
+
+class RegistrationError(LogbufError):
+    """The driver refused a command (ON_ERROR): ``code`` is Aeron's error code."""
+
+    def __init__(self, message: str, code: int, correlation_id: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.correlation_id = correlation_id

@@ -281,6 +281,25 @@ class Image:
         end = position + next_offset[0] - term_offset
         return FragmentBatch(self, self._np_terms[index], count, end, self._batch_arrays)
 
+    def is_data_available(self) -> bool:
+        """True when a committed frame sits at this image's position (a cheap peek, no native call)."""
+        if self._closed:
+            return False
+        position = self._position
+        return self._term_words[(position >> self._bits) % 3][(position & self._mask) >> 2] > 0
+
+    def _declare_waiting(self) -> None:
+        # a full barrier (lock xadd): the data check that follows cannot be reordered before it
+        self.log.meta.get_and_add_i32(d.LOG_WAITING_SUBSCRIBERS_OFFSET, 1)
+
+    def _undeclare_waiting(self) -> None:
+        # a publisher may have cleared the count (and posted for us) already: never go below zero
+        meta = self.log.meta
+        while True:
+            waiting = meta.get_i32_acquire(d.LOG_WAITING_SUBSCRIBERS_OFFSET)
+            if waiting <= 0 or meta.cas_i32(d.LOG_WAITING_SUBSCRIBERS_OFFSET, waiting, waiting - 1):
+                return
+
     def _commit_position(self, new_position: int) -> None:
         if new_position > self._position:
             self._position = new_position

@@ -56,9 +56,10 @@ class BufferClaim:
     context manager it yields the buffer, commits on normal exit and aborts on an exception.
     """
 
-    __slots__ = ("_terms", "_view", "_frame_offset", "_frame_length", "result", "buffer", "_open")
+    __slots__ = ("_pub", "_terms", "_view", "_frame_offset", "_frame_length", "result", "buffer", "_open")
 
     def __init__(self) -> None:
+        self._pub: Any = None
         self._terms: Any = None
         self._view: memoryview | None = None
         self._frame_offset = 0
@@ -67,7 +68,10 @@ class BufferClaim:
         self.buffer: memoryview | None = None
         self._open = False
 
-    def _wrap(self, terms: Any, view: memoryview, frame_offset: int, frame_length: int, result: int) -> None:
+    def _wrap(
+        self, pub: Any, terms: Any, view: memoryview, frame_offset: int, frame_length: int, result: int
+    ) -> None:
+        self._pub = pub
         self._terms = terms
         self._view = view
         self._frame_offset = frame_offset
@@ -118,7 +122,7 @@ class BufferClaim:
         self._check_open()
         self._open = False
         self.buffer = None
-        lib.lb_claim_commit(self._terms, self._frame_offset, self._frame_length)
+        lib.lb_claim_commit_wake(self._pub, self._frame_offset, self._frame_length)
 
     def abort(self) -> None:
         """Turns the frame into padding that readers skip."""
@@ -158,6 +162,7 @@ class Publication:
         channel: str = "aeron:ipc",
         registration_id: int = -1,
         on_close: Callable[[Publication], None] | None = None,
+        wake_semaphore: str | None = None,
     ) -> None:
         self.log = log
         self.position_limit = position_limit
@@ -186,6 +191,15 @@ class Publication:
         p.stream_id = log.stream_id
         p.max_payload_length = log.max_payload_length
         p.max_message_length = log.max_message_length
+        p.waiting = ffi.NULL
+        p.wake = ffi.NULL
+        if wake_semaphore is not None:
+            # subscribers may sleep on the stream's semaphore: post it after an append when one is waiting
+            wake = lib.lb_wake_open(wake_semaphore.encode())
+            if wake == ffi.NULL:
+                raise FileNotFoundError(f"wake-up semaphore {wake_semaphore} does not exist")
+            p.waiting = ffi.cast("int32_t *", log.meta.pointer(d.LOG_WAITING_SUBSCRIBERS_OFFSET))
+            p.wake = wake
         self._pub = p
         self._claim_out = ffi.new("lb_claim_t *")
         self._appended = ffi.new("int32_t *")
@@ -231,7 +245,7 @@ class Publication:
         out = self._claim_out
         result = self._claim_fn(self._pub, length, out)
         if result > 0:
-            claim._wrap(self._terms, self._view, out.frame_offset, out.frame_length, result)
+            claim._wrap(self._pub, self._terms, self._view, out.frame_offset, out.frame_length, result)
         else:
             claim._fail(result)
         return claim
@@ -304,6 +318,9 @@ class Publication:
         if self._closed:
             return
         self._closed = True
+        if self._pub.wake != ffi.NULL:
+            wake, self._pub.wake = self._pub.wake, ffi.NULL
+            lib.lb_wake_close(wake)
         if self._on_close is not None:
             self._on_close(self)
 

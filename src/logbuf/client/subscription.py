@@ -1,9 +1,20 @@
-"""``Subscription``: the images of one channel + stream, polled fairly (round-robin start)."""
+"""``Subscription``: the images of one channel + stream, polled fairly (round-robin start).
+
+Waiting without spinning: :meth:`Subscription.wait` sleeps on the stream's named POSIX semaphore (created
+by the driver, futex-backed).  The waiter first declares itself in each image's log metadata (an atomic
+increment), re-checks for data, then sleeps; a publisher posts the semaphore after an append only when
+that count is non-zero, so with nobody waiting an append pays one fence and one load, not a system call.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
+
+import posix_ipc
 
 from logbuf.client.image import ControlledPollAction, FragmentHandler, Image
 from logbuf.logbuffer.header import Header
@@ -18,7 +29,14 @@ class Subscription:
         registration_id: int = -1,
         on_available_image: Callable[[Image], Any] | None = None,
         on_unavailable_image: Callable[[Image], Any] | None = None,
+        on_close: Callable[[Subscription], Any] | None = None,
+        wake_semaphore: str | None = None,
+        check_client: Callable[[], None] | None = None,
     ) -> None:
+        self._on_close = on_close
+        self._wake_name = wake_semaphore
+        self._semaphore: posix_ipc.Semaphore | None = None
+        self._check_client = check_client
         self.channel = channel
         self.stream_id = stream_id
         self.registration_id = registration_id
@@ -35,6 +53,12 @@ class Subscription:
     def image_by_session_id(self, session_id: int) -> Image | None:
         for image in self._images:
             if image.session_id == session_id:
+                return image
+        return None
+
+    def image_by_correlation_id(self, correlation_id: int) -> Image | None:
+        for image in self._images:
+            if image.correlation_id == correlation_id:
                 return image
         return None
 
@@ -88,15 +112,83 @@ class Subscription:
                 break
         return fragments
 
+    # -- waiting for data without spinning ------------------------------------------------------------
+
+    def is_data_available(self) -> bool:
+        return any(image.is_data_available() for image in self._images)
+
+    def _open_semaphore(self) -> posix_ipc.Semaphore:
+        if self._semaphore is None:
+            if self._wake_name is None:
+                raise RuntimeError("this subscription has no wake-up semaphore (it was not made by a Client)")
+            self._semaphore = posix_ipc.Semaphore(self._wake_name)
+        return self._semaphore
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until an image has a frame to poll, up to ``timeout`` seconds (None: forever).
+
+        Returns True when data is (probably) there, False on timeout.  Wake-ups can be spurious (a post
+        meant for an earlier wait): poll, and wait again if nothing came.  Raises DriverTimeout when the
+        client lost its driver.
+        """
+        if self._check_client is not None:
+            self._check_client()
+        if self._closed:
+            return False
+        if self.is_data_available():
+            return True
+        semaphore = self._open_semaphore()
+        images = self._images
+        for image in images:
+            image._declare_waiting()
+        try:
+            if any(image.is_data_available() for image in images):
+                return True
+            try:
+                semaphore.acquire(timeout)
+            except posix_ipc.BusyError:
+                return self.is_data_available()
+            return True
+        finally:
+            for image in images:
+                image._undeclare_waiting()
+            if self._check_client is not None:
+                self._check_client()
+
+    async def wait_async(self, timeout: float | None = None, slice_s: float = 0.05) -> bool:
+        """``wait`` for asyncio: sleeps in a worker thread, in slices so cancellation is prompt."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = slice_s if deadline is None else min(slice_s, deadline - time.monotonic())
+            if remaining <= 0:
+                return self.is_data_available()
+            if await loop.run_in_executor(None, self.wait, remaining):
+                return True
+
+    def wake(self) -> None:
+        """Wakes a thread blocked in :meth:`wait` (new image, close)."""
+        if self._wake_name is None:
+            return
+        with contextlib.suppress(posix_ipc.ExistentialError, RuntimeError):
+            self._open_semaphore().release()
+
     @property
     def is_closed(self) -> bool:
         return self._closed
 
     def close(self) -> None:
+        if self._closed:
+            return
         self._closed = True
+        if self._on_close is not None:
+            self._on_close(self)
         for image in self._images:
             image.close()
         self._images = ()
+        if self._semaphore is not None:
+            self._semaphore.close()
+            self._semaphore = None
 
     def __repr__(self) -> str:
         return f"Subscription(channel={self.channel!r}, stream_id={self.stream_id}, images={len(self._images)})"

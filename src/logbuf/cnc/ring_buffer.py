@@ -245,6 +245,26 @@ class ManyToOneRingBuffer:
                 i += ALIGNMENT
         return False
 
+    def discard_pending(self) -> int:
+        """Consumer-side recovery from a corrupted record: drops everything between head and tail.
+
+        The records lost belong to clients whose commands then time out; the alternative (stopping the
+        consumer) would wedge every client.  Returns the bytes discarded.
+        """
+        buffer = self._buffer
+        head = buffer.get_i64(self._head_index)
+        tail = buffer.get_i64_acquire(self._tail_index)
+        if tail <= head:
+            return 0
+        length = min(tail - head, self.capacity)
+        head_index = head & self._mask
+        first = min(length, self.capacity - head_index)
+        buffer.set_memory(head_index, first, 0)
+        if length > first:
+            buffer.set_memory(0, length - first, 0)
+        buffer.put_i64_release(self._head_index, tail)
+        return length
+
     def _still_zeroed(self, index: int, consumer_index: int) -> bool:
         # A producer may have written its header meanwhile: then it is alive and must not be overwritten.
         i = index - ALIGNMENT

@@ -97,3 +97,106 @@ class IpcPublicationDuty:
                 self.on_unblocked()
             return True
         return False
+
+
+class PublicationState:
+    ACTIVE = "active"  # publishers attached
+    DRAINING = "draining"  # no publisher left: subscribers read to the end of stream (or the linger timeout)
+    CLOSED = "closed"  # counters freed and file deleted
+
+
+class SubscriberLink:
+    """One subscription reading one publication's log: its sub-pos counter."""
+
+    __slots__ = ("subscription_id", "client_id", "counter_id", "position", "join_position")
+
+    def __init__(self, subscription_id: int, client_id: int, counter_id: int, position: Position, join: int) -> None:
+        self.subscription_id = subscription_id
+        self.client_id = client_id
+        self.counter_id = counter_id
+        self.position = position
+        self.join_position = join
+
+
+class IpcPublication:
+    """A log on this host shared by the publishers of one stream (or owned by one exclusive publisher).
+
+    The driver entity: the log file, its pub-pos and pub-lmt counters, the subscribers' sub-pos links, the
+    publishers attached (by registration id) and the drain/linger life cycle.  The per-cycle work is the
+    :class:`IpcPublicationDuty`.
+    """
+
+    def __init__(
+        self,
+        *,
+        registration_id: int,
+        channel: str,
+        is_exclusive: bool,
+        log: LogBuffers,
+        publisher_position: Position,
+        publisher_limit: Position,
+        pub_pos_counter_id: int,
+        pub_lmt_counter_id: int,
+        window_length: int,
+        unblock_timeout_ns: int,
+        on_unblocked: Callable[[], None],
+    ) -> None:
+        self.registration_id = registration_id
+        self.channel = channel
+        self.is_exclusive = is_exclusive
+        self.log = log
+        self.session_id = log.session_id
+        self.stream_id = log.stream_id
+        self.pub_pos_counter_id = pub_pos_counter_id
+        self.pub_lmt_counter_id = pub_lmt_counter_id
+        self.subscribers: dict[int, SubscriberLink] = {}
+        self._positions: tuple[Position, ...] = ()
+        self.publishers: dict[int, int] = {}  # publication link registration id -> client id
+        self.state = PublicationState.ACTIVE
+        self.drain_deadline_ns = 0
+        self.duty = IpcPublicationDuty(
+            log,
+            publisher_position,
+            publisher_limit,
+            lambda: self._positions,
+            window_length=window_length,
+            unblock_timeout_ns=unblock_timeout_ns,
+            on_unblocked=on_unblocked,
+        )
+
+    # -- links ---------------------------------------------------------------------------------------
+
+    def add_subscriber(self, link: SubscriberLink) -> None:
+        self.subscribers[link.subscription_id] = link
+        self._positions = tuple(s.position for s in self.subscribers.values())
+
+    def remove_subscriber(self, subscription_id: int) -> SubscriberLink | None:
+        link = self.subscribers.pop(subscription_id, None)
+        self._positions = tuple(s.position for s in self.subscribers.values())
+        return link
+
+    def join_position(self) -> int:
+        """Where a new subscriber starts: the current producer position (live data only)."""
+        return self.log.producer_position()
+
+    # -- duty cycle ------------------------------------------------------------------------------------
+
+    def update(self) -> int:
+        return self.duty.update()
+
+    def on_timer(self, now_ns: int) -> bool:
+        """Unblocks a stalled concurrent claim; True when it did."""
+        if self.is_exclusive or self.state != PublicationState.ACTIVE:
+            return False
+        return self.duty.check_for_blocked_publisher(now_ns)
+
+    def start_draining(self, now_ns: int, linger_ns: int) -> None:
+        """No publisher is left: mark the end of stream and give subscribers until the deadline to read it."""
+        self.state = PublicationState.DRAINING
+        self.log.end_of_stream_position = self.log.producer_position()
+        self.drain_deadline_ns = now_ns + linger_ns
+
+    def is_drained(self, now_ns: int) -> bool:
+        end = self.log.producer_position()
+        caught_up = all(s.position.get() >= end for s in self.subscribers.values())
+        return caught_up or now_ns >= self.drain_deadline_ns

@@ -43,6 +43,9 @@ The metadata block (offsets from its start, little-endian)::
   480 | untethered resting timeout ns                 |  8
   488 | group, is-response, rejoin, reliable, sparse, |
       | signal-EOS, spies-simulate-connection, tether |  8 x 1
+      +-----------------------------------------------+
+ 1024 | logbuf: subscribers waiting on the wake-up    |  4    (padding in Aeron's layout: Aeron ignores it;
+      | semaphore (see client/wakeup.py)              |        its own cache-line pair, away from the tails)
       +-----------------------------------------------+  4096
 
 Positions: ``position = (termId - initialTermId as wrapping int32) << log2(T) | termOffset``.
@@ -93,6 +96,9 @@ LOG_SPARSE_OFFSET = 492
 LOG_SIGNAL_EOS_OFFSET = 493
 LOG_SPIES_SIMULATE_CONNECTION_OFFSET = 494
 LOG_TETHER_OFFSET = 495
+# logbuf's extension, in space Aeron leaves as padding: a count of subscribers sleeping on the stream's
+# named semaphore; publishers post it only when this is non-zero.
+LOG_WAITING_SUBSCRIBERS_OFFSET = 1024
 
 INT64_MAX = (1 << 63) - 1
 MAX_MESSAGE_LENGTH_CAP = 16 * 1024 * 1024

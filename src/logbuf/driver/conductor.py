@@ -1,0 +1,583 @@
+"""``DriverConductor``: the media driver's one agent — commands in, responses out, duties on every log.
+
+Each duty cycle (``do_work(now_ns)``):
+
+1. read client commands from the to-driver ring buffer (bounded per cycle) and answer on the broadcast;
+2. run every IPC publication's duty: pub-pos, pub-lmt (min sub-pos + window, with hysteresis),
+   cleaning behind the slowest subscriber, isConnected;
+3. beat the driver heartbeat (the ring's consumer heartbeat, epoch ms);
+4. on the timer (every ``timer_interval_ns``): unblock stalled claims, time out dead clients, unblock a
+   to-driver record a dead client left half-written, and finish draining publications (linger, then
+   delete their files).
+
+Every command is decoded and validated before it touches any state; a bad one is answered with ON_ERROR
+(Aeron's codes) and recorded in the error log, never raised out of the duty cycle.  The conductor is
+sans-IO about time: callers pass ``now_ns`` (monotonic) and the epoch-ms clock is injectable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from logbuf.channel import ChannelUri, InvalidChannelError
+from logbuf.cnc import counters as c
+from logbuf.cnc.broadcast import BroadcastTransmitter
+from logbuf.cnc.cnc_file import CncFile
+from logbuf.cnc.counters import CountersManager
+from logbuf.cnc.error_log import DistinctErrorLog
+from logbuf.cnc.errors import (
+    CountersFullError,
+    MalformedCommandError,
+    RingBufferCorruptedError,
+    UnknownCommandTypeError,
+)
+from logbuf.cnc.messages import (
+    AvailableImage,
+    ClientTimeout,
+    ControlCommand,
+    ControlResponse,
+    CounterMessage,
+    CounterUpdate,
+    ErrorCode,
+    ErrorResponse,
+    OperationSuccess,
+    PublicationMessage,
+    PublicationReady,
+    RemoveMessage,
+    SubscriptionMessage,
+    SubscriptionReady,
+    TerminateDriverMessage,
+    UnavailableImage,
+    decode_command,
+)
+from logbuf.directory import LOG_SUFFIX, PUBLICATIONS_DIR
+from logbuf.driver.context import MS, DriverContext
+from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink
+from logbuf.logbuffer.log_buffers import LogBuffers
+
+NULL_VALUE = -1
+IPC_SOURCE_IDENTITY = "aeron:ipc"
+COMMANDS_PER_CYCLE = 16
+
+# system counter ids the conductor maintains (Aeron's ids)
+ERRORS = 15
+UNBLOCKED_PUBLICATIONS = 19
+UNBLOCKED_COMMANDS = 20
+CLIENT_LIVENESS_TIMEOUTS = 24
+CONDUCTOR_MAX_CYCLE_TIME = 26
+CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED = 27
+SOFTWARE_VERSION = 34
+BYTES_MAPPED = 35
+CYCLE_THRESHOLD_NS = 1_000_000_000 // 1000  # 1 ms: a conductor cycle longer than this is counted
+SOFTWARE_VERSION_VALUE = (0 << 16) | (1 << 8) | 0  # logbuf 0.1.0, encoded as Aeron encodes its version
+
+
+class CommandError(Exception):
+    """A command the driver refuses: answered with ON_ERROR(code, message)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ClientSession:
+    __slots__ = ("client_id", "heartbeat_counter_id", "publication_links", "subscriptions", "counters", "closed")
+
+    def __init__(self, client_id: int, heartbeat_counter_id: int) -> None:
+        self.client_id = client_id
+        self.heartbeat_counter_id = heartbeat_counter_id
+        self.publication_links: dict[int, IpcPublication] = {}  # link registration id -> publication
+        self.subscriptions: set[int] = set()
+        self.counters: dict[int, int] = {}  # registration id -> counter id
+        self.closed = False
+
+
+class SubscriptionLink:
+    __slots__ = ("registration_id", "client_id", "stream_id", "channel")
+
+    def __init__(self, registration_id: int, client_id: int, stream_id: int, channel: str) -> None:
+        self.registration_id = registration_id
+        self.client_id = client_id
+        self.stream_id = stream_id
+        self.channel = channel
+
+
+def _epoch_ms() -> int:
+    return time.time_ns() // MS
+
+
+class DriverConductor:
+    def __init__(
+        self,
+        ctx: DriverContext,
+        cnc: CncFile,
+        *,
+        epoch_ms: Callable[[], int] = _epoch_ms,
+        ensure_wake_semaphore: Callable[[int], None] | None = None,
+        on_terminate: Callable[[], None] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.cnc = cnc
+        self.epoch_ms = epoch_ms
+        self.ring = cnc.to_driver
+        self.transmitter: BroadcastTransmitter = cnc.broadcast_transmitter()
+        self.counters: CountersManager = cnc.counters_manager(epoch_ms)
+        self.error_log: DistinctErrorLog = cnc.distinct_error_log(epoch_ms)
+        self.system = self.counters.allocate_system_counters()
+        self.counters.set_counter_value(self.system[SOFTWARE_VERSION], SOFTWARE_VERSION_VALUE)
+        self.ensure_wake_semaphore = ensure_wake_semaphore or (lambda stream_id: None)
+        self.on_terminate = on_terminate
+        self.clients: dict[int, ClientSession] = {}
+        self.publications: list[IpcPublication] = []
+        self.subscriptions: dict[int, SubscriptionLink] = {}
+        self.publications_dir = Path(ctx.directory) / PUBLICATIONS_DIR
+        self._rng = random.SystemRandom()
+        self._last_heartbeat_ms = 0
+        self._next_timer_ns: int | None = None
+        self._last_ring_head = self.ring.consumer_position()
+        self._time_of_last_ring_move_ns = 0
+        self._bytes_mapped = 0
+        self._max_cycle_ns = 0
+        self._now_ns = 0
+
+    # -- the duty cycle --------------------------------------------------------------------------------
+
+    def do_work(self, now_ns: int) -> int:
+        self._now_ns = now_ns
+        work = self._read_commands()
+        for publication in self.publications:
+            work += publication.update()
+        now_ms = self.epoch_ms()
+        if now_ms != self._last_heartbeat_ms:
+            self._last_heartbeat_ms = now_ms
+            self.ring.consumer_heartbeat_time = now_ms
+        if self._next_timer_ns is None:
+            self._next_timer_ns = now_ns + self.ctx.timer_interval_ns
+            self._time_of_last_ring_move_ns = now_ns
+        elif now_ns >= self._next_timer_ns:
+            self._next_timer_ns = now_ns + self.ctx.timer_interval_ns
+            work += self.on_timer(now_ns, now_ms)
+        return work
+
+    def record_cycle_time(self, cycle_ns: int) -> None:
+        if cycle_ns > self._max_cycle_ns:
+            self._max_cycle_ns = cycle_ns
+            self.counters.set_counter_value(self.system[CONDUCTOR_MAX_CYCLE_TIME], cycle_ns)
+        if cycle_ns > CYCLE_THRESHOLD_NS:
+            self._increment(CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED)
+
+    def on_timer(self, now_ns: int, now_ms: int) -> int:
+        work = 0
+        for publication in self.publications:
+            if publication.on_timer(now_ns):
+                work += 1
+        work += self._check_client_liveness(now_ms)
+        work += self._check_blocked_commands(now_ns)
+        for publication in [p for p in self.publications if p.state == PublicationState.DRAINING]:
+            if publication.is_drained(now_ns):
+                self._close_publication(publication)
+                work += 1
+        return work
+
+    def _increment(self, system_id: int, delta: int = 1) -> None:
+        counter_id = self.system[system_id]
+        self.counters.set_counter_value(counter_id, self.counters.counter_value(counter_id) + delta)
+
+    # -- commands --------------------------------------------------------------------------------------
+
+    def _read_commands(self) -> int:
+        try:
+            return self.ring.read(self._on_command, COMMANDS_PER_CYCLE)
+        except RingBufferCorruptedError as exc:
+            # a client wrote garbage into the ring: drop what is pending rather than stop serving everyone
+            discarded = self.ring.discard_pending()
+            self._record_error(f"to-driver ring corrupted ({exc}); discarded {discarded} bytes of commands")
+            return 1
+
+    def _on_command(self, msg_type_id: int, body: memoryview) -> None:
+        correlation_id = NULL_VALUE
+        if len(body) >= 16:
+            correlation_id = struct.unpack_from("<q", body, 8)[0]
+        try:
+            command = decode_command(msg_type_id, body)
+            correlation_id = command.correlation_id
+            self._dispatch(ControlCommand(msg_type_id), command)
+        except UnknownCommandTypeError as exc:
+            self._reject(correlation_id, ErrorCode.UNKNOWN_COMMAND_TYPE_ID, str(exc))
+        except MalformedCommandError as exc:
+            self._reject(correlation_id, ErrorCode.MALFORMED_COMMAND, f"malformed command {msg_type_id:#x}: {exc}")
+        except CommandError as exc:
+            self._reject(correlation_id, exc.code, str(exc))
+        except CountersFullError as exc:
+            self._reject(correlation_id, ErrorCode.STORAGE_SPACE, str(exc))
+        except OSError as exc:
+            self._reject(correlation_id, ErrorCode.STORAGE_SPACE, f"cannot create the log: {exc}")
+        except Exception as exc:  # a bug must not take the driver down: answer, log, carry on
+            self._reject(correlation_id, ErrorCode.GENERIC_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _reject(self, correlation_id: int, code: ErrorCode, message: str) -> None:
+        self._record_error(f"{code.name}: {message}")
+        self._send(ControlResponse.ON_ERROR, ErrorResponse(correlation_id, int(code), message[:1024]))
+
+    def _record_error(self, text: str) -> None:
+        self.error_log.record(text)
+        self._increment(ERRORS)
+
+    def _send(self, response: ControlResponse, message: Any) -> None:
+        self.transmitter.transmit(int(response), message.encode())
+
+    def _dispatch(self, command: ControlCommand, msg: Any) -> None:
+        client = self._client(msg.client_id)
+        if command == ControlCommand.ADD_PUBLICATION:
+            self._add_publication(client, msg, exclusive=False)
+        elif command == ControlCommand.ADD_EXCLUSIVE_PUBLICATION:
+            self._add_publication(client, msg, exclusive=True)
+        elif command == ControlCommand.REMOVE_PUBLICATION:
+            self._remove_publication(client, msg)
+        elif command == ControlCommand.ADD_SUBSCRIPTION:
+            self._add_subscription(client, msg)
+        elif command == ControlCommand.REMOVE_SUBSCRIPTION:
+            self._remove_subscription(client, msg)
+        elif command == ControlCommand.CLIENT_KEEPALIVE:
+            self.counters.set_counter_value(client.heartbeat_counter_id, self.epoch_ms())
+        elif command == ControlCommand.ADD_COUNTER:
+            self._add_counter(client, msg)
+        elif command == ControlCommand.REMOVE_COUNTER:
+            self._remove_counter(client, msg)
+        elif command == ControlCommand.CLIENT_CLOSE:
+            self._release_client(client)
+        elif command == ControlCommand.TERMINATE_DRIVER:
+            self._terminate(msg)
+
+    def _client(self, client_id: int) -> ClientSession:
+        """The client's session; its first command allocates its heartbeat counter (type 11)."""
+        client = self.clients.get(client_id)
+        if client is None:
+            counter_id = self.counters.allocate(
+                c.CLIENT_HEARTBEAT_TYPE_ID,
+                c.client_heartbeat_label(client_id),
+                c.client_heartbeat_key(client_id),
+                registration_id=client_id,
+            )
+            self.counters.set_counter_value(counter_id, self.epoch_ms())
+            client = ClientSession(client_id, counter_id)
+            self.clients[client_id] = client
+        return client
+
+    # -- publications ----------------------------------------------------------------------------------
+
+    def _parse_channel(self, channel: str) -> ChannelUri:
+        try:
+            uri = ChannelUri.parse(channel)
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
+        if not uri.is_ipc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel {channel}: only aeron:ipc is served here")
+        return uri
+
+    def _add_publication(self, client: ClientSession, msg: PublicationMessage, exclusive: bool) -> None:
+        uri = self._parse_channel(msg.channel)
+        publication = None
+        if not exclusive:
+            publication = self._shared_publication(msg.stream_id, uri)
+        if publication is None:
+            publication = self._new_publication(msg.correlation_id, uri, msg.stream_id, exclusive)
+        publication.publishers[msg.correlation_id] = client.client_id
+        client.publication_links[msg.correlation_id] = publication
+        response = (
+            ControlResponse.ON_EXCLUSIVE_PUBLICATION_READY if exclusive else ControlResponse.ON_PUBLICATION_READY
+        )
+        self._send(
+            response,
+            PublicationReady(
+                msg.correlation_id,
+                publication.registration_id,
+                publication.session_id,
+                publication.stream_id,
+                publication.pub_lmt_counter_id,
+                NULL_VALUE,
+                str(publication.log.path),
+            ),
+        )
+
+    def _shared_publication(self, stream_id: int, uri: ChannelUri) -> IpcPublication | None:
+        for publication in self.publications:
+            if (
+                publication.is_exclusive
+                or publication.stream_id != stream_id
+                or publication.state != PublicationState.ACTIVE
+            ):
+                continue
+            term_length = uri.term_length(publication.log.term_length)
+            mtu = uri.mtu(publication.log.mtu)
+            if term_length != publication.log.term_length or mtu != publication.log.mtu:
+                raise CommandError(
+                    ErrorCode.INVALID_CHANNEL,
+                    f"stream {stream_id} already has a publication with term-length={publication.log.term_length} "
+                    f"mtu={publication.log.mtu}; asked for term-length={term_length} mtu={mtu}",
+                )
+            return publication
+        return None
+
+    def _new_session_id(self) -> int:
+        used = {p.session_id for p in self.publications}
+        while True:
+            session_id = self._rng.randint(-(2**31), 2**31 - 1)
+            if session_id not in used:
+                return session_id
+
+    def _new_publication(
+        self, registration_id: int, uri: ChannelUri, stream_id: int, exclusive: bool
+    ) -> IpcPublication:
+        term_length = uri.term_length(self.ctx.ipc_term_length)
+        mtu = uri.mtu(self.ctx.mtu)
+        window = self.ctx.ipc_window(term_length)
+        path = self.publications_dir / f"{registration_id}{LOG_SUFFIX}"
+        self.ensure_wake_semaphore(stream_id)
+        log = LogBuffers.create(
+            path,
+            term_length=term_length,
+            mtu=mtu,
+            session_id=self._new_session_id(),
+            stream_id=stream_id,
+            correlation_id=registration_id,
+            publication_window_length=window,
+            mode=self.ctx.file_mode,
+            pre_touch=self.ctx.pre_touch,
+        )
+        channel = uri.canonical()
+        counter_ids: list[int] = []
+        try:
+            key = c.stream_position_key(registration_id, log.session_id, stream_id, channel)
+            for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID):
+                label = c.stream_position_label(
+                    c.STREAM_COUNTER_NAMES[type_id], registration_id, log.session_id, stream_id, channel
+                )
+                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id))
+        except BaseException:
+            for counter_id in counter_ids:
+                self.counters.free(counter_id)
+            log.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        pub_pos_id, pub_lmt_id = counter_ids
+        publication = IpcPublication(
+            registration_id=registration_id,
+            channel=channel,
+            is_exclusive=exclusive,
+            log=log,
+            publisher_position=self.counters.position(pub_pos_id),
+            publisher_limit=self.counters.position(pub_lmt_id),
+            pub_pos_counter_id=pub_pos_id,
+            pub_lmt_counter_id=pub_lmt_id,
+            window_length=window,
+            unblock_timeout_ns=self.ctx.unblock_timeout_ns,
+            on_unblocked=lambda: self._increment(UNBLOCKED_PUBLICATIONS),
+        )
+        self.publications.append(publication)
+        self._bytes_mapped += os.path.getsize(path)
+        self.counters.set_counter_value(self.system[BYTES_MAPPED], self._bytes_mapped)
+        for subscription in self.subscriptions.values():
+            if subscription.stream_id == stream_id:
+                self._link(subscription, publication)
+        return publication
+
+    def _remove_publication(self, client: ClientSession, msg: RemoveMessage) -> None:
+        publication = client.publication_links.get(msg.registration_id)
+        if publication is None:
+            raise CommandError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown publication {msg.registration_id}")
+        self._unlink_publisher(client, msg.registration_id)
+        self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
+
+    def _unlink_publisher(self, client: ClientSession, link_id: int) -> None:
+        publication = client.publication_links.pop(link_id)
+        publication.publishers.pop(link_id, None)
+        if not publication.publishers and publication.state == PublicationState.ACTIVE:
+            publication.start_draining(self._now_ns, self.ctx.publication_linger_timeout_ns)
+
+    def _close_publication(self, publication: IpcPublication) -> None:
+        """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
+        for link in list(publication.subscribers.values()):
+            self._unlink_subscriber(publication, link, notify=True)
+        self.counters.free(publication.pub_pos_counter_id)
+        self.counters.free(publication.pub_lmt_counter_id)
+        publication.state = PublicationState.CLOSED
+        self.publications.remove(publication)
+        path = publication.log.path
+        with contextlib.suppress(OSError):
+            self._bytes_mapped -= os.path.getsize(path)
+        self.counters.set_counter_value(self.system[BYTES_MAPPED], max(0, self._bytes_mapped))
+        publication.log.close()
+        # clients that still map the file keep their pages; the name is gone
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    # -- subscriptions ---------------------------------------------------------------------------------
+
+    def _add_subscription(self, client: ClientSession, msg: SubscriptionMessage) -> None:
+        uri = self._parse_channel(msg.channel)
+        if msg.correlation_id in self.subscriptions:
+            raise CommandError(ErrorCode.GENERIC_ERROR, f"registration id {msg.correlation_id} already in use")
+        self.ensure_wake_semaphore(msg.stream_id)
+        subscription = SubscriptionLink(msg.correlation_id, client.client_id, msg.stream_id, uri.canonical())
+        self.subscriptions[msg.correlation_id] = subscription
+        client.subscriptions.add(msg.correlation_id)
+        self._send(ControlResponse.ON_SUBSCRIPTION_READY, SubscriptionReady(msg.correlation_id, NULL_VALUE))
+        for publication in self.publications:
+            if publication.stream_id == msg.stream_id and publication.state == PublicationState.ACTIVE:
+                self._link(subscription, publication)
+
+    def _link(self, subscription: SubscriptionLink, publication: IpcPublication) -> None:
+        join = publication.join_position()
+        label = c.stream_position_label(
+            c.SUBSCRIBER_POSITION_NAME,
+            publication.registration_id,
+            publication.session_id,
+            publication.stream_id,
+            publication.channel,
+            join,
+        )
+        key = c.stream_position_key(
+            publication.registration_id, publication.session_id, publication.stream_id, publication.channel
+        )
+        counter_id = self.counters.allocate(
+            c.SUBSCRIBER_POSITION_TYPE_ID, label, key, registration_id=subscription.registration_id
+        )
+        position = self.counters.position(counter_id)
+        position.set(join)
+        publication.add_subscriber(
+            SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
+        )
+        self._send(
+            ControlResponse.ON_AVAILABLE_IMAGE,
+            AvailableImage(
+                publication.registration_id,
+                publication.session_id,
+                publication.stream_id,
+                subscription.registration_id,
+                counter_id,
+                str(publication.log.path),
+                IPC_SOURCE_IDENTITY,
+            ),
+        )
+
+    def _unlink_subscriber(self, publication: IpcPublication, link: SubscriberLink, notify: bool) -> None:
+        publication.remove_subscriber(link.subscription_id)
+        self.counters.free(link.counter_id)
+        if notify:
+            self._send(
+                ControlResponse.ON_UNAVAILABLE_IMAGE,
+                UnavailableImage(
+                    publication.registration_id, link.subscription_id, publication.stream_id, publication.channel
+                ),
+            )
+
+    def _remove_subscription(self, client: ClientSession, msg: RemoveMessage) -> None:
+        if msg.registration_id not in client.subscriptions:
+            raise CommandError(ErrorCode.UNKNOWN_SUBSCRIPTION, f"unknown subscription {msg.registration_id}")
+        self._drop_subscription(client, msg.registration_id)
+        self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
+
+    def _drop_subscription(self, client: ClientSession, registration_id: int) -> None:
+        client.subscriptions.discard(registration_id)
+        self.subscriptions.pop(registration_id, None)
+        for publication in self.publications:
+            link = publication.subscribers.get(registration_id)
+            if link is not None:
+                self._unlink_subscriber(publication, link, notify=False)
+
+    # -- counters --------------------------------------------------------------------------------------
+
+    def _add_counter(self, client: ClientSession, msg: CounterMessage) -> None:
+        if msg.type_id < 0:
+            raise CommandError(ErrorCode.GENERIC_ERROR, f"counter type id {msg.type_id} must be >= 0")
+        counter_id = self.counters.allocate(
+            msg.type_id, msg.label, msg.key, registration_id=msg.correlation_id, owner_id=client.client_id
+        )
+        client.counters[msg.correlation_id] = counter_id
+        self._send(ControlResponse.ON_COUNTER_READY, CounterUpdate(msg.correlation_id, counter_id))
+
+    def _remove_counter(self, client: ClientSession, msg: RemoveMessage) -> None:
+        counter_id = client.counters.pop(msg.registration_id, None)
+        if counter_id is None:
+            raise CommandError(ErrorCode.UNKNOWN_COUNTER, f"unknown counter {msg.registration_id}")
+        self.counters.free(counter_id)
+        self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
+        self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(msg.registration_id, counter_id))
+
+    # -- clients ---------------------------------------------------------------------------------------
+
+    def _release_client(self, client: ClientSession) -> None:
+        """Frees everything a client holds (it closed, or it stopped heart-beating)."""
+        if client.closed:
+            return
+        client.closed = True
+        for link_id in list(client.publication_links):
+            self._unlink_publisher(client, link_id)
+        for registration_id in list(client.subscriptions):
+            self._drop_subscription(client, registration_id)
+        for registration_id, counter_id in list(client.counters.items()):
+            self.counters.free(counter_id)
+            self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(registration_id, counter_id))
+        client.counters.clear()
+        self.counters.free(client.heartbeat_counter_id)
+        del self.clients[client.client_id]
+
+    def _check_client_liveness(self, now_ms: int) -> int:
+        timeout_ms = self.ctx.client_liveness_timeout_ns // MS
+        work = 0
+        for client in list(self.clients.values()):
+            last = self.counters.counter_value(client.heartbeat_counter_id)
+            if now_ms - last > timeout_ms:
+                self._release_client(client)
+                self._send(ControlResponse.ON_CLIENT_TIMEOUT, ClientTimeout(client.client_id))
+                self._increment(CLIENT_LIVENESS_TIMEOUTS)
+                work += 1
+        return work
+
+    def _check_blocked_commands(self, now_ns: int) -> int:
+        """A client that died half-way through writing a command must not wedge the ring for everyone."""
+        head = self.ring.consumer_position()
+        if head != self._last_ring_head or self.ring.producer_position() == head:
+            self._last_ring_head = head
+            self._time_of_last_ring_move_ns = now_ns
+            return 0
+        if now_ns - self._time_of_last_ring_move_ns > self.ctx.client_liveness_timeout_ns:
+            try:
+                unblocked = self.ring.unblock()
+            except RingBufferCorruptedError as exc:
+                self._record_error(f"to-driver ring corrupted while unblocking ({exc})")
+                self.ring.discard_pending()
+                unblocked = True
+            if unblocked:
+                self._increment(UNBLOCKED_COMMANDS)
+                self._time_of_last_ring_move_ns = now_ns
+                return 1
+        return 0
+
+    def _terminate(self, msg: TerminateDriverMessage) -> None:
+        token = self.ctx.terminate_token
+        if token is None or msg.token != token:
+            raise CommandError(ErrorCode.NOT_SUPPORTED, "driver termination by command is not enabled")
+        self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
+        if self.on_terminate is not None:
+            self.on_terminate()
+
+    # -- shutdown --------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Driver shutdown: heartbeat NULL (clients see it at once), logs closed and deleted."""
+        self.ring.consumer_heartbeat_time = 0
+        for publication in list(self.publications):
+            publication.log.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(publication.log.path)
+        self.publications.clear()

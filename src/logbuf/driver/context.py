@@ -1,0 +1,100 @@
+"""``DriverContext``: every setting of a media driver, with Aeron's defaults, validated in one place."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from logbuf.directory import resolve_directory
+from logbuf.idle import idle_strategy
+from logbuf.logbuffer import descriptor as d
+
+MS = 1_000_000
+SECOND = 1_000_000_000
+
+
+def _power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+@dataclass
+class DriverContext:
+    directory: Path = field(default_factory=resolve_directory)
+    ipc_term_length: int = d.DEFAULT_IPC_TERM_LENGTH
+    network_term_length: int = d.DEFAULT_NETWORK_TERM_LENGTH
+    mtu: int = d.DEFAULT_MTU
+    ipc_publication_window: int = 0  # 0: half a term (Aeron)
+    unblock_timeout_ns: int = 15 * SECOND
+    client_liveness_timeout_ns: int = 10 * SECOND
+    publication_linger_timeout_ns: int = 5 * SECOND
+    timer_interval_ns: int = 1 * SECOND
+    idle_strategy: str = "backoff"
+    to_driver_capacity: int = 1024 * 1024
+    to_clients_capacity: int = 1024 * 1024
+    counters_values_length: int = 1024 * 1024  # 8192 counters of 128 bytes
+    error_log_length: int = 1024 * 1024
+    group_access: bool = False  # directory 0770 / files 0660 instead of 0700 / 0600
+    pre_touch: bool = False  # fault log pages in when a log is created (no page faults on the first lap)
+    terminate_token: bytes | None = None  # TERMINATE_DRIVER is honoured only with this token
+
+    @classmethod
+    def build(cls, **options: Any) -> DriverContext:
+        """A context from keyword options (``None`` means the default); validated."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(options) - known
+        if unknown:
+            raise TypeError(f"unknown driver option(s): {', '.join(sorted(unknown))}")
+        values = {k: v for k, v in options.items() if v is not None}
+        if "directory" in values:
+            values["directory"] = resolve_directory(values["directory"])
+        ctx = cls(**values)
+        ctx.validate()
+        return ctx
+
+    def with_options(self, **options: Any) -> DriverContext:
+        ctx = replace(self, **options)
+        ctx.validate()
+        return ctx
+
+    def validate(self) -> None:
+        self.directory = Path(os.path.abspath(self.directory))
+        for name in ("ipc_term_length", "network_term_length"):
+            try:
+                d.check_term_length(getattr(self, name))
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        try:
+            d.check_mtu(self.mtu, min(self.ipc_term_length, self.network_term_length))
+        except ValueError as exc:
+            raise ValueError(f"mtu: {exc}") from None
+        if self.ipc_publication_window < 0 or self.ipc_publication_window > self.ipc_term_length:
+            raise ValueError("ipc_publication_window must be 0 (half a term) or at most one term")
+        for name in (
+            "unblock_timeout_ns",
+            "client_liveness_timeout_ns",
+            "publication_linger_timeout_ns",
+            "timer_interval_ns",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("to_driver_capacity", "to_clients_capacity", "error_log_length"):
+            if not _power_of_two(getattr(self, name)) or getattr(self, name) < 4096:
+                raise ValueError(f"{name} must be a power of two >= 4096")
+        if self.counters_values_length < 64 * 128 or self.counters_values_length % 128:
+            raise ValueError("counters_values_length must hold at least 64 counters of 128 bytes")
+        idle_strategy(self.idle_strategy)  # raises for an unknown name
+
+    @property
+    def dir_mode(self) -> int:
+        return 0o770 if self.group_access else 0o700
+
+    @property
+    def file_mode(self) -> int:
+        return 0o660 if self.group_access else 0o600
+
+    def ipc_window(self, term_length: int) -> int:
+        if self.ipc_publication_window:
+            return min(self.ipc_publication_window, term_length)
+        return term_length // 2

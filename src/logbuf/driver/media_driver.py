@@ -1,0 +1,238 @@
+"""``MediaDriver``: owns a directory, its cnc.dat, every log buffer, and runs the conductor's duty cycle.
+
+Run it in the foreground (``logbuf driver``, or :meth:`MediaDriver.run`) or embedded in a process on a
+thread (:meth:`MediaDriver.launch`, for tests and small apps).
+
+Claiming the directory (one driver per directory):
+
+1. create it 0700 (0770 with group access) or check that an existing one belongs to this user;
+2. take an exclusive ``flock`` on ``driver.lock`` — held for the driver's life, released by the kernel when
+   the process dies, so a live driver is never mistaken for a dead one and a dead one never blocks a new
+   one.  When the lock is held, the refusal names the other driver's pid and heartbeat age from its cnc.dat;
+3. with the lock, anything left in the directory is a dead driver's: it is removed (logs, cnc.dat, and the
+   stream wake-up semaphores of this directory) and a fresh cnc.dat is created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import glob
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import posix_ipc
+
+from logbuf.cnc.cnc_file import CncFile
+from logbuf.cnc.errors import CncFileError
+from logbuf.directory import (
+    CNC_FILE,
+    IMAGES_DIR,
+    PUBLICATIONS_DIR,
+    wake_semaphore_name,
+    wake_semaphore_prefix,
+)
+from logbuf.driver.conductor import DriverConductor
+from logbuf.driver.context import MS, DriverContext
+from logbuf.errors import LogbufError
+from logbuf.idle import idle_strategy
+
+LOCK_FILE = "driver.lock"
+
+
+class DriverDirectoryError(LogbufError):
+    """The driver directory cannot be used (another live driver, another user's directory, …)."""
+
+
+class ActiveDriverError(DriverDirectoryError):
+    """Another driver is alive in this directory."""
+
+
+def _describe_active_driver(directory: Path) -> str:
+    try:
+        with CncFile.open(directory / CNC_FILE) as cnc:
+            pid = cnc.layout.pid
+            age_ms = time.time_ns() // MS - cnc.to_driver.consumer_heartbeat_time
+        return f"pid {pid}, heartbeat {age_ms} ms ago"
+    except CncFileError as exc:
+        return f"its cnc.dat is not readable yet: {exc}"
+
+
+class MediaDriver:
+    def __init__(self, ctx: DriverContext | None = None, **options: Any) -> None:
+        self.ctx = ctx.with_options(**options) if ctx is not None else DriverContext.build(**options)
+        self.directory = Path(self.ctx.directory)
+        self._lock_fd: int | None = None
+        self._semaphores: dict[int, posix_ipc.Semaphore] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.cnc: CncFile | None = None
+        self.conductor: DriverConductor | None = None
+        self._claim_directory()
+        try:
+            self.cnc = CncFile.create(
+                self.directory / CNC_FILE,
+                self.ctx.to_driver_capacity,
+                self.ctx.to_clients_capacity,
+                self.ctx.counters_values_length,
+                self.ctx.error_log_length,
+                self.ctx.client_liveness_timeout_ns,
+                os.getpid(),
+                time.time_ns() // MS,
+                mode=self.ctx.file_mode,
+            )
+            self.conductor = DriverConductor(
+                self.ctx,
+                self.cnc,
+                ensure_wake_semaphore=self._ensure_wake_semaphore,
+                on_terminate=self._stop.set,
+            )
+        except BaseException:
+            self._release_directory()
+            raise
+
+    # -- the directory ---------------------------------------------------------------------------------
+
+    def _claim_directory(self) -> None:
+        directory = self.directory
+        try:
+            directory.mkdir(mode=self.ctx.dir_mode, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DriverDirectoryError(f"cannot create driver directory {directory}: {exc.strerror}") from exc
+        info = directory.stat()
+        if info.st_uid != os.getuid():
+            raise DriverDirectoryError(
+                f"driver directory {directory} belongs to uid {info.st_uid}, not to you (uid {os.getuid()}); "
+                f"choose another with --dir or LOGBUF_DIR"
+            )
+        os.chmod(directory, self.ctx.dir_mode)  # never wider (or narrower) than configured
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, self.ctx.file_mode)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise ActiveDriverError(
+                    f"a media driver is already running in {directory} ({_describe_active_driver(directory)}); "
+                    f"stop it first or use another directory (--dir / LOGBUF_DIR)"
+                ) from None
+            raise
+        self._lock_fd = fd
+        # the lock is ours: whatever is left belongs to a dead driver
+        for name in (CNC_FILE,):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+        for sub in (PUBLICATIONS_DIR, IMAGES_DIR):
+            shutil.rmtree(directory / sub, ignore_errors=True)
+            (directory / sub).mkdir(mode=self.ctx.dir_mode)
+        self._unlink_stale_semaphores()
+
+    def _unlink_stale_semaphores(self) -> None:
+        prefix = wake_semaphore_prefix(self.directory)
+        # Linux keeps named semaphores as /dev/shm/sem.<name without the slash>
+        for path in glob.glob(f"/dev/shm/sem.{glob.escape(prefix[1:])}*"):
+            with contextlib.suppress(posix_ipc.ExistentialError):
+                posix_ipc.unlink_semaphore("/" + os.path.basename(path)[len("sem.") :])
+
+    def _ensure_wake_semaphore(self, stream_id: int) -> None:
+        if stream_id in self._semaphores:
+            return
+        name = wake_semaphore_name(self.directory, stream_id)
+        self._semaphores[stream_id] = posix_ipc.Semaphore(
+            name, posix_ipc.O_CREAT, mode=self.ctx.file_mode, initial_value=0
+        )
+
+    def _release_directory(self) -> None:
+        for semaphore in self._semaphores.values():
+            with contextlib.suppress(posix_ipc.ExistentialError):
+                semaphore.unlink()
+            semaphore.close()
+        self._semaphores.clear()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.directory / CNC_FILE)
+        for sub in (PUBLICATIONS_DIR, IMAGES_DIR):
+            shutil.rmtree(self.directory / sub, ignore_errors=True)
+        if self._lock_fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.directory / LOCK_FILE)
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()  # only when empty: never delete what someone else put there
+
+    # -- running ---------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """The duty-cycle loop until ``stop`` (or a TERMINATE_DRIVER command) is set."""
+        stop = stop or self._stop
+        conductor = self.conductor
+        assert conductor is not None
+        idle = idle_strategy(self.ctx.idle_strategy)
+        monotonic_ns = time.monotonic_ns
+        while not stop.is_set() and not self._stop.is_set():
+            start = monotonic_ns()
+            work = conductor.do_work(start)
+            if work:
+                conductor.record_cycle_time(monotonic_ns() - start)
+            idle.idle(work)
+
+    def run_foreground(self) -> None:
+        """``logbuf driver``: runs until SIGINT/SIGTERM, then shuts down cleanly."""
+        previous = {}
+
+        def request_stop(signum: int, frame: Any) -> None:
+            self._stop.set()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, request_stop)
+        try:
+            self.run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self.close()
+
+    @classmethod
+    def launch(cls, directory: str | os.PathLike[str] | None = None, **options: Any) -> MediaDriver:
+        """An embedded driver running on a daemon thread of this process; ``close()`` stops it."""
+        driver = cls(directory=directory, **options)
+        driver._thread = threading.Thread(target=driver.run, name="logbuf-driver", daemon=True)
+        driver._thread.start()
+        return driver
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stops the duty cycle, tells clients (NULL heartbeat), deletes the logs, cnc.dat and the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        if self.conductor is not None:
+            self.conductor.close()
+        if self.cnc is not None:
+            self.cnc.close()
+        self._release_directory()
+
+    def __enter__(self) -> MediaDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MediaDriver(directory={str(self.directory)!r}, running={self.is_running})"
