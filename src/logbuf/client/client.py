@@ -95,6 +95,9 @@ class Client:
         self._cnc = self._open_cnc(connect_timeout)
         self._ring = self._cnc.to_driver
         self._receiver = self._cnc.copy_broadcast_receiver()
+        # a new receiver starts at the latest record, which answered someone else: skip what is there
+        while self._receiver.receive(lambda msg_type_id, body: None):
+            pass
         self.counters = self._cnc.counters_reader()
         self.client_id = self._ring.next_correlation_id()
         self._lock = threading.RLock()

@@ -37,6 +37,7 @@ class Subscription:
         self._wake_name = wake_semaphore
         self._semaphore: posix_ipc.Semaphore | None = None
         self._check_client = check_client
+        self._threads_waiting = 0  # threads of this process inside wait(): wake() posts only for them
         self.channel = channel
         self.stream_id = stream_id
         self.registration_id = registration_id
@@ -139,6 +140,7 @@ class Subscription:
             return True
         semaphore = self._open_semaphore()
         images = self._images
+        self._threads_waiting += 1
         for image in images:
             image._declare_waiting()
         try:
@@ -150,6 +152,7 @@ class Subscription:
                 return self.is_data_available()
             return True
         finally:
+            self._threads_waiting -= 1
             for image in images:
                 image._undeclare_waiting()
             if self._check_client is not None:
@@ -168,7 +171,7 @@ class Subscription:
 
     def wake(self) -> None:
         """Wakes a thread blocked in :meth:`wait` (new image, close)."""
-        if self._wake_name is None:
+        if self._wake_name is None or self._threads_waiting <= 0:
             return
         with contextlib.suppress(posix_ipc.ExistentialError, RuntimeError):
             self._open_semaphore().release()

@@ -1,0 +1,101 @@
+"""Client processes for the driver tests: ``python tests/driver/driver_workers.py ROLE DIR ...``.
+
+Each prints one line per milestone (``ready``, ``claimed``, ``done <count> <crc>``) on stdout, flushed, so
+the test can follow it; the test stops every process by its PID.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import zlib
+
+import logbuf
+
+STREAM = 1001
+
+
+def say(*parts: object) -> None:
+    print(*parts, flush=True)
+
+
+def publisher(directory: str, count: int, size: int) -> None:
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication("aeron:ipc", STREAM)
+        deadline = time.monotonic() + 10
+        while not pub.is_connected:
+            if time.monotonic() > deadline:
+                raise SystemExit("no subscriber within 10 s")
+            time.sleep(0.001)
+        say("ready")
+        crc = 0
+        for i in range(count):
+            msg = i.to_bytes(8, "little") + bytes((i + j) & 0xFF for j in range(size - 8))
+            while (result := pub.offer(msg)) < 0:
+                if result == logbuf.CLOSED:
+                    raise SystemExit("publication closed")
+                time.sleep(0)
+            crc = zlib.crc32(msg, crc)
+        say("done", count, crc)
+
+
+def subscriber(directory: str, count: int) -> None:
+    with logbuf.connect(directory) as client:
+        sub = client.add_subscription("aeron:ipc", STREAM)
+        state = {"n": 0, "crc": 0, "next": 0, "bad": 0}
+
+        def on_fragment(buffer: memoryview, header: logbuf.Header) -> None:
+            seq = int.from_bytes(buffer[:8], "little")
+            if seq != state["next"]:
+                state["bad"] += 1
+            state["next"] = seq + 1
+            state["n"] += 1
+            state["crc"] = zlib.crc32(buffer, state["crc"])
+
+        say("ready")
+        deadline = time.monotonic() + 60
+        while state["n"] < count and time.monotonic() < deadline:
+            if not sub.poll(on_fragment, 256):
+                sub.wait(0.05)
+        say("done", state["n"], state["crc"], state["bad"])
+
+
+def idle_subscriber(directory: str) -> None:
+    """Subscribes and never polls (a consumer that stopped): the test SIGKILLs it."""
+    client = logbuf.connect(directory)
+    sub = client.add_subscription("aeron:ipc", STREAM)
+    deadline = time.monotonic() + 10
+    while not sub.images and time.monotonic() < deadline:
+        time.sleep(0.005)
+    say("ready", len(sub.images))
+    time.sleep(120)
+
+
+def claimer(directory: str) -> None:
+    """Claims a frame and never commits it (the test SIGKILLs it)."""
+    client = logbuf.connect(directory)
+    pub = client.add_publication("aeron:ipc", STREAM)
+    deadline = time.monotonic() + 10
+    while not pub.is_connected and time.monotonic() < deadline:
+        time.sleep(0.001)
+    claim = pub.try_claim(200)
+    say("claimed", claim.result)
+    time.sleep(120)
+
+
+def main() -> None:
+    role, directory, *rest = sys.argv[1:]
+    if role == "publisher":
+        publisher(directory, int(rest[0]), int(rest[1]))
+    elif role == "subscriber":
+        subscriber(directory, int(rest[0]))
+    elif role == "idle-subscriber":
+        idle_subscriber(directory)
+    elif role == "claimer":
+        claimer(directory)
+    else:
+        raise SystemExit(f"unknown role {role}")
+
+
+if __name__ == "__main__":
+    main()
