@@ -295,10 +295,20 @@ static int64_t offer_impl(lb_publication_t *p, int exclusive, const char *msg, i
  * that is a store->load order, which x86 does not keep without a fence.  With the fence on both sides one
  * of the two always sees the other (Dekker), so no wake-up is lost.  Exchanging the count to 0 posts once
  * per sleeper, so posts never pile up while nobody sleeps. */
+static inline void store_load_fence(void)
+{
+#if defined(__x86_64__)
+    /* a locked no-op on the stack orders store->load like mfence at a fraction of its cost */
+    __asm__ __volatile__("lock; orl $0, -8(%%rsp)" ::: "memory", "cc");
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 int32_t lb_wake_waiting(lb_publication_t *p)
 {
     if (p->wake == NULL || p->waiting == NULL) return 0;
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    store_load_fence();
     if (__atomic_load_n(p->waiting, __ATOMIC_RELAXED) <= 0) return 0;
     int32_t n = __atomic_exchange_n(p->waiting, 0, __ATOMIC_SEQ_CST);
     for (int32_t i = 0; i < n; i++) sem_post((sem_t *)p->wake);

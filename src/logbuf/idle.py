@@ -108,14 +108,20 @@ class BackoffIdleStrategy:
 
 
 def idle_strategy(name: str) -> IdleStrategy:
-    """An idle strategy by name: ``spin``, ``yield``, ``sleep[:ns]`` or ``backoff``."""
+    """An idle strategy by name: ``spin``, ``yield``, ``sleep[:ns]`` or ``backoff[:max_park_ns]``."""
     kind, _, arg = name.partition(":")
     if kind == "spin":
         return BusySpinIdleStrategy()
     if kind == "yield":
         return YieldingIdleStrategy()
     if kind == "sleep":
+        if arg and not arg.isdigit():
+            raise ValueError(f"sleep:{arg}: the period must be a number of ns")
         return SleepingIdleStrategy(int(arg) if arg else 1_000_000)
     if kind == "backoff":
-        return BackoffIdleStrategy()
-    raise ValueError(f"unknown idle strategy {name!r}: use spin, yield, sleep[:ns] or backoff")
+        if not arg:
+            return BackoffIdleStrategy()
+        if not arg.isdigit() or int(arg) < 1_000:
+            raise ValueError(f"backoff:{arg}: the max park must be a number of ns >= 1000")
+        return BackoffIdleStrategy(max_park_ns=int(arg))
+    raise ValueError(f"unknown idle strategy {name!r}: use spin, yield, sleep[:ns] or backoff[:max_park_ns]")

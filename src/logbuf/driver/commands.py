@@ -42,7 +42,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-liveness-timeout", type=_seconds, help="seconds without a client heartbeat (10)")
     p.add_argument("--linger-timeout", type=_seconds, help="seconds a closed publication may drain (5)")
     p.add_argument("--timer-interval", type=_seconds, help="seconds between timer duties (1)")
-    p.add_argument("--idle", help="idle strategy: backoff (default), sleep[:ns], yield, spin")
+    p.add_argument("--idle", help="idle strategy: backoff[:max_park_ns] (default backoff:4000000), sleep[:ns], yield, spin")
     p.add_argument("--group-access", action="store_true", help="directory 0770 and files 0660 (default 0700/0600)")
     p.add_argument("--pre-touch", action="store_true", help="fault log pages in when a log is created")
     p.set_defaults(func=_run_driver)

@@ -1,9 +1,14 @@
-"""Publisher process -> subscriber process over one log buffer, with the conductor's duty in the parent.
+"""Publisher process -> subscriber process over one log buffer: throughput and ping-pong rigs.
 
 ``throughput()`` measures messages/s one way (per-message ``offer``/``poll``, or ``offer_batch``/
 ``batch_poll``); ``ping_pong()`` measures round-trip times over two logs.  Each role runs in its own spawned
-process; the parent only runs the flow-control duty (pub-lmt, cleaning) with a back-off idle strategy, as the
-media driver will.  Every process started here is stopped by PID before returning.
+process.  Two set-ups with the same data path:
+
+* driver-less (default): the parent creates the logs and runs the conductor's flow-control duty itself;
+* ``via_driver=True``: the parent launches an embedded :class:`MediaDriver` and every role connects with
+  ``logbuf.connect()`` and ``add_exclusive_publication`` / ``add_subscription``, as an application would.
+
+Every process started here is stopped by PID before returning.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from logbuf.position import SharedPositions
 
 CTX = multiprocessing.get_context("spawn")
 DEFAULT_TERM_LENGTH = 16 * 1024 * 1024
+DRIVER_TERM_LENGTH = "16m"
 BATCH = 256  # messages per offer_batch / fragments per poll
 
 # slots in the positions file, per log: pub-lmt, sub-pos, pub-pos
@@ -79,9 +85,69 @@ def _open(directory: str, log_index: int) -> tuple[LogBuffers, SharedPositions]:
     return log, SharedPositions(os.path.join(directory, "positions"), slots=_SLOTS * 2)
 
 
+_clients: list[Any] = []  # driver mode: the role's client stays open for the life of the process
+
+
+def _driver_publication(directory: str, stream_index: int) -> ExclusivePublication:
+    from logbuf.client.client import connect
+
+    if not _clients:
+        _clients.append(connect(directory[len("driver:"):]))
+    term = _clients[0].add_exclusive_publication(f"aeron:ipc?term-length={DRIVER_TERM_LENGTH}", 1001 + stream_index)
+    deadline = time.monotonic() + 30
+    while not term.is_connected:
+        if time.monotonic() > deadline:
+            raise TimeoutError("no subscriber joined within 30 s")
+        time.sleep(0.001)
+    return term
+
+
+def _driver_image(directory: str, stream_index: int, sub: Any = None) -> Image:
+    from logbuf.client.client import connect
+
+    if not _clients:
+        _clients.append(connect(directory[len("driver:"):]))
+    if sub is None:
+        sub = _clients[0].add_subscription("aeron:ipc", 1001 + stream_index)
+    deadline = time.monotonic() + 30
+    while not sub.images:
+        if time.monotonic() > deadline:
+            raise TimeoutError("no publication within 30 s")
+        time.sleep(0.001)
+    return sub.images[0]
+
+
+def _publication(directory: str, log_index: int, slot: int) -> ExclusivePublication:
+    if directory.startswith("driver:"):
+        return _driver_publication(directory, log_index)
+    log, positions = _open(directory, log_index)
+    return ExclusivePublication(log, positions.position(slot))
+
+
+def _image(directory: str, log_index: int, slot: int) -> Image:
+    if directory.startswith("driver:"):
+        return _driver_image(directory, log_index)
+    log, positions = _open(directory, log_index)
+    return Image(log, positions.position(slot))
+
+
+def _pub_and_image(directory: str, pub_index: int, pub_slot: int, image_index: int, image_slot: int
+                   ) -> tuple[ExclusivePublication, Image]:
+    """Both ends of a ping-pong role.  Through the driver: subscribe first, so the peer's publication can
+    connect, then publish, then wait for the peer's image (either order alone would deadlock)."""
+    if not directory.startswith("driver:"):
+        return _publication(directory, pub_index, pub_slot), _image(directory, image_index, image_slot)
+    from logbuf.client.client import connect
+
+    if not _clients:
+        _clients.append(connect(directory[len("driver:"):]))
+    sub = _clients[0].add_subscription("aeron:ipc", 1001 + image_index)
+    pub = _driver_publication(directory, pub_index)
+    return pub, _driver_image(directory, image_index, sub)
+
+
 def _producer(directory: str, size: int, count: int, batch: bool, results: Any) -> None:
-    log, positions = _open(directory, 0)
-    pub = ExclusivePublication(log, positions.position(0))
+    pub = _publication(directory, 0, 0)
     idle = BackoffIdleStrategy()
     cpu0 = _cpu_seconds()
     start = time.monotonic_ns()
@@ -107,8 +173,7 @@ def _producer(directory: str, size: int, count: int, batch: bool, results: Any) 
 
 
 def _consumer(directory: str, count: int, batch: bool, results: Any) -> None:
-    log, positions = _open(directory, 0)
-    image = Image(log, positions.position(1))
+    image = _image(directory, 0, 1)
     idle = BackoffIdleStrategy()
     cpu0 = _cpu_seconds()
     received = 0
@@ -131,10 +196,7 @@ def _consumer(directory: str, count: int, batch: bool, results: Any) -> None:
 
 
 def _pinger(directory: str, size: int, count: int, warmup: int, results: Any) -> None:
-    ping_log, positions = _open(directory, 0)
-    pong_log, _ = _open(directory, 1)
-    pub = ExclusivePublication(ping_log, positions.position(0))
-    image = Image(pong_log, positions.position(_SLOTS + 1))
+    pub, image = _pub_and_image(directory, 0, 0, 1, _SLOTS + 1)
     idle = BackoffIdleStrategy(max_spins=10_000, max_yields=100)
     message = bytes(size)
     got = [0]
@@ -157,10 +219,7 @@ def _pinger(directory: str, size: int, count: int, warmup: int, results: Any) ->
 
 
 def _ponger(directory: str, count: int, results: Any) -> None:
-    ping_log, positions = _open(directory, 0)
-    pong_log, _ = _open(directory, 1)
-    image = Image(ping_log, positions.position(1))
-    pub = ExclusivePublication(pong_log, positions.position(_SLOTS))
+    pub, image = _pub_and_image(directory, 1, _SLOTS, 0, 1)
     idle = BackoffIdleStrategy(max_spins=10_000, max_yields=100)
     echoed = [0]
 
@@ -201,6 +260,20 @@ def _rig(logs: int, term_length: int) -> Iterator[tuple[str, list[IpcPublication
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextmanager
+def _driver_rig() -> Iterator[tuple[str, list[IpcPublicationDuty]]]:
+    from logbuf.driver.media_driver import MediaDriver
+
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    directory = tempfile.mkdtemp(prefix="logbuf-drv-", dir=base)
+    driver = MediaDriver.launch(os.path.join(directory, "driver"), pre_touch=True)
+    try:
+        yield "driver:" + str(driver.directory), []
+    finally:
+        driver.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _run(processes: list[Any], duties: list[IpcPublicationDuty], results: Any, expected: int, timeout: float) -> list:
     """Starts the processes, runs the conductor duty until every result is in, stops everything by PID."""
     out: list = []
@@ -232,9 +305,9 @@ def _run(processes: list[Any], duties: list[IpcPublicationDuty], results: Any, e
 
 
 def throughput(size: int, count: int, *, batch: bool = False, term_length: int = DEFAULT_TERM_LENGTH,
-               timeout: float = 120.0) -> ThroughputResult:
+               timeout: float = 120.0, via_driver: bool = False) -> ThroughputResult:
     """One publisher process -> one subscriber process: ``count`` messages of ``size`` bytes."""
-    with _rig(1, term_length) as (directory, duties):
+    with _driver_rig() if via_driver else _rig(1, term_length) as (directory, duties):
         results = CTX.Queue()
         procs = [
             CTX.Process(target=_consumer, args=(directory, count, batch, results), name="consumer"),
@@ -245,7 +318,7 @@ def throughput(size: int, count: int, *, batch: bool = False, term_length: int =
     seconds = (end - start) / 1e9
     cpu = out["producer"][3] + out["consumer"][3]
     return ThroughputResult(
-        mode="batch" if batch else "per-message",
+        mode=("batch" if batch else "per-message") + (" via driver" if via_driver else ""),
         size=size,
         messages=count,
         seconds=seconds,
@@ -256,9 +329,9 @@ def throughput(size: int, count: int, *, batch: bool = False, term_length: int =
 
 
 def ping_pong(size: int, count: int, *, warmup: int = 10_000, term_length: int = DEFAULT_TERM_LENGTH,
-              timeout: float = 120.0) -> RttResult:
+              timeout: float = 120.0, via_driver: bool = False) -> RttResult:
     """Round-trip times: pinger offers, ponger echoes on a second log, pinger waits for the echo."""
-    with _rig(2, term_length) as (directory, duties):
+    with _driver_rig() if via_driver else _rig(2, term_length) as (directory, duties):
         results = CTX.Queue()
         procs = [
             CTX.Process(target=_ponger, args=(directory, warmup + count, results), name="ponger"),

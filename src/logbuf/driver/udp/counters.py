@@ -23,6 +23,7 @@ class SenderCounters:
     flow_control_limits: int = 0  # [18] Sender flow control limits applied (sum of every snd-bpe)
     retransmitted_bytes: int = 0  # [36] Retransmitted bytes
     retransmit_pool_overflow: int = 0  # [37] Retransmit Pool Overflow
+    error_frames_received: int = 0  # [38] Error Frames received
     setups_sent: int = 0  # (no system counter)
 
 
@@ -36,4 +37,4 @@ class ReceiverCounters:
     flow_control_over_runs: int = 0  # [13] Flow control over runs (data beyond the window)
     invalid_packets: int = 0  # [14] Invalid packets (malformed, or not fitting the image's term)
     loss_gap_fills: int = 0  # [23] Loss gap fills
-    error_frames_received: int = 0  # [38] Error Frames received
+    error_frames_sent: int = 0  # [39] Error Frames sent (the receiver rejecting a stream)

@@ -1,0 +1,3 @@
+from bench.driver.bench_driver import main
+
+raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""``ImageReceiver``: the receiver side of one image (one remote publication session), sans-IO.
+
+It composes :class:`TermRebuilder` (frames into the image's terms), :class:`LossDetector` (gaps, NAK timer,
+give-up fills) and :class:`StatusMessageSchedule` over the image's log, and tracks liveness and end of stream.
+The driver's receiver thread does::
+
+    image.on_data(packet, datagram, now)              # for each classified DATA/PAD/heartbeat of this session
+    for frame in image.poll(now, min_sub_pos):        # SM and NAK frames back to the sender
+        send(frame.encode())
+    counters: rcv-pos = image.rebuild_position, rcv-hwm = image.hwm_position
+    if image.state is not ImageState.ACTIVE: tell subscribers the image is gone, remove it
+
+Packets are checked against the window the receiver offered, as Aeron does: data that starts before the
+position of the last SM is old (a flow control *under-run*: already consumed, its space may be cleaned), data
+that ends past that position + window is a flow control *over-run*; both are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from logbuf.driver.udp.counters import ReceiverCounters
+from logbuf.driver.udp.loss_detector import LossDetector, NakDelay
+from logbuf.driver.udp.status_schedule import (
+    DEFAULT_SM_TIMEOUT_NS,
+    StatusMessageSchedule,
+    receiver_window_length,
+)
+from logbuf.driver.udp.term_rebuilder import TermRebuilder
+from logbuf.logbuffer import descriptor as d
+from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.logbuffer.term_cleaner import LogCleaner
+from logbuf.protocol.datagram import ControlFrame, DataPacket, PacketKind
+from logbuf.protocol.nak import Nak
+from logbuf.protocol.rttm import REPLY_FLAG, RttMeasurement
+from logbuf.protocol.setup import SetupFrame
+from logbuf.protocol.status_message import END_OF_STREAM_FLAG, StatusMessage
+
+DEFAULT_IMAGE_LIVENESS_TIMEOUT_NS = 10_000_000_000
+
+
+class ImageState(enum.Enum):
+    ACTIVE = 1
+    END_OF_STREAM = 2  # the sender ended the stream and subscribers consumed all of it
+    TIMED_OUT = 3  # nothing from the sender for the liveness timeout
+
+
+class ImageReceiver:
+    def __init__(
+        self,
+        log: LogBuffers,
+        join_position: int,
+        now_ns: int,
+        *,
+        receiver_id: int,
+        window_length: int | None = None,
+        nak_delay: NakDelay | None = None,
+        give_up_ns: int | None = None,
+        sm_timeout_ns: int = DEFAULT_SM_TIMEOUT_NS,
+        liveness_timeout_ns: int = DEFAULT_IMAGE_LIVENESS_TIMEOUT_NS,
+        counters: ReceiverCounters | None = None,
+    ) -> None:
+        self.log = log
+        self.session_id = log.session_id
+        self.stream_id = log.stream_id
+        self.initial_term_id = log.initial_term_id
+        self.term_length = log.term_length
+        self.position_bits = log.position_bits
+        self.receiver_id = receiver_id
+        self.window_length = receiver_window_length(log.term_length) if window_length is None else window_length
+        if not 0 < self.window_length <= log.term_length // 2:
+            raise ValueError(f"receiver window {self.window_length} must be in (0, T/2]")
+        self.liveness_timeout_ns = liveness_timeout_ns
+        self.counters = ReceiverCounters() if counters is None else counters
+        self.join_position = join_position
+        self.rebuild_position = join_position  # rcv-pos
+        self.hwm_position = join_position  # rcv-hwm
+        self.end_of_stream_position: int | None = None
+        self.state = ImageState.ACTIVE
+        self.last_packet_ns = now_ns
+        self.rtt_ns: int | None = None
+        self.rebuilder = TermRebuilder(log)
+        self.loss = LossDetector(log, nak_delay, give_up_ns=give_up_ns)
+        self.sm = StatusMessageSchedule(self.window_length, join_position, sm_timeout_ns=sm_timeout_ns)
+        self._cleaner = LogCleaner(log, join_position)
+
+    # -- input from the sender -----------------------------------------------------------------------
+
+    def on_data(self, packet: DataPacket, datagram: bytes | memoryview, now_ns: int) -> int:
+        """Takes one classified data-plane datagram of this session; returns the bytes put in the term."""
+        if self.state is not ImageState.ACTIVE:
+            return 0
+        header = packet.header
+        if header.session_id != self.session_id or header.stream_id != self.stream_id:
+            raise ValueError(f"packet of session {header.session_id} stream {header.stream_id} given to image "
+                             f"{self.session_id}/{self.stream_id}")
+        term_offset = header.term_offset
+        if term_offset >= self.term_length or term_offset + packet.term_span > self.term_length:
+            self.counters.invalid_packets += 1  # well formed, but not a fit for this image's terms
+            return 0
+        self.last_packet_ns = now_ns
+        position = d.compute_position(header.term_id, term_offset, self.position_bits, self.initial_term_id)
+        if position < self.sm.last_sm_position:
+            self.counters.flow_control_under_runs += 1
+            return 0
+        # a PAD's header is all that travels; what it covers beyond the window is only zeros to skip
+        if position + (packet.length if packet.kind is not PacketKind.HEARTBEAT else 0) > (
+            self.sm.last_sm_position + self.window_length
+        ):
+            self.counters.flow_control_over_runs += 1
+            return 0
+        if packet.kind is PacketKind.HEARTBEAT:
+            self.counters.heartbeats_received += 1
+            if position > self.hwm_position:
+                self.hwm_position = position
+            if header.is_end_of_stream and self.end_of_stream_position is None:
+                self.end_of_stream_position = position
+                self.log.end_of_stream_position = position
+            return 0
+        index = d.index_by_position(position, self.position_bits)
+        written = self.rebuilder.insert(index, term_offset, datagram, packet.length)
+        end = position + packet.term_span
+        if end > self.hwm_position:
+            self.hwm_position = end
+        return written
+
+    def on_setup(self, setup: SetupFrame, now_ns: int) -> None:
+        """A SETUP for an image we already have: the sender has not heard from us, so answer at once."""
+        if self.state is ImageState.ACTIVE:
+            self.last_packet_ns = now_ns
+            self.sm.force()
+
+    def on_rtt_measurement(self, rttm: RttMeasurement, now_ns: int) -> None:
+        if not rttm.is_reply and rttm.receiver_id == self.receiver_id:
+            self.rtt_ns = max(0, now_ns - rttm.echo_timestamp_ns - rttm.reception_delta_ns)
+
+    def rtt_request(self, now_ns: int) -> RttMeasurement:
+        return RttMeasurement(self.session_id, self.stream_id, now_ns, 0, self.receiver_id, REPLY_FLAG)
+
+    # -- duty cycle ----------------------------------------------------------------------------------
+
+    def poll(self, now_ns: int, consumption_position: int) -> list[ControlFrame]:
+        """Rebuild tracking, loss handling, cleaning, liveness and SMs; returns the frames to send back.
+
+        ``consumption_position`` is the slowest subscriber's position (sub-pos)."""
+        if self.state is not ImageState.ACTIVE:
+            return []
+        if now_ns - self.last_packet_ns > self.liveness_timeout_ns:
+            self.state = ImageState.TIMED_OUT
+            return []
+        out: list[ControlFrame] = []
+        for _ in range(4):  # a give-up fill lets the scan go on to the next gap
+            scan = self.loss.scan(self.rebuild_position, self.hwm_position, now_ns)
+            if scan.rebuild_position > self.rebuild_position:
+                self.rebuild_position = scan.rebuild_position
+            if scan.nak is not None:
+                gap = scan.nak
+                out.append(Nak(self.session_id, self.stream_id, gap.term_id, gap.term_offset, gap.length))
+                self.counters.naks_sent += 1
+            if scan.give_up is None:
+                break
+            gap = scan.give_up
+            index = d.index_by_position(self.rebuild_position, self.position_bits)
+            self.rebuilder.fill_gap(index, gap.term_id, gap.term_offset, gap.length)
+            self.counters.loss_gap_fills += 1
+        self._clean(consumption_position - self.term_length)
+        flags = 0
+        eos = self.end_of_stream_position
+        if eos is not None and self.rebuild_position >= eos:
+            flags = END_OF_STREAM_FLAG
+            if consumption_position >= eos:
+                self.state = ImageState.END_OF_STREAM
+                self.sm.force()  # a last SM tells the sender this receiver is done
+        if self.sm.due(now_ns, consumption_position):
+            out.append(StatusMessage.at_position(
+                self.session_id, self.stream_id, consumption_position, self.position_bits, self.initial_term_id,
+                self.window_length, self.receiver_id, flags,
+            ))
+            self.sm.on_sent(now_ns, consumption_position)
+            self.counters.status_messages_sent += 1
+        return out
+
+    def next_deadline_ns(self) -> int:
+        """The earliest time a timer (SM, NAK, give-up, liveness) needs a poll."""
+        deadlines = [self.last_packet_ns + self.liveness_timeout_ns, self.sm.next_deadline_ns()]
+        loss = self.loss.next_deadline_ns()
+        if loss is not None:
+            deadlines.append(loss)
+        return min(deadlines)
+
+    def _clean(self, target: int) -> None:
+        cleaner = self._cleaner
+        for _ in range(3):  # one call zeroes at most to the end of a term
+            if cleaner.clean_position >= target:
+                return
+            cleaner.clean_to(min(target, cleaner.clean_position + 3 * self.term_length))

@@ -1,0 +1,118 @@
+"""What a sender puts in its next datagram: whole committed frames from snd-pos, never a split frame, up to
+``min(snd-lmt - snd-pos, MTU, end of term)``; and the datagrams that answer a NAK.
+
+The frame walk is the native term scanner (:func:`logbuf.logbuffer.term_scanner.scan_for_availability`): it
+stops at an uncommitted frame, at a frame that would not fit, and takes a PAD frame only as the first frame -
+then only the PAD's 32-byte header is sent and its body is skipped (the header's length tells the receiver
+how much term it covers).
+
+Counts (Aeron's semantics): a send that moved fewer bytes than planned is a *short send* and snd-pos stays;
+``snd_bpe`` (snd-bpe, and the system counter "Sender flow control limits applied") counts the times the sender
+found its window used up, once per episode: it is re-armed by the next successful send.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from logbuf.driver.udp.counters import SenderCounters
+from logbuf.logbuffer import descriptor as d
+from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.logbuffer.term_scanner import scan_for_availability
+
+_MAX_SCAN = (1 << 31) - 1
+
+
+class SendPlan(NamedTuple):
+    """One datagram of term bytes: ``buffer`` is a view into the publication's term (valid until the term is
+    cleaned, one term behind snd-pos)."""
+
+    position: int  # stream position of the first byte
+    term_id: int
+    term_offset: int
+    length: int  # bytes to send: whole frames
+    padding: int  # bytes of PAD body skipped after them (not sent)
+    buffer: memoryview
+
+    @property
+    def next_position(self) -> int:
+        return self.position + self.length + self.padding
+
+
+class SendPlanner:
+    """Plans data datagrams for one network publication and keeps its sender position (snd-pos)."""
+
+    def __init__(
+        self,
+        log: LogBuffers,
+        *,
+        mtu: int | None = None,
+        position: int | None = None,
+        counters: SenderCounters | None = None,
+    ) -> None:
+        self.log = log
+        self.mtu = log.mtu if mtu is None else mtu
+        if not 32 < self.mtu <= log.mtu or self.mtu % 32:
+            raise ValueError(f"mtu {self.mtu} must be a multiple of 32 in (32, log mtu {log.mtu}]")
+        self.term_length = log.term_length
+        self.position_bits = log.position_bits
+        self.initial_term_id = log.initial_term_id
+        self.position = log.producer_position() if position is None else position
+        self.counters = SenderCounters() if counters is None else counters
+        self.snd_bpe = 0
+        self._track_limits = True
+        self._terms = [log.term_pointer(i) for i in range(d.PARTITION_COUNT)]
+        view = log.terms.view
+        T = self.term_length
+        self._term_views = [view[i * T : (i + 1) * T] for i in range(d.PARTITION_COUNT)]
+
+    def plan(self, snd_lmt: int, position: int | None = None) -> SendPlan | None:
+        """The next datagram from snd-pos (or from ``position``, to plan a batch ahead of confirmations) within
+        ``snd_lmt``, or None (nothing committed, or no window)."""
+        if position is None:
+            position = self.position
+        window = snd_lmt - position
+        if window <= 0:
+            if position == self.position and self._track_limits:
+                self._track_limits = False
+                self.snd_bpe += 1
+                self.counters.flow_control_limits += 1
+            return None
+        return self._scan(position, min(window, self.mtu, _MAX_SCAN))
+
+    def on_sent(self, plan: SendPlan, bytes_sent: int) -> bool:
+        """Reports how many bytes the socket took; True when the whole datagram went and snd-pos moved."""
+        if plan.position != self.position:
+            return False  # planned before an earlier datagram of the batch failed: it will be planned again
+        if bytes_sent != plan.length:
+            self.counters.short_sends += 1
+            return False
+        self.position = plan.next_position
+        self.counters.bytes_sent += bytes_sent
+        self._track_limits = True
+        return True
+
+    def resend_plans(self, term_id: int, term_offset: int, length: int) -> list[SendPlan]:
+        """Datagrams covering ``length`` bytes from ``(term_id, term_offset)``, never past snd-pos nor the term
+        end (the caller, :class:`RetransmitHandler`, has checked the range is retained)."""
+        start = d.compute_position(term_id, term_offset, self.position_bits, self.initial_term_id)
+        end = min(start + length, self.position, start - term_offset + self.term_length)
+        plans: list[SendPlan] = []
+        position = start
+        while position < end:
+            plan = self._scan(position, min(self.mtu, end - position))
+            if plan is None:
+                break
+            plans.append(plan)
+            position = plan.next_position
+        return plans
+
+    def _scan(self, position: int, max_length: int) -> SendPlan | None:
+        term_offset = position & (self.term_length - 1)
+        index = d.index_by_position(position, self.position_bits)
+        available, padding = scan_for_availability(self._terms[index], self.term_length, term_offset, max_length)
+        if available == 0:
+            return None
+        term_id = d.compute_term_id_from_position(position, self.position_bits, self.initial_term_id)
+        view = self._term_views[index][term_offset : term_offset + available]
+        return SendPlan(position, term_id, term_offset, available, padding, view)
