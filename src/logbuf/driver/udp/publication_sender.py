@@ -138,10 +138,12 @@ class PublicationSender:
     # -- duty cycle ----------------------------------------------------------------------------------
 
     def poll(self, now_ns: int, max_datagrams: int = 1) -> list[Outgoing]:
-        """What to send now: SETUP if due, up to ``max_datagrams`` data datagrams, else a heartbeat if due;
-        plus delayed retransmits that fell due.  Nothing changes until :meth:`on_sent` confirms a send."""
+        """What to send now: SETUP if due, up to ``max_datagrams`` data datagrams, else (and no SETUP) a
+        heartbeat if due; plus delayed retransmits that fell due.  Nothing changes until :meth:`on_sent`
+        confirms a send."""
         out: list[Outgoing] = []
-        if self.schedule.setup_due(now_ns):
+        setup = self.schedule.setup_due(now_ns)
+        if setup:
             out.append(Outgoing(OutgoingKind.SETUP, self.setup_frame().encode()))
         position = None
         for _ in range(max_datagrams):
@@ -150,7 +152,7 @@ class PublicationSender:
                 break
             out.append(Outgoing(OutgoingKind.DATA, plan.buffer, plan))
             position = plan.next_position
-        if position is None and self.schedule.heartbeat_due(now_ns):
+        if position is None and not setup and self.schedule.heartbeat_due(now_ns):  # a SETUP says as much
             out.append(Outgoing(OutgoingKind.HEARTBEAT, self.heartbeat_header().encode()))
         self.snd_lmt = self.flow_control.on_idle(now_ns, self.snd_lmt, self.planner.position)
         out.extend(self._resend(self.retransmit.on_timer(now_ns, self.planner.position)))

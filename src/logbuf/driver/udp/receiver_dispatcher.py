@@ -5,7 +5,8 @@ Per ``(session id, stream id)`` of a subscribed stream:
 
 - DATA / PAD / heartbeat for an image we have: to the image;
 - DATA for a session we have no image for: ask the sender for a SETUP (an SM with flag 0x80), at most once
-  per ``elicit_interval_ns`` - this is how a receiver that starts or restarts mid-stream joins;
+  per ``elicit_interval_ns`` - this is how a receiver that starts or restarts mid-stream joins (not for an
+  end-of-stream heartbeat: an ended stream is not worth joining);
 - SETUP for a session we have no image for: a :class:`CreateImage` event (once; again after
   ``pending_timeout_ns`` if the driver never added the image) - the conductor creates the image log with the
   SETUP's initial term id, term length and MTU, then calls :meth:`add_image` with an :class:`ImageReceiver`
@@ -23,7 +24,7 @@ from typing import Any, NamedTuple
 
 from logbuf.driver.udp.counters import ReceiverCounters
 from logbuf.driver.udp.image_receiver import ImageReceiver, ImageState
-from logbuf.protocol.datagram import ControlFrame, DataPacket, classify
+from logbuf.protocol.datagram import ControlFrame, DataPacket, PacketKind, classify
 from logbuf.protocol.header import MalformedFrameError
 from logbuf.protocol.rttm import RttMeasurement
 from logbuf.protocol.setup import SetupFrame
@@ -139,6 +140,8 @@ class ReceiverDispatcher:
             return []
         if key[1] not in self.subscriptions or key in self._pending or self._cooling(key, now_ns):
             return []
+        if packet.kind is PacketKind.HEARTBEAT and packet.header.is_end_of_stream:
+            return []  # a stream that has ended is not worth joining
         last = self._elicited.get(key)
         if last is not None and now_ns - last < self.elicit_interval_ns:
             return []

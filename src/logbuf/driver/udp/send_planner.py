@@ -6,9 +6,11 @@ stops at an uncommitted frame, at a frame that would not fit, and takes a PAD fr
 then only the PAD's 32-byte header is sent and its body is skipped (the header's length tells the receiver
 how much term it covers).
 
-Counts (Aeron's semantics): a send that moved fewer bytes than planned is a *short send* and snd-pos stays;
-``snd_bpe`` (snd-bpe, and the system counter "Sender flow control limits applied") counts the times the sender
-found its window used up, once per episode: it is re-armed by the next successful send.
+Counts: a send that moved fewer bytes than planned is a *short send* and snd-pos stays.  ``snd_bpe`` (snd-bpe,
+and the system counter "Sender flow control limits applied") counts the times committed data was held back by
+snd-lmt - the window used up, or too small for the next frame - once per episode: the next successful send
+re-arms it.  (Aeron counts only a window of exactly zero, which frames that do not divide the window rarely
+produce; holding data back is what the counter is for.)
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class SendPlanner:
         view = log.terms.view
         T = self.term_length
         self._term_views = [view[i * T : (i + 1) * T] for i in range(d.PARTITION_COUNT)]
+        self._term_words = [v.cast("i") for v in self._term_views]
 
     def plan(self, snd_lmt: int, position: int | None = None) -> SendPlan | None:
         """The next datagram from snd-pos (or from ``position``, to plan a batch ahead of confirmations) within
@@ -72,13 +75,17 @@ class SendPlanner:
         if position is None:
             position = self.position
         window = snd_lmt - position
-        if window <= 0:
-            if position == self.position and self._track_limits:
-                self._track_limits = False
-                self.snd_bpe += 1
-                self.counters.flow_control_limits += 1
-            return None
-        return self._scan(position, min(window, self.mtu, _MAX_SCAN))
+        plan = self._scan(position, min(window, self.mtu, _MAX_SCAN)) if window > 0 else None
+        if plan is None and position == self.position and self._track_limits and self._frame_waiting(position):
+            self._track_limits = False
+            self.snd_bpe += 1
+            self.counters.flow_control_limits += 1
+        return plan
+
+    def _frame_waiting(self, position: int) -> bool:
+        """A committed frame at ``position`` (only a hint for counting: the scanner re-reads with acquire)."""
+        term_offset = position & (self.term_length - 1)
+        return self._term_words[d.index_by_position(position, self.position_bits)][term_offset >> 2] > 0
 
     def on_sent(self, plan: SendPlan, bytes_sent: int) -> bool:
         """Reports how many bytes the socket took; True when the whole datagram went and snd-pos moved."""
