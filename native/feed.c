@@ -13,13 +13,18 @@
  *
  * Decision per packet (the order of src/logbuf/feed/arbiter.py, so both paths count identically):
  *
- *     not fast ............................................ SLOW
+ *     fast is LBF_FAST_OFF ................................ SLOW
+ *     LBF_FAST_DUPLICATES and arrival >= deadline ......... SLOW  (Python's timers may fire at this packet)
  *     feed not arbitrated ................................. ignored
  *     truncated or shorter than the header ................ decode error
  *     other session, heartbeat, end of session ............ SLOW
  *     first > expected (out of order) ..................... SLOW
  *     sequence 0, overflow, lengths not filling it exactly  decode error
+ *     fresh messages under LBF_FAST_DUPLICATES ............ SLOW  (Python must drain its queue after them)
  *     otherwise: messages < expected are duplicates (pair A/B arrivals), the rest are emitted; expected grows
+ *
+ * Under LBF_FAST_DUPLICATES every case C handles leaves Python's state as it was but for counters, and arrives
+ * before any of its deadlines, so Python's per-packet bookkeeping would have done nothing either.
  *
  * Every length read from a packet is checked against the datagram's size before it is used.
  */
@@ -197,55 +202,27 @@ static inline void pair_arrivals(lbf_arb_t *arb, int64_t winner_arrival, int64_t
         d[LBF_DELAY_MAX_NS] = delay;
 }
 
-int32_t lbf_arb_packet(lbf_arb_t *arb, const uint8_t *p, int32_t length, int32_t feed, int32_t flags,
-                       int64_t arrival_ns, int64_t base_offset, int32_t slot, lbf_out_t *out)
+int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count)
 {
-    if (!arb->fast || feed < 0 || feed >= LBF_FEEDS)
-        return LBF_SLOW;
-    int64_t *st = arb->feed_stats + (int64_t)feed * LBF_FS_COUNT;
-    if (length < 0)
-        length = 0;
-    if (!(arb->feed_mask & (1 << feed))) {
-        st[LBF_FS_PACKETS] += 1;
-        st[LBF_FS_BYTES] += length;
-        st[LBF_FS_IGNORED] += 1;
-        return LBF_DONE;
-    }
-    if ((flags & LBF_RX_TRUNCATED) || length < MOLD_HEADER_LENGTH) {
-        st[LBF_FS_PACKETS] += 1;
-        st[LBF_FS_BYTES] += length;
-        st[LBF_FS_DECODE_ERRORS] += 1;
-        return LBF_DONE;
-    }
-    if (memcmp(p + MOLD_SESSION_OFFSET, arb->session, MOLD_SESSION_LENGTH) != 0)
-        return LBF_SLOW;
+    return packet != NULL && length >= MOLD_HEADER_LENGTH && blocks_fill_packet(packet, length, count);
+}
+
+/* The per-message walk of a data packet that does not start past `expected`: duplicates counted (and paired),
+ * fresh messages emitted, `expected` advanced. Counts delivered/duplicates only (intake counters are the
+ * caller's). Python's Arbiter._walk_python is the same walk. */
+static int32_t walk(lbf_arb_t *arb, const uint8_t *p, int32_t feed, int64_t arrival_ns, int64_t base_offset,
+                    int32_t slot, lbf_out_t *out, int32_t fresh_allowed)
+{
     uint32_t count = be16(p + MOLD_COUNT_OFFSET);
-    if (count == MOLD_HEARTBEAT || count == MOLD_END_OF_SESSION)
-        return LBF_SLOW;
     uint64_t first = be64(p + MOLD_SEQUENCE_OFFSET);
     uint64_t expected = arb->expected;
-    if (first > expected)
-        return LBF_SLOW;
-    /* sequence 0 is not a message; first + count must stay representable as the next expected sequence */
-    if (first == 0 || first > UINT64_MAX - count || !blocks_fill_packet(p, length, count)) {
-        st[LBF_FS_PACKETS] += 1;
-        st[LBF_FS_BYTES] += length;
-        st[LBF_FS_DECODE_ERRORS] += 1;
-        if (arrival_ns > arb->last_arrival_ns)
-            arb->last_arrival_ns = arrival_ns;
-        return LBF_DONE;
-    }
-    uint64_t end = first + count; /* exclusive */
+    uint64_t end = first + count; /* exclusive; the caller checked it does not overflow */
     uint64_t fresh = end > expected ? end - expected : 0;
+    if (fresh && !fresh_allowed)
+        return LBF_SLOW;
     if (fresh > (uint64_t)(out->capacity - out->count))
         return LBF_OUT_FULL;
-
-    st[LBF_FS_PACKETS] += 1;
-    st[LBF_FS_BYTES] += length;
-    st[LBF_FS_MESSAGES] += count;
-    if (arrival_ns > arb->last_arrival_ns)
-        arb->last_arrival_ns = arrival_ns;
-
+    int64_t *st = arb->feed_stats + (int64_t)feed * LBF_FS_COUNT;
     const int live = feed != LBF_FEED_RETRANSMIT;
     const uint8_t ring_tag = live ? (uint8_t)feed : (uint8_t)LBF_RING_NO_FEED;
     const uint64_t mask = arb->ring_mask;
@@ -283,6 +260,71 @@ int32_t lbf_arb_packet(lbf_arb_t *arb, const uint8_t *p, int32_t length, int32_t
     st[LBF_FS_DUPLICATES] += duplicates;
     if (fresh)
         arb->expected = end;
+    return LBF_DONE;
+}
+
+int32_t lbf_arb_walk(lbf_arb_t *arb, const uint8_t *packet, int32_t length, int32_t feed, int64_t arrival_ns,
+                     int64_t base_offset, int32_t slot, lbf_out_t *out)
+{
+    if (packet == NULL || length < MOLD_HEADER_LENGTH || feed < 0 || feed >= LBF_FEEDS)
+        return LBF_INVALID;
+    uint32_t count = be16(packet + MOLD_COUNT_OFFSET);
+    uint64_t first = be64(packet + MOLD_SEQUENCE_OFFSET);
+    if (!blocks_fill_packet(packet, length, count) || count == MOLD_HEARTBEAT || count == MOLD_END_OF_SESSION || first == 0 || first > UINT64_MAX - count)
+        return LBF_INVALID;
+    if (first > arb->expected)
+        return LBF_SLOW;
+    return walk(arb, packet, feed, arrival_ns, base_offset, slot, out, 1);
+}
+
+int32_t lbf_arb_packet(lbf_arb_t *arb, const uint8_t *p, int32_t length, int32_t feed, int32_t flags,
+                       int64_t arrival_ns, int64_t base_offset, int32_t slot, lbf_out_t *out)
+{
+    const int32_t mode = arb->fast;
+    if (mode == LBF_FAST_OFF || feed < 0 || feed >= LBF_FEEDS)
+        return LBF_SLOW;
+    if (mode != LBF_FAST_IN_ORDER && (mode != LBF_FAST_DUPLICATES || arrival_ns >= arb->deadline_ns))
+        return LBF_SLOW;
+    int64_t *st = arb->feed_stats + (int64_t)feed * LBF_FS_COUNT;
+    if (length < 0)
+        length = 0;
+    if (!(arb->feed_mask & (1 << feed))) {
+        st[LBF_FS_PACKETS] += 1;
+        st[LBF_FS_BYTES] += length;
+        st[LBF_FS_IGNORED] += 1;
+        return LBF_DONE;
+    }
+    if ((flags & LBF_RX_TRUNCATED) || length < MOLD_HEADER_LENGTH) {
+        st[LBF_FS_PACKETS] += 1;
+        st[LBF_FS_BYTES] += length;
+        st[LBF_FS_DECODE_ERRORS] += 1;
+        return LBF_DONE;
+    }
+    if (memcmp(p + MOLD_SESSION_OFFSET, arb->session, MOLD_SESSION_LENGTH) != 0)
+        return LBF_SLOW;
+    uint32_t count = be16(p + MOLD_COUNT_OFFSET);
+    if (count == MOLD_HEARTBEAT || count == MOLD_END_OF_SESSION)
+        return LBF_SLOW;
+    uint64_t first = be64(p + MOLD_SEQUENCE_OFFSET);
+    if (first > arb->expected)
+        return LBF_SLOW;
+    /* sequence 0 is not a message; first + count must stay representable as the next expected sequence */
+    if (first == 0 || first > UINT64_MAX - count || !blocks_fill_packet(p, length, count)) {
+        st[LBF_FS_PACKETS] += 1;
+        st[LBF_FS_BYTES] += length;
+        st[LBF_FS_DECODE_ERRORS] += 1;
+        if (arrival_ns > arb->last_arrival_ns)
+            arb->last_arrival_ns = arrival_ns;
+        return LBF_DONE;
+    }
+    int32_t r = walk(arb, p, feed, arrival_ns, base_offset, slot, out, mode == LBF_FAST_IN_ORDER);
+    if (r != LBF_DONE)
+        return r; /* nothing was changed */
+    st[LBF_FS_PACKETS] += 1;
+    st[LBF_FS_BYTES] += length;
+    st[LBF_FS_MESSAGES] += count;
+    if (arrival_ns > arb->last_arrival_ns)
+        arb->last_arrival_ns = arrival_ns;
     return LBF_DONE;
 }
 

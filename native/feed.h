@@ -3,8 +3,8 @@
  * (see native/feed.c). Parsed by cffi's cdef: declarations and integer #defines only.
  *
  * Python (src/logbuf/feed/arbiter.py) owns the stream state and every slow case: out-of-order packets,
- * gaps, recovery, heartbeats, sessions. It sets `fast` when none of those is pending; the C path then
- * handles in-order packets alone and returns LBF_SLOW at the first packet it must not decide.
+ * gaps, recovery, heartbeats, sessions. It says in `fast` what C may decide alone; C returns LBF_SLOW at the
+ * first packet it must not decide.
  */
 
 /* Feeds (index the per-feed statistics rows). */
@@ -36,10 +36,17 @@
 /* ring_feed value of a slot that must not be paired (empty, retransmitted, already paired). */
 #define LBF_RING_NO_FEED 255
 
+/* lbf_arb_t.fast: what C may decide without Python. */
+#define LBF_FAST_OFF 0              /* nothing: every packet goes to Python */
+#define LBF_FAST_IN_ORDER 1         /* no hole: in-order packets (fresh messages and duplicates) */
+#define LBF_FAST_DUPLICATES 2       /* a hole is pending: only packets that change nothing but counters
+                                       (all-duplicate, malformed, ignored feed) arriving before deadline_ns */
+
 /* lbf_arb_packet / lbf_arb_process outcome. */
 #define LBF_DONE 0
 #define LBF_SLOW 1
 #define LBF_OUT_FULL 2
+#define LBF_INVALID -1
 
 /* lbf_rx_recv modes. */
 #define LBF_RECV_NONBLOCK 0
@@ -59,7 +66,8 @@ typedef struct lbf_arb {
     int64_t *ring_arrival;
     uint8_t *ring_feed;
     uint64_t ring_mask;
-    int32_t fast;               /* nonzero: nothing pending in Python; in-order packets may be handled here */
+    int64_t deadline_ns;        /* LBF_FAST_DUPLICATES: Python's next deadline (its timers may fire at it) */
+    int32_t fast;               /* LBF_FAST_* */
     int32_t feed_mask;          /* bit f set: feed f is arbitrated; other feeds are counted as ignored */
     uint8_t session[10];        /* the current MoldUDP64 session */
 } lbf_arb_t;
@@ -99,6 +107,13 @@ int64_t lbf_monotonic_ns(void);
  * Deliveries get offset base_offset + (offset in the packet) and slot `slot`. */
 int32_t lbf_arb_packet(lbf_arb_t *arb, const uint8_t *packet, int32_t length, int32_t feed, int32_t flags,
                        int64_t arrival_ns, int64_t base_offset, int32_t slot, lbf_out_t *out);
+/* 1 when `count` message blocks fill packet[20 .. length) exactly (every length checked), else 0. */
+int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count);
+/* The message walk alone, for packets Python has already taken in (counted, session checked), e.g. when it
+ * drains its out-of-order queue: LBF_DONE, LBF_SLOW (starts past expected), LBF_OUT_FULL, or LBF_INVALID
+ * (not a well-formed data packet; nothing read past `length`). Ignores `fast`. */
+int32_t lbf_arb_walk(lbf_arb_t *arb, const uint8_t *packet, int32_t length, int32_t feed, int64_t arrival_ns,
+                     int64_t base_offset, int32_t slot, lbf_out_t *out);
 /* Slots start..end-1 of `rx` in order; returns the first slot not handled, *status says why it stopped. */
 int32_t lbf_arb_process(lbf_arb_t *arb, const lbf_rx_t *rx, int32_t start, int32_t end, lbf_out_t *out,
                         int32_t *status);

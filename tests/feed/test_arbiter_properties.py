@@ -1,0 +1,205 @@
+"""Property tests of the arbiter under random packetisation, loss, duplication, reordering and delay on A and B.
+
+- A retransmission server holding everything: the delivered stream is exactly the source.
+- A range missing everywhere (both feeds and the server, or both feeds with recovery off): the unrecoverable-gap
+  events name exactly that range and everything else is delivered.
+- Always: the event stream keeps the contract of ``logbuf.feed.events``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from logbuf.feed import moldudp64 as m
+from logbuf.feed.arbiter import Arbiter, ArbiterConfig
+from logbuf.feed.arbsim import Arrival, RetransmitStub, SimResult, simulate
+from logbuf.feed.events import (
+    Deliver,
+    EndOfSession,
+    Event,
+    Feed,
+    GapDetected,
+    GapRecovered,
+    GapUnrecoverable,
+)
+from logbuf.feed.recovery import Recovery
+
+S1 = m.encode_session("PROP")
+MESSAGE_INTERVAL_NS = 10_000
+MS = 1_000_000
+PROFILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@dataclass(frozen=True)
+class FeedFaults:
+    loss: float
+    duplicate: float
+    reorder: float
+    delay_ns: int
+    jitter_ns: int
+    max_packet: int
+
+
+feed_faults = st.builds(
+    FeedFaults,
+    loss=st.sampled_from([0.0, 0.05, 0.2, 0.5]),
+    duplicate=st.sampled_from([0.0, 0.1, 0.3]),
+    reorder=st.sampled_from([0.0, 0.1, 0.3]),
+    delay_ns=st.integers(0, 4 * MS),
+    jitter_ns=st.sampled_from([0, 20_000, 500_000]),
+    max_packet=st.integers(1, 12),
+)
+
+
+def make_messages(n: int, rng: random.Random) -> list[bytes]:
+    return [b"%d:" % seq + bytes(rng.randrange(256) for _ in range(rng.randrange(0, 24))) for seq in range(1, n + 1)]
+
+
+def feed_arrivals(feed: Feed, messages: list[bytes], faults: FeedFaults, rng: random.Random,
+                  cuts: set[int] = frozenset(), drop: range = range(0), keep: set[int] = frozenset(),
+                  lossless: bool = False) -> list[Arrival]:
+    """One feed: its own packetisation (cut at ``cuts``), faults, and end of session. Sequences in ``drop`` are
+    never sent; packets containing a sequence of ``keep`` are never lost."""
+    n = len(messages)
+    packets: list[tuple[int, int]] = []
+    seq = 1
+    while seq <= n:
+        count = min(rng.randint(1, faults.max_packet), n - seq + 1)
+        for c in sorted(cuts):
+            if seq < c < seq + count:
+                count = c - seq
+                break
+        packets.append((seq, count))
+        seq += count
+    timed: list[tuple[int, bytes]] = []
+    last_time = 0
+    for first, count in packets:
+        if first in drop:
+            continue
+        t = max(last_time, (first + count - 1) * MESSAGE_INTERVAL_NS + faults.delay_ns
+                + rng.randint(0, faults.jitter_ns))
+        last_time = t
+        protected = lossless or any(s in keep for s in range(first, first + count))
+        if not protected and rng.random() < faults.loss:
+            continue
+        data = m.encode_downstream(S1, first, messages[first - 1 : first + count - 1])
+        timed.append((t, data))
+        if rng.random() < faults.duplicate:
+            timed.append((t + 1, data))
+    if not lossless:  # reordering: a packet swapped with the one after it
+        for k in range(len(timed) - 1):
+            if rng.random() < faults.reorder:
+                (t0, d0), (t1, d1) = timed[k], timed[k + 1]
+                timed[k], timed[k + 1] = (t0, d1), (t1, d0)
+    end = last_time + MS
+    eos = m.encode_end_of_session(S1, n + 1)
+    timed += [(end + k * MS, eos) for k in range(3) if k == 0 or rng.random() > faults.loss]
+    return [Arrival(t, feed, data) for t, data in timed]
+
+
+def check_contract(result: SimResult, all_events: list[Event]) -> None:
+    """The guarantees of logbuf.feed.events, checked on one run."""
+    expected = 1
+    declared: list[tuple[int, int]] = []
+    open_gaps: list[tuple[int, int]] = []
+    skipped: set[int] = set()
+    for event in all_events:
+        if isinstance(event, GapDetected):
+            declared.append((event.first, event.last))
+            open_gaps.append((event.first, event.last))
+        elif isinstance(event, GapUnrecoverable):
+            assert event.first == expected, "a GapUnrecoverable comes right where the stream jumps"
+            assert all(any(a <= s <= b for a, b in declared) for s in range(event.first, event.last + 1))
+            skipped.update(range(event.first, event.last + 1))
+            expected = event.last + 1
+        elif isinstance(event, GapRecovered):
+            assert (event.first, event.last) in open_gaps
+            assert not skipped & set(range(event.first, event.last + 1))
+            assert expected > event.last
+            open_gaps.remove((event.first, event.last))
+        elif isinstance(event, EndOfSession):
+            assert expected >= event.next_sequence
+        elif isinstance(event, Deliver):
+            assert event.seq == expected, "deliveries are contiguous except over GapUnrecoverable ranges"
+            expected += 1
+    assert sum(isinstance(e, EndOfSession) for e in all_events) == 1
+
+
+def run(arbiter: Arbiter, arrivals: list[Arrival], server: RetransmitStub | None, rtt_ns: int
+        ) -> tuple[SimResult, list[Event]]:
+    result = simulate(arbiter, arrivals, server, rtt_ns=rtt_ns)
+    return result, result.ordered
+
+
+@PROFILE
+@given(n=st.integers(10, 300), a=feed_faults, b=feed_faults, seed=st.integers(0, 2**32),
+       rtt_ns=st.integers(10_000, 5 * MS))
+def test_with_a_complete_retransmission_server_the_stream_is_exactly_the_source(
+        n: int, a: FeedFaults, b: FeedFaults, seed: int, rtt_ns: int) -> None:
+    rng = random.Random(seed)
+    messages = make_messages(n, rng)
+    arrivals = feed_arrivals(Feed.A, messages, a, rng) + feed_arrivals(Feed.B, messages, b, rng)
+    arbiter = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(seed)))
+    result, ordered = run(arbiter, arrivals, RetransmitStub(S1, messages), rtt_ns)
+    assert [d.seq for d in result.delivered] == list(range(1, n + 1))
+    assert [d.message for d in result.delivered] == messages
+    assert result.of_type(GapUnrecoverable) == []
+    detected = {(g.first, g.last) for g in result.of_type(GapDetected)}
+    assert detected == {(g.first, g.last) for g in result.of_type(GapRecovered)}
+    check_contract(result, ordered)
+    counts = arbiter.counter_values()
+    assert counts["A.delivered"] + counts["B.delivered"] + counts["RETRANSMIT.delivered"] == n
+
+
+@st.composite
+def missing_range(draw: st.DrawFn) -> tuple[int, range]:
+    n = draw(st.integers(10, 300))
+    first = draw(st.integers(2, n - 1))
+    last = draw(st.integers(first, min(n - 1, first + 30)))
+    return n, range(first, last + 1)
+
+
+@PROFILE
+@given(case=missing_range(), a=feed_faults, b=feed_faults, seed=st.integers(0, 2**32),
+       rtt_ns=st.integers(10_000, 5 * MS))
+def test_a_range_missing_everywhere_is_named_exactly_by_the_unrecoverable_gap(
+        case: tuple[int, range], a: FeedFaults, b: FeedFaults, seed: int, rtt_ns: int) -> None:
+    """Recovery on; the range is on neither feed nor on the server; everything else suffers random faults."""
+    n, gone = case
+    rng = random.Random(seed)
+    messages = make_messages(n, rng)
+    cuts = {gone.start, gone.stop}
+    keep = {gone.start - 1, gone.stop}  # the neighbours reach A: the hole is the range, not more
+    arrivals = (feed_arrivals(Feed.A, messages, a, rng, cuts, gone, keep)
+                + feed_arrivals(Feed.B, messages, b, rng, cuts, gone))
+    server = RetransmitStub(S1, messages, missing=gone)
+    arbiter = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(seed)))
+    result, ordered = run(arbiter, arrivals, server, rtt_ns)
+    assert [(g.first, g.last) for g in result.of_type(GapUnrecoverable)] == [(gone.start, gone.stop - 1)]
+    assert [d.seq for d in result.delivered] == [s for s in range(1, n + 1) if s not in gone]
+    assert [d.message for d in result.delivered] == [messages[s - 1] for s in range(1, n + 1) if s not in gone]
+    check_contract(result, ordered)
+
+
+@PROFILE
+@given(case=missing_range(), a=feed_faults, b=feed_faults, seed=st.integers(0, 2**32))
+def test_recovery_off_names_exactly_the_range_lost_on_both_feeds(
+        case: tuple[int, range], a: FeedFaults, b: FeedFaults, seed: int) -> None:
+    """Recovery off (seed 000 resolution): the feeds duplicate and are delayed differently but lose nothing
+    else and keep their order, so the only hole is the range."""
+    n, gone = case
+    rng = random.Random(seed)
+    messages = make_messages(n, rng)
+    cuts = {gone.start, gone.stop}
+    arrivals = (feed_arrivals(Feed.A, messages, a, rng, cuts, gone, lossless=True)
+                + feed_arrivals(Feed.B, messages, b, rng, cuts, gone, lossless=True))
+    arbiter = Arbiter(ArbiterConfig())
+    result, ordered = run(arbiter, arrivals, None, 0)
+    assert [(g.first, g.last) for g in result.of_type(GapDetected)] == [(gone.start, gone.stop - 1)]
+    assert [(g.first, g.last) for g in result.of_type(GapUnrecoverable)] == [(gone.start, gone.stop - 1)]
+    assert [d.seq for d in result.delivered] == [s for s in range(1, n + 1) if s not in gone]
+    check_contract(result, ordered)

@@ -1,0 +1,166 @@
+"""Re-request pacing: randomised initial back-off, retries, chunking, answer-driven continuation, give-up; and
+recovery driven through the arbiter (on/off, give-up moves the stream on)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from logbuf.feed import moldudp64 as m
+from logbuf.feed.arbiter import Arbiter, ArbiterConfig
+from logbuf.feed.arbsim import Arrival, RetransmitStub, packetise, simulate
+from logbuf.feed.events import (
+    Deliver,
+    Feed,
+    GapDetected,
+    GapReason,
+    GapRecovered,
+    GapUnrecoverable,
+    RecoveryRequest,
+)
+from logbuf.feed.recovery import Recovery, RecoveryConfig
+
+MS = 1_000_000
+S1 = m.encode_session("S1")
+
+
+def started(config: RecoveryConfig | None = None, seed: int = 1, now: int = 0) -> Recovery:
+    r = Recovery(config, rng=random.Random(seed))
+    r.start(now)
+    return r
+
+
+def first_round_ns(r: Recovery, holes: list[tuple[int, int]], step: int = 100_000) -> int:
+    t = 0
+    while not r.poll(holes, t):
+        t += step
+    return t
+
+
+def test_initial_backoff_is_randomised_within_seed_001_bounds_and_seeded() -> None:
+    times = [first_round_ns(started(seed=seed), [(10, 12)]) for seed in range(40)]
+    assert all(25 * MS <= t <= 75 * MS + 100_000 for t in times)  # 50 ms x U(0.5, 1.5), polled every 0.1 ms
+    assert len(set(times)) > 10  # randomised...
+    assert times == [first_round_ns(started(seed=seed), [(10, 12)]) for seed in range(40)]  # ...reproducibly
+
+
+def test_backoff_follows_the_configuration() -> None:
+    cfg = RecoveryConfig(initial_backoff_ns=10 * MS, backoff_jitter=(1.0, 1.0))
+    r = started(cfg, now=5 * MS)
+    assert r.next_deadline_ns() == 15 * MS
+    assert r.poll([(1, 1)], 15 * MS - 1) == []
+    assert r.poll([(1, 1)], 15 * MS) == [(1, 1)]
+
+
+def test_retry_after_the_interval_without_an_answer() -> None:
+    r = started(RecoveryConfig(initial_backoff_ns=0))
+    assert r.poll([(100, 109)], 0) == [(100, 10)]
+    assert r.poll([(100, 109)], 200 * MS - 1) == []  # in flight
+    assert r.next_deadline_ns() == 200 * MS
+    assert r.poll([(100, 109)], 200 * MS) == [(100, 10)]
+    assert r.requests_sent == 2
+
+
+def test_the_rest_of_a_partly_answered_hole_is_asked_for_at_once() -> None:
+    r = started(RecoveryConfig(initial_backoff_ns=0))
+    assert r.poll([(100, 199)], 0) == [(100, 100)]
+    r.on_answer(100, 1 * MS)  # the answer carried 100..139
+    assert r.poll([(140, 199)], 1 * MS) == [(140, 60)]
+    assert r.answers == 1
+
+
+def test_requests_are_chunked_to_the_moldudp64_count_limit() -> None:
+    r = started(RecoveryConfig(initial_backoff_ns=0))
+    assert r.poll([(1, 200_000)], 0) == [(1, 65534), (65535, 65534), (131069, 65534), (196603, 3398)]
+    r = started(RecoveryConfig(initial_backoff_ns=0, max_request_count=100, max_outstanding=3))
+    assert r.poll([(1, 150), (200, 200), (300, 400)], 0) == [(1, 100), (101, 50), (200, 1)]
+
+
+def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=10_000 * MS)
+    r = started(cfg)
+    r.poll([(10, 19)], 0)  # first hole requested at t=0
+    r.poll([(10, 19), (30, 39)], 3_000 * MS)  # a later hole first requested at 3 s
+    assert r.expired([(10, 19), (30, 39)], 10_000 * MS - 1) == 0
+    assert r.next_deadline_ns() == 200 * MS + 3_000 * MS  # the retries come first
+    assert r.expired([(10, 19), (30, 39)], 10_000 * MS) == 1
+    r.forget_below(30)  # the stream gave 10..19 up and moved on
+    assert r.expired([(30, 39)], 10_000 * MS) == 0
+    assert r.expired([(30, 39)], 13_000 * MS) == 1
+
+
+def test_never_requested_holes_do_not_expire_and_stop_resets() -> None:
+    r = started(RecoveryConfig(initial_backoff_ns=0, give_up_ns=MS))
+    assert r.expired([(1, 5)], 10**12) == 0
+    r.poll([(1, 5)], 0)
+    r.stop()
+    assert not r.active and r.next_deadline_ns() is None and r.poll([(1, 5)], 10**12) == []
+
+
+def test_config_validation() -> None:
+    for bad in (dict(backoff_jitter=(1.5, 0.5)), dict(initial_backoff_ns=-1), dict(retry_interval_ns=0),
+                dict(give_up_ns=0), dict(max_request_count=0), dict(max_request_count=0x10000),
+                dict(max_outstanding=0)):
+        with pytest.raises(ValueError):
+            RecoveryConfig(**bad)
+
+
+# -- through the arbiter ------------------------------------------------------------------------------------------
+
+
+def double_loss(lost_packets: set[int], n: int = 400) -> tuple[list[bytes], list[Arrival]]:
+    messages = [b"msg-%05d" % i for i in range(1, n + 1)]
+    arrivals = []
+    for k, (_, _, data) in enumerate(packetise(S1, 1, messages, iter(lambda: 4, None))):
+        if k not in lost_packets:
+            arrivals += [Arrival(k * 20_000, Feed.A, data), Arrival(k * 20_000 + 5_000, Feed.B, data)]
+    return messages, arrivals
+
+
+def test_give_up_reports_the_unrecoverable_gap_and_the_stream_moves_on() -> None:
+    messages, arrivals = double_loss({20})  # messages 81..84 lost on both feeds
+    server = RetransmitStub(S1, messages, missing=range(81, 85))
+    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(5)))
+    result = simulate(arb, arrivals, server)
+    assert result.of_type(GapDetected) == [GapDetected(S1, 81, 84, GapReason.SEQUENCE_THRESHOLD)]
+    assert result.of_type(GapUnrecoverable) == [GapUnrecoverable(S1, 81, 84, GapReason.GIVE_UP)]
+    assert result.of_type(GapRecovered) == []
+    assert result.sequences() == [s for s in range(1, 401) if not 81 <= s <= 84]
+    detected_at = next(d.arrival_ns for d in result.delivered if d.seq == 80)
+    requests = result.of_type(RecoveryRequest)
+    assert {(r.seq, r.count) for r in requests} == {(81, 4)}
+    # first after the 25..75 ms back-off, then every 200 ms until the 10 s give-up
+    assert 49 <= len(requests) <= 51
+    assert result.end_ns - detected_at >= 10_000 * MS
+
+
+def test_recovery_off_declares_the_double_loss_lost_at_once() -> None:
+    messages, arrivals = double_loss({20})
+    arb = Arbiter(ArbiterConfig())
+    result = simulate(arb, arrivals)
+    assert result.of_type(GapUnrecoverable) == [GapUnrecoverable(S1, 81, 84, GapReason.RECOVERY_OFF)]
+    assert result.of_type(RecoveryRequest) == []
+    assert len(result.sequences()) == 396
+
+
+def test_recovery_on_delivers_everything_in_order_with_the_answers() -> None:
+    messages, arrivals = double_loss({3, 4, 50, 97})
+    server = RetransmitStub(S1, messages)
+    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(5)))
+    result = simulate(arb, arrivals, server)
+    assert result.sequences() == list(range(1, 401))
+    assert [(g.first, g.last) for g in result.of_type(GapRecovered)] == [(13, 20), (201, 204), (389, 392)]
+    recovered = [d for d in result.delivered if d.feed == Feed.RETRANSMIT]
+    assert [d.seq for d in recovered] == [*range(13, 21), *range(201, 205), *range(389, 393)]
+    assert all(isinstance(d, Deliver) and d.message == messages[d.seq - 1] for d in result.delivered)
+    assert arb.counters.gaps_detected == 3 and arb.counters.gaps_recovered == 3
+
+
+def test_the_injected_rng_makes_runs_reproducible() -> None:
+    messages, arrivals = double_loss({7})
+    runs = []
+    for _ in range(2):
+        arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(42)))
+        runs.append([(d.seq, d.arrival_ns) for d in simulate(arb, arrivals, RetransmitStub(S1, messages)).delivered])
+    assert runs[0] == runs[1]
