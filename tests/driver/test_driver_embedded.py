@@ -270,3 +270,49 @@ def test_logbuf_stat_on_a_live_driver(client, driver, capsys) -> None:  # type: 
     [lmt] = snapshot["counters"]
     assert lmt["type_id"] == 1 and lmt["value"] == 32 * 1024
     assert snapshot["driver_pid"] == driver.cnc.layout.pid and snapshot["driver_state"] == "active"
+
+
+def test_client_counters_are_visible_and_freed_with_the_client(driver) -> None:  # type: ignore[no-untyped-def]
+    with logbuf.connect(driver.directory) as owner, logbuf.connect(driver.directory) as observer:
+        counter = owner.add_counter(1100, "feed A packets", b"A")
+        counter.set(42)
+        info = [i for i in observer.counters if i.counter_id == counter.counter_id][0]
+        assert (info.type_id, info.label, info.value, info.key[:1]) == (1100, "feed A packets", 42, b"A")
+        counter.close()
+        wait_until(lambda: all(i.counter_id != counter.counter_id for i in observer.counters), what="freed")
+        again = owner.add_counter(1100, "feed B packets")
+    # the owner closed: its counters go with it
+    with logbuf.connect(driver.directory) as observer:
+        wait_until(lambda: all(i.label != "feed B packets" for i in observer.counters), what="released")
+    assert again.counter_id >= 0
+
+
+def test_a_held_consumer_resumes_where_it_released_after_a_crash(driver) -> None:  # type: ignore[no-untyped-def]
+    with logbuf.connect(driver.directory) as producer:
+        pub = producer.add_publication("aeron:ipc", STREAM)
+        first = logbuf.connect(driver.directory)
+        sub = first.add_subscription("aeron:ipc", STREAM)
+        wait_until(lambda: pub.is_connected and sub.images, what="connected")
+        image = sub.images[0]
+        image.hold_position()
+        for i in range(30):
+            assert pub.offer(b"m%02d" % i) > 0
+        got: list[bytes] = []
+        positions: list[int] = []
+        image.poll(lambda b, h: (got.append(bytes(b)), positions.append(h.position)), 30)
+        assert len(got) == 30
+        image.release_to(positions[9])  # only the first 10 are "durable"
+        assert image.released_position == positions[9] < image.position
+        session = image.session_id
+        first._fail(logbuf.DriverTimeout("simulated crash"))  # stops heart-beating, keeps its sub-pos
+        second = logbuf.connect(driver.directory)
+        try:
+            resumed = second.add_subscription(f"aeron:ipc?resume-position={session}:{positions[9]}", STREAM)
+            wait_until(lambda: resumed.images, what="resumed image")
+            assert resumed.images[0].join_position == positions[9]
+            again: list[bytes] = []
+            resumed.poll(lambda b, h: again.append(bytes(b)), 100)
+            assert again == got[10:]
+        finally:
+            second.close()
+            first.close()

@@ -37,6 +37,7 @@ from logbuf.cnc.messages import (
     ControlCommand,
     ControlResponse,
     CorrelatedMessage,
+    CounterMessage,
     ErrorCode,
     ErrorResponse,
     PublicationMessage,
@@ -49,6 +50,7 @@ from logbuf.cnc.messages import (
 from logbuf.directory import cnc_path, resolve_directory, wake_semaphore_name
 from logbuf.errors import ClientTimeoutError, DriverTimeout, LogbufError, RegistrationError
 from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.position import Position
 
 MS = 1_000_000
 DEFAULT_DRIVER_TIMEOUT_MS = 10_000
@@ -67,6 +69,34 @@ def _default_error_handler(error: BaseException) -> None:
     import sys
 
     print(f"logbuf client: {error}", file=sys.stderr)
+
+
+class Counter:
+    """A client-owned counter: ``set``/``increment`` store with release; readers see it in ``logbuf stat``."""
+
+    __slots__ = ("_client", "registration_id", "counter_id", "_position", "_closed")
+
+    def __init__(self, client: Client, registration_id: int, counter_id: int, position: Position) -> None:
+        self._client = client
+        self.registration_id = registration_id
+        self.counter_id = counter_id
+        self._position = position
+        self._closed = False
+
+    def get(self) -> int:
+        return self._position.get()
+
+    def set(self, value: int) -> None:
+        if not self._closed:
+            self._position.set(value)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._client._remove_counter(self)
+
+    def __repr__(self) -> str:
+        return f"Counter(id={self.counter_id}, value={self.get()})"
 
 
 class _MappedLog:
@@ -457,6 +487,28 @@ class Client:
                 ControlCommand.REMOVE_SUBSCRIPTION,
                 RemoveMessage(self.client_id, self._next_id(), subscription.registration_id),
                 f"remove subscription {subscription.registration_id}",
+            )
+
+    def add_counter(self, type_id: int, label: str, key: bytes = b"") -> Counter:
+        """A counter of this client's in cnc.dat (visible in ``logbuf stat``), freed when the client goes."""
+        if not isinstance(type_id, int) or type_id < 0:
+            raise ValueError(f"counter type id must be an int >= 0, got {type_id!r}")
+        correlation_id = self._next_id()
+        _, ready = self._request(
+            ControlCommand.ADD_COUNTER,
+            CounterMessage(self.client_id, correlation_id, type_id, bytes(key), label),
+            f"add_counter({type_id}, {label!r})",
+        )
+        return Counter(self, correlation_id, ready.counter_id, self.counters.position(ready.counter_id))
+
+    def _remove_counter(self, counter: Counter) -> None:
+        if self._error is not None or self._closed:
+            return
+        with contextlib.suppress(LogbufError):
+            self._request(
+                ControlCommand.REMOVE_COUNTER,
+                RemoveMessage(self.client_id, self._next_id(), counter.registration_id),
+                f"remove counter {counter.counter_id}",
             )
 
     @property

@@ -139,6 +139,7 @@ class Image:
         self._mask = log.term_length - 1
         self._position = subscriber_position.get()
         self.join_position = self._position
+        self._hold = False
         self._terms = [log.term_pointer(i) for i in range(d.PARTITION_COUNT)]
         view = log.terms.view
         T = log.term_length
@@ -303,7 +304,28 @@ class Image:
     def _commit_position(self, new_position: int) -> None:
         if new_position > self._position:
             self._position = new_position
-            self.subscriber_position.set(new_position)
+            if not self._hold:
+                self.subscriber_position.set(new_position)
+
+    # -- holding the subscriber position (durable consumers) --------------------------------------------
+
+    def hold_position(self) -> None:
+        """From now on polls move only the read cursor; the shared sub-pos (which flow control and cleaning
+        follow) moves only by :meth:`release_to`.  A consumer that must not lose data it has read but not yet
+        made durable (a recorder) holds the publisher back this way, and can resume from the released
+        position after a crash (``resume-position`` channel parameter) while the driver still retains it."""
+        self._hold = True
+
+    def release_to(self, position: int) -> None:
+        """Publishes ``position`` (at most the read cursor) as this image's sub-pos."""
+        if position > self._position:
+            raise ValueError(f"cannot release to {position}: only read up to {self._position}")
+        if position > self.subscriber_position.get():
+            self.subscriber_position.set(position)
+
+    @property
+    def released_position(self) -> int:
+        return self.subscriber_position.get()
 
     # -- state ---------------------------------------------------------------------------------------
 

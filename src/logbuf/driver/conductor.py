@@ -99,14 +99,41 @@ class ClientSession:
         self.closed = False
 
 
-class SubscriptionLink:
-    __slots__ = ("registration_id", "client_id", "stream_id", "channel")
+# logbuf's extension: ``resume-position=<sessionId>:<position>[,...]`` on a subscription asks to join that
+# session's image at a position it read before (a restarted durable consumer) instead of the current one.
+RESUME_POSITION_PARAM = "resume-position"
 
-    def __init__(self, registration_id: int, client_id: int, stream_id: int, channel: str) -> None:
+
+def parse_resume_positions(uri: ChannelUri) -> dict[int, int]:
+    text = uri.params.get(RESUME_POSITION_PARAM)
+    if text is None:
+        return {}
+    resume: dict[int, int] = {}
+    for item in text.split(","):
+        session, sep, position = item.partition(":")
+        try:
+            session_id, pos = int(session), int(position)
+        except ValueError:
+            raise CommandError(
+                ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}={text!r}: expected sessionId:position[,...]"
+            ) from None
+        if not sep or pos < 0 or pos % 32:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}: bad position in {item!r}")
+        resume[session_id] = pos
+    return resume
+
+
+class SubscriptionLink:
+    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "resume")
+
+    def __init__(
+        self, registration_id: int, client_id: int, stream_id: int, channel: str, resume: dict[int, int]
+    ) -> None:
         self.registration_id = registration_id
         self.client_id = client_id
         self.stream_id = stream_id
         self.channel = channel
+        self.resume = resume
 
 
 def _epoch_ms() -> int:
@@ -426,8 +453,9 @@ class DriverConductor:
         uri = self._parse_channel(msg.channel)
         if msg.correlation_id in self.subscriptions:
             raise CommandError(ErrorCode.GENERIC_ERROR, f"registration id {msg.correlation_id} already in use")
+        resume = parse_resume_positions(uri)
         self.ensure_wake_semaphore(msg.stream_id)
-        subscription = SubscriptionLink(msg.correlation_id, client.client_id, msg.stream_id, uri.canonical())
+        subscription = SubscriptionLink(msg.correlation_id, client.client_id, msg.stream_id, uri.canonical(), resume)
         self.subscriptions[msg.correlation_id] = subscription
         client.subscriptions.add(msg.correlation_id)
         self._send(ControlResponse.ON_SUBSCRIPTION_READY, SubscriptionReady(msg.correlation_id, NULL_VALUE))
@@ -437,6 +465,12 @@ class DriverConductor:
 
     def _link(self, subscription: SubscriptionLink, publication: IpcPublication) -> None:
         join = publication.join_position()
+        wanted = subscription.resume.get(publication.session_id)
+        if wanted is not None:
+            # still in the log and not cleaned (a dead consumer's sub-pos holds cleaning until it times out);
+            # otherwise the oldest position that is: the consumer sees join > wanted and knows what it missed
+            oldest = max(publication.duty.cleaner.clean_position, join - 2 * publication.log.term_length, 0)
+            join = min(max(wanted, oldest), join)
         label = c.stream_position_label(
             c.SUBSCRIBER_POSITION_NAME,
             publication.registration_id,
