@@ -13,6 +13,7 @@ _COMMAND_MODULES = (
     "logbuf.driver.commands",
     "logbuf.tools.commands",
     "logbuf.feed.commands",
+    "logbuf.recorder.commands",
     "logbuf.pipeline.commands",
 )
 
