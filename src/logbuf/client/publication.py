@@ -255,11 +255,13 @@ class Publication:
         messages: Sequence[bytes] | Any,
         lengths: Any = None,
         reserved_values: Any = None,
+        offsets: Any = None,
     ) -> BatchResult:
         """Appends many messages with one reservation and one native call, each in its own frame.
 
         Either ``messages`` is a sequence of bytes-like objects, or it is one contiguous buffer (bytes,
-        numpy array, …) holding the messages back to back and ``lengths`` gives each message's length.
+        numpy array, …) holding the messages back to back and ``lengths`` gives each message's length, or
+        scattered through it at ``offsets`` (int64 per message: e.g. messages inside received datagrams).
         ``reserved_values`` (optional, int64 per message) goes into each frame's reserved value.  Appends the
         longest prefix that fits the window and the current term; returns how many went in and the position
         (or the result code when none did).  Call again with the rest.
@@ -281,8 +283,14 @@ class Publication:
             if len(reserved_values) != count:
                 raise ValueError("reserved_values needs one value per message")
             rv_ptr = ffi.from_buffer("int64_t[]", reserved_values)
+        offsets_ptr = ffi.NULL
+        if offsets is not None:
+            offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+            if len(offsets) != count:
+                raise ValueError("offsets needs one value per message")
+            offsets_ptr = ffi.from_buffer("int64_t[]", offsets)
         result = lib.lb_offer_batch(
-            self._pub, self._exclusive, buf, len(buf), ffi.NULL, ffi.from_buffer("int32_t[]", lengths), rv_ptr,
+            self._pub, self._exclusive, buf, len(buf), offsets_ptr, ffi.from_buffer("int32_t[]", lengths), rv_ptr,
             count, self._appended,
         )
         if result == lib.LB_INVALID_BATCH:

@@ -358,3 +358,116 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--duration-s", type=float, default=None, help="stop after this long (default: until signal)")
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=_guard(_cmd_retransmit))
+    _add_feed_commands(subparsers)
+
+
+# ---- feed handler -------------------------------------------------------------------------------------------
+
+
+def _cmd_feed(args: argparse.Namespace) -> int:
+    from logbuf.errors import LogbufError
+    from logbuf.feed.arbiter import ArbiterConfig
+    from logbuf.feed.events import FeedMode
+    from logbuf.feed.handler import FeedHandler, FeedHandlerConfig
+    from logbuf.feed.recovery import RecoveryConfig
+
+    mode = {"ab": FeedMode.A_AND_B, "a": FeedMode.A_ONLY, "b": FeedMode.B_ONLY}[args.mode]
+    config = FeedHandlerConfig(
+        feed_a=args.feed_a,
+        feed_b=args.feed_b,
+        interface=args.interface,
+        retransmit=None if args.no_recovery else args.retransmit,
+        mode=mode,
+        driver_directory=args.dir,
+        channel=args.channel,
+        messages_stream=args.stream,
+        events_stream=args.events_stream,
+        capture_stream=args.capture_stream if args.capture else None,
+        arbiter=ArbiterConfig(
+            mode=mode,
+            out_of_order_max_interval=args.out_of_order_max_interval,
+            lost_packet_wait_time_ns=int(args.lost_packet_wait_ms * 1e6),
+        ),
+        recovery=RecoveryConfig(
+            initial_backoff_ns=int(args.initial_backoff_ms * 1e6),
+            retry_interval_ns=int(args.retry_interval_ms * 1e6),
+            give_up_ns=int(args.give_up_s * 1e9),
+        ),
+        seed=args.seed,
+        stop_at_end_of_session=args.until_end_of_session,
+        wait_for_subscriber_s=args.wait_for_subscriber_s,
+    )
+    try:
+        handler = FeedHandler(config)
+    except LogbufError as exc:
+        print(f"logbuf feed: error: {exc}", file=sys.stderr)
+        return 1
+    with handler, _stop_on_signals() as stop:
+        threading.Thread(target=lambda: (stop.wait(), handler.stop()), daemon=True).start()
+        if not args.quiet:
+            print(f"logbuf feed: A={args.feed_a} B={args.feed_b} mode={args.mode} "
+                  f"recovery={'off' if config.retransmit is None else config.retransmit} -> {args.channel} "
+                  f"stream {args.stream}", file=sys.stderr, flush=True)
+        handler.run(duration_s=args.duration_s)
+        values = handler.counter_values()
+        stop.set()
+    summary = {k: v for k, v in values.items() if not k.startswith("RETRANSMIT.") or v}
+    if args.summary_json:
+        with open(args.summary_json, "w") as fh:
+            json.dump(summary, fh, indent=2)
+    if not args.quiet:
+        keys = ("published", "gaps_detected", "gaps_recovered", "gaps_unrecoverable", "recovery_requests",
+                "A.packets", "B.packets", "A.delivered", "B.delivered", "A.duplicates", "B.duplicates")
+        print("logbuf feed: " + ", ".join(f"{k}={summary.get(k, 0)}" for k in keys), file=sys.stderr)
+    return 0
+
+
+def _cmd_book(args: argparse.Namespace) -> int:
+    from logbuf.feed.book import run_top_of_book
+
+    return run_top_of_book(args)
+
+
+def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "feed", help="feed handler: arbitrate MoldUDP64 A/B, recover gaps, publish ITCH into logbuf",
+        description="Receives the A and B MoldUDP64 feeds, arbitrates them per message, detects gaps, recovers "
+        "them from a retransmission server, and publishes every ITCH message in sequence order into a logbuf "
+        "publication (reserved value = sequence); gap and session events go on the events stream.")
+    p.add_argument("--feed-a", type=_host_port, default=("127.0.0.1", 30001), metavar="HOST:PORT|off",
+                   help="feed A address to bind (a multicast group joins it on --interface)")
+    p.add_argument("--feed-b", type=_host_port, default=("127.0.0.1", 30002), metavar="HOST:PORT|off")
+    p.add_argument("--interface", default="0.0.0.0", help="interface address for multicast joins")
+    p.add_argument("--mode", choices=("ab", "a", "b"), default="ab", help="arbitrate A+B, A only or B only")
+    p.add_argument("--retransmit", type=_host_port, default=None, metavar="HOST:PORT",
+                   help="retransmission server (recovery is off without one)")
+    p.add_argument("--no-recovery", action="store_true", help="declare gaps lost at once (seed 000's behaviour)")
+    p.add_argument("--dir", help="driver directory (default $LOGBUF_DIR or /dev/shm/logbuf-<user>)")
+    p.add_argument("--channel", default="aeron:ipc")
+    p.add_argument("--stream", type=int, default=1001, help="messages stream id")
+    p.add_argument("--events-stream", type=int, default=1002)
+    p.add_argument("--capture", action="store_true", help="publish packet/delivery capture rows for the recorder")
+    p.add_argument("--capture-stream", type=int, default=1003)
+    p.add_argument("--out-of-order-max-interval", type=int, default=3, help="packets per feed past a hole")
+    p.add_argument("--lost-packet-wait-ms", type=float, default=100.0)
+    p.add_argument("--initial-backoff-ms", type=float, default=50.0)
+    p.add_argument("--retry-interval-ms", type=float, default=200.0)
+    p.add_argument("--give-up-s", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=None, help="seed of the re-request back-off jitter")
+    p.add_argument("--until-end-of-session", action="store_true", help="exit after the session's end")
+    p.add_argument("--duration-s", type=float, default=None)
+    p.add_argument("--wait-for-subscriber-s", type=float, default=0.0,
+                   help="before reading the feeds, wait up to this long for a subscriber")
+    p.add_argument("--summary-json", default=None, metavar="PATH")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=_guard(_cmd_feed))
+
+    p = subparsers.add_parser("book", help="example subscriber: top of book from the feed handler's stream")
+    p.add_argument("--dir", help="driver directory")
+    p.add_argument("--channel", default="aeron:ipc")
+    p.add_argument("--stream", type=int, default=1001)
+    p.add_argument("--symbols", default=None, help="comma-separated symbols to show (default: the most active)")
+    p.add_argument("--interval-s", type=float, default=1.0, help="print the book this often")
+    p.add_argument("--duration-s", type=float, default=None)
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=_guard(_cmd_book))

@@ -66,6 +66,7 @@ class EventKind:
     HEARTBEAT = "heartbeat"
     END_OF_SESSION = "end-of-session"
     SKIPPED = "skipped"  # not sent: messages before the start phase, to publish to the retransmission ring
+    SOURCE = "source"  # a block of the day as the exchange disseminates it (lost on both feeds or not): to the ring
 
 
 class PacketPlan(NamedTuple):
@@ -421,6 +422,8 @@ class ReplayCore:
                     continue
                 origin = int(timestamps[begin])
                 self.first_sequence = sequence + begin
+            # the retransmission server holds every message, whatever the network does to the feeds
+            yield SendEvent(0, -1, EventKind.SOURCE, None, sequence + begin, block.count - begin, block.frames[begin:])
             for plan in self.packetiser.plans(block, timestamps, sequence, begin):
                 base = self._relative(plan.timestamp, origin)
                 data = self._packet(plan)
@@ -517,27 +520,20 @@ class ReplayServer:
 
     def run(self) -> ReplaySummary:
         start = self.clock()
-        published = 0  # messages published to the ring so far (their sequences are 1..published)
         sends = [sock.sendto for sock in self._sockets]
         destinations = self.destinations
         publish = self.publish
         progress = self.progress
         packets = messages = nbytes = 0
         for event in self.core.events():
-            if event.kind == EventKind.SKIPPED:
-                if publish is not None and event.frames is not None:
+            if event.kind in (EventKind.SKIPPED, EventKind.SOURCE):
+                if publish is not None and event.frames is not None and event.count:
                     publish(event.sequence, event.frames)
-                    published = event.sequence + event.count - 1
                 continue
             if event.time_ns and not self._wait_until(start + event.time_ns):
                 break
             if self.stop.is_set():
                 break
-            if publish is not None and event.count and event.sequence + event.count - 1 > published:
-                new_from = max(event.sequence, published + 1)
-                assert event.frames is not None
-                publish(new_from, event.frames[new_from - event.sequence :])
-                published = event.sequence + event.count - 1
             sends[event.feed](event.data, destinations[event.feed])  # type: ignore[arg-type]
             packets += 1
             messages += event.count

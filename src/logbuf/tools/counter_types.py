@@ -125,6 +125,15 @@ def decode_key(type_id: int, key: bytes) -> dict[str, object]:
         return {}
 
 
+FEED_HANDLER_TYPE_ID = 1100  # logbuf.feed.handler.FEED_COUNTER_TYPE_ID
+RECORDER_TYPE_ID = 1200  # logbuf.recorder
+
+
+def _raw(key: bytes) -> dict[str, object]:
+    """Keys of logbuf's client counters: the counter's name in ASCII."""
+    return {"name": key.rstrip(b"\0").decode("ascii", "replace")} if key.strip(b"\0") else {}
+
+
 def _register_builtin() -> None:
     stream = decode_stream_position_key
     for type_id, name, description, decoder, epoch, aliases in (
@@ -162,6 +171,9 @@ def _register_builtin() -> None:
             ("pub-pos (sampled)",),
         ),
         (c.SENDER_BPE_TYPE_ID, "snd-bpe", "sender back-pressure events", stream, False, ()),
+        # logbuf's own client counters (ids >= 1000 are application types in Aeron's scheme)
+        (FEED_HANDLER_TYPE_ID, "feed", "feed handler (per feed packets, gaps, recovery, A-B delay)", _raw, False, ()),
+        (RECORDER_TYPE_ID, "recorder", "recorder (rows, files, lag)", _raw, False, ()),
     ):
         register_counter_type(CounterType(type_id, name, description, decoder, epoch, aliases))
 

@@ -1,0 +1,400 @@
+"""``FeedHandler``: MoldUDP64 A/B feeds in, arbitrated ITCH messages out into logbuf (``logbuf feed``).
+
+The sans-IO cores (:class:`~logbuf.feed.arbiter.Arbiter`, :class:`~logbuf.feed.recovery.Recovery`) decide;
+this module owns the sockets, the clock and the publications::
+
+    feed A ─┐  recvmmsg into one receive ring   ┌──────────────────┐  DeliverBatch → offer_batch ─▶ messages
+    feed B ─┼──(per-packet arbitration in C)───▶│ Arbiter/Recovery │  gap/session events ──────────▶ events
+    answers ┘  (retransmission server, unicast) └──────────────────┘  re-requests ─▶ retransmission server
+                                                                       packet/delivery rows ───────▶ capture
+
+One thread, no spinning: when no socket had data it blocks in ``poll(2)`` until a datagram or the arbiter's
+next deadline (at most ``max_block``).  Nothing is skipped silently: messages are published in sequence order
+exactly once; a jump is always preceded by a GAP_UNRECOVERABLE record on the events stream; back-pressure
+blocks the handler (the subscribers are slower than the feed) rather than dropping.  Counters are copied into
+cnc.dat every 100 ms (``logbuf stat --type feed``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import random
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from logbuf.client.client import Client, Counter, connect
+from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
+from logbuf.feed import published as out
+from logbuf.feed.arbiter import Arbiter, ArbiterConfig
+from logbuf.feed.events import (
+    Deliver,
+    DeliverBatch,
+    EndOfSession,
+    Event,
+    Feed,
+    FeedMode,
+    GapDetected,
+    GapRecovered,
+    GapUnrecoverable,
+    QueueOverflow,
+    RecoveryRequest,
+    SessionChanged,
+)
+from logbuf.feed.feed_native import NativeArbiter, RecvRing, enable_kernel_timestamps, monotonic_ns
+from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.idle import BackoffIdleStrategy
+
+FEED_COUNTER_TYPE_ID = 1100
+COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
+_SEQ = np.dtype(">u8")
+_COUNT = np.dtype(">u2")
+_LETTERS = np.array([ord("A"), ord("B"), ord("R")], dtype=np.uint8)
+
+
+class FeedHandlerError(RuntimeError):
+    """The feed handler cannot run (bad configuration, its publications were closed, ...)."""
+
+
+@dataclass
+class FeedHandlerConfig:
+    feed_a: tuple[str, int] | None = ("127.0.0.1", 30001)
+    feed_b: tuple[str, int] | None = ("127.0.0.1", 30002)
+    interface: str = "0.0.0.0"  # multicast: the interface address to join on
+    retransmit: tuple[str, int] | None = None  # recovery server; None = recovery off
+    mode: FeedMode = FeedMode.A_AND_B
+    driver_directory: str | None = None
+    channel: str = "aeron:ipc"
+    messages_stream: int = out.MESSAGES_STREAM
+    events_stream: int = out.EVENTS_STREAM
+    capture_stream: int | None = None  # set to capture packets and deliveries for the recorder
+    arbiter: ArbiterConfig = field(default_factory=ArbiterConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    seed: int | None = None  # recovery back-off jitter (None: random)
+    rcvbuf: int = 8 << 20
+    ring_slots: int = 64
+    max_block_s: float = 0.01  # longest poll(2) sleep (a stop request is noticed within this)
+    kernel_timestamps: bool = True
+    stop_at_end_of_session: bool = False
+    wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber
+
+    def __post_init__(self) -> None:
+        feeds = self.mode.feeds
+        if Feed.A in feeds and self.feed_a is None:
+            raise ValueError("mode includes feed A but no feed A address was given")
+        if Feed.B in feeds and self.feed_b is None:
+            raise ValueError("mode includes feed B but no feed B address was given")
+
+
+def _open_feed_socket(address: tuple[str, int], interface: str, rcvbuf: int) -> socket.socket:
+    host, port = address
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:  # past net.core.rmem_max when privileged: bursts at max speed need a deep socket buffer
+        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), rcvbuf)
+    except OSError:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    if ipaddress.ip_address(host).is_multicast:
+        sock.bind((host, port))  # only this group's datagrams
+        membership = socket.inet_aton(host) + socket.inet_aton(interface)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+    else:
+        sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
+class FeedHandler:
+    """Runs the receive → arbitrate → publish loop; ``run()`` until ``stop()`` (or end of session)."""
+
+    def __init__(self, config: FeedHandlerConfig, client: Client | None = None) -> None:
+        self.config = config
+        self._own_client = client is None
+        self.client = client or connect(config.driver_directory)
+        self._stop = threading.Event()
+        self.sockets: dict[Feed, socket.socket] = {}
+        self.counters: dict[str, Counter] = {}
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self) -> None:
+        cfg = self.config
+        recovery = None
+        if cfg.retransmit is not None:
+            rng = random.Random(cfg.seed)
+            recovery = Recovery(cfg.recovery, rng=rng)
+        arbiter_config = cfg.arbiter
+        if arbiter_config.mode != cfg.mode:
+            arbiter_config = _replace(arbiter_config, mode=cfg.mode)
+        self.arbiter = Arbiter(arbiter_config, recovery=recovery)
+        self.ring = RecvRing(capacity=cfg.ring_slots)
+        self.fast = NativeArbiter(self.arbiter, self.ring)
+        for feed, address in ((Feed.A, cfg.feed_a), (Feed.B, cfg.feed_b)):
+            if feed in cfg.mode.feeds and address is not None:
+                self.sockets[feed] = _open_feed_socket(address, cfg.interface, cfg.rcvbuf)
+        if cfg.retransmit is not None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.connect(cfg.retransmit)  # answers come back to this socket, and only from the server
+            sock.setblocking(False)
+            self.sockets[Feed.RETRANSMIT] = sock
+        if cfg.kernel_timestamps:
+            for sock in self.sockets.values():
+                enable_kernel_timestamps(sock)
+        # slots per socket per receive: A and B share fairly, answers get what is left
+        live = [f for f in self.sockets if f != Feed.RETRANSMIT]
+        per_live = max(1, (cfg.ring_slots - (8 if Feed.RETRANSMIT in self.sockets else 0)) // max(1, len(live)))
+        self._slots = {f: per_live for f in live}
+        if Feed.RETRANSMIT in self.sockets:
+            self._slots[Feed.RETRANSMIT] = cfg.ring_slots - per_live * len(live)
+        self._poller = select.poll()
+        self._fd_feed = {}
+        for feed, sock in self.sockets.items():
+            self._poller.register(sock.fileno(), select.POLLIN)
+            self._fd_feed[sock.fileno()] = feed
+        client = self.client
+        self.messages = client.add_exclusive_publication(cfg.channel, cfg.messages_stream)
+        self.events = client.add_exclusive_publication(cfg.channel, cfg.events_stream)
+        self.capture = (
+            client.add_exclusive_publication(cfg.channel, cfg.capture_stream) if cfg.capture_stream is not None else None
+        )
+        self._epoch_offset_ns = time.time_ns() - monotonic_ns()
+        self._session = b""
+        self.published = 0
+        self.unpublished = 0  # no subscriber was connected
+        self.back_pressure_waits = 0
+        self.end_of_session = False
+        self._idle = BackoffIdleStrategy(max_spins=100, max_yields=50, max_park_ns=100_000)
+        self._next_counters_ns = 0
+        for name in [*self.arbiter.counter_values(), "published", "unpublished", "back_pressure_waits"]:
+            self.counters[name] = client.add_counter(FEED_COUNTER_TYPE_ID, f"feed: {name}", name.encode()[:100])
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self, duration_s: float | None = None) -> None:
+        cfg = self.config
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        if cfg.wait_for_subscriber_s > 0:
+            until = time.monotonic() + cfg.wait_for_subscriber_s
+            while not self.messages.is_connected and time.monotonic() < until and not self._stop.is_set():
+                time.sleep(0.005)
+        while not self._stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            work = self.do_work()
+            if self.end_of_session and cfg.stop_at_end_of_session:
+                break
+            if not work:
+                self._block()
+        self.publish_counters()
+
+    def do_work(self) -> int:
+        """One receive/arbitrate/publish cycle; returns packets received + events handled."""
+        n = 0
+        for feed, sock in self.sockets.items():
+            n += self.ring.receive(sock, feed, start=n, max_packets=self._slots[feed])
+        events: list[Event] = self.fast.process(0, n) if n else []
+        now = monotonic_ns()
+        next_deadline = self.arbiter.next_deadline_ns()
+        if next_deadline is not None and now >= next_deadline:
+            events += self.arbiter.on_tick(now)
+        if n and self.capture is not None:
+            self._capture_packets(n)
+        if events:
+            self._handle(events)
+        if now >= self._next_counters_ns:
+            self._next_counters_ns = now + COUNTER_PUBLISH_INTERVAL_NS
+            self.publish_counters()
+        return n + len(events)
+
+    def _block(self) -> None:
+        """Sleep in poll(2) until a datagram arrives or the arbiter's next deadline (bounded)."""
+        timeout_ns = int(self.config.max_block_s * 1e9)
+        next_deadline = self.arbiter.next_deadline_ns()
+        if next_deadline is not None:
+            timeout_ns = max(0, min(timeout_ns, next_deadline - monotonic_ns()))
+        self._poller.poll(max(0, -(-timeout_ns // 1_000_000)))  # ms, rounded up
+
+    # -- events ----------------------------------------------------------------------------------------
+
+    def _handle(self, events: list[Event]) -> None:
+        delivered: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        slow_seqs: list[int] = []
+        slow_feeds: list[int] = []
+        slow_arrivals: list[int] = []
+        for event in events:
+            if isinstance(event, DeliverBatch):
+                self._publish_batch(event)
+                if self.capture is not None:
+                    delivered.append((event.seqs, event.feeds, event.arrivals_ns))
+            elif isinstance(event, Deliver):
+                self._offer(self.messages, event.message, event.seq)
+                if self.capture is not None:
+                    slow_seqs.append(event.seq)
+                    slow_feeds.append(int(event.feed))
+                    slow_arrivals.append(event.arrival_ns)
+            elif isinstance(event, RecoveryRequest):
+                sock = self.sockets.get(Feed.RETRANSMIT)
+                if sock is not None:
+                    with contextlib.suppress(BlockingIOError, ConnectionRefusedError):
+                        sock.send(event.encode())
+            else:
+                if self.capture is not None:  # keep capture rows in stream order with the events
+                    self._flush_delivered(delivered, slow_seqs, slow_feeds, slow_arrivals)
+                self._publish_event(event)
+        if self.capture is not None:
+            self._flush_delivered(delivered, slow_seqs, slow_feeds, slow_arrivals)
+
+    def _publish_event(self, event: Event) -> None:
+        now = time.time_ns()
+        if isinstance(event, GapDetected):
+            record = out.FeedEvent(out.GAP_DETECTED, int(event.reason), event.first, event.last, now, event.session)
+        elif isinstance(event, GapRecovered):
+            record = out.FeedEvent(out.GAP_RECOVERED, 0, event.first, event.last, now, event.session)
+        elif isinstance(event, GapUnrecoverable):
+            record = out.FeedEvent(out.GAP_UNRECOVERABLE, int(event.reason), event.first, event.last, now, event.session)
+        elif isinstance(event, SessionChanged):
+            self._session = event.session
+            record = out.FeedEvent(out.SESSION_CHANGED, 0, event.next_sequence, 0, now, event.session)
+        elif isinstance(event, EndOfSession):
+            self.end_of_session = True
+            record = out.FeedEvent(out.END_OF_SESSION, 0, event.next_sequence, 0, now, event.session)
+        elif isinstance(event, QueueOverflow):
+            record = out.FeedEvent(out.QUEUE_OVERFLOW, 0, event.queued_packets, event.capacity, now, event.session)
+        else:  # pragma: no cover - every event type is handled above
+            return
+        self._offer(self.events, record.encode(), self.arbiter_next_sequence())
+
+    def arbiter_next_sequence(self) -> int:
+        return int(self.arbiter.expected or 0)
+
+    # -- publishing ------------------------------------------------------------------------------------
+
+    def _offer(self, publication: Publication, data: bytes | memoryview, reserved_value: int) -> None:
+        while True:
+            result = publication.offer(data, reserved_value)
+            if result > 0:
+                self._idle.reset()
+                if publication is self.messages:
+                    self.published += 1
+                return
+            if result == NOT_CONNECTED:
+                if publication is self.messages:
+                    self.unpublished += 1
+                return
+            if result == CLOSED:
+                raise FeedHandlerError("publication closed (the driver went away?)")
+            if result == BACK_PRESSURED:
+                self.back_pressure_waits += 1
+            self._idle.idle(0)
+
+    def _publish_batch(self, batch: DeliverBatch) -> None:
+        """All of a native batch, in order, with the MoldUDP64 sequence as each frame's reserved value."""
+        count = len(batch)
+        seqs = batch.seqs.view(np.int64)
+        done = 0
+        pub = self.messages
+        while done < count:
+            appended, result = pub.offer_batch(
+                batch.buffer, batch.lengths[done:], seqs[done:], batch.offsets[done:]
+            )
+            if appended:
+                done += appended
+                self.published += appended
+                self._idle.reset()
+                continue
+            if result == NOT_CONNECTED:
+                self.unpublished += count - done
+                return
+            if result == CLOSED:
+                raise FeedHandlerError("publication closed (the driver went away?)")
+            if result == BACK_PRESSURED:
+                self.back_pressure_waits += 1
+            self._idle.idle(0)
+
+    # -- capture ---------------------------------------------------------------------------------------
+
+    def _capture_packets(self, n: int) -> None:
+        ring = self.ring
+        slab = ring.slab.reshape(ring.capacity, ring.slot_size)[:n]
+        lengths = ring.lengths[:n]
+        rows = np.zeros(n, dtype=out.PACKET_ROW)
+        rows["feed"] = _LETTERS[ring.feeds[:n]]
+        rows["bytes"] = lengths
+        rows["arrival_ns"] = ring.arrivals[:n] + self._epoch_offset_ns
+        valid = lengths >= 20
+        seq = np.ascontiguousarray(slab[:, 10:18]).view(_SEQ).reshape(n).astype(np.int64)
+        count = np.ascontiguousarray(slab[:, 18:20]).view(_COUNT).reshape(n).astype(np.int32)
+        rows["sequence"] = np.where(valid, seq, -1)
+        rows["count"] = np.where(valid, count, -1)
+        assert self.capture is not None
+        self._offer(self.capture, rows.tobytes(), out.CAPTURE_PACKETS)
+
+    def _flush_delivered(self, delivered: list, seqs: list[int], feeds: list[int], arrivals: list[int]) -> None:
+        parts = []
+        for batch_seqs, batch_feeds, batch_arrivals in delivered:
+            parts.append(out.delivered_runs(batch_seqs, batch_feeds, batch_arrivals))
+        if seqs:
+            parts.append(out.delivered_runs(np.array(seqs, np.int64), np.array(feeds, np.uint8),
+                                            np.array(arrivals, np.int64)))
+        delivered.clear()
+        seqs.clear()
+        feeds.clear()
+        arrivals.clear()
+        if not parts:
+            return
+        rows = np.concatenate(parts)
+        rows["feed"] = _LETTERS[rows["feed"]]
+        rows["arrival_ns"] += self._epoch_offset_ns
+        assert self.capture is not None
+        # one frame holds at most a term's max message: split big batches
+        per_frame = max(1, self.capture.max_message_length // out.CAPTURE_ROW_LENGTH)
+        for start in range(0, len(rows), per_frame):
+            self._offer(self.capture, rows[start : start + per_frame].tobytes(), out.CAPTURE_DELIVERED)
+
+    # -- counters and lifetime -------------------------------------------------------------------------
+
+    def counter_values(self) -> dict[str, int]:
+        values = dict(self.arbiter.counter_values())
+        values["published"] = self.published
+        values["unpublished"] = self.unpublished
+        values["back_pressure_waits"] = self.back_pressure_waits
+        return values
+
+    def publish_counters(self) -> None:
+        for name, value in self.counter_values().items():
+            counter = self.counters.get(name)
+            if counter is not None:
+                counter.set(int(value))
+
+    def close(self) -> None:
+        for sock in self.sockets.values():
+            sock.close()
+        self.sockets.clear()
+        if self._own_client:
+            self.client.close()
+
+    def __enter__(self) -> FeedHandler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _replace(config: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
+

@@ -1,0 +1,163 @@
+"""The feed handler end to end: `logbuf replay` (A/B with faults) -> `logbuf feed` -> a logbuf subscriber."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import logbuf
+from logbuf.feed import itch
+from logbuf.feed import published as out
+from logbuf.feed.book import TopOfBook
+from logbuf.feed.dayfile import read_messages
+
+pytestmark = pytest.mark.timeout(120)
+LOGBUF = [sys.executable, "-m", "logbuf.cli"]
+
+
+def free_udp_ports(n: int) -> list[int]:
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
+    path = tmp_path_factory.mktemp("day") / "day.itch"
+    subprocess.run([*LOGBUF, "synth", str(path), "--messages", "20000", "--seed", "5", "-q"], check=True, timeout=60)
+    return path, [itch.encode(m) for m in read_messages(path)]
+
+
+def run_scenario(tmp_path: Path, day_file: Path, feed_args: list[str], replay_args: list[str]):  # type: ignore[no-untyped-def]
+    """Runs driver (embedded) + feed + replay; returns (messages, events, feed summary, replay summary)."""
+    a, b, r = free_udp_ports(3)
+    driver = logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=4 << 20)
+    env = dict(os.environ, LOGBUF_DIR=str(driver.directory))
+    procs: list[subprocess.Popen] = []
+    try:
+        with logbuf.connect(driver.directory) as client:
+            messages = client.add_subscription("aeron:ipc", out.MESSAGES_STREAM)
+            events = client.add_subscription("aeron:ipc", out.EVENTS_STREAM)
+            feed = subprocess.Popen(
+                [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}", "--until-end-of-session",
+                 "--summary-json", str(tmp_path / "feed.json"), "--seed", "1", "-q", *feed_args,
+                 *(["--retransmit", f"127.0.0.1:{r}"] if "--no-recovery" not in feed_args else [])],
+                env=env,
+            )
+            procs.append(feed)
+            deadline = time.monotonic() + 20
+            while not (messages.images and events.images):
+                assert time.monotonic() < deadline, "feed handler did not publish"
+                time.sleep(0.01)
+            replay = subprocess.Popen(
+                [*LOGBUF, "replay", str(day_file), "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
+                 "--speed", "max", "--retransmit", f"127.0.0.1:{r}", "--linger-s", "5", "--eos-interval-s", "0.2",
+                 "--summary-json", str(tmp_path / "replay.json"), "-q", *replay_args],
+                env=env,
+            )
+            procs.append(replay)
+            got: list[tuple[int, bytes]] = []
+            seen: list[tuple[int, out.FeedEvent]] = []  # (messages received when the event was seen, event)
+
+            def on_event(buf: memoryview, header: logbuf.Header) -> None:
+                seen.append((len(got), out.FeedEvent.decode(buf)))
+
+            deadline = time.monotonic() + 90
+            while feed.poll() is None:
+                assert time.monotonic() < deadline, "feed handler did not finish"
+                events.poll(on_event, 100)  # events first: a gap record precedes the jump it explains
+                if not messages.poll(lambda buf, h: got.append((h.reserved_value, bytes(buf))), 1000):
+                    messages.wait(0.01)
+            events.poll(on_event, 1000)
+            while messages.poll(lambda buf, h: got.append((h.reserved_value, bytes(buf))), 1000):
+                pass
+            assert feed.wait(10) == 0
+            replay.wait(30)
+        return got, seen, json.loads((tmp_path / "feed.json").read_text()), json.loads((tmp_path / "replay.json").read_text())
+    finally:
+        for proc in procs:
+            stop(proc)
+        driver.close()
+
+
+def test_faulty_a_and_b_with_recovery_give_the_exact_day(tmp_path: Path, day) -> None:  # type: ignore[no-untyped-def]
+    day_file, expected = day
+    got, seen, feed, replay = run_scenario(
+        tmp_path, day_file, [],
+        ["--faults-a", "loss=0.02,reorder=0.01,freeze=0.002", "--faults-b", "loss=0.02,duplicate=0.02",
+         "--drop-both", "5000-5019"],
+    )
+    assert [seq for seq, _ in got] == list(range(1, len(expected) + 1))  # exactly once, in order
+    assert [msg for _, msg in got] == expected  # byte-identical to the day file
+    assert feed["published"] == len(expected) and feed["unpublished"] == 0
+    assert feed["gaps_unrecoverable"] == 0 and feed["gaps_recovered"] == feed["gaps_detected"] >= 1
+    # the range lost on both feeds was detected and recovered from the retransmission server
+    detected = [e for _, e in seen if e.kind == out.GAP_DETECTED]
+    recovered = [e for _, e in seen if e.kind == out.GAP_RECOVERED]
+    for lost in range(5000, 5020):  # every message of the range was in a declared, then recovered, gap
+        assert any(e.first <= lost <= e.last for e in detected)
+        assert any(e.first <= lost <= e.last for e in recovered)
+    assert feed["RETRANSMIT.delivered"] >= 20
+    assert feed["A.duplicates"] + feed["B.duplicates"] > 0  # both feeds carried the same messages
+
+
+def test_without_recovery_a_range_lost_on_both_is_announced_before_the_jump(tmp_path: Path, day) -> None:  # type: ignore[no-untyped-def]
+    day_file, expected = day
+    got, seen, feed, _ = run_scenario(
+        tmp_path, day_file, ["--no-recovery", "--mode", "a"], ["--drop-a", "3000-3099"],
+    )
+    seqs = [seq for seq, _ in got]
+    assert 3000 not in seqs and 3100 in seqs
+    assert seqs == [s for s in range(1, len(expected) + 1) if not 3000 <= s <= 3099]
+    unrecoverable = [(at, e) for at, e in seen if e.kind == out.GAP_UNRECOVERABLE]
+    assert [(e.first, e.last) for _, e in unrecoverable] == [(3000, 3099)]
+    at, _ = unrecoverable[0]
+    assert at <= seqs.index(3100)  # subscribers saw the gap record no later than the jump
+    assert feed["gaps_unrecoverable"] == 1 and feed["messages_unrecoverable"] == 100
+    assert [msg for seq, msg in got] == [expected[s - 1] for s in seqs]
+
+
+def test_top_of_book_follows_adds_executions_and_cancels() -> None:
+    book = TopOfBook()
+    directory = itch.StockDirectory(
+        stock_locate=7, tracking_number=0, timestamp=1, stock=b"ACME    ", market_category=b"Q",
+        financial_status=b"N", round_lot_size=100, round_lots_only=b"N", issue_classification=b"C",
+        issue_sub_type=b"  ", authenticity=b"P", short_sale_threshold=b"N", ipo_flag=b"N", luld_tier=b"1",
+        etp_flag=b"N", etp_leverage_factor=0, inverse_indicator=b"N",
+    )
+    messages = [
+        directory,
+        itch.AddOrder(7, 0, 2, 1, b"B", 100, b"ACME    ", 1_000_000),
+        itch.AddOrder(7, 0, 3, 2, b"B", 50, b"ACME    ", 1_010_000),
+        itch.AddOrder(7, 0, 4, 3, b"S", 70, b"ACME    ", 1_020_000),
+        itch.OrderExecuted(7, 0, 5, 2, 20, 1),
+        itch.OrderCancel(7, 0, 6, 3, 70),
+    ]
+    for seq, msg in enumerate(messages, 1):
+        book.on_message(itch.encode(msg), seq)
+    assert book.top("ACME") == ((1_010_000, 30), None)
+    book.on_message(itch.encode(itch.OrderDelete(7, 0, 7, 2)), 7)
+    assert book.top("ACME") == ((1_000_000, 100), None)
