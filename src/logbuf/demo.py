@@ -1,15 +1,35 @@
-"""``logbuf demo``: a publisher process and a subscriber process on one log buffer, throughput and RTT printed.
+"""``logbuf demo``: the whole story on one machine, embedded defaults, a few minutes on 2 cores.
 
-(The full market-data story — driver, replay, feed handler, recorder, Spark report — replaces this as the
-later layers land; ``logbuf demo transport`` will keep running this part.)
+1. an embedded media driver;
+2. a synthetic ITCH 5.0 day (``logbuf synth``);
+3. the feed handler (``logbuf feed``: A/B arbitration, gap detection, recovery, publishing + capture);
+4. an example subscriber building top of book (``logbuf book``) and the recorder (``logbuf record``);
+5. the replay of the day as MoldUDP64 feeds A and B with faults — a head-end freeze with a catch-up burst
+   on A, random loss on both, one range lost on both and recovered from the retransmission server;
+6. ``logbuf analyze`` (PySpark, ``local[*]``) on the recording: tables, plots and a report.
+
+Every process it starts is stopped by its PID; ``--transport`` runs the older transport-only demo
+(publisher process → subscriber process throughput and RTT).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 from logbuf.samples.ipc import ping_pong, throughput
+
+DROP_BOTH = (20_000, 20_049)  # a range lost on A and on B: only the retransmission server has it
 
 
 def run_transport_demo(messages: int, sizes: list[int], rtt_samples: int, out=sys.stdout) -> int:
@@ -27,16 +47,149 @@ def run_transport_demo(messages: int, sizes: list[int], rtt_samples: int, out=sy
     return 0
 
 
+def _free_udp_ports(n: int) -> list[int]:
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class _Step:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.n = 0
+        self.started = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        self.n += 1
+        print(f"[{self.n}/{self.total} +{time.monotonic() - self.started:5.1f}s] {text}", file=sys.stderr, flush=True)
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 15.0) -> int | None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    return proc.returncode
+
+
+def run_market_data_demo(args: argparse.Namespace) -> int:
+    import logbuf
+
+    step = _Step(8)
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="logbuf-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    day = workdir / "day.itch"
+    recording = workdir / "recording"
+    report_dir = workdir / "report"
+    for path in (recording, report_dir):
+        shutil.rmtree(path, ignore_errors=True)
+    logbuf_cmd = [sys.executable, "-m", "logbuf.cli"]
+    a, b, r = _free_udp_ports(3)
+    procs: list[subprocess.Popen] = []
+
+    step(f"synthesising an ITCH 5.0 day of {args.messages:,} messages -> {day}")
+    subprocess.run([*logbuf_cmd, "synth", str(day), "--messages", str(args.messages), "--seed", str(args.seed), "-q"],
+                   check=True, timeout=600)
+
+    step("starting an embedded media driver")
+    driver_dir = Path(tempfile.mkdtemp(prefix="logbuf-demo-driver-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    driver = logbuf.MediaDriver.launch(driver_dir / "driver", ipc_term_length=16 << 20)
+    env = dict(os.environ, LOGBUF_DIR=str(driver.directory), PYTHONUNBUFFERED="1")
+    try:
+        step("starting the feed handler (A+B, recovery on, capture on), the top-of-book subscriber and the recorder")
+        feed = subprocess.Popen(
+            [*logbuf_cmd, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
+             "--retransmit", f"127.0.0.1:{r}", "--capture", "--until-end-of-session", "--seed", str(args.seed),
+             "--summary-json", str(workdir / "feed-summary.json"), "-q"], env=env)
+        procs.append(feed)
+        with logbuf.connect(driver.directory) as client:  # wait for the handler's publications
+            deadline = time.monotonic() + 60
+            while not any(i.type_id == 1 for i in client.counters):
+                if time.monotonic() > deadline or feed.poll() is not None:
+                    raise RuntimeError("the feed handler did not start")
+                time.sleep(0.05)
+        book = subprocess.Popen([*logbuf_cmd, "book", "--interval-s", "2", "-q"], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(book)
+        recorder = subprocess.Popen([*logbuf_cmd, "record", str(recording), "--until-end-of-session"], env=env)
+        procs.append(recorder)
+        time.sleep(2.0)  # subscriptions joined before the first packet
+
+        step(f"replaying the day as feeds A and B at max speed, with faults on A (freeze + catch-up, loss) and B "
+             f"(loss, 5 ms delay), and {DROP_BOTH[0]}-{DROP_BOTH[1]} lost on both")
+        replay = subprocess.Popen(
+            [*logbuf_cmd, "replay", str(day), "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
+             "--speed", args.speed, "--b-delay-ms", "5", "--b-jitter-ms", "1", "--seed", str(args.seed),
+             "--faults-a", "loss=0.005,freeze=0.0005", "--faults-b", "loss=0.005",
+             "--drop-both", f"{DROP_BOTH[0]}-{DROP_BOTH[1]}", "--retransmit", f"127.0.0.1:{r}", "--linger-s", "10",
+             "--eos-interval-s", "0.5", "--summary-json", str(workdir / "replay-summary.json")], env=env)
+        procs.append(replay)
+        if feed.wait(args.timeout) != 0:
+            raise RuntimeError(f"the feed handler failed (exit {feed.returncode})")
+        if recorder.wait(120) != 0:
+            raise RuntimeError(f"the recorder failed (exit {recorder.returncode})")
+        _stop(replay)
+        _stop(book)
+        tob = book.stdout.read() if book.stdout else ""
+        summary = json.loads((workdir / "feed-summary.json").read_text())
+        step(f"feed handler done: {summary['published']:,} messages published, {summary['gaps_detected']} gaps "
+             f"detected, {summary['gaps_recovered']} recovered, {summary['gaps_unrecoverable']} unrecoverable; "
+             f"A delivered {summary['A.delivered']:,}, B {summary['B.delivered']:,}, "
+             f"retransmission {summary['RETRANSMIT.delivered']:,}")
+        if "seq " in tob:
+            print("top of book, last snapshot of `logbuf book`:\n" + tob[tob.rfind("seq ") :].rstrip(), file=sys.stderr)
+    finally:
+        for proc in procs:
+            _stop(proc)
+        driver.close()
+        shutil.rmtree(driver_dir, ignore_errors=True)
+
+    step(f"analysing the recording with PySpark (local[*]) -> {report_dir}")
+    result = subprocess.run([*logbuf_cmd, "analyze", str(recording), str(report_dir)], timeout=1200)
+    if result.returncode != 0:
+        print("logbuf demo: analyze failed", file=sys.stderr)
+        return result.returncode
+    step("done")
+    print(f"report:    {report_dir / 'report.md'}")
+    print(f"plots:     {report_dir / 'plots'}")
+    print(f"tables:    {report_dir / 'tables'}")
+    print(f"recording: {recording}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
-    if args.messages <= 0 or args.rtt_samples <= 0 or any(s < 0 for s in args.sizes):
-        print("logbuf demo: --messages and --rtt-samples must be positive, sizes >= 0", file=sys.stderr)
+    if args.transport:
+        if args.transport_messages <= 0 or args.rtt_samples <= 0 or any(s < 0 for s in args.sizes):
+            print("logbuf demo: --transport-messages and --rtt-samples must be positive, sizes >= 0", file=sys.stderr)
+            return 2
+        return run_transport_demo(args.transport_messages, args.sizes, args.rtt_samples)
+    if args.messages < 60_000:
+        print("logbuf demo: --messages must be at least 60000 (the scripted faults need room)", file=sys.stderr)
         return 2
-    return run_transport_demo(args.messages, args.sizes, args.rtt_samples)
+    with contextlib.suppress(KeyboardInterrupt):
+        return run_market_data_demo(args)
+    return 130
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="run the demo (publisher -> subscriber throughput and RTT)")
-    parser.add_argument("--messages", type=int, default=1_000_000, help="messages per per-message run")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256], help="payload sizes in bytes")
-    parser.add_argument("--rtt-samples", type=int, default=100_000, help="ping-pong round trips to time")
+    parser = subparsers.add_parser(
+        "demo", help="the end-to-end story: driver, replay with faults, feed handler, recorder, Spark report",
+        description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=300_000, help="messages in the synthetic day")
+    parser.add_argument("--speed", default="max", help="replay speed (1, 10, ..., max)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workdir", default=None, help="where the day, recording and report go (default: a temp dir)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the replay to finish")
+    parser.add_argument("--transport", action="store_true", help="the transport-only demo instead")
+    parser.add_argument("--transport-messages", type=int, default=1_000_000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256], help="--transport payload sizes")
+    parser.add_argument("--rtt-samples", type=int, default=100_000, help="--transport ping-pong round trips")
     parser.set_defaults(func=_demo)
