@@ -51,9 +51,18 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
     return path, [itch.encode(m) for m in read_messages(path)]
 
 
-def run_scenario(tmp_path: Path, day_file: Path, feed_args: list[str], replay_args: list[str]):  # type: ignore[no-untyped-def]
-    """Runs driver (embedded) + feed + replay; returns (messages, events, feed summary, replay summary)."""
+def run_scenario(  # type: ignore[no-untyped-def]
+    tmp_path: Path, day_file: Path, feed_args: list[str], replay_args: list[str], *,
+    prefix: tuple[str, ...] = (), feed_a: str | None = None, feed_b: str | None = None,
+):
+    """Runs driver (embedded) + feed + replay; returns (messages, events, feed summary, replay summary).
+
+    ``prefix`` runs the feed handler and the replay inside a network namespace (``ip netns exec NAME``); the
+    driver and the subscribers stay outside: shared memory does not care about network namespaces."""
     a, b, r = free_udp_ports(3)
+    feed_a = feed_a or f"127.0.0.1:{a}"
+    feed_b = feed_b or f"127.0.0.1:{b}"
+    LOGBUF = [*prefix, sys.executable, "-m", "logbuf.cli"]  # noqa: N806
     driver = logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=4 << 20)
     env = dict(os.environ, LOGBUF_DIR=str(driver.directory))
     procs: list[subprocess.Popen] = []
@@ -62,7 +71,7 @@ def run_scenario(tmp_path: Path, day_file: Path, feed_args: list[str], replay_ar
             messages = client.add_subscription("aeron:ipc", out.MESSAGES_STREAM)
             events = client.add_subscription("aeron:ipc", out.EVENTS_STREAM)
             feed = subprocess.Popen(
-                [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}", "--until-end-of-session",
+                [*LOGBUF, "feed", "--feed-a", feed_a, "--feed-b", feed_b, "--until-end-of-session",
                  "--summary-json", str(tmp_path / "feed.json"), "--seed", "1", "-q", *feed_args,
                  *(["--retransmit", f"127.0.0.1:{r}"] if "--no-recovery" not in feed_args else [])],
                 env=env,
@@ -73,7 +82,7 @@ def run_scenario(tmp_path: Path, day_file: Path, feed_args: list[str], replay_ar
                 assert time.monotonic() < deadline, "feed handler did not publish"
                 time.sleep(0.01)
             replay = subprocess.Popen(
-                [*LOGBUF, "replay", str(day_file), "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
+                [*LOGBUF, "replay", str(day_file), "--feed-a", feed_a, "--feed-b", feed_b,
                  "--speed", "max", "--retransmit", f"127.0.0.1:{r}", "--linger-s", "5", "--eos-interval-s", "0.2",
                  "--summary-json", str(tmp_path / "replay.json"), "-q", *replay_args],
                 env=env,
@@ -161,3 +170,35 @@ def test_top_of_book_follows_adds_executions_and_cancels() -> None:
     assert book.top("ACME") == ((1_010_000, 30), None)
     book.on_message(itch.encode(itch.OrderDelete(7, 0, 7, 2)), 7)
     assert book.top("ACME") == ((1_000_000, 100), None)
+
+
+@pytest.fixture
+def netns():  # type: ignore[no-untyped-def]
+    """A network namespace of our own with ``lo`` up and multicast routed on it; removed afterwards."""
+    import shutil
+
+    name = f"logbuf-test-{os.getpid()}"
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2 (ip) is not installed")
+    created = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=10)
+    if created.returncode != 0:
+        pytest.skip(f"cannot create a network namespace here: {created.stderr.strip()}")
+    try:
+        for command in (["ip", "link", "set", "lo", "up"], ["ip", "route", "add", "224.0.0.0/4", "dev", "lo"]):
+            subprocess.run(["ip", "netns", "exec", name, *command], check=True, timeout=10)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], timeout=10)
+
+
+def test_multicast_a_and_b_groups_inside_a_network_namespace(tmp_path: Path, day, netns: str) -> None:  # type: ignore[no-untyped-def]
+    day_file, expected = day
+    a, b = free_udp_ports(2)
+    got, seen, feed, _ = run_scenario(
+        tmp_path, day_file, ["--interface", "127.0.0.1"], ["--faults-a", "loss=0.01", "--faults-b", "loss=0.01"],
+        prefix=("ip", "netns", "exec", netns), feed_a=f"239.192.7.1:{a}", feed_b=f"239.192.7.2:{b}",
+    )
+    assert [seq for seq, _ in got] == list(range(1, len(expected) + 1))
+    assert [msg for _, msg in got] == expected
+    assert feed["A.packets"] > 0 and feed["B.packets"] > 0  # both groups were joined and received
+    assert feed["gaps_unrecoverable"] == 0
