@@ -1,0 +1,129 @@
+"""``logbuf analyze`` and ``logbuf scenario``: argument parsing and wiring only.
+
+Nothing here imports pyspark, pyarrow or matplotlib at import time, so ``logbuf`` starts (and its other
+commands work) without the ``analytics`` extra; those two commands say what is missing when run.
+User errors print one line to stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+USAGE_ERROR = 2
+_SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+_EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
+
+
+def _count(text: str) -> int:
+    raw = text.strip().lower().replace("_", "")
+    scale = _SUFFIXES.get(raw[-1:], 1)
+    digits = raw[:-1] if scale != 1 else raw
+    try:
+        value = float(digits) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (e.g. 5000, 50k, 2M)") from None
+    if value < 1 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
+    return int(value)
+
+
+def _range(text: str) -> tuple[int, int]:
+    if text.lower() == "none":
+        return (0, 0)
+    first, sep, last = text.partition("-")
+    if not first.isdigit() or (sep and not last.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a sequence range FIRST-LAST (or 'none')")
+    low, high = int(first), int(last) if sep else int(first)
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"range {text!r} must satisfy 1 <= FIRST <= LAST")
+    return low, high
+
+
+def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except ModuleNotFoundError as exc:
+            print(f"logbuf {args.command}: error: {exc.name} is not installed ({_EXTRA_HINT})", file=sys.stderr)
+            return USAGE_ERROR
+        except (ValueError, OSError, RuntimeError) as exc:
+            print(f"logbuf {args.command}: error: {exc}", file=sys.stderr)
+            return USAGE_ERROR
+
+    return run
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from logbuf.pipeline.job import run_from_args
+
+    return run_from_args(args)
+
+
+def _cmd_scenario(args: argparse.Namespace) -> int:
+    from logbuf.pipeline.scenario import FreezeSpec, ScenarioConfig, generate
+
+    freezes = () if args.no_freeze else (FreezeSpec(feed=args.freeze_feed,
+                                                     duration_ns=int(args.freeze_ms * 1_000_000)),)
+    config = ScenarioConfig(
+        messages=args.messages, seed=args.seed, session=args.session, date=args.date,
+        b_delay_ns=int(args.b_delay_ms * 1_000_000), jitter_ns=int(args.jitter_us * 1_000),
+        loss_a=args.loss_a, loss_b=args.loss_b, freezes=freezes, both_lost=args.both_lost,
+        unrecovered=args.unrecovered,
+    )
+    started = time.perf_counter()
+    truth = generate(config, args.output, progress=None if not args.quiet else False)
+    if not args.quiet:
+        seconds = time.perf_counter() - started
+        print(f"scenario: {truth.sequences} messages ({truth.delivered} delivered) in {seconds:.1f} s -> "
+              f"{args.output}", file=sys.stderr)
+        for f in truth.freezes:
+            print(f"  freeze on {f.feed}: silent {(f.resume_ns - f.silence_start_ns) / 1e6:.1f} ms, catch-up "
+                  f"{f.catch_up_packets} packets / {f.catch_up_messages} messages", file=sys.stderr)
+        for g in truth.both_gaps:
+            state = "recovered" if g.recovered_ns is not None else "unrecovered"
+            print(f"  lost on both feeds: {g.first}-{g.last} ({state})", file=sys.stderr)
+        print(f"  lost packets: A {truth.lost_packets['A']}, B {truth.lost_packets['B']}; truth in "
+              f"{args.output}/_scenario_truth.json", file=sys.stderr)
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    from logbuf.pipeline import options
+
+    p = subparsers.add_parser(
+        "analyze", help="feed-quality analytics of a recording (PySpark): tables, plots, report",
+        description="Analyse a recording with Spark: A-B delay (exact percentiles), win share, gaps per feed "
+                    "and on both feeds, message rate and messages per packet, head-end freezes and catch-up "
+                    "bursts, ITCH type mix, most active symbols. Writes OUT/report.md, OUT/plots/*.png, "
+                    "OUT/tables/*.{parquet,csv} and OUT/summary.json. The same job runs on a cluster: "
+                    "spark-submit --master spark://HOST:7077 src/logbuf/pipeline/job.py RECORDING OUT.")
+    options.add_arguments(p)
+    p.set_defaults(func=_guard(_cmd_analyze))
+
+    p = subparsers.add_parser(
+        "scenario", help="write a synthetic recording with known faults (for analyze)",
+        description="Write a recording of a synthetic ITCH day as feeds A and B would have delivered it, with "
+                    "known faults: a head-end freeze with catch-up, random packet losses on each feed, a range "
+                    "lost on both feeds and recovered by re-request, B delayed behind A, jitter. The truth is "
+                    "saved as OUTPUT/_scenario_truth.json.")
+    p.add_argument("output", help="recording directory to create")
+    p.add_argument("--messages", "-n", type=_count, default=200_000)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--session", default="SYNTH0001")
+    p.add_argument("--date", default="2026-01-05", help="UTC date of the arrival clock")
+    p.add_argument("--b-delay-ms", type=float, default=5.0)
+    p.add_argument("--jitter-us", type=float, default=300.0)
+    p.add_argument("--loss-a", type=float, default=0.002, help="probability a packet is lost on A")
+    p.add_argument("--loss-b", type=float, default=0.002)
+    p.add_argument("--freeze-feed", choices=("A", "B"), default="A")
+    p.add_argument("--freeze-ms", type=float, default=150.0)
+    p.add_argument("--no-freeze", action="store_true")
+    p.add_argument("--both-lost", type=_range, default=None, metavar="FIRST-LAST|none",
+                   help="lost on both feeds, recovered by re-request (default: 25 messages at 60%% of the day)")
+    p.add_argument("--unrecovered", type=_range, default=(0, 0), metavar="FIRST-LAST|none",
+                   help="lost on both feeds and never recovered (default none)")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=_guard(_cmd_scenario))

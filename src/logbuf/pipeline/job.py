@@ -1,0 +1,629 @@
+"""``logbuf analyze``: a recording -> feed-quality tables, plots and a one-page report (PySpark).
+
+Runs embedded (``local[*]``) from ``logbuf analyze``, and unchanged on a cluster through spark-submit
+(client mode: the driver writes OUT on the submitting machine)::
+
+    spark-submit --master spark://HOST:7077 src/logbuf/pipeline/job.py RECORDING OUT [options]
+
+Stages (each is one or a few Spark jobs; results small enough for the driver are collected as Arrow):
+
+    read       one scan of the packets into per-(feed, arrival bin) aggregates (kept for the time series and the
+               freeze search), the sequence domain and per-feed counts from them, the handler's gap events
+    sequence   packet ranges cut at bucket edges, partitioned by bucket, summarised per partition in numpy
+               (:mod:`logbuf.pipeline.arrivals`): A-B delay histogram, per-feed gaps, copies, earliest feed
+    quantiles  exact nearest-rank percentiles of the A-B delay (:mod:`logbuf.pipeline.quantiles`)
+    time       message rate, messages per packet and highest sequence per window, from the bins
+    freezes    silences with the other feed ahead -> characterised on the driver (:mod:`logbuf.pipeline.freezes`)
+    messages   one scan (GROUPING SETS): ITCH type mix, most active symbols, delivered copy per feed per window
+    gaps       gaps on both feeds: data-derived ranges joined with the handler's events and re-request answers
+    output     Parquet + CSV tables, PNG plots, report.md, summary.json
+
+Memory: the driver holds only small results; the bins and the bucketed ranges are persisted MEMORY_AND_DISK,
+so a heap smaller than the data spills to the local dir instead of failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from logbuf.pipeline import arrivals, schema
+from logbuf.pipeline.freezes import FeedPackets, Freeze, candidates, characterize, feed_bins
+from logbuf.pipeline.options import AnalyzeConfig, add_arguments, config_from_args
+from logbuf.pipeline.quantiles import exact_quantiles
+
+NANOS_PER_SECOND = 1_000_000_000
+NANOS_PER_MILLI = 1_000_000
+# nice window lengths for the time series (multiples of the default freeze bin of 12.5 ms)
+_WINDOWS_MS = (100, 250, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000)
+STAGES = ("read", "sequence", "quantiles", "time", "freezes", "messages", "gaps", "output")
+TARGET_MESSAGES_PER_PARTITION = 4_000_000
+
+
+@dataclass
+class Domain:
+    first: int
+    last: int
+    start_ns: int
+    end_ns: int
+    feeds: dict[str, dict]
+
+
+@dataclass
+class AnalysisResult:
+    out: Path
+    session: str
+    summary: dict
+    tables: dict[str, object]  # name -> pandas DataFrame
+    plots: dict[str, Path]
+    report: Path
+    timings: dict[str, float]
+    delay_percentiles: dict[float, int]  # fraction -> exact nearest-rank delay (ns)
+    delay_stats: dict
+
+
+# ---- helpers --------------------------------------------------------------------------------------------
+
+
+def _arrow(df) -> pa.Table:
+    return df.toArrow()
+
+
+def _utc(ns: int | None) -> str:
+    if ns is None or ns < 0:
+        return ""
+    import datetime as dt
+
+    moment = dt.datetime.fromtimestamp(ns // NANOS_PER_SECOND, tz=dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns % NANOS_PER_SECOND:09d}Z"
+
+
+def choose_window(span_ns: int, bin_ns: int) -> int:
+    """About 1000 windows over the span, from a list of round lengths; a multiple of the freeze bin."""
+    for ms in _WINDOWS_MS:
+        window = ms * NANOS_PER_MILLI
+        if window % bin_ns == 0 and span_ns / window <= 1_500:
+            return window
+    return _WINDOWS_MS[-1] * NANOS_PER_MILLI
+
+
+def first_hour_ns(root: Path, session: str) -> int:
+    """Start of the session's earliest hour partition: the origin of time bins and windows."""
+    from logbuf.pipeline.recording import complete_files
+
+    hours = [p.parent.name.split("=", 1)[1] for p in complete_files(root, schema.PACKETS)
+             if p.parent.parent.name == f"{schema.SESSION_COLUMN}={session}"]
+    if not hours:
+        raise schema.RecordingFormatError(f"session {session}: no complete packet files")
+    return schema.hour_start_ns(min(hours))
+
+
+def _data_packets(packets):
+    from pyspark.sql import functions as F
+
+    return packets.where((F.col("count") >= 1) & (F.col("count") <= schema.MAX_DATA_COUNT))
+
+
+# ---- stages ---------------------------------------------------------------------------------------------
+
+
+def read_domain(bins: pd.DataFrame) -> Domain:
+    """Sequence domain and per-feed counts, from the collected per-bin aggregates of :func:`freezes.feed_bins`."""
+    feeds = {}
+    for feed, g in bins.groupby("feed"):
+        data = g[g["packets"] > 0]
+        control = g["control_last"].dropna()
+        feeds[feed] = {
+            "data_packets": int(g["packets"].sum()), "control_packets": int(g["control_packets"].sum()),
+            "messages": int(g["messages"].sum()), "bytes": int(g["bytes"].sum()),
+            "first": int(data["min_first"].min()) if len(data) else None,
+            "last": int(data["max_last"].max()) if len(data) else None,
+            "control_last": int(control.max()) if len(control) else None,
+            "start_ns": int(data["min_arrival"].min()) if len(data) else None,
+            "end_ns": int(data["max_arrival"].max()) if len(data) else None,
+        }
+    live = [f for f in feeds.values() if f["first"] is not None]
+    if not live:
+        raise schema.RecordingFormatError("the recording has no data packets for this session")
+    lasts = [f["last"] for f in live] + [f["control_last"] for f in feeds.values() if f["control_last"]]
+    return Domain(first=min(f["first"] for f in live), last=max(lasts),
+                  start_ns=min(f["start_ns"] for f in live), end_ns=max(f["end_ns"] for f in live), feeds=feeds)
+
+
+def sequence_pieces(packets, bucket_size: int, partitions: int):
+    """Data-packet ranges cut at bucket edges, hash-partitioned by bucket (feeds coded A=0, B=1, R=2)."""
+    from pyspark.sql import functions as F
+
+    w = bucket_size
+    code = (F.when(F.col("feed") == "A", 0).when(F.col("feed") == "B", 1)
+            .when(F.col("feed") == "R", 2)).cast("byte")
+    ranges = (_data_packets(packets)
+              .select(code.alias("feed"), "arrival_ns", F.col("sequence").alias("first"),
+                      (F.col("sequence") + F.col("count") - 1).alias("last"))
+              .where(F.col("feed").isNotNull()))
+    split = ranges.select("*", F.explode(F.sequence(F.expr(f"first div {w}"), F.expr(f"last div {w}")))
+                          .alias("bucket"))
+    return (split.select("bucket", "feed", "arrival_ns",
+                         F.greatest("first", F.col("bucket") * w).alias("lo"),
+                         F.least("last", F.col("bucket") * w + (w - 1)).alias("hi"))
+            .repartition(partitions, "bucket"))
+
+
+def _run_pieces(pieces, params: arrivals.Params) -> pa.Table:
+    from pyspark.sql.types import ByteType, LongType, StructField, StructType
+
+    out_schema = StructType([StructField("kind", ByteType()), StructField("feed", ByteType())]
+                            + [StructField(c, LongType()) for c in "abcde"])
+    return _arrow(pieces.mapInArrow(partial(arrivals.map_partition, params=params), out_schema))
+
+
+def _kind(table: pa.Table, kind: int) -> dict[str, np.ndarray]:
+    rows = table.filter(pc.equal(table.column("kind"), kind))
+    return {name: rows.column(name).to_numpy() for name in ("feed", "a", "b", "c", "d", "e")}
+
+
+def merge_feed_gaps(gap_rows: dict[str, np.ndarray], head_rows: dict[str, np.ndarray],
+                    domain_last: int) -> list[dict]:
+    """Gap pieces (cut at bucket edges) -> whole gaps per feed, dated by the packet after each gap."""
+    heads = {(int(f), int(s)): int(t) for f, s, t in zip(head_rows["feed"], head_rows["a"], head_rows["b"],
+                                                         strict=True)}
+    order = np.lexsort((gap_rows["a"], gap_rows["feed"]))
+    merged: list[dict] = []
+    for i in order.tolist():
+        feed, first, last = int(gap_rows["feed"][i]), int(gap_rows["a"][i]), int(gap_rows["b"][i])
+        detected, filled, unfilled = int(gap_rows["c"][i]), int(gap_rows["d"][i]), int(gap_rows["e"][i])
+        if merged and merged[-1]["_feed"] == feed and merged[-1]["last"] + 1 == first:
+            g = merged[-1]
+            g["last"] = last
+            g["detected_ns"] = detected
+            g["filled_ns"] = max(g["filled_ns"], filled)
+            g["unfilled"] += unfilled
+        else:
+            merged.append({"_feed": feed, "feed": arrivals.FEED_NAMES[feed], "first": first, "last": last,
+                           "detected_ns": detected, "filled_ns": filled, "unfilled": unfilled})
+    for g in merged:
+        if g["detected_ns"] == arrivals.NONE and g["last"] < domain_last:
+            g["detected_ns"] = heads.get((g["_feed"], g["last"] + 1), arrivals.NONE)
+        g["size"] = g["last"] - g["first"] + 1
+        if g["unfilled"] == g["size"]:
+            g["filled_ns"] = arrivals.NONE
+        del g["_feed"]
+    return merged
+
+
+def _intersect(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+class Analysis:
+    """One run of the analytics over one session of one recording."""
+
+    def __init__(self, spark, recording: str | os.PathLike, out: str | os.PathLike, config: AnalyzeConfig,
+                 progress=None) -> None:
+        from logbuf.pipeline import sources
+        from logbuf.pipeline.progress import StageProgress
+
+        self.spark = spark
+        self.recording = Path(recording)
+        self.out = Path(out)
+        self.config = config
+        self.session = sources.pick_session(self.recording, config.session)
+        self.progress = progress or StageProgress(list(STAGES), spark, mode="off")
+        self.src = sources.load(spark, self.recording, self.session)
+        self.summary: dict = {"session": self.session, "recording": str(self.recording.resolve())}
+        self.tables: dict[str, object] = {}
+        self.detail: dict = {}
+
+    # -- stages
+
+    def run(self) -> AnalysisResult:
+        started = time.perf_counter()
+        stage = self.progress.stage
+        with stage("read"):
+            self.t0 = first_hour_ns(self.recording, self.session)
+            # bounded by the recording's duration (one row per feed and bin_ns), not by its size
+            self.bins = _arrow(feed_bins(self.src.packets, self.t0, self.config.freeze)).to_pandas(
+                types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+            self.domain = read_domain(self.bins)
+            self.handler_gaps = _arrow(self.src.gaps.drop(*schema.PARTITION_COLUMNS)).to_pandas(
+                types_mapper={pa.int64(): pd.Int64Dtype()}.get)  # nullable ints stay exact
+            span = self.domain.end_ns - self.t0
+            self.window_ns = self.config.window_ns or choose_window(max(span, 1), self.config.freeze.bin_ns)
+        with stage("sequence"):
+            self._sequence_space()
+        with stage("quantiles"):
+            self._quantiles()
+            self.pieces.unpersist()
+        with stage("time"):
+            self._time_series()
+        with stage("freezes"):
+            self._freezes()
+        with stage("messages"):
+            self._messages()
+        with stage("gaps"):
+            self._both_gaps()
+        with stage("output"):
+            result = self._output(time.perf_counter() - started)
+        return result
+
+    def _sequence_space(self) -> None:
+        from pyspark import StorageLevel
+
+        d = self.domain
+        size = d.last - d.first + 1
+        cores = self.spark.sparkContext.defaultParallelism
+        partitions = self.config.sequence_partitions or max(
+            2 * cores, math.ceil(2 * size / TARGET_MESSAGES_PER_PARTITION))
+        partitions = min(partitions, max(1, math.ceil(size / self.config.bucket_size)))
+        self.params = arrivals.Params(self.config.bucket_size, d.first, d.last)
+        self.pieces = sequence_pieces(self.src.packets, self.config.bucket_size, partitions)
+        self.pieces.persist(StorageLevel.MEMORY_AND_DISK)
+        rows = _run_pieces(self.pieces, self.params)
+        hist = _kind(rows, arrivals.HIST)
+        bins, counts = hist["a"], hist["b"]
+        if bins.size:
+            uniq, inverse = np.unique(bins, return_inverse=True)
+            counts = np.bincount(inverse.reshape(-1), weights=counts).astype(np.int64)
+            bins = uniq
+        self.delay_bins, self.delay_counts = bins, counts
+        delay = _kind(rows, arrivals.DELAY)
+        n = int(delay["a"].sum())
+        self.delay_stats = {
+            "messages_on_both": n,
+            "mean_ns": float(delay["b"].sum()) / n if n else None,
+            "min_ns": int(delay["c"].min()) if n else None,
+            "max_ns": int(delay["d"].max()) if n else None,
+        }
+        stats = _kind(rows, arrivals.STATS)
+        per_feed: dict[str, dict] = {}
+        for code, name in enumerate(arrivals.FEED_NAMES):
+            sel = stats["feed"] == code
+            copies, distinct = int(stats["a"][sel].sum()), int(stats["b"][sel].sum())
+            per_feed[name] = {"messages_received": copies, "distinct": distinct, "duplicates": copies - distinct}
+            if name in schema.LIVE_FEEDS:
+                per_feed[name].update(missing=size - distinct, earliest=int(stats["c"][sel].sum()))
+        self.feed_stats = per_feed
+        self.feed_gaps = merge_feed_gaps(_kind(rows, arrivals.GAP), _kind(rows, arrivals.HEAD), d.last)
+
+    def _quantiles(self) -> None:
+        p = self.params.precision_bits
+        if not self.delay_counts.size:
+            self.delay_percentiles = {}
+            return
+        lows, highs = arrivals.bin_bounds(self.delay_bins, p)
+
+        def fetch_values(ranges):
+            params = arrivals.Params(self.params.bucket_size, self.params.domain_first, self.params.domain_last,
+                                     p, select=tuple(ranges))
+            return _kind(_run_pieces(self.pieces, params), arrivals.VALUE)["a"]
+
+        def fetch_histogram(ranges, split):
+            params = arrivals.Params(self.params.bucket_size, self.params.domain_first, self.params.domain_last,
+                                     p, refine=tuple(ranges), split=split)
+            rows = _kind(_run_pieces(self.pieces, params), arrivals.HIST)
+            out = []
+            for index in range(len(ranges)):
+                sel = rows["c"] == index
+                counts = np.zeros(split, np.int64)
+                np.add.at(counts, rows["a"][sel], rows["b"][sel])
+                out.append(counts)
+            return out
+
+        self.delay_percentiles = exact_quantiles(self.config.percentiles, lows, highs, self.delay_counts,
+                                                 fetch_values, fetch_histogram, max_collect=self.config.max_collect)
+
+    def _time_series(self) -> None:
+        from pyspark.sql import functions as F
+
+        params = self.config.freeze
+        if self.window_ns % params.bin_ns == 0:
+            live = self.bins[self.bins["feed"].isin(["A", "B"]) & (self.bins["packets"] > 0)]
+            frame = (live.assign(window=live["bin"] // (self.window_ns // params.bin_ns))
+                     .groupby(["feed", "window"], as_index=False)
+                     .agg(packets=("packets", "sum"), messages=("messages", "sum"), bytes=("bytes", "sum"),
+                          max_sequence=("max_last", "max")))
+        else:  # a window that is not a whole number of bins: from the packets themselves
+            rates = (_data_packets(self.src.packets).where(F.col("feed").isin("A", "B"))
+                     .groupBy("feed", F.expr(f"(arrival_ns - {self.t0}) div {self.window_ns}").alias("window"))
+                     .agg(F.count("*").alias("packets"), F.sum("count").alias("messages"),
+                          F.sum("bytes").alias("bytes"),
+                          F.max(F.col("sequence") + F.col("count") - 1).alias("max_sequence")))
+            frame = _arrow(rates).to_pandas()
+        frame = frame.astype({c: "int64" for c in ("window", "packets", "messages", "bytes", "max_sequence")})
+        frame = frame.sort_values(["window", "feed"]).reset_index(drop=True)
+        frame.insert(0, "window_start_ns", self.t0 + frame["window"].astype("int64") * self.window_ns)
+        frame = frame.drop(columns="window")
+        seconds = self.window_ns / NANOS_PER_SECOND
+        frame["messages_per_s"] = frame["messages"] / seconds
+        frame["messages_per_packet"] = frame["messages"] / frame["packets"]
+        self.tables["rates"] = frame
+
+    def _freezes(self) -> None:
+        from pyspark.sql import functions as F
+
+        params = self.config.freeze
+        found = candidates(self.bins, self.t0, params)
+        self.freeze_candidates_truncated = len(found) > params.max_freezes
+        rows = [{k: v if k == "feed" else int(v) for k, v in r.items()}
+                for r in found.head(params.max_freezes).to_dict("records")]
+        self.freeze_candidates = len(rows)
+        freezes: list[Freeze] = []
+        windows: list[dict] = []
+        if rows:
+            cond = None
+            for r in rows:
+                c = ((F.col("arrival_ns") >= r["silence_start"] - params.pre_ns)
+                     & (F.col("arrival_ns") <= r["resume"] + params.post_ns))
+                cond = c if cond is None else (cond | c)
+            hours = sorted({schema.hour_label(t) for r in rows
+                            for t in (r["silence_start"] - params.pre_ns, r["resume"] + params.post_ns)})
+            near = (_arrow(_data_packets(self.src.packets)
+                           .where(F.col(schema.HOUR_COLUMN).between(hours[0], hours[-1]) & cond)
+                           .select("feed", "arrival_ns", "sequence", "count")).to_pandas())
+            for r in sorted(rows, key=lambda r: r["silence_start"]):
+                lo, hi = r["silence_start"] - params.pre_ns, r["resume"] + params.post_ns
+                part = near[(near["arrival_ns"] >= lo) & (near["arrival_ns"] <= hi)]
+                packets = {f: FeedPackets.of(g["arrival_ns"].to_numpy(), g["sequence"].to_numpy(),
+                                             g["count"].to_numpy()) for f, g in part.groupby("feed")}
+                x, y = r["feed"], "B" if r["feed"] == "A" else "A"
+                if x not in packets or y not in packets:
+                    continue
+                freeze = characterize(x, packets[x], packets[y], r["silence_start"], r["resume"],
+                                      r["next_expected"], params)
+                if freeze is not None:
+                    freezes.append(freeze)
+                    windows.append({"freeze": freeze, "packets": packets})
+
+
+        columns = list(Freeze.__dataclass_fields__)
+        frame = pd.DataFrame([f.as_dict() for f in freezes], columns=columns)
+        frame["silence_start_utc"] = [_utc(v) for v in frame["silence_start_ns"]]
+        self.tables["freezes"] = frame
+        self.detail["freeze_windows"] = windows
+
+    def _messages(self) -> None:
+        """Type mix, symbols and wins per window from ONE scan of the messages (GROUPING SETS)."""
+        from logbuf.feed import itch
+
+        view = f"logbuf_messages_{id(self)}"
+        self.src.messages.createOrReplaceTempView(view)
+        # every aggregate has a fixed-width buffer (a string max would force a slow sort-based aggregate):
+        # the symbol name is a grouping key of the per-symbol set instead
+        grouped = self.spark.sql(f"""
+            SELECT grouping_id(type, stock_locate, stock, window, feed) AS gid,
+                   type, stock_locate, stock, window, feed, count(*) AS messages,
+                   sum(CASE WHEN type IN ('A', 'F') THEN 1 ELSE 0 END) AS adds,
+                   sum(CASE WHEN type IN ('E', 'C', 'P') THEN 1 ELSE 0 END) AS executions,
+                   sum(CASE WHEN type IN ('E', 'C', 'P') THEN shares ELSE 0 END) AS executed_shares
+            FROM (SELECT *, (arrival_ns - {self.t0}) div {self.window_ns} AS window FROM {view})
+            GROUP BY GROUPING SETS ((type), (stock_locate, stock), (window, feed))""")
+        rows = _arrow(grouped).to_pandas()
+        self.spark.catalog.dropTempView(view)
+        # grouping_id: bit set = column aggregated away; (type, stock_locate, stock, window, feed) = bits 4..0
+        by_type = rows[rows["gid"] == 0b01111]
+        by_window = rows[rows["gid"] == 0b11100]
+        per_name = rows[rows["gid"] == 0b10011]
+        named = per_name.dropna(subset=["stock"]).sort_values("messages", ascending=False)
+        by_symbol = (per_name.groupby("stock_locate", as_index=False)[["messages", "adds", "executions",
+                                                                         "executed_shares"]].sum())
+        by_symbol["stock"] = by_symbol["stock_locate"].map(named.drop_duplicates("stock_locate")
+                                                           .set_index("stock_locate")["stock"])
+
+        names = {code.decode(): cls.__name__ for code, (cls, _) in itch.BODY_FORMATS.items()}
+        types = (by_type[["type", "messages"]].sort_values(["messages", "type"], ascending=[False, True])
+                 .reset_index(drop=True))
+        total = int(types["messages"].sum())
+        types.insert(1, "name", [names.get(t, "?") for t in types["type"]])
+        types["share"] = types["messages"] / total if total else 0.0
+        self.tables["message_types"] = types
+        self.summary["messages_delivered"] = total
+
+        symbols = (by_symbol.sort_values(["messages", "stock_locate"], ascending=[False, True])
+                   .head(self.config.top_symbols).reset_index(drop=True))
+        symbols["share"] = symbols["messages"] / total if total else 0.0
+        self.tables["symbols"] = symbols[["stock_locate", "stock", "messages", "share", "adds", "executions",
+                                          "executed_shares"]].astype({"stock_locate": "int64"})
+
+        frame = by_window.pivot_table(index="window", columns="feed", values="messages", fill_value=0,
+                                      aggfunc="sum")
+        for feed in (*schema.LIVE_FEEDS, schema.FEED_RETRANSMIT):
+            if feed not in frame.columns:
+                frame[feed] = 0
+        frame = frame[[*schema.LIVE_FEEDS, schema.FEED_RETRANSMIT]].astype("int64").sort_index()
+        window_total = frame.sum(axis=1)
+        out = frame.add_prefix("wins_").reset_index()
+        out.insert(0, "window_start_ns", self.t0 + out["window"].astype("int64") * self.window_ns)
+        out = out.drop(columns="window")
+        for feed in (*schema.LIVE_FEEDS, schema.FEED_RETRANSMIT):
+            out[f"share_{feed}"] = (frame[feed] / window_total).to_numpy()
+        self.tables["wins"] = out
+        self.summary["wins"] = {feed: int(frame[feed].sum()) for feed in frame.columns}
+
+    def _both_gaps(self) -> None:
+
+        from pyspark.sql import functions as F
+
+        per_feed = {f: [(g["first"], g["last"]) for g in self.feed_gaps if g["feed"] == f] for f in "AB"}
+        both = _intersect(per_feed["A"], per_feed["B"])
+        answers = _arrow(_data_packets(self.src.packets).where(F.col("feed") == schema.FEED_RETRANSMIT)
+                         .select("arrival_ns", "sequence", "count")).to_pandas()
+        r_packets = FeedPackets.of(answers["arrival_ns"].to_numpy(), answers["sequence"].to_numpy(),
+                                   answers["count"].to_numpy())
+        events = self.handler_gaps
+        used = set()
+        rows = []
+        for first, last in both:
+            seqs = np.arange(first, last + 1, dtype=np.int64)
+            got = r_packets.first_arrival_of(seqs)
+            never = np.iinfo(np.int64).max
+            recovered_messages = int((got != never).sum())
+            data_recovered = int(got.max()) if recovered_messages == seqs.size else None
+            match = events[(events["first"] <= last) & (events["last"] >= first)]
+            event = match.iloc[0] if len(match) else None
+            if event is not None:
+                used.add(int(match.index[0]))
+            detected = int(event["detected_ns"]) if event is not None else None
+            recovered = None if event is None or pd.isna(event["recovered_ns"]) else int(event["recovered_ns"])
+            if recovered is None:
+                recovered = data_recovered
+            status = ("recovered" if recovered_messages == seqs.size
+                      else "partly recovered" if recovered_messages else "unrecovered")
+            rows.append({
+                "first": first, "last": last, "size": last - first + 1, "status": status,
+                "recovered_messages": recovered_messages,
+                "detected_ns": detected, "recovered_ns": recovered,
+                "time_to_recover_ns": (recovered - detected) if recovered is not None and detected is not None
+                else None,
+                "handler_event": event is not None,
+                "handler_first": int(event["first"]) if event is not None else None,
+                "handler_last": int(event["last"]) if event is not None else None,
+                "detected_utc": _utc(detected),
+            })
+        columns = ["first", "last", "size", "status", "recovered_messages", "detected_ns", "recovered_ns",
+                   "time_to_recover_ns", "handler_event", "handler_first", "handler_last", "detected_utc"]
+        nullable = ("detected_ns", "recovered_ns", "time_to_recover_ns", "handler_first", "handler_last")
+        frame = pd.DataFrame({c: pd.array([r[c] for r in rows], dtype="Int64") if c in nullable
+                              else [r[c] for r in rows] for c in columns}, columns=columns)
+        self.tables["gaps_both"] = frame
+        self.tables["handler_gaps_unmatched"] = events.drop(index=[i for i in events.index if i in used])
+        names = ["feed", "first", "last", "size", "detected_ns", "filled_ns", "unfilled"]
+        feed_frame = pd.DataFrame({c: [g[c] for g in self.feed_gaps] for c in names}, columns=names)
+        for c in ("detected_ns", "filled_ns"):
+            values = [None if g[c] == arrivals.NONE else g[c] for g in self.feed_gaps]
+            feed_frame[c] = pd.array(values, dtype="Int64")
+        feed_frame["fill_delay_ns"] = feed_frame["filled_ns"] - feed_frame["detected_ns"]
+        both_set = both
+        feed_frame["on_both"] = [any(lo <= l_ and hi >= f_ for lo, hi in both_set)
+                                 for f_, l_ in zip(feed_frame["first"], feed_frame["last"], strict=True)]
+        self.tables["gaps_feed"] = feed_frame
+
+    # -- output
+
+    def _output(self, seconds: float) -> AnalysisResult:
+
+
+        from logbuf.pipeline import plots, report
+
+        tables_dir = self.out / "tables"
+        tables_dir.mkdir(parents=True, exist_ok=True)
+        d = self.domain
+        lows, highs = arrivals.bin_bounds(self.delay_bins, self.params.precision_bits)
+        self.tables["delay_histogram"] = pd.DataFrame({"low_ns": lows, "high_ns": highs,
+                                                       "messages": self.delay_counts})
+        pct = pd.DataFrame({"percentile": [q * 100 for q in self.delay_percentiles],
+                            "delay_ns": list(self.delay_percentiles.values())})
+        self.tables["delay_percentiles"] = pct
+        feeds = {}
+        for name in (*schema.LIVE_FEEDS, schema.FEED_RETRANSMIT):
+            info = dict(self.domain.feeds.get(name, {}))
+            info.pop("feed", None)
+            info.update(self.feed_stats.get(name, {}))
+            if name in schema.LIVE_FEEDS:
+                info["gaps"] = sum(1 for g in self.feed_gaps if g["feed"] == name)
+            feeds[name] = info
+        freezes = self.tables["freezes"]
+        both = self.tables["gaps_both"]
+        self.summary.update({
+            "sequence_first": d.first, "sequence_last": d.last, "sequences": d.last - d.first + 1,
+            "start_ns": d.start_ns, "end_ns": d.end_ns, "start_utc": _utc(d.start_ns), "end_utc": _utc(d.end_ns),
+            "window_ns": self.window_ns,
+            "feeds": feeds,
+            "delay": {**self.delay_stats,
+                      "percentiles_ns": {f"p{q * 100:g}": v for q, v in self.delay_percentiles.items()}},
+            "freezes": len(freezes), "freeze_candidates": self.freeze_candidates,
+            "freeze_candidates_truncated": self.freeze_candidates_truncated,
+            "gaps_both": len(both), "gaps_both_unrecovered": int((both["status"] != "recovered").sum()),
+            "handler_gap_events": len(self.handler_gaps),
+        })
+        for name, frame in self.tables.items():
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            import pyarrow.csv as pacsv
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, tables_dir / f"{name}.parquet")
+            pacsv.write_csv(table, tables_dir / f"{name}.csv")
+        plot_paths: dict[str, Path] = {}
+        if self.config.plots:
+            plot_paths = plots.draw_all(self, self.out / "plots")
+        self.summary["seconds"] = round(seconds, 3)
+        self.summary["stage_seconds"] = {k: round(v, 3) for k, v in self.progress.timings.items()}
+        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=1, default=str) + "\n")
+        report_path = report.write(self, plot_paths)
+        return AnalysisResult(self.out, self.session, self.summary, self.tables, plot_paths, report_path,
+                              dict(self.progress.timings), dict(self.delay_percentiles), dict(self.delay_stats))
+
+
+def analyze(spark, recording: str | os.PathLike, out: str | os.PathLike, config: AnalyzeConfig | None = None,
+            *, progress: str | None = None) -> AnalysisResult:
+    """Run the whole analysis. ``progress``: "bar", "lines", "off", or None (bar on a terminal, else lines)."""
+    from logbuf.pipeline.progress import StageProgress
+
+    bar = StageProgress(list(STAGES), spark, mode=progress)
+    try:
+        return Analysis(spark, recording, out, config or AnalyzeConfig(), bar).run()
+    finally:
+        bar.close()
+
+
+# ---- command line (shared by `logbuf analyze` and spark-submit) -----------------------------------------
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from logbuf.pipeline.sources import pick_session
+    from logbuf.pipeline.spark import SparkSettings, get_spark
+
+    config = config_from_args(args)
+    pick_session(args.recording, config.session)  # a bad path or session fails before Spark starts
+    settings = SparkSettings(master=args.master, driver_memory=args.driver_memory,
+                             shuffle_partitions=args.shuffle_partitions)
+    if not args.quiet:
+        print(f"analyze: starting Spark ({args.master or 'local[*]'})", file=sys.stderr, flush=True)
+    spark = get_spark(settings)
+    result = analyze(spark, args.recording, args.out, config, progress="off" if args.quiet else None)
+    if not args.quiet:
+        s = result.summary
+        pct = s["delay"]["percentiles_ns"]
+        print(f"analyze: session {s['session']}: {s['sequences']} sequences, {s['messages_delivered']} delivered; "
+              f"A-B delay p50 {pct.get('p50', float('nan')) / 1e6:.3f} ms, p99 {pct.get('p99', float('nan')) / 1e6:.3f} ms; "
+              f"{s['freezes']} freeze(s); {s['gaps_both']} gap(s) on both feeds "
+              f"({s['gaps_both_unrecovered']} unrecovered) in {s['seconds']:.1f} s", file=sys.stderr)
+        print(f"analyze: report {result.report}", file=sys.stderr)
+        print(f"analyze: plots  {result.out / 'plots'}", file=sys.stderr)
+        print(f"analyze: tables {result.out / 'tables'}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="logbuf-analyze", description=__doc__.split("\n", 1)[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_from_args(args)
+    except (schema.RecordingFormatError, ValueError, OSError) as exc:
+        print(f"analyze: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

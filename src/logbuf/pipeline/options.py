@@ -1,0 +1,96 @@
+"""Options of ``logbuf analyze`` (no pyspark / pyarrow import: the CLI parser is built from this)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from logbuf.pipeline.freezes import FreezeParams
+from logbuf.pipeline.quantiles import DEFAULT_MAX_COLLECT
+
+NANOS_PER_SECOND = 1_000_000_000
+NANOS_PER_MILLI = 1_000_000
+DEFAULT_PERCENTILES = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999, 1.0)
+DEFAULT_BUCKET_SIZE = 1 << 16  # sequences per bucket of the sequence space
+
+
+@dataclass(frozen=True)
+class AnalyzeConfig:
+    session: str | None = None
+    window_ns: int | None = None  # None: about 1000 windows over the recording
+    bucket_size: int = DEFAULT_BUCKET_SIZE
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    freeze: FreezeParams = field(default_factory=FreezeParams)
+    top_symbols: int = 20
+    max_collect: int = DEFAULT_MAX_COLLECT
+    sequence_partitions: int | None = None  # None: ~4 M messages per partition, at least 2 per core
+    plots: bool = True
+
+    def __post_init__(self) -> None:
+        if self.window_ns is not None and self.window_ns <= 0:
+            raise ValueError("window must be positive")
+        if self.bucket_size < 1024:
+            raise ValueError("bucket_size must be >= 1024")
+        if self.top_symbols < 1:
+            raise ValueError("top_symbols must be >= 1")
+        for q in self.percentiles:
+            if not 0.0 <= q <= 1.0:
+                raise ValueError(f"percentile fraction {q} must be within [0, 1]")
+
+
+def _duration_ns(text: str) -> int:
+    """``250ms``, ``1s``, ``2.5s``, ``500us``, ``100000ns``."""
+    raw = text.strip().lower()
+    units = {"ns": 1, "us": 1_000, "ms": NANOS_PER_MILLI, "s": NANOS_PER_SECOND, "m": 60 * NANOS_PER_SECOND}
+    unit = next((u for u in ("ns", "us", "ms", "s", "m") if raw.endswith(u)), None)
+    if unit is None:
+        raise argparse.ArgumentTypeError(f"{text!r} needs a unit: ns, us, ms, s or m (e.g. 250ms)")
+    try:
+        value = float(raw[: -len(unit)]) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 250ms, 1s)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return int(value)
+
+
+def _percentiles(text: str) -> tuple[float, ...]:
+    """``50,99,99.9`` -> (0.5, 0.99, 0.999), divided in decimal (99.9 / 100 in floats is 0.9990000000000001)."""
+    try:
+        values = tuple(float(Decimal(v.strip()) / 100) for v in text.split(",") if v.strip())
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"{text!r}: give percentiles like 50,99,99.9") from None
+    if not values or any(not 0.0 <= v <= 1.0 for v in values):
+        raise argparse.ArgumentTypeError("percentiles must be within 0..100")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recording", help="recording directory (written by logbuf record or logbuf scenario)")
+    p.add_argument("out", help="output directory for tables/, plots/, report.md, summary.json")
+    p.add_argument("--master", default=None,
+                   help="Spark master (default local[*]; under spark-submit, the one it was given)")
+    p.add_argument("--session", default=None, help="MoldUDP64 session to analyse (needed if several)")
+    p.add_argument("--driver-memory", default="2g", help="Spark driver heap (local mode: the whole heap)")
+    p.add_argument("--shuffle-partitions", type=int, default=None)
+    p.add_argument("--window", type=_duration_ns, default=None, metavar="DURATION",
+                   help="time-series window (default: ~1000 windows over the recording)")
+    p.add_argument("--percentiles", type=_percentiles, default=None, metavar="P,P,...",
+                   help="delay percentiles, e.g. 50,99,99.9 (exact, nearest rank)")
+    p.add_argument("--min-silence", type=_duration_ns, default=FreezeParams.min_silence_ns, metavar="DURATION",
+                   help="shortest silence that can be a freeze (default 50ms)")
+    p.add_argument("--min-lead", type=_duration_ns, default=FreezeParams.min_lead_ns, metavar="DURATION",
+                   help="the other feed must have sent newer data this long before the resume (default 20ms)")
+    p.add_argument("--top-symbols", type=int, default=20)
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress and no summary")
+
+
+def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
+    freeze = FreezeParams(min_silence_ns=args.min_silence, min_lead_ns=args.min_lead)
+    return AnalyzeConfig(session=args.session, window_ns=args.window, freeze=freeze,
+                         percentiles=args.percentiles or DEFAULT_PERCENTILES, top_symbols=args.top_symbols,
+                         plots=not args.no_plots)
+
+

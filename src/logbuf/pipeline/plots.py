@@ -1,0 +1,233 @@
+"""PNG figures of an analysis (matplotlib, Agg backend; drawn on the driver from collected results).
+
+- ``sequence_vs_time.png``: highest sequence per window on each feed (the slope is the message rate), with
+  freezes and gaps on both feeds marked - seed 002's first figure.
+- ``freeze_<n>.png``: seed 002's close-ups: every packet a vertical mark from its first to its last sequence
+  at its arrival time (A white, B blue, re-request answers red, on black); left the whole freeze, right the
+  moment the catch-up overtakes the other feed.
+- ``delay_histogram.png``: A-B arrival delay (B minus A) of every message seen on both feeds: the core of the
+  distribution and the full range (log counts), percentiles marked.
+- ``rate_timeline.png``: messages/s per feed, messages per packet, and feed A's win share, freezes marked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+A_COLOR, B_COLOR, R_COLOR = "#f0f0f0", "#3d8bfd", "#ff4d4d"
+LIGHT = {"A": "#1f1f1f", "B": "#3d8bfd", "R": "#d62728"}
+_NS_PER_MS = 1_000_000
+MAX_FREEZE_PLOTS = 3
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _times(ns) -> np.ndarray:
+    return np.asarray(ns, dtype="int64").astype("datetime64[ns]").astype("datetime64[ms]")
+
+
+def _mark_events(ax, analysis) -> None:
+    freezes = analysis.tables["freezes"]
+    for i, row in enumerate(freezes.itertuples()):
+        ax.axvspan(_times([row.silence_start_ns])[0], _times([row.catch_up_end_ns])[0], color="#d62728",
+                   alpha=0.35, lw=0)
+        ax.axvline(_times([row.silence_start_ns])[0], color="#d62728", lw=0.8, ls="--",
+                   label="freeze" if i == 0 else None)
+
+
+def sequence_vs_time(analysis, path: Path) -> Path:
+    plt = _plt()
+    rates = analysis.tables["rates"]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    for feed in ("A", "B"):
+        part = rates[rates["feed"] == feed]
+        if part.empty:
+            continue
+        seq = np.maximum.accumulate(part["max_sequence"].to_numpy())
+        ax.step(_times(part["window_start_ns"] + analysis.window_ns), seq, where="post", color=LIGHT[feed],
+                lw=1.2, label=f"feed {feed}")
+    both = analysis.tables["gaps_both"]
+    for i, row in enumerate(both.itertuples()):
+        if pd.notna(row.detected_ns):
+            ax.plot(_times([int(row.detected_ns)]), [row.first], "x", color="#ff7f0e", ms=9,
+                    label="gap on both feeds" if i == 0 else None)
+    _mark_events(ax, analysis)
+    ax.set_xlabel("arrival time (UTC)")
+    ax.set_ylabel("MoldUDP64 sequence")
+    ax.set_title(f"Sequence number vs time, session {analysis.session} (slope = message rate)")
+    ax.legend(loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _packet_marks(ax, packets, t_ref: int, color: str, label: str, lw: float = 1.6) -> None:
+    if packets is None or not packets.arrival.size:
+        return
+    x = (packets.arrival - t_ref) / _NS_PER_MS
+    ax.vlines(x, packets.first - 0.4, packets.last + 0.4, colors=color, lw=lw, label=label)
+
+
+def freeze_closeup(freeze_window: dict, path: Path, index: int) -> Path:
+    plt = _plt()
+    f = freeze_window["freeze"]
+    packets = freeze_window["packets"]
+    other = "B" if f.feed == "A" else "A"
+    t_ref = f.silence_start_ns
+    colors = {"A": A_COLOR, "B": B_COLOR, "R": R_COLOR}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), facecolor="black")
+    for ax in (left, right):
+        ax.set_facecolor("black")
+        for spine in ax.spines.values():
+            spine.set_color("#888888")
+        ax.tick_params(colors="#cccccc")
+        ax.xaxis.label.set_color("#cccccc")
+        ax.yaxis.label.set_color("#cccccc")
+        ax.title.set_color("#eeeeee")
+        for feed in (other, f.feed):
+            _packet_marks(ax, packets.get(feed), t_ref, colors[feed], f"feed {feed}")
+        ax.set_xlabel(f"ms after feed {f.feed}'s last packet before the silence")
+        ax.set_ylabel("sequence (each mark: one packet, first..last message)")
+    end_ms = (f.catch_up_end_ns - t_ref) / _NS_PER_MS
+    left.set_xlim(-0.25 * f.silence_ms, end_ms + 0.35 * f.silence_ms)
+    seq_lo = f.next_expected - max(50, f.burst_messages // 2)
+    seq_hi = f.held_last + max(50, f.burst_messages // 2)
+    left.set_ylim(seq_lo, seq_hi)
+    left.axvspan(0, f.silence_ms, color="#5a0000", alpha=0.6, lw=0, label="silence")
+    left.set_title(f"Freeze on feed {f.feed}: {f.silence_ms:.1f} ms silent, catch-up {f.catch_up_ms:.1f} ms, "
+                   f"{f.burst_messages_per_packet:.0f} msg/packet", fontsize=10)
+    leg = left.legend(loc="upper left", facecolor="#222222", edgecolor="#555555")
+    for text in leg.get_texts():
+        text.set_color("#dddddd")
+    # the takeover: around the end of the catch-up
+    span = max(2.0, 0.1 * f.silence_ms)
+    right.set_xlim(end_ms - 2 * span, end_ms + span)
+    ys = []
+    for feed in (f.feed, other):
+        p = packets.get(feed)
+        if p is None:
+            continue
+        x = (p.arrival - t_ref) / _NS_PER_MS
+        sel = (x >= end_ms - 2 * span) & (x <= end_ms + span)
+        ys += [p.first[sel], p.last[sel]]
+    ys = np.concatenate(ys) if ys else np.array([0])
+    if ys.size:
+        right.set_ylim(ys.min() - 2, ys.max() + 2)
+    right.axvline(end_ms, color="#ffcc00", lw=0.8, ls="--")
+    right.set_title("Catch-up overtakes the other feed (dashed: end of the catch-up)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, facecolor="black")
+    plt.close(fig)
+    return path
+
+
+def _rebin(lows: np.ndarray, highs: np.ndarray, counts: np.ndarray, lo: int, hi: int, bins: int):
+    """Spread log-linear bin counts over uniform bins on [lo, hi] (clipped), proportionally to overlap."""
+    edges = np.linspace(lo, hi + 1, bins + 1)
+    out = np.zeros(bins)
+    sel = (highs >= lo) & (lows <= hi)
+    for bl, bh, c in zip(lows[sel], highs[sel], counts[sel], strict=True):
+        left, right = max(bl, lo), min(bh, hi) + 1
+        width = bh - bl + 1
+        i0 = int(np.searchsorted(edges, left, side="right")) - 1
+        i1 = int(np.searchsorted(edges, right, side="left"))
+        for i in range(max(i0, 0), min(i1, bins)):
+            overlap = min(right, edges[i + 1]) - max(left, edges[i])
+            if overlap > 0:
+                out[i] += c * overlap / width
+    return edges, out
+
+
+def delay_histogram(analysis, path: Path) -> Path:
+    plt = _plt()
+    table = analysis.tables["delay_histogram"]
+    lows, highs, counts = (table[c].to_numpy() for c in ("low_ns", "high_ns", "messages"))
+    pct = analysis.delay_percentiles
+    fig, (core, full) = plt.subplots(1, 2, figsize=(13, 4.8))
+    if counts.size:
+        cum = np.cumsum(counts) / counts.sum()  # the core: bins holding the 0.1 % .. 99.9 % quantiles
+        lo = int(lows[min(np.searchsorted(cum, 0.001), cum.size - 1)])
+        hi = int(highs[min(np.searchsorted(cum, 0.999), cum.size - 1)])
+        if hi <= lo:
+            lo, hi = int(lows.min()), int(highs.max())
+        pad = max(1, (hi - lo) // 20)
+        edges, values = _rebin(lows, highs, counts, lo - pad, hi + pad, 120)
+        core.bar(edges[:-1] / _NS_PER_MS, values, width=np.diff(edges) / _NS_PER_MS, align="edge",
+                 color="#3d8bfd")
+        core.set_title("A-B delay, core (p0.1 - p99.9)")
+        edges, values = _rebin(lows, highs, counts, int(lows.min()), int(highs.max()), 200)
+        full.bar(edges[:-1] / _NS_PER_MS, np.maximum(values, 0), width=np.diff(edges) / _NS_PER_MS,
+                 align="edge", color="#6c757d")
+        full.set_yscale("log")
+        full.set_title("A-B delay, full range (log count)")
+        for ax in (core, full):
+            for q, style in ((0.5, "-"), (0.99, "--")):
+                if q in pct:
+                    ax.axvline(pct[q] / _NS_PER_MS, color="#d62728", ls=style, lw=1,
+                               label=f"p{q * 100:g} = {pct[q] / _NS_PER_MS:.3f} ms")
+            ax.set_xlabel("arrival on B - arrival on A (ms); > 0: A first")
+            ax.set_ylabel("messages")
+            ax.grid(alpha=0.3)
+            ax.legend()
+    else:
+        core.text(0.5, 0.5, "no message was received on both feeds", ha="center", transform=core.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def rate_timeline(analysis, path: Path) -> Path:
+    plt = _plt()
+    rates = analysis.tables["rates"]
+    wins = analysis.tables["wins"]
+    fig, (ax_rate, ax_mpp, ax_win) = plt.subplots(3, 1, figsize=(11, 8.5), sharex=True)
+    for feed in ("A", "B"):
+        part = rates[rates["feed"] == feed]
+        t = _times(part["window_start_ns"])
+        ax_rate.step(t, part["messages_per_s"], where="post", color=LIGHT[feed], lw=1, label=f"feed {feed}")
+        ax_mpp.step(t, part["messages_per_packet"], where="post", color=LIGHT[feed], lw=1, label=f"feed {feed}")
+    if not wins.empty:
+        ax_win.step(_times(wins["window_start_ns"]), 100 * wins["share_A"], where="post", color=LIGHT["A"], lw=1,
+                    label="won by A")
+        ax_win.step(_times(wins["window_start_ns"]), 100 * wins["share_B"], where="post", color=LIGHT["B"], lw=1,
+                    label="won by B")
+    for ax in (ax_rate, ax_mpp, ax_win):
+        _mark_events(ax, analysis)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right")
+    ax_rate.set_ylabel("messages / s")
+    ax_rate.set_title(f"Message rate per {analysis.window_ns / 1e9:g} s window (red: freezes)")
+    ax_mpp.set_ylabel("messages / packet")
+    ax_win.set_ylabel("delivered copy (%)")
+    ax_win.set_xlabel("arrival time (UTC)")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def draw_all(analysis, directory: Path) -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = {
+        "sequence_vs_time": sequence_vs_time(analysis, directory / "sequence_vs_time.png"),
+        "delay_histogram": delay_histogram(analysis, directory / "delay_histogram.png"),
+        "rate_timeline": rate_timeline(analysis, directory / "rate_timeline.png"),
+    }
+    for i, window in enumerate(analysis.detail.get("freeze_windows", [])[:MAX_FREEZE_PLOTS], start=1):
+        out[f"freeze_{i}"] = freeze_closeup(window, directory / f"freeze_{i}.png", i)
+    return out

@@ -1,0 +1,72 @@
+"""`logbuf scenario` / `logbuf analyze` command lines: wiring and user errors (no Spark started)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logbuf.pipeline.options import AnalyzeConfig, add_arguments, config_from_args
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _logbuf(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "logbuf.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+
+
+def test_scenario_command_writes_a_recording(tmp_path):
+    out = tmp_path / "rec"
+    done = _logbuf("scenario", str(out), "--messages", "20k", "--unrecovered", "15000-15004", "--quiet")
+    assert done.returncode == 0, done.stderr
+    truth = json.loads((out / "_scenario_truth.json").read_text())
+    assert truth["sequences"] == 20_000 and len(truth["both_gaps"]) == 2 and len(truth["freezes"]) == 1
+    again = _logbuf("scenario", str(out), "--messages", "20k", "--quiet")
+    assert again.returncode == 2 and "already holds a recording" in again.stderr
+
+
+def test_analyze_rejects_what_is_not_a_recording_before_starting_spark(tmp_path):
+    done = _logbuf("analyze", str(tmp_path), str(tmp_path / "out"), timeout=30)
+    assert done.returncode == 2
+    assert "not a logbuf recording" in done.stderr
+    assert "starting Spark" not in done.stderr
+
+
+def test_analyze_options_parse_into_a_config():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["rec", "out", "--window", "250ms", "--percentiles", "50,99.9", "--min-silence",
+                              "80ms", "--session", "S1"])
+    config = config_from_args(args)
+    assert config.window_ns == 250_000_000 and config.percentiles == (0.5, 0.999)
+    assert config.freeze.min_silence_ns == 80_000_000 and config.session == "S1"
+    for bad in (["--window", "5"], ["--percentiles", "101"], ["--min-silence", "-1ms"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["rec", "out", *bad])
+    with pytest.raises(ValueError):
+        AnalyzeConfig(bucket_size=10)
+
+
+def test_the_cli_loads_without_the_analytics_extra():
+    """`logbuf` (and `logbuf analyze --help`) must not need pyspark/pyarrow/pandas/matplotlib to start."""
+    code = (
+        "import builtins, sys\n"
+        "real = builtins.__import__\n"
+        "def guard(name, *a, **k):\n"
+        "    if name.split('.')[0] in ('pandas', 'pyarrow', 'pyspark', 'matplotlib'):\n"
+        "        raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = guard\n"
+        "from logbuf import cli\n"
+        "sys.exit(cli.main(['scenario', '/nonexistent/x', '--quiet']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2
+    assert "is not installed" in done.stderr and "analytics" in done.stderr
