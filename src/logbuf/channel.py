@@ -4,6 +4,11 @@
 separated by ``|``; sizes accept ``k``/``m``/``g`` suffixes (binary, as Aeron does).  Unknown parameters are
 kept (tools show them) but every parameter logbuf acts on is validated here, so a bad channel is refused
 with a message that says what is wrong before anything is created.
+
+UDP parameters: ``endpoint`` (required; a multicast group for multicast), ``interface`` (local address to bind
+or to send and join on, ``host[:port]``), ``ttl`` (multicast), ``fc`` (flow control: ``min``, ``max`` or
+``unicast``, optionally ``,t:<receiver timeout>`` such as ``fc=min,t:2s``).  Addresses are resolved by the
+driver (:mod:`logbuf.driver.udp_channel`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ SESSION_ID_PARAM = "session-id"
 
 _SIZE = re.compile(r"^(\d+)([kKmMgG]?)$")
 _SCALE = {"": 1, "k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024}
+_DURATION = re.compile(r"^(\d+)(ns|us|ms|s)$")
+_DURATION_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+# fc=<strategy>[,t:<receiver timeout>]: min = the slowest receiver sets the limit (receivers tracked by id),
+# max = the fastest one does (Aeron's multicast default), unicast = the one receiver
+FLOW_CONTROL_STRATEGIES = ("min", "max", "unicast")
 # UDP payload limit for one datagram carrying whole frames (IPv4: 65535 - 20 IP - 8 UDP), frame-aligned
 MAX_UDP_PAYLOAD_LENGTH = 65504
 
@@ -41,6 +51,20 @@ def parse_size(text: str, what: str) -> int:
     if not match:
         raise InvalidChannelError(f"{what}={text!r} is not a size (digits with an optional k, m or g suffix)")
     return int(match.group(1)) * _SCALE[match.group(2).lower()]
+
+
+def parse_duration_ns(text: str, what: str) -> int:
+    """``250us``, ``10ms``, ``5s`` (Aeron's duration suffixes) -> nanoseconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise InvalidChannelError(f"{what}={text!r} is not a duration (digits with ns, us, ms or s)")
+    return int(match.group(1)) * _DURATION_NS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class FlowControlSpec:
+    strategy: str  # one of FLOW_CONTROL_STRATEGIES
+    receiver_timeout_ns: int | None = None  # None: the driver's default
 
 
 @dataclass(frozen=True)
@@ -95,6 +119,26 @@ class ChannelUri:
         text = self.params.get(ENDPOINT_PARAM)
         return None if text is None else parse_endpoint(text)
 
+    def flow_control(self) -> FlowControlSpec | None:
+        """``fc=min``, ``fc=max,t:2s``, ... or None when the channel does not say."""
+        text = self.params.get(FLOW_CONTROL_PARAM)
+        if text is None:
+            return None
+        strategy, *options = text.split(",")
+        if strategy not in FLOW_CONTROL_STRATEGIES:
+            raise InvalidChannelError(
+                f"fc={text!r}: flow control must be one of {', '.join(FLOW_CONTROL_STRATEGIES)}"
+            )
+        timeout = None
+        for option in options:
+            key, sep, value = option.partition(":")
+            if key != "t" or not sep:
+                raise InvalidChannelError(f"fc={text!r}: unknown option {option!r} (t:<receiver timeout>)")
+            timeout = parse_duration_ns(value, "fc receiver timeout")
+            if timeout <= 0:
+                raise InvalidChannelError(f"fc={text!r}: the receiver timeout must be positive")
+        return FlowControlSpec(strategy, timeout)
+
     def validate(self) -> None:
         term_length = self.term_length(d.DEFAULT_IPC_TERM_LENGTH)
         try:
@@ -112,6 +156,7 @@ class ChannelUri:
                 raise InvalidChannelError(f"channel {self}: a UDP channel needs endpoint=host:port")
             if ENDPOINT_PARAM in self.params:
                 parse_endpoint(self.params[ENDPOINT_PARAM])
+            self.flow_control()
         elif ENDPOINT_PARAM in self.params:
             raise InvalidChannelError(f"channel {self}: an IPC channel has no endpoint")
 

@@ -62,7 +62,8 @@ def test_routing_to_the_image_and_polling(dispatcher: ReceiverDispatcher, make_l
     image = add_image(dispatcher, make_log)
     dispatcher.on_datagram(data(), 1, "sender:1")
     assert image.hwm_position == SETUP.join_position() + 64
-    events = dispatcher.poll(2, lambda img: img.rebuild_position)
+    assert image.rebuild_position == image.hwm_position  # in order: contiguous at once, no gap scan needed
+    events = dispatcher.poll(2, lambda img: SETUP.join_position())  # no subscriber has read anything yet
     assert [type(e.frame) for e in events] == [StatusMessage] and events[0].destination == "sender:1"
     assert events[0].frame.consumption_term_offset == 1024  # the new image announces its join position
     assert image.rebuild_position == SETUP.join_position() + 64

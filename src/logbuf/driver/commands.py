@@ -27,6 +27,22 @@ def _seconds(text: str) -> int:
     return int(value * SECOND)
 
 
+def _impairment(text: str) -> str:
+    from logbuf.driver.udp.impairment import Impairment
+
+    try:
+        Impairment.from_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _batch(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError("must be 1..64")
+    return int(text)
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "driver",
@@ -45,6 +61,24 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle", help="idle strategy: backoff[:max_park_ns] (default backoff:4000000), sleep[:ns], yield, spin")
     p.add_argument("--group-access", action="store_true", help="directory 0770 and files 0660 (default 0700/0600)")
     p.add_argument("--pre-touch", action="store_true", help="fault log pages in when a log is created")
+    udp = p.add_argument_group("UDP (network publications and images)")
+    udp.add_argument("--threading-mode", choices=["shared"], help="conductor, sender and receiver in one loop")
+    udp.add_argument("--network-term-length", type=_size, help="term length of network publications (16m)")
+    udp.add_argument("--network-publication-window", type=_size, help="pub-lmt ahead of snd-pos (half a term)")
+    udp.add_argument("--receiver-window", type=_size, help="window SMs offer senders (min(128k, T/2))")
+    udp.add_argument("--image-liveness-timeout", type=_seconds, help="seconds before a silent image goes (10)")
+    udp.add_argument("--flow-control-receiver-timeout", type=_seconds,
+                     help="seconds before a silent receiver stops holding a sender back (5)")
+    udp.add_argument("--loss-give-up", type=_seconds,
+                     help="seconds a gap may stay open before it is filled with padding (default: never)")
+    udp.add_argument("--socket-rcvbuf", type=_size, help="SO_RCVBUF asked for (2m; capped by rmem_max)")
+    udp.add_argument("--socket-sndbuf", type=_size, help="SO_SNDBUF asked for (2m; capped by wmem_max)")
+    udp.add_argument("--send-batch", type=_batch, help="data datagrams per publication per duty cycle (16)")
+    udp.add_argument("--receive-batch", type=_batch, help="datagrams per recvmmsg (32)")
+    udp.add_argument("--impair-send", type=_impairment, metavar="SPEC",
+                     help="tests: impair every datagram sent, e.g. drop=0.05,reorder=0.05,delay=50us,seed=7")
+    udp.add_argument("--impair-receive", type=_impairment, metavar="SPEC",
+                     help="tests: impair every datagram received (same SPEC syntax)")
     p.set_defaults(func=_run_driver)
 
 
@@ -64,6 +98,19 @@ def _run_driver(args: argparse.Namespace) -> int:
             idle_strategy=args.idle,
             group_access=args.group_access or None,
             pre_touch=args.pre_touch or None,
+            threading_mode=args.threading_mode,
+            network_term_length=args.network_term_length,
+            network_publication_window=args.network_publication_window,
+            receiver_window=args.receiver_window,
+            image_liveness_timeout_ns=args.image_liveness_timeout,
+            flow_control_receiver_timeout_ns=args.flow_control_receiver_timeout,
+            loss_give_up_ns=args.loss_give_up,
+            socket_rcvbuf=args.socket_rcvbuf,
+            socket_sndbuf=args.socket_sndbuf,
+            send_batch=args.send_batch,
+            receive_batch=args.receive_batch,
+            send_impairment=args.impair_send,
+            receive_impairment=args.impair_receive,
         )
     except (LogbufError, ValueError) as exc:
         print(f"logbuf driver: {exc}", file=sys.stderr)
@@ -71,9 +118,12 @@ def _run_driver(args: argparse.Namespace) -> int:
     ctx = driver.ctx
     print(
         f"logbuf driver: pid {driver.cnc.layout.pid if driver.cnc else '?'} in {driver.directory} "
-        f"(ipc term {ctx.ipc_term_length >> 10} KiB, mtu {ctx.mtu}, idle {ctx.idle_strategy}, "
-        f"client liveness {ctx.client_liveness_timeout_ns // MS} ms, unblock {ctx.unblock_timeout_ns // MS} ms); "
-        f"Ctrl-C to stop",
+        f"(ipc term {ctx.ipc_term_length >> 10} KiB, network term {ctx.network_term_length >> 10} KiB, "
+        f"mtu {ctx.mtu}, idle {ctx.idle_strategy}, {ctx.threading_mode} mode, "
+        f"client liveness {ctx.client_liveness_timeout_ns // MS} ms, unblock {ctx.unblock_timeout_ns // MS} ms"
+        + "".join(f", {name} impairment {spec}" for name, spec in (("send", ctx.send_impairment),
+                                                                  ("receive", ctx.receive_impairment)) if spec)
+        + "); Ctrl-C to stop",
         file=sys.stderr,
         flush=True,
     )

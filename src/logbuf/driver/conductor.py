@@ -1,14 +1,20 @@
-"""``DriverConductor``: the media driver's one agent — commands in, responses out, duties on every log.
+"""``DriverConductor``: the media driver's conductor — commands in, responses out, duties on every log.
 
 Each duty cycle (``do_work(now_ns)``):
 
 1. read client commands from the to-driver ring buffer (bounded per cycle) and answer on the broadcast;
 2. run every IPC publication's duty: pub-pos, pub-lmt (min sub-pos + window, with hysteresis),
-   cleaning behind the slowest subscriber, isConnected;
-3. beat the driver heartbeat (the ring's consumer heartbeat, epoch ms);
+   cleaning behind the slowest subscriber, isConnected; and every network publication's (pub-lmt follows
+   snd-pos + window while a receiver is connected, cleaning one term behind snd-pos);
+3. beat the driver heartbeat (the ring's consumer heartbeat, epoch ms) and publish the network system
+   counters;
 4. on the timer (every ``timer_interval_ns``): unblock stalled claims, time out dead clients, unblock a
    to-driver record a dead client left half-written, and finish draining publications (linger, then
    delete their files).
+
+Commands on ``aeron:udp`` channels go to the :class:`NetworkConductor`, which owns channel endpoints, network
+publications and images and feeds the :class:`Sender` and :class:`Receiver` duties (``self.sender``,
+``self.receiver``: the media driver runs them in the same loop).
 
 Every command is decoded and validated before it touches any state; a bad one is answered with ON_ERROR
 (Aeron's codes) and recorded in the error log, never raised out of the duty cycle.  The conductor is
@@ -57,9 +63,12 @@ from logbuf.cnc.messages import (
     UnavailableImage,
     decode_command,
 )
-from logbuf.directory import LOG_SUFFIX, PUBLICATIONS_DIR
+from logbuf.directory import IMAGES_DIR, LOG_SUFFIX, PUBLICATIONS_DIR
+from logbuf.driver.command_error import CommandError
 from logbuf.driver.context import MS, DriverContext
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink
+from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription
+from logbuf.driver.network_publication import NetworkPublication
 from logbuf.logbuffer.log_buffers import LogBuffers
 
 NULL_VALUE = -1
@@ -77,14 +86,11 @@ SOFTWARE_VERSION = 34
 BYTES_MAPPED = 35
 CYCLE_THRESHOLD_NS = 1_000_000_000 // 1000  # 1 ms: a conductor cycle longer than this is counted
 SOFTWARE_VERSION_VALUE = (0 << 16) | (1 << 8) | 0  # logbuf 0.1.0, encoded as Aeron encodes its version
+NETWORK_COUNTERS_INTERVAL_NS = 1_000_000  # the network system counters reach cnc.dat at least this often
 
+Publication = IpcPublication | NetworkPublication
 
-class CommandError(Exception):
-    """A command the driver refuses: answered with ON_ERROR(code, message)."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+__all__ = ["ClientSession", "CommandError", "DriverConductor", "SubscriptionLink"]
 
 
 class ClientSession:
@@ -93,7 +99,7 @@ class ClientSession:
     def __init__(self, client_id: int, heartbeat_counter_id: int) -> None:
         self.client_id = client_id
         self.heartbeat_counter_id = heartbeat_counter_id
-        self.publication_links: dict[int, IpcPublication] = {}  # link registration id -> publication
+        self.publication_links: dict[int, Publication] = {}  # link registration id -> publication
         self.subscriptions: set[int] = set()
         self.counters: dict[int, int] = {}  # registration id -> counter id
         self.closed = False
@@ -163,9 +169,25 @@ class DriverConductor:
         self.on_terminate = on_terminate
         self.clients: dict[int, ClientSession] = {}
         self.publications: list[IpcPublication] = []
-        self.subscriptions: dict[int, SubscriptionLink] = {}
+        self.subscriptions: dict[int, SubscriptionLink | NetworkSubscription] = {}
         self.publications_dir = Path(ctx.directory) / PUBLICATIONS_DIR
         self._rng = random.SystemRandom()
+        self.network = NetworkConductor(
+            ctx,
+            self.counters,
+            self.system,
+            respond=self._send,
+            record_error=self._record_error,
+            next_correlation_id=self.ring.next_correlation_id,
+            new_session_id=self._new_session_id,
+            ensure_wake_semaphore=self.ensure_wake_semaphore,
+            bytes_mapped=self._add_bytes_mapped,
+            publications_dir=self.publications_dir,
+            images_dir=Path(ctx.directory) / IMAGES_DIR,
+        )
+        self.sender = self.network.sender
+        self.receiver = self.network.receiver
+        self._next_network_counters_ns = 0
         self._last_heartbeat_ms = 0
         self._next_timer_ns: int | None = None
         self._last_ring_head = self.ring.consumer_position()
@@ -178,9 +200,14 @@ class DriverConductor:
 
     def do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
+        self.network.now_ns = now_ns
         work = self._read_commands()
         for publication in self.publications:
             work += publication.update()
+        work += self.network.update(now_ns)
+        if now_ns >= self._next_network_counters_ns:
+            self._next_network_counters_ns = now_ns + NETWORK_COUNTERS_INTERVAL_NS
+            self.network.network_counters.publish()
         now_ms = self.epoch_ms()
         if now_ms != self._last_heartbeat_ms:
             self._last_heartbeat_ms = now_ms
@@ -207,11 +234,17 @@ class DriverConductor:
                 work += 1
         work += self._check_client_liveness(now_ms)
         work += self._check_blocked_commands(now_ns)
-        for publication in [p for p in self.publications if p.state == PublicationState.DRAINING]:
+        publications = (*self.publications, *self.network.publications)
+        for publication in [p for p in publications if p.state == PublicationState.DRAINING]:
             if publication.is_drained(now_ns):
                 self._close_publication(publication)
                 work += 1
         return work
+
+    def on_duty_error(self, duty: Any, exc: BaseException) -> None:
+        """An exception escaped a duty cycle (a bug): recorded in the error log, the driver carries on."""
+        where = getattr(duty, "__qualname__", repr(duty))
+        self._record_error(f"{where}: {type(exc).__name__}: {exc}")
 
     def _increment(self, system_id: int, delta: int = 1) -> None:
         counter_id = self.system[system_id]
@@ -302,17 +335,16 @@ class DriverConductor:
 
     def _parse_channel(self, channel: str) -> ChannelUri:
         try:
-            uri = ChannelUri.parse(channel)
+            return ChannelUri.parse(channel)
         except InvalidChannelError as exc:
             raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
-        if not uri.is_ipc:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel {channel}: only aeron:ipc is served here")
-        return uri
 
     def _add_publication(self, client: ClientSession, msg: PublicationMessage, exclusive: bool) -> None:
         uri = self._parse_channel(msg.channel)
-        publication = None
-        if not exclusive:
+        publication: Publication | None = None
+        if uri.is_udp:
+            publication = self.network.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive)
+        elif not exclusive:
             publication = self._shared_publication(msg.stream_id, uri)
         if publication is None:
             publication = self._new_publication(msg.correlation_id, uri, msg.stream_id, exclusive)
@@ -329,7 +361,7 @@ class DriverConductor:
                 publication.session_id,
                 publication.stream_id,
                 publication.pub_lmt_counter_id,
-                NULL_VALUE,
+                publication.channel_status_id,
                 str(publication.log.path),
             ),
         )
@@ -354,7 +386,7 @@ class DriverConductor:
         return None
 
     def _new_session_id(self) -> int:
-        used = {p.session_id for p in self.publications}
+        used = {p.session_id for p in (*self.publications, *self.network.publications)}
         while True:
             session_id = self._rng.randint(-(2**31), 2**31 - 1)
             if session_id not in used:
@@ -410,12 +442,15 @@ class DriverConductor:
             on_unblocked=lambda: self._increment(UNBLOCKED_PUBLICATIONS),
         )
         self.publications.append(publication)
-        self._bytes_mapped += os.path.getsize(path)
-        self.counters.set_counter_value(self.system[BYTES_MAPPED], self._bytes_mapped)
+        self._add_bytes_mapped(os.path.getsize(path))
         for subscription in self.subscriptions.values():
-            if subscription.stream_id == stream_id:
+            if isinstance(subscription, SubscriptionLink) and subscription.stream_id == stream_id:
                 self._link(subscription, publication)
         return publication
+
+    def _add_bytes_mapped(self, delta: int) -> None:
+        self._bytes_mapped = max(0, self._bytes_mapped + delta)
+        self.counters.set_counter_value(self.system[BYTES_MAPPED], self._bytes_mapped)
 
     def _remove_publication(self, client: ClientSession, msg: RemoveMessage) -> None:
         publication = client.publication_links.get(msg.registration_id)
@@ -430,8 +465,11 @@ class DriverConductor:
         if not publication.publishers and publication.state == PublicationState.ACTIVE:
             publication.start_draining(self._now_ns, self.ctx.publication_linger_timeout_ns)
 
-    def _close_publication(self, publication: IpcPublication) -> None:
+    def _close_publication(self, publication: Publication) -> None:
         """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
+        if isinstance(publication, NetworkPublication):
+            self.network.close_publication(publication)
+            return
         for link in list(publication.subscribers.values()):
             self._unlink_subscriber(publication, link, notify=True)
         self.counters.free(publication.pub_pos_counter_id)
@@ -440,8 +478,7 @@ class DriverConductor:
         self.publications.remove(publication)
         path = publication.log.path
         with contextlib.suppress(OSError):
-            self._bytes_mapped -= os.path.getsize(path)
-        self.counters.set_counter_value(self.system[BYTES_MAPPED], max(0, self._bytes_mapped))
+            self._add_bytes_mapped(-os.path.getsize(path))
         publication.log.close()
         # clients that still map the file keep their pages; the name is gone
         with contextlib.suppress(FileNotFoundError):
@@ -453,6 +490,14 @@ class DriverConductor:
         uri = self._parse_channel(msg.channel)
         if msg.correlation_id in self.subscriptions:
             raise CommandError(ErrorCode.GENERIC_ERROR, f"registration id {msg.correlation_id} already in use")
+        if uri.is_udp:
+            network = self.network.add_subscription(msg.correlation_id, client.client_id, uri, msg.stream_id)
+            self.subscriptions[msg.correlation_id] = network
+            client.subscriptions.add(msg.correlation_id)
+            self._send(ControlResponse.ON_SUBSCRIPTION_READY,
+                       SubscriptionReady(msg.correlation_id, network.endpoint.status_counter_id))
+            self.network.link_existing_images(network)
+            return
         resume = parse_resume_positions(uri)
         self.ensure_wake_semaphore(msg.stream_id)
         subscription = SubscriptionLink(msg.correlation_id, client.client_id, msg.stream_id, uri.canonical(), resume)
@@ -522,7 +567,10 @@ class DriverConductor:
 
     def _drop_subscription(self, client: ClientSession, registration_id: int) -> None:
         client.subscriptions.discard(registration_id)
-        self.subscriptions.pop(registration_id, None)
+        subscription = self.subscriptions.pop(registration_id, None)
+        if isinstance(subscription, NetworkSubscription):
+            self.network.remove_subscription(registration_id)
+            return
         for publication in self.publications:
             link = publication.subscribers.get(registration_id)
             if link is not None:
@@ -610,6 +658,7 @@ class DriverConductor:
     def close(self) -> None:
         """Driver shutdown: heartbeat NULL (clients see it at once), logs closed and deleted."""
         self.ring.consumer_heartbeat_time = 0
+        self.network.close()
         for publication in list(self.publications):
             publication.log.close()
             with contextlib.suppress(FileNotFoundError):

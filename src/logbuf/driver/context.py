@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from logbuf.directory import resolve_directory
+from logbuf.driver.udp.impairment import Impairment
 from logbuf.idle import idle_strategy
 from logbuf.logbuffer import descriptor as d
 
@@ -40,6 +41,23 @@ class DriverContext:
     group_access: bool = False  # directory 0770 / files 0660 instead of 0700 / 0600
     pre_touch: bool = False  # fault log pages in when a log is created (no page faults on the first lap)
     terminate_token: bytes | None = None  # TERMINATE_DRIVER is honoured only with this token
+    # -- UDP (network publications and images) --
+    threading_mode: str = "shared"  # conductor, sender and receiver duties in one loop (the only mode)
+    conductor_interval_ns: int = 1_000_000  # shared mode: the conductor's duty runs at most this often
+    network_publication_window: int = 0  # 0: half a term; pub-lmt = snd-pos + this window
+    receiver_window: int = 0  # 0: min(128 KiB, T/2); what SMs offer the sender
+    image_liveness_timeout_ns: int = 10 * SECOND  # an image silent this long is removed
+    flow_control_receiver_timeout_ns: int = 5 * SECOND  # a receiver silent this long stops holding a sender
+    nak_unicast_delay_ns: int = 100_000  # unicast: first NAK after 100 us, retries every 100x that
+    nak_multicast_max_backoff_ns: int = 10 * MS  # multicast: randomised NAK delay up to this
+    nak_multicast_group_size: int = 10  # expected receivers (shapes the multicast NAK delay)
+    loss_give_up_ns: int | None = None  # a gap open this long is filled with PAD (None: never)
+    socket_rcvbuf: int = 2 * 1024 * 1024  # asked for; the kernel caps it at net.core.rmem_max (0: OS default)
+    socket_sndbuf: int = 2 * 1024 * 1024
+    send_batch: int = 16  # data datagrams a publication sends per duty cycle (one sendmmsg)
+    receive_batch: int = 32  # datagrams per recvmmsg
+    send_impairment: str | None = None  # tests: e.g. "drop=0.05,reorder=0.05,seed=7" on every datagram sent
+    receive_impairment: str | None = None  # ... and on every datagram received
 
     @classmethod
     def build(cls, **options: Any) -> DriverContext:
@@ -87,6 +105,33 @@ class DriverContext:
         if self.counters_values_length < 64 * 128 or self.counters_values_length % 128:
             raise ValueError("counters_values_length must hold at least 64 counters of 128 bytes")
         idle_strategy(self.idle_strategy)  # raises for an unknown name
+        if self.threading_mode != "shared":
+            raise ValueError(f"threading_mode {self.threading_mode!r}: only 'shared' is supported")
+        for name in ("network_publication_window", "receiver_window", "socket_rcvbuf", "socket_sndbuf",
+                     "conductor_interval_ns"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+        for name in (
+            "image_liveness_timeout_ns",
+            "flow_control_receiver_timeout_ns",
+            "nak_multicast_max_backoff_ns",
+            "nak_multicast_group_size",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.nak_unicast_delay_ns < 0:
+            raise ValueError("nak_unicast_delay_ns must be >= 0")
+        if self.loss_give_up_ns is not None and self.loss_give_up_ns < 0:
+            raise ValueError("loss_give_up_ns must be None (never) or >= 0")
+        if not 1 <= self.send_batch <= 64 or not 1 <= self.receive_batch <= 64:
+            raise ValueError("send_batch and receive_batch must be in 1..64")
+        for name in ("send_impairment", "receive_impairment"):
+            spec = getattr(self, name)
+            if spec is not None:
+                try:
+                    Impairment.from_spec(spec)
+                except ValueError as exc:
+                    raise ValueError(f"{name}: {exc}") from None
 
     @property
     def dir_mode(self) -> int:
@@ -100,3 +145,14 @@ class DriverContext:
         if self.ipc_publication_window:
             return min(self.ipc_publication_window, term_length)
         return term_length // 2
+
+    def network_window(self, term_length: int) -> int:
+        """pub-lmt runs this far ahead of snd-pos (at most half a term: one term stays behind snd-pos)."""
+        if self.network_publication_window:
+            return min(self.network_publication_window, term_length // 2)
+        return term_length // 2
+
+    def impairment(self, which: str, index: int) -> Impairment | None:
+        """A fresh impairment for the ``index``-th transport from the ``send`` / ``receive`` spec, or None."""
+        spec = self.send_impairment if which == "send" else self.receive_impairment
+        return None if spec is None else Impairment.from_spec(spec, seed_offset=7919 * index)

@@ -149,6 +149,7 @@ class IpcPublication:
         self.stream_id = log.stream_id
         self.pub_pos_counter_id = pub_pos_counter_id
         self.pub_lmt_counter_id = pub_lmt_counter_id
+        self.channel_status_id = -1  # IPC has no channel endpoint
         self.subscribers: dict[int, SubscriberLink] = {}
         self._positions: tuple[Position, ...] = ()
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id

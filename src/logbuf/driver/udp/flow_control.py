@@ -33,6 +33,11 @@ class FlowControl(Protocol):
     @property
     def receiver_count(self) -> int: ...
 
+    @property
+    def receivers_at_end_of_stream(self) -> bool:
+        """Every tracked receiver reported end of stream (an SM with the EOS flag); False with none."""
+        ...
+
 
 @dataclass(slots=True)
 class ReceiverState:
@@ -72,6 +77,10 @@ class UnicastFlowControl:
     def receiver_count(self) -> int:
         return 0 if self.receiver is None else 1
 
+    @property
+    def receivers_at_end_of_stream(self) -> bool:
+        return self.receiver is not None and self.receiver.end_of_stream
+
 
 class MinMulticastFlowControl:
     """``fc=min``: the slowest live receiver sets the limit."""
@@ -108,3 +117,7 @@ class MinMulticastFlowControl:
     @property
     def receiver_count(self) -> int:
         return len(self.receivers)
+
+    @property
+    def receivers_at_end_of_stream(self) -> bool:
+        return bool(self.receivers) and all(r.end_of_stream for r in self.receivers.values())

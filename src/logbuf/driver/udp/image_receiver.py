@@ -121,8 +121,47 @@ class ImageReceiver:
         written = self.rebuilder.insert(index, term_offset, datagram, packet.length)
         end = position + packet.term_span
         if end > self.hwm_position:
+            if position == self.hwm_position == self.rebuild_position:
+                self.rebuild_position = end  # in order with nothing missing: contiguous, no gap scan needed
             self.hwm_position = end
         return written
+
+    @property
+    def in_order_limit(self) -> int | None:
+        """For a caller that inserts in-order data itself (the driver's native receive path): None unless
+        the image is active and has nothing missing; else where such data may end (last SM position + the
+        window - past it is a flow control over-run).  The next in-order datagram starts at the rebuild
+        position."""
+        if self.state is not ImageState.ACTIVE or self.rebuild_position != self.hwm_position:
+            return None
+        return self.sm.last_sm_position + self.window_length
+
+    def on_data_in_order(self, end_position: int, now_ns: int) -> None:
+        """The caller put in-order DATA datagrams into the term as :meth:`on_data` would have (their
+        session, stream and term fit, starting at the rebuild position, ending within
+        :attr:`in_order_limit`): the rebuild position and the high-water mark move to ``end_position``."""
+        if end_position <= self.rebuild_position or self.rebuild_position != self.hwm_position:
+            raise ValueError(f"in-order data cannot end at {end_position}: rebuild {self.rebuild_position}, "
+                             f"hwm {self.hwm_position}")
+        self.last_packet_ns = now_ns
+        self.rebuild_position = self.hwm_position = end_position
+
+    @property
+    def has_gap(self) -> bool:
+        """Data beyond the rebuild position is missing (the loss detector has work)."""
+        return self.rebuild_position < self.hwm_position
+
+    def poll_needed(self, consumption_position: int) -> bool:
+        """Whether :meth:`poll` with this consumption position could do anything but what its timers
+        (:meth:`next_deadline_ns`) schedule: a gap to scan, an SM due by progress, space to clean, the end of
+        the stream.  Lets a duty cycle skip a poll that would find nothing (the hot path of a busy image)."""
+        return (
+            self.rebuild_position < self.hwm_position
+            or consumption_position - self.sm.last_sm_position > self.sm.threshold
+            or consumption_position - self.term_length > self._cleaner.clean_position
+            or self.end_of_stream_position is not None
+            or self.state is not ImageState.ACTIVE
+        )
 
     def on_setup(self, setup: SetupFrame, now_ns: int) -> None:
         """A SETUP for an image we already have: the sender has not heard from us, so answer at once."""
@@ -149,7 +188,7 @@ class ImageReceiver:
             self.state = ImageState.TIMED_OUT
             return []
         out: list[ControlFrame] = []
-        for _ in range(4):  # a give-up fill lets the scan go on to the next gap
+        for _ in range(4 if self.rebuild_position < self.hwm_position else 0):  # a give-up fill: the next gap
             scan = self.loss.scan(self.rebuild_position, self.hwm_position, now_ns)
             if scan.rebuild_position > self.rebuild_position:
                 self.rebuild_position = scan.rebuild_position
@@ -182,11 +221,9 @@ class ImageReceiver:
 
     def next_deadline_ns(self) -> int:
         """The earliest time a timer (SM, NAK, give-up, liveness) needs a poll."""
-        deadlines = [self.last_packet_ns + self.liveness_timeout_ns, self.sm.next_deadline_ns()]
-        loss = self.loss.next_deadline_ns()
-        if loss is not None:
-            deadlines.append(loss)
-        return min(deadlines)
+        deadline = min(self.last_packet_ns + self.liveness_timeout_ns, self.sm.next_deadline_ns())
+        loss = self.loss.next_deadline_ns() if self.loss.active is not None else None
+        return deadline if loss is None else min(deadline, loss)
 
     def _clean(self, target: int) -> None:
         cleaner = self._cleaner

@@ -145,14 +145,10 @@ class PublicationSender:
         setup = self.schedule.setup_due(now_ns)
         if setup:
             out.append(Outgoing(OutgoingKind.SETUP, self.setup_frame().encode()))
-        position = None
-        for _ in range(max_datagrams):
-            plan = self.planner.plan(self.snd_lmt, position)
-            if plan is None:
-                break
+        plans = self.planner.plan_batch(self.snd_lmt, max_datagrams)
+        for plan in plans:
             out.append(Outgoing(OutgoingKind.DATA, plan.buffer, plan))
-            position = plan.next_position
-        if position is None and not setup and self.schedule.heartbeat_due(now_ns):  # a SETUP says as much
+        if not plans and not setup and self.schedule.heartbeat_due(now_ns):  # a SETUP says as much
             out.append(Outgoing(OutgoingKind.HEARTBEAT, self.heartbeat_header().encode()))
         self.snd_lmt = self.flow_control.on_idle(now_ns, self.snd_lmt, self.planner.position)
         out.extend(self._resend(self.retransmit.on_timer(now_ns, self.planner.position)))
@@ -179,6 +175,12 @@ class PublicationSender:
         elif item.kind is OutgoingKind.RETRANSMIT:
             self.counters.retransmitted_bytes += bytes_sent
         return True
+
+    def on_data_sent(self, next_position: int, bytes_sent: int, now_ns: int) -> None:
+        """Data datagrams planned and sent outside :meth:`poll` (the driver's native send of a batch, used when
+        no timer is due) went whole: snd-pos moves to ``next_position``."""
+        self.planner.on_sent_natively(next_position, bytes_sent)
+        self.schedule.on_data_sent(now_ns)
 
     def next_deadline_ns(self) -> int:
         """When a timer (SETUP, heartbeat, delayed retransmit, linger) next needs a poll."""

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from logbuf.driver.udp.counters import ReceiverCounters
 from logbuf.driver.udp.image_receiver import ImageReceiver, ImageState
-from logbuf.protocol.datagram import ControlFrame, DataPacket, PacketKind, classify
+from logbuf.protocol.datagram import ControlFrame, DataPacket, Packet, PacketKind, classify
 from logbuf.protocol.header import MalformedFrameError
 from logbuf.protocol.rttm import RttMeasurement
 from logbuf.protocol.setup import SetupFrame
@@ -113,12 +113,21 @@ class ReceiverDispatcher:
     # -- datagrams -----------------------------------------------------------------------------------
 
     def on_datagram(self, datagram: bytes | memoryview, now_ns: int, source: Any = None) -> list[Event]:
-        self.counters.bytes_received += len(datagram)
         try:
             packet = classify(datagram)
         except MalformedFrameError:
-            self.counters.invalid_packets += 1
+            self.on_invalid(len(datagram))
             return []
+        return self.on_packet(packet, datagram, now_ns, source)
+
+    def on_invalid(self, length: int) -> None:
+        """A datagram the caller found malformed (its own check, e.g. the driver's native one): counted."""
+        self.counters.bytes_received += length
+        self.counters.invalid_packets += 1
+
+    def on_packet(self, packet: Packet, datagram: bytes | memoryview, now_ns: int, source: Any = None) -> list[Event]:
+        """A datagram already classified (by :func:`classify`, or a check that applies the same rules)."""
+        self.counters.bytes_received += len(datagram)
         if isinstance(packet, DataPacket):
             return self._on_data(packet, datagram, now_ns, source)
         out: list[Event] = []
@@ -181,7 +190,9 @@ class ReceiverDispatcher:
         out: list[Event] = []
         for key, entry in list(self.images.items()):
             image = entry.image
-            out.extend(Reply(frame, entry.source) for frame in image.poll(now_ns, consumption_position(image)))
+            frames = image.poll(now_ns, consumption_position(image))
+            if frames:
+                out.extend(Reply(frame, entry.source) for frame in frames)
             if image.state is not ImageState.ACTIVE:
                 del self.images[key]
                 self._cool_down[key] = now_ns + self.cool_down_ns

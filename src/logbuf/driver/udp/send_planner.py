@@ -18,11 +18,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from logbuf.driver.udp.counters import SenderCounters
+from logbuf.errors import LogCorruptedError
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_scanner import scan_for_availability
+from logbuf.native import ffi, lib
 
 _MAX_SCAN = (1 << 31) - 1
+_MAX_BATCH = 64
 
 
 class SendPlan(NamedTuple):
@@ -68,6 +71,7 @@ class SendPlanner:
         T = self.term_length
         self._term_views = [view[i * T : (i + 1) * T] for i in range(d.PARTITION_COUNT)]
         self._term_words = [v.cast("i") for v in self._term_views]
+        self._out = ffi.new("int32_t[]", 3 * _MAX_BATCH)  # offsets, lengths, paddings of lbn_plan_batch
 
     def plan(self, snd_lmt: int, position: int | None = None) -> SendPlan | None:
         """The next datagram from snd-pos (or from ``position``, to plan a batch ahead of confirmations) within
@@ -76,14 +80,69 @@ class SendPlanner:
             position = self.position
         window = snd_lmt - position
         plan = self._scan(position, min(window, self.mtu, _MAX_SCAN)) if window > 0 else None
-        if plan is None and position == self.position and self._track_limits and self._frame_waiting(position):
+        if plan is None and position == self.position and self._track_limits and self.frame_waiting(position):
             self._track_limits = False
             self.snd_bpe += 1
             self.counters.flow_control_limits += 1
         return plan
 
-    def _frame_waiting(self, position: int) -> bool:
-        """A committed frame at ``position`` (only a hint for counting: the scanner re-reads with acquire)."""
+    def plan_batch(self, snd_lmt: int, max_datagrams: int) -> list[SendPlan]:
+        """Up to ``max_datagrams`` datagrams from snd-pos within ``snd_lmt``: what as many :meth:`plan` calls
+        would return one after the other, planned natively a term at a time (one call, not one per datagram).
+        Counts a flow-control limit as :meth:`plan` does when nothing could be planned."""
+        plans: list[SendPlan] = []
+        position = self.position
+        T = self.term_length
+        out = self._out
+        max_datagrams = min(max_datagrams, _MAX_BATCH)
+        while len(plans) < max_datagrams and snd_lmt > position:
+            index = d.index_by_position(position, self.position_bits)
+            term_offset = position & (T - 1)
+            n = lib.lbn_plan_batch(self._terms[index], T, term_offset, snd_lmt - position, self.mtu,
+                                   max_datagrams - len(plans), out, out + _MAX_BATCH, out + 2 * _MAX_BATCH)
+            if n == lib.LB_CORRUPT_FRAME:
+                raise LogCorruptedError(f"corrupted frame header at term offset {term_offset}", term_offset)
+            if n <= 0:
+                break
+            term_id = d.compute_term_id_from_position(position, self.position_bits, self.initial_term_id)
+            view = self._term_views[index]
+            term_begin = position - term_offset
+            for i in range(n):
+                offset, length, padding = out[i], out[_MAX_BATCH + i], out[2 * _MAX_BATCH + i]
+                plans.append(SendPlan(term_begin + offset, term_id, offset, length, padding,
+                                      view[offset : offset + length]))
+            position = term_begin + offset + length + padding
+            if position - term_begin < T:
+                break  # stopped inside the term: nothing more is committed (or the window is used)
+        if not plans:
+            self.note_nothing_planned()
+        return plans
+
+    def note_nothing_planned(self) -> None:
+        """Nothing could be planned from snd-pos: if a committed frame waits there, the window held it back
+        (counted once per episode, as :meth:`plan` counts)."""
+        if self._track_limits and self.frame_waiting(self.position):
+            self._track_limits = False
+            self.snd_bpe += 1
+            self.counters.flow_control_limits += 1
+
+    def on_sent_natively(self, next_position: int, bytes_sent: int) -> None:
+        """Datagrams planned and sent by one native call (the driver's ``lbn_send_term``) went whole:
+        snd-pos moves to ``next_position`` (padding skipped included), as :meth:`on_sent` would move it."""
+        if next_position <= self.position:
+            raise ValueError(f"snd-pos {self.position} cannot move to {next_position}")
+        self.position = next_position
+        self.counters.bytes_sent += bytes_sent
+        self._track_limits = True
+
+    @property
+    def term_pointers(self) -> list:
+        """``uint8_t *`` of each partition's term (for a native planner)."""
+        return self._terms
+
+    def frame_waiting(self, position: int) -> bool:
+        """A committed frame at ``position`` (a hint - for counting, and for a duty cycle to skip a sender
+        with nothing new - the scanner re-reads with acquire)."""
         term_offset = position & (self.term_length - 1)
         return self._term_words[d.index_by_position(position, self.position_bits)][term_offset >> 2] > 0
 

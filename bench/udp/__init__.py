@@ -1,0 +1,1 @@
+"""UDP benchmarks through the media driver: ``python -m bench.udp``."""

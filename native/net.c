@@ -1,0 +1,273 @@
+/*
+ * logbuf media driver UDP I/O: sendmmsg / recvmmsg in batches, and the data-plane check of received datagrams.
+ *
+ * One system call moves up to LBN_MAX_BATCH datagrams: the sender plans a batch of datagrams of its term in one
+ * call and hands over views into the term (no copy), the receiver gets a batch into fixed slots and checks every
+ * data datagram here in one pass, so Python only touches the first header of each.
+ *
+ * Data frame header (little-endian, Aeron's), what lbn_classify_data reads:
+ *
+ *     0              4         5       6        8             12           16          20        24           32
+ *     +--------------+---------+-------+--------+-------------+------------+-----------+---------+------------+
+ *     | frame length | version | flags | type   | term offset | session id | stream id | term id | reserved   |
+ *     | i32          | u8      | u8    | u16    | i32         | i32        | i32       | i32     | i64        |
+ *     +--------------+---------+-------+--------+-------------+------------+-----------+---------+------------+
+ *
+ * Every length read from a datagram is checked against the datagram's size before it is used.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "logbuf.h"
+#include "net.h"
+
+#define FRAME_LENGTH_OFFSET 0
+#define VERSION_OFFSET 4
+#define TYPE_OFFSET 6
+#define TERM_OFFSET_OFFSET 8
+#define SESSION_ID_OFFSET 12
+#define STREAM_ID_OFFSET 16
+#define TERM_ID_OFFSET 20
+#define HEADER_LENGTH 32
+#define FRAME_ALIGNMENT 32
+#define TYPE_PAD 0
+#define TYPE_DATA 1
+#define CURRENT_VERSION 0
+
+static inline int32_t get_i32(const uint8_t *p)
+{
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+static inline uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static inline int64_t align_frame(int64_t length)
+{
+    return (length + FRAME_ALIGNMENT - 1) & ~(int64_t)(FRAME_ALIGNMENT - 1);
+}
+
+int32_t lbn_recv_batch(int32_t fd, uint8_t *slots, int32_t slot_length, int32_t count, int32_t *lengths,
+                       uint8_t *addresses, int32_t *address_lengths)
+{
+    struct mmsghdr msgs[LBN_MAX_BATCH];
+    struct iovec iovs[LBN_MAX_BATCH];
+    if (count <= 0 || slot_length <= 0) return 0;
+    if (count > LBN_MAX_BATCH) count = LBN_MAX_BATCH;
+    memset(msgs, 0, sizeof(struct mmsghdr) * (size_t)count);
+    for (int32_t i = 0; i < count; i++) {
+        iovs[i].iov_base = slots + (int64_t)i * slot_length;
+        iovs[i].iov_len = (size_t)slot_length;
+        msgs[i].msg_hdr.msg_iov = &iovs[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_name = addresses + (int64_t)i * LBN_ADDRESS_SLOT;
+        msgs[i].msg_hdr.msg_namelen = LBN_ADDRESS_SLOT;
+    }
+    int n;
+    do {
+        n = recvmmsg(fd, msgs, (unsigned int)count, MSG_DONTWAIT, NULL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+    for (int i = 0; i < n; i++) {
+        int truncated = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) || msgs[i].msg_len > (unsigned int)slot_length;
+        lengths[i] = truncated ? LBN_TRUNCATED : (int32_t)msgs[i].msg_len;
+        socklen_t namelen = msgs[i].msg_hdr.msg_namelen;
+        address_lengths[i] = (int32_t)(namelen > LBN_ADDRESS_SLOT ? LBN_ADDRESS_SLOT : namelen);
+    }
+    return n;
+}
+
+int32_t lbn_send_batch(int32_t fd, const uint8_t **buffers, const int32_t *lengths, int32_t count,
+                       const uint8_t *address, int32_t address_length)
+{
+    struct mmsghdr msgs[LBN_MAX_BATCH];
+    struct iovec iovs[LBN_MAX_BATCH];
+    if (count <= 0) return 0;
+    if (count > LBN_MAX_BATCH) count = LBN_MAX_BATCH;
+    if (address_length < 0 || address_length > LBN_ADDRESS_SLOT) return -EINVAL;
+    memset(msgs, 0, sizeof(struct mmsghdr) * (size_t)count);
+    for (int32_t i = 0; i < count; i++) {
+        if (lengths[i] < 0) return -EINVAL;
+        iovs[i].iov_base = (void *)buffers[i];
+        iovs[i].iov_len = (size_t)lengths[i];
+        msgs[i].msg_hdr.msg_iov = &iovs[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_name = address_length > 0 ? (void *)address : NULL;
+        msgs[i].msg_hdr.msg_namelen = (socklen_t)address_length;
+    }
+    int n;
+    do {
+        n = sendmmsg(fd, msgs, (unsigned int)count, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : n;
+}
+
+int32_t lbn_send_from(int32_t fd, const uint8_t *base, const int32_t *offsets, const int32_t *lengths, int32_t count,
+                      const uint8_t *address, int32_t address_length)
+{
+    const uint8_t *buffers[LBN_MAX_BATCH];
+    if (count > LBN_MAX_BATCH) count = LBN_MAX_BATCH;
+    for (int32_t i = 0; i < count; i++) {
+        if (offsets[i] < 0) return -EINVAL;
+        buffers[i] = base + offsets[i];
+    }
+    return lbn_send_batch(fd, buffers, lengths, count, address, address_length);
+}
+
+int32_t lbn_plan_batch(const uint8_t *term, int32_t term_length, int32_t term_offset, int64_t window, int32_t mtu,
+                       int32_t max_datagrams, int32_t *offsets, int32_t *lengths, int32_t *paddings)
+{
+    int32_t count = 0;
+    int32_t offset = term_offset;
+    if (mtu <= 0) return 0;
+    while (count < max_datagrams && window > 0 && offset < term_length) {
+        int32_t max_length = window < mtu ? (int32_t)window : mtu;
+        int64_t r = lb_term_scan(term, term_length, offset, max_length);
+        if (r == LB_CORRUPT_FRAME) return count == 0 ? LB_CORRUPT_FRAME : count;
+        int32_t available = (int32_t)(r & 0xFFFFFFFF);
+        int32_t padding = (int32_t)(r >> 32);
+        if (available == 0) break;
+        offsets[count] = offset;
+        lengths[count] = available;
+        paddings[count] = padding;
+        count++;
+        offset += available + padding;
+        window -= (int64_t)available + padding;
+    }
+    return count;
+}
+
+int32_t lbn_send_term(int32_t fd, const uint8_t *term, int32_t term_length, int32_t term_offset, int64_t window,
+                      int32_t mtu, int32_t max_datagrams, const uint8_t *address, int32_t address_length,
+                      int64_t *result)
+{
+    int32_t offsets[LBN_MAX_BATCH], lengths[LBN_MAX_BATCH], paddings[LBN_MAX_BATCH];
+    result[0] = result[1] = result[2] = result[3] = 0;
+    if (max_datagrams > LBN_MAX_BATCH) max_datagrams = LBN_MAX_BATCH;
+    int32_t planned = lbn_plan_batch(term, term_length, term_offset, window, mtu, max_datagrams, offsets, lengths,
+                                     paddings);
+    if (planned < 0) return planned;
+    result[0] = planned;
+    if (planned == 0) return 0;
+    int32_t sent = lbn_send_from(fd, term, offsets, lengths, planned, address, address_length);
+    if (sent < 0) return sent;
+    int64_t bytes = 0, covered = 0;
+    for (int32_t i = 0; i < sent; i++) {
+        bytes += lengths[i];
+        covered += (int64_t)lengths[i] + paddings[i];
+    }
+    result[1] = sent;
+    result[2] = bytes;
+    result[3] = covered;
+    return 0;
+}
+
+int32_t lbn_classify_data(const uint8_t *dg, int32_t n, int32_t *frame_count, int32_t *term_span)
+{
+    if (n < HEADER_LENGTH) return LBN_NOT_DATA;  /* too short for a data header: Python says why */
+    uint16_t type = get_u16(dg + TYPE_OFFSET);
+    if (type != TYPE_DATA && type != TYPE_PAD) return LBN_NOT_DATA;
+    int32_t frame_length = get_i32(dg + FRAME_LENGTH_OFFSET);
+    int32_t term_offset = get_i32(dg + TERM_OFFSET_OFFSET);
+    if (dg[VERSION_OFFSET] != CURRENT_VERSION) return LBN_MALFORMED;
+    if (term_offset < 0 || (term_offset & (FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
+    if (type == TYPE_PAD) {
+        if (frame_length < HEADER_LENGTH || (frame_length & (FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
+        if (n != HEADER_LENGTH && n != frame_length) return LBN_MALFORMED;
+        *frame_count = 1;
+        *term_span = frame_length;
+        return LBN_PAD;
+    }
+    if (frame_length == 0) {
+        if (n != HEADER_LENGTH) return LBN_MALFORMED;
+        *frame_count = 1;
+        *term_span = 0;
+        return LBN_HEARTBEAT;
+    }
+    if (frame_length < HEADER_LENGTH) return LBN_MALFORMED;
+    int64_t aligned = align_frame(frame_length);
+    int32_t count = 1;
+    if (aligned >= n) {
+        if (frame_length > n || (aligned > n && frame_length != n)) return LBN_MALFORMED;
+    } else {
+        int32_t session_id = get_i32(dg + SESSION_ID_OFFSET);
+        int32_t stream_id = get_i32(dg + STREAM_ID_OFFSET);
+        int32_t term_id = get_i32(dg + TERM_ID_OFFSET);
+        int64_t offset = aligned;
+        while (offset < n) {
+            const uint8_t *h = dg + offset;
+            int64_t remaining = n - offset;
+            if (remaining < HEADER_LENGTH) return LBN_MALFORMED;
+            int32_t length = get_i32(h + FRAME_LENGTH_OFFSET);
+            if (h[VERSION_OFFSET] != CURRENT_VERSION) return LBN_MALFORMED;
+            if (get_u16(h + TYPE_OFFSET) != TYPE_DATA) return LBN_MALFORMED;
+            if (length < HEADER_LENGTH) return LBN_MALFORMED;
+            int64_t frame_aligned = align_frame(length);
+            if (frame_aligned > remaining && length != remaining) return LBN_MALFORMED;
+            if (get_i32(h + SESSION_ID_OFFSET) != session_id || get_i32(h + STREAM_ID_OFFSET) != stream_id ||
+                get_i32(h + TERM_ID_OFFSET) != term_id) {
+                return LBN_MALFORMED;
+            }
+            if ((int64_t)get_i32(h + TERM_OFFSET_OFFSET) != (int64_t)term_offset + offset) return LBN_MALFORMED;
+            offset += frame_aligned;
+            count++;
+        }
+    }
+    *frame_count = count;
+    *term_span = (int32_t)align_frame(n);
+    return LBN_DATA;
+}
+
+void lbn_classify_batch(const uint8_t *slots, int32_t slot_length, const int32_t *lengths, int32_t count,
+                        int32_t *kinds, int32_t *frame_counts, int32_t *term_spans)
+{
+    for (int32_t i = 0; i < count; i++) {
+        frame_counts[i] = 0;
+        term_spans[i] = 0;
+        int32_t n = lengths[i];
+        if (n < 0 || n > slot_length) {
+            kinds[i] = LBN_MALFORMED;
+            continue;
+        }
+        kinds[i] = lbn_classify_data(slots + (int64_t)i * slot_length, n, &frame_counts[i], &term_spans[i]);
+    }
+}
+
+int32_t lbn_rebuild_in_order(lbn_image_t *image, const uint8_t *slots, int32_t slot_length, const int32_t *lengths,
+                             const int32_t *kinds, const int32_t *term_spans, int32_t first, int32_t count)
+{
+    int64_t position = image->position;
+    int64_t bytes = 0;
+    const int32_t term_length = image->term_length;
+    int32_t i = first;
+    for (; i < count; i++) {
+        if (kinds[i] != LBN_DATA) break;
+        const uint8_t *dg = slots + (int64_t)i * slot_length;
+        const int32_t n = lengths[i];
+        const int32_t span = term_spans[i];
+        if (n < HEADER_LENGTH || n > slot_length) break;
+        if (get_i32(dg + SESSION_ID_OFFSET) != image->session_id || get_i32(dg + STREAM_ID_OFFSET) != image->stream_id)
+            break;
+        const int32_t term_offset = get_i32(dg + TERM_OFFSET_OFFSET);
+        if (term_offset < 0 || (int64_t)term_offset + span > term_length) break;
+        /* position of (term id, term offset): the term count wraps as int32, like every position */
+        const int32_t term_count = (int32_t)((uint32_t)get_i32(dg + TERM_ID_OFFSET) - (uint32_t)image->initial_term_id);
+        const int64_t at = ((int64_t)term_count << image->position_bits) + term_offset;
+        if (at != position || at + n > image->limit) break;
+        uint8_t *frame = image->terms + (int64_t)(((uint64_t)at >> image->position_bits) % 3) * term_length + term_offset;
+        if (__atomic_load_n((const int32_t *)frame, __ATOMIC_RELAXED) != 0) break;  /* something is there */
+        memcpy(frame + 4, dg + 4, (size_t)(n - 4));
+        __atomic_store_n((int32_t *)frame, get_i32(dg + FRAME_LENGTH_OFFSET), __ATOMIC_RELEASE);
+        position += span;
+        bytes += n;
+    }
+    image->position = position;
+    image->bytes = bytes;
+    return i;
+}

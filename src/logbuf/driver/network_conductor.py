@@ -1,0 +1,525 @@
+"""``NetworkConductor``: the conductor's UDP half - network publications, UDP subscriptions, channel
+endpoints and images (Aeron's DriverConductor, the parts about ``aeron:udp`` channels).
+
+It is called by :class:`~logbuf.driver.conductor.DriverConductor` for commands on UDP channels and by the
+receive channel endpoints when a SETUP asks for a new image or an image ends; it registers what it creates
+with the :class:`Sender` and :class:`Receiver` duties (the same thread in shared mode: no queues).
+
+- publications: one :class:`SendChannelEndpoint` per transport (endpoint + interface), shared by every
+  publication on it; non-exclusive publications of one stream on one transport share a log and a session;
+  counters pub-pos, pub-lmt, snd-pos, snd-lmt, snd-bpe (+ the endpoint's snd-channel status);
+- subscriptions: one :class:`ReceiveChannelEndpoint` per transport (it binds the endpoint), streams counted;
+  each image gets ``images/<correlationId>.logbuffer``, rcv-hwm and rcv-pos, and one sub-pos per subscription,
+  announced with ON_AVAILABLE_IMAGE; an image that times out or ends is announced with ON_UNAVAILABLE_IMAGE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from logbuf.channel import ChannelUri, InvalidChannelError
+from logbuf.cnc import counters as c
+from logbuf.cnc.counters import CountersManager
+from logbuf.cnc.messages import AvailableImage, ControlResponse, ErrorCode, UnavailableImage
+from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
+from logbuf.driver.command_error import CommandError
+from logbuf.driver.context import DriverContext
+from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
+from logbuf.driver.network_counters import NetworkCounters
+from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
+from logbuf.driver.publication_image import ImageWaker, PublicationImage
+from logbuf.driver.receive_channel import ReceiveChannelEndpoint
+from logbuf.driver.receiver import Receiver
+from logbuf.driver.send_channel import SendChannelEndpoint
+from logbuf.driver.sender import Sender
+from logbuf.driver.udp import (
+    CreateImage,
+    FlowControl,
+    ImageReceiver,
+    ImageState,
+    MinMulticastFlowControl,
+    MulticastNakDelay,
+    PublicationSender,
+    ReceiverDispatcher,
+    RetransmitHandler,
+    UnicastFlowControl,
+    UnicastNakDelay,
+    receiver_window_length,
+)
+from logbuf.driver.udp_channel import UdpChannel, describe_sockaddr
+from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
+from logbuf.logbuffer import descriptor as d
+from logbuf.logbuffer.log_buffers import LogBuffers
+
+# channel endpoint status values (Aeron's ChannelEndpointStatus)
+CHANNEL_STATUS_ACTIVE = 1
+CHANNEL_STATUS_CLOSING = 2
+
+
+class NetworkSubscription:
+    """A subscription on a UDP channel: the receive endpoint it reads from."""
+
+    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "endpoint")
+
+    def __init__(self, registration_id: int, client_id: int, stream_id: int, channel: str,
+                 endpoint: ReceiveChannelEndpoint) -> None:
+        self.registration_id = registration_id
+        self.client_id = client_id
+        self.stream_id = stream_id
+        self.channel = channel
+        self.endpoint = endpoint
+
+
+def _channel_status_key(channel: str) -> bytes:
+    """Aeron's channel endpoint status key: channel length (i32) then the channel, cut to fit 112 bytes."""
+    data = c.encode_ascii(channel)[: c.MAX_KEY_LENGTH - 4]
+    return struct.pack("<i", len(data)) + data
+
+
+class NetworkConductor:
+    def __init__(
+        self,
+        ctx: DriverContext,
+        counters: CountersManager,
+        system: dict[int, int],
+        *,
+        respond: Callable[[ControlResponse, Any], None],
+        record_error: Callable[[str], None],
+        next_correlation_id: Callable[[], int],
+        new_session_id: Callable[[], int],
+        ensure_wake_semaphore: Callable[[int], None],
+        bytes_mapped: Callable[[int], None],
+        publications_dir: Path,
+        images_dir: Path,
+    ) -> None:
+        self.ctx = ctx
+        self.counters = counters
+        self.network_counters = NetworkCounters(counters, system)
+        self.respond = respond
+        self.record_error = record_error
+        self.next_correlation_id = next_correlation_id
+        self.new_session_id = new_session_id
+        self.ensure_wake_semaphore = ensure_wake_semaphore
+        self.bytes_mapped = bytes_mapped
+        self.publications_dir = publications_dir
+        self.images_dir = images_dir
+        self.sender = Sender()
+        self.receiver = Receiver()
+        self.publications: list[NetworkPublication] = []
+        self.subscriptions: dict[int, NetworkSubscription] = {}
+        self.send_endpoints: dict[str, SendChannelEndpoint] = {}
+        self.receive_endpoints: dict[str, ReceiveChannelEndpoint] = {}
+        self._rng = random.SystemRandom()
+        self._transports_opened = 0
+        self.now_ns = 0
+
+    # -- channels and endpoints ------------------------------------------------------------------------
+
+    @staticmethod
+    def udp_channel(uri: ChannelUri) -> UdpChannel:
+        try:
+            return UdpChannel.from_uri(uri)
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
+
+    def _transport(self, channel: UdpChannel, role: TransportRole) -> UdpTransport:
+        ctx = self.ctx
+        index = self._transports_opened
+        self._transports_opened += 1
+        options = TransportOptions(
+            socket_rcvbuf=ctx.socket_rcvbuf,
+            socket_sndbuf=ctx.socket_sndbuf,
+            receive_batch=ctx.receive_batch,
+            send_impairment=ctx.impairment("send", index),
+            receive_impairment=ctx.impairment("receive", index),
+        )
+        try:
+            return UdpTransport(channel, role, options)
+        except OSError as exc:
+            raise CommandError(
+                ErrorCode.CHANNEL_ENDPOINT_ERROR, f"channel {channel}: cannot open its {role.value} socket: {exc}"
+            ) from None
+
+    def _status_counter(self, type_id: int, name: str, channel: UdpChannel, key: str | None = None) -> int:
+        key = channel.key if key is None else key
+        counter_id = self.counters.allocate(type_id, f"{name}: {key}", _channel_status_key(key))
+        self.counters.set_counter_value(counter_id, CHANNEL_STATUS_ACTIVE)
+        return counter_id
+
+    def _send_endpoint(self, channel: UdpChannel) -> SendChannelEndpoint:
+        endpoint = self.send_endpoints.get(channel.key)
+        if endpoint is None:
+            transport = self._transport(channel, TransportRole.SEND)
+            try:
+                status = self._status_counter(c.SEND_CHANNEL_STATUS_TYPE_ID, "snd-channel", channel)
+            except BaseException:
+                transport.close()
+                raise
+            endpoint = SendChannelEndpoint(channel, transport, self.network_counters, status)
+            self.send_endpoints[channel.key] = endpoint
+            self.sender.add_endpoint(endpoint)
+        return endpoint
+
+    def _close_send_endpoint(self, endpoint: SendChannelEndpoint) -> None:
+        self.send_endpoints.pop(endpoint.key, None)
+        self.sender.remove_endpoint(endpoint)
+        self.counters.free(endpoint.status_counter_id)
+        endpoint.close()
+
+    def _receive_endpoint(self, channel: UdpChannel) -> ReceiveChannelEndpoint:
+        endpoint = self.receive_endpoints.get(channel.receive_key)
+        if endpoint is None:
+            transport = self._transport(channel, TransportRole.RECEIVE)
+            try:
+                status = self._status_counter(c.RECEIVE_CHANNEL_STATUS_TYPE_ID, "rcv-channel", channel,
+                                              channel.receive_key)
+            except BaseException:
+                transport.close()
+                raise
+            dispatcher = ReceiverDispatcher(self._rng.randint(1, 2**63 - 1), counters=self.network_counters.receiver)
+            endpoint = ReceiveChannelEndpoint(
+                channel,
+                transport,
+                dispatcher,
+                self.network_counters,
+                create_image=self._on_create_image,
+                image_removed=self._on_image_removed,
+                status_counter_id=status,
+            )
+            self.receive_endpoints[channel.receive_key] = endpoint
+            self.receiver.add_endpoint(endpoint)
+        return endpoint
+
+    def _close_receive_endpoint(self, endpoint: ReceiveChannelEndpoint) -> None:
+        self.receive_endpoints.pop(endpoint.key, None)
+        self.receiver.remove_endpoint(endpoint)
+        for image in list(endpoint.images.values()):
+            self._close_image(image, notify=True)
+        endpoint.images.clear()
+        self.counters.free(endpoint.status_counter_id)
+        endpoint.close()
+
+    # -- publications ----------------------------------------------------------------------------------
+
+    def _flow_control(self, uri: ChannelUri, channel: UdpChannel) -> FlowControl:
+        try:
+            spec = uri.flow_control()
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
+        timeout = self.ctx.flow_control_receiver_timeout_ns
+        if spec is not None and spec.receiver_timeout_ns is not None:
+            timeout = spec.receiver_timeout_ns
+        if spec is not None and spec.strategy == "min":
+            return MinMulticastFlowControl(timeout)
+        # unicast, and "max" (Aeron's multicast default): the limit follows the receiver that is furthest on
+        return UnicastFlowControl(timeout)
+
+    def add_publication(self, registration_id: int, uri: ChannelUri, stream_id: int,
+                        exclusive: bool) -> NetworkPublication:
+        channel = self.udp_channel(uri)
+        term_length = uri.term_length(self.ctx.network_term_length)
+        mtu = uri.mtu(self.ctx.mtu)
+        try:
+            d.check_term_length(term_length)
+            d.check_mtu(mtu, term_length)
+        except ValueError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel {uri}: {exc}") from None
+        flow_control = self._flow_control(uri, channel)
+        if not exclusive:
+            for publication in self.publications:
+                if (publication.is_exclusive or publication.stream_id != stream_id
+                        or publication.endpoint.key != channel.key or publication.state != PublicationState.ACTIVE):
+                    continue
+                if term_length != publication.log.term_length or mtu != publication.log.mtu:
+                    raise CommandError(
+                        ErrorCode.INVALID_CHANNEL,
+                        f"stream {stream_id} on {channel.key} already has a publication with "
+                        f"term-length={publication.log.term_length} mtu={publication.log.mtu}; asked for "
+                        f"term-length={term_length} mtu={mtu}",
+                    )
+                return publication
+        endpoint = self._send_endpoint(channel)
+        try:
+            return self._new_publication(registration_id, uri, channel, endpoint, stream_id, exclusive,
+                                         term_length, mtu, flow_control)
+        except BaseException:
+            if endpoint.is_unused:
+                self._close_send_endpoint(endpoint)
+            raise
+
+    def _new_publication(self, registration_id: int, uri: ChannelUri, channel: UdpChannel,
+                         endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, term_length: int,
+                         mtu: int, flow_control: FlowControl) -> NetworkPublication:
+        ctx = self.ctx
+        window = ctx.network_window(term_length)
+        path = self.publications_dir / f"{registration_id}{LOG_SUFFIX}"
+        self.ensure_wake_semaphore(stream_id)  # the client's publication opens it (nobody waits on it)
+        log = LogBuffers.create(
+            path,
+            term_length=term_length,
+            mtu=mtu,
+            session_id=self.new_session_id(),
+            stream_id=stream_id,
+            correlation_id=registration_id,
+            publication_window_length=window,
+            mode=ctx.file_mode,
+            pre_touch=ctx.pre_touch,
+        )
+        name = uri.canonical()
+        counter_ids: list[int] = []
+        try:
+            key = c.stream_position_key(registration_id, log.session_id, stream_id, name)
+            for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SENDER_POSITION_TYPE_ID,
+                            c.SENDER_LIMIT_TYPE_ID, c.SENDER_BPE_TYPE_ID):
+                label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], registration_id, log.session_id,
+                                                stream_id, name)
+                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id))
+            sender = PublicationSender(
+                log,
+                self.now_ns,
+                flow_control=flow_control,
+                mtu=mtu,
+                ttl=channel.ttl,
+                counters=self.network_counters.sender,
+                retransmit=RetransmitHandler(term_length, log.initial_term_id,
+                                             counters=self.network_counters.sender),
+            )
+            publication = NetworkPublication(
+                registration_id=registration_id,
+                channel=name,
+                is_exclusive=exclusive,
+                log=log,
+                sender=sender,
+                endpoint=endpoint,
+                positions=NetworkPublicationPositions(*(self.counters.position(i) for i in counter_ids)),
+                window_length=window,
+                max_datagrams=ctx.send_batch,
+            )
+            endpoint.add(publication)
+        except BaseException:
+            for counter_id in counter_ids:
+                self.counters.free(counter_id)
+            log.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        self.publications.append(publication)
+        self.sender.publications.append(publication)
+        self.bytes_mapped(os.path.getsize(path))
+        return publication
+
+    def close_publication(self, publication: NetworkPublication) -> None:
+        """Drained or lingered long enough: counters freed, file deleted, endpoint closed when unused."""
+        with contextlib.suppress(ValueError):
+            self.publications.remove(publication)
+        with contextlib.suppress(ValueError):
+            self.sender.publications.remove(publication)
+        endpoint = publication.endpoint
+        endpoint.remove(publication)
+        if endpoint.is_unused:
+            self._close_send_endpoint(endpoint)
+        for counter_id in publication.counter_ids:
+            self.counters.free(counter_id)
+        publication.state = PublicationState.CLOSED
+        path = publication.log.path
+        with contextlib.suppress(OSError):
+            self.bytes_mapped(-os.path.getsize(path))
+        publication.log.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    # -- subscriptions ---------------------------------------------------------------------------------
+
+    def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri,
+                         stream_id: int) -> NetworkSubscription:
+        channel = self.udp_channel(uri)
+        endpoint = self._receive_endpoint(channel)
+        self.ensure_wake_semaphore(stream_id)
+        subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint)
+        endpoint.add_subscription(stream_id)
+        self.subscriptions[registration_id] = subscription
+        return subscription
+
+    def link_existing_images(self, subscription: NetworkSubscription) -> None:
+        """A subscription that arrives while images of its stream exist joins them at their live end."""
+        for image in subscription.endpoint.images_of(subscription.stream_id):
+            self._link(subscription, image, image.subscriber_join_position())
+
+    def remove_subscription(self, registration_id: int) -> None:
+        subscription = self.subscriptions.pop(registration_id, None)
+        if subscription is None:
+            return
+        endpoint = subscription.endpoint
+        for image in endpoint.images_of(subscription.stream_id):
+            link = image.remove_subscriber(registration_id)
+            if link is not None:
+                self.counters.free(link.counter_id)
+        for image in endpoint.remove_subscription(subscription.stream_id):
+            self._close_image(image, notify=True)  # the stream's last subscription: its images end
+        if endpoint.is_unused:
+            self._close_receive_endpoint(endpoint)
+
+    # -- images ----------------------------------------------------------------------------------------
+
+    def _on_create_image(self, endpoint: ReceiveChannelEndpoint, event: CreateImage, now_ns: int) -> None:
+        setup = event.setup
+        subscriptions = [s for s in self.subscriptions.values()
+                         if s.endpoint is endpoint and s.stream_id == setup.stream_id]
+        if not subscriptions:
+            return
+        try:
+            d.check_mtu(setup.mtu, setup.term_length)
+        except ValueError as exc:
+            self.record_error(f"SETUP from {describe_sockaddr(event.source)} refused: {exc}")
+            return
+        try:
+            self._create_image(endpoint, event, now_ns, subscriptions)
+        except (OSError, ValueError) as exc:  # the dispatcher asks again after its pending timeout
+            self.record_error(f"cannot create an image for session {setup.session_id} stream {setup.stream_id}: "
+                              f"{type(exc).__name__}: {exc}")
+
+    def _create_image(self, endpoint: ReceiveChannelEndpoint, event: CreateImage, now_ns: int,
+                      subscriptions: list[NetworkSubscription]) -> None:
+        ctx = self.ctx
+        setup = event.setup
+        correlation_id = self.next_correlation_id()
+        window = receiver_window_length(setup.term_length, ctx.receiver_window or 128 * 1024)
+        path = self.images_dir / f"{correlation_id}{LOG_SUFFIX}"
+        log = LogBuffers.create(
+            path,
+            term_length=setup.term_length,
+            mtu=setup.mtu,
+            session_id=setup.session_id,
+            stream_id=setup.stream_id,
+            initial_term_id=setup.initial_term_id,
+            correlation_id=correlation_id,
+            receiver_window_length=window,
+            mode=ctx.file_mode,
+            pre_touch=ctx.pre_touch,
+        )
+        counter_ids: list[int] = []
+        try:
+            join = setup.join_position()
+            if endpoint.channel.is_multicast:
+                nak_delay: Any = MulticastNakDelay(ctx.nak_multicast_max_backoff_ns, ctx.nak_multicast_group_size)
+            else:
+                nak_delay = UnicastNakDelay(ctx.nak_unicast_delay_ns)
+            receiver = ImageReceiver(
+                log,
+                join,
+                now_ns,
+                receiver_id=endpoint.receiver_id,
+                window_length=window,
+                nak_delay=nak_delay,
+                give_up_ns=ctx.loss_give_up_ns,
+                liveness_timeout_ns=ctx.image_liveness_timeout_ns,
+                counters=self.network_counters.receiver,
+            )
+            name = endpoint.channel.uri.canonical()
+            key = c.stream_position_key(correlation_id, setup.session_id, setup.stream_id, name)
+            for type_id in (c.RECEIVER_HWM_TYPE_ID, c.RECEIVER_POSITION_TYPE_ID):
+                label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], correlation_id, setup.session_id,
+                                                setup.stream_id, name)
+                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=correlation_id))
+            image = PublicationImage(
+                correlation_id=correlation_id,
+                channel=name,
+                log=log,
+                receiver=receiver,
+                source=event.source,
+                source_identity=describe_sockaddr(event.source),
+                rcv_hwm=self.counters.position(counter_ids[0]),
+                rcv_pos=self.counters.position(counter_ids[1]),
+                waker=ImageWaker(log, wake_semaphore_name(ctx.directory, setup.stream_id)),
+            )
+        except BaseException:
+            for counter_id in counter_ids:
+                self.counters.free(counter_id)
+            log.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        endpoint.add_image(image)
+        self.bytes_mapped(os.path.getsize(path))
+        for subscription in subscriptions:
+            self._link(subscription, image, join)
+
+    def _link(self, subscription: NetworkSubscription, image: PublicationImage, join: int) -> None:
+        label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, image.correlation_id, image.session_id,
+                                        image.stream_id, image.channel, join)
+        key = c.stream_position_key(image.correlation_id, image.session_id, image.stream_id, image.channel)
+        counter_id = self.counters.allocate(c.SUBSCRIBER_POSITION_TYPE_ID, label, key,
+                                            registration_id=subscription.registration_id)
+        position = self.counters.position(counter_id)
+        position.set(join)
+        image.add_subscriber(
+            SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
+        )
+        self.respond(
+            ControlResponse.ON_AVAILABLE_IMAGE,
+            AvailableImage(image.correlation_id, image.session_id, image.stream_id, subscription.registration_id,
+                           counter_id, str(image.log.path), image.source_identity),
+        )
+
+    def _on_image_removed(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage,
+                          reason: ImageState) -> None:
+        self._close_image(image, notify=True)
+
+    def _close_image(self, image: PublicationImage, *, notify: bool) -> None:
+        for link in list(image.subscribers.values()):
+            image.remove_subscriber(link.subscription_id)
+            self.counters.free(link.counter_id)
+            subscription = self.subscriptions.get(link.subscription_id)
+            if notify:
+                self.respond(
+                    ControlResponse.ON_UNAVAILABLE_IMAGE,
+                    UnavailableImage(image.correlation_id, link.subscription_id, image.stream_id,
+                                     subscription.channel if subscription is not None else image.channel),
+                )
+        for counter_id in image.counter_ids():
+            self.counters.free(counter_id)
+        path = image.log.path
+        with contextlib.suppress(OSError):
+            self.bytes_mapped(-os.path.getsize(path))
+        image.close()
+        # clients that still map the file keep their pages; the name is gone
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    # -- duty cycle ------------------------------------------------------------------------------------
+
+    def update(self, now_ns: int) -> int:
+        """The conductor's per-cycle duty on every network publication (pub-pos, pub-lmt, cleaning)."""
+        self.now_ns = now_ns
+        work = 0
+        for publication in self.publications:
+            work += publication.update()
+        return work
+
+    def close(self) -> None:
+        """Driver shutdown: sockets closed, logs closed and deleted."""
+        for endpoint in list(self.receive_endpoints.values()):
+            for image in list(endpoint.images.values()):
+                image.close()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(image.log.path)
+            self.receiver.remove_endpoint(endpoint)
+            endpoint.close()
+        for endpoint in list(self.send_endpoints.values()):
+            self.sender.remove_endpoint(endpoint)
+            endpoint.close()
+        for publication in self.publications:
+            publication.log.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(publication.log.path)
+        self.receive_endpoints.clear()
+        self.send_endpoints.clear()
+        self.publications.clear()
+        self.sender.publications.clear()
+        self.network_counters.publish()

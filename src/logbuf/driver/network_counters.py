@@ -1,0 +1,94 @@
+"""``NetworkCounters``: the UDP system counters, kept as plain Python ints and published into cnc.dat.
+
+The sans-IO state machines count with ``counters.name += n`` on one driver-wide :class:`SenderCounters` and
+one :class:`ReceiverCounters` (cheap: no shared-memory store per datagram).  :meth:`NetworkCounters.publish`
+copies what changed into the system counters (Aeron's ids) - the driver calls it after duty cycles that did
+work and at least every millisecond or so, which is as fresh as any reader can use.
+"""
+
+from __future__ import annotations
+
+from logbuf.cnc.counters import CountersManager
+from logbuf.driver.udp.counters import ReceiverCounters, SenderCounters
+
+# system counter id -> (sender field, receiver field, extra field): the value is their sum
+BYTES_SENT = 0
+BYTES_RECEIVED = 1
+NAKS_SENT = 5
+NAKS_RECEIVED = 6
+STATUS_MESSAGES_SENT = 7
+STATUS_MESSAGES_RECEIVED = 8
+HEARTBEATS_SENT = 9
+HEARTBEATS_RECEIVED = 10
+RETRANSMITS_SENT = 11
+FLOW_CONTROL_UNDER_RUNS = 12
+FLOW_CONTROL_OVER_RUNS = 13
+INVALID_PACKETS = 14
+SHORT_SENDS = 16
+SENDER_FLOW_CONTROL_LIMITS = 18
+LOSS_GAP_FILLS = 23
+RETRANSMITTED_BYTES = 36
+RETRANSMIT_POOL_OVERFLOW = 37
+ERROR_FRAMES_RECEIVED = 38
+ERROR_FRAMES_SENT = 39
+
+_SENDER_FIELDS = {
+    "bytes_sent": BYTES_SENT,
+    "naks_received": NAKS_RECEIVED,
+    "status_messages_received": STATUS_MESSAGES_RECEIVED,
+    "heartbeats_sent": HEARTBEATS_SENT,
+    "retransmits_sent": RETRANSMITS_SENT,
+    "invalid_packets": INVALID_PACKETS,
+    "short_sends": SHORT_SENDS,
+    "flow_control_limits": SENDER_FLOW_CONTROL_LIMITS,
+    "retransmitted_bytes": RETRANSMITTED_BYTES,
+    "retransmit_pool_overflow": RETRANSMIT_POOL_OVERFLOW,
+    "error_frames_received": ERROR_FRAMES_RECEIVED,
+}
+_RECEIVER_FIELDS = {
+    "bytes_received": BYTES_RECEIVED,
+    "naks_sent": NAKS_SENT,
+    "status_messages_sent": STATUS_MESSAGES_SENT,
+    "heartbeats_received": HEARTBEATS_RECEIVED,
+    "flow_control_under_runs": FLOW_CONTROL_UNDER_RUNS,
+    "flow_control_over_runs": FLOW_CONTROL_OVER_RUNS,
+    "invalid_packets": INVALID_PACKETS,
+    "loss_gap_fills": LOSS_GAP_FILLS,
+    "error_frames_sent": ERROR_FRAMES_SENT,
+}
+
+
+class NetworkCounters:
+    """The sender's and the receiver's counters (shared by every publication / image of the driver), plus
+    the bytes that do not pass through them: control frames the receiver sends, those the sender receives."""
+
+    def __init__(self, counters: CountersManager, system: dict[int, int]) -> None:
+        self.sender = SenderCounters()
+        self.receiver = ReceiverCounters()
+        self.control_bytes_sent = 0  # SMs and NAKs (and SETUP requests) the receiver sent
+        self.control_bytes_received = 0  # SMs, NAKs, RTTMs the sender received
+        self._counters = counters
+        self._ids = system
+        self._published: dict[int, int] = {}
+
+    def totals(self) -> dict[int, int]:
+        """Every network system counter's value by system counter id."""
+        values: dict[int, int] = {}
+        for name, system_id in _SENDER_FIELDS.items():
+            values[system_id] = values.get(system_id, 0) + getattr(self.sender, name)
+        for name, system_id in _RECEIVER_FIELDS.items():
+            values[system_id] = values.get(system_id, 0) + getattr(self.receiver, name)
+        values[BYTES_SENT] += self.control_bytes_sent
+        values[BYTES_RECEIVED] += self.control_bytes_received
+        return values
+
+    def publish(self) -> int:
+        """Stores the counters that changed since the last call; returns how many."""
+        changed = 0
+        published = self._published
+        for system_id, value in self.totals().items():
+            if published.get(system_id) != value:
+                published[system_id] = value
+                self._counters.set_counter_value(self._ids[system_id], value)
+                changed += 1
+        return changed

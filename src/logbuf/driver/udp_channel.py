@@ -1,0 +1,165 @@
+"""``UdpChannel``: what a UDP channel URI means for sockets, resolved and checked once (Aeron's UdpChannel).
+
+    aeron:udp?endpoint=127.0.0.1:40456                     unicast: the receiver binds the endpoint, the sender
+                                                           sends to it from an ephemeral port (or interface=)
+    aeron:udp?endpoint=239.1.1.1:40456|interface=10.0.0.7  multicast: data to the group, control (SM, NAK) to
+                                                           the group + 1 (Aeron's rule: the data group is odd)
+
+``interface`` is the local address to bind (unicast senders, ``host[:port]``) or the interface to send and join
+on (multicast).  ``ttl`` sets the multicast TTL.  Two channels that differ only in stream parameters (term
+length, MTU, flow control) share one endpoint: :attr:`UdpChannel.key` names the transport.
+
+Addresses travel as raw ``sockaddr`` bytes (:class:`SocketAddress`), so the native shim answers a source
+without converting it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+from dataclasses import dataclass
+
+from logbuf.channel import INTERFACE_PARAM, TTL_PARAM, ChannelUri, InvalidChannelError, parse_endpoint
+
+# sockaddr_in:  family (host order u16) | port (network u16) | address (4) | zero (8)          = 16 bytes
+# sockaddr_in6: family (host order u16) | port (network u16) | flowinfo (4) | address (16) | scope id (4) = 28
+_FAMILY = struct.Struct("=H")
+_PORT = struct.Struct("!H")
+SOCKADDR_IN_LENGTH = 16
+SOCKADDR_IN6_LENGTH = 28
+
+
+@dataclass(frozen=True)
+class SocketAddress:
+    """A numeric IPv4/IPv6 address and port; ``sockaddr`` is its raw C form."""
+
+    host: str
+    port: int
+    family: int = socket.AF_INET
+
+    @property
+    def sockaddr(self) -> bytes:
+        if self.family == socket.AF_INET:
+            return _FAMILY.pack(socket.AF_INET) + _PORT.pack(self.port) + socket.inet_aton(self.host) + bytes(8)
+        return (_FAMILY.pack(socket.AF_INET6) + _PORT.pack(self.port) + bytes(4)
+                + socket.inet_pton(socket.AF_INET6, self.host) + bytes(4))
+
+    @property
+    def python(self) -> tuple[str, int]:
+        """The form Python's socket module takes."""
+        return (self.host, self.port)
+
+    @property
+    def is_multicast(self) -> bool:
+        return ipaddress.ip_address(self.host).is_multicast
+
+    @classmethod
+    def from_sockaddr(cls, raw: bytes) -> SocketAddress:
+        """Decodes a ``sockaddr_in`` / ``sockaddr_in6`` (ValueError for anything else)."""
+        if len(raw) < SOCKADDR_IN_LENGTH:
+            raise ValueError(f"a sockaddr of {len(raw)} bytes")
+        family = _FAMILY.unpack_from(raw)[0]
+        port = _PORT.unpack_from(raw, 2)[0]
+        if family == socket.AF_INET:
+            return cls(socket.inet_ntoa(raw[4:8]), port, socket.AF_INET)
+        if family == socket.AF_INET6 and len(raw) >= SOCKADDR_IN6_LENGTH:
+            return cls(socket.inet_ntop(socket.AF_INET6, raw[8:24]), port, socket.AF_INET6)
+        raise ValueError(f"sockaddr family {family} is neither IPv4 nor IPv6")
+
+    @classmethod
+    def resolve(cls, host: str, port: int, what: str = "address") -> SocketAddress:
+        """A numeric address for ``host`` (a name resolves to its first IPv4/IPv6 address)."""
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise InvalidChannelError(f"{what} {host!r} does not resolve: {exc}") from None
+        for family, _, _, _, address in infos:
+            if family in (socket.AF_INET, socket.AF_INET6):
+                return cls(str(address[0]), port, family)
+        raise InvalidChannelError(f"{what} {host!r} has no IPv4 or IPv6 address")
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if self.family == socket.AF_INET6 else f"{self.host}:{self.port}"
+
+
+def describe_sockaddr(raw: bytes) -> str:
+    """``host:port`` of a raw sockaddr (a source identity for images); ``?`` when it cannot be decoded."""
+    try:
+        return str(SocketAddress.from_sockaddr(raw))
+    except (ValueError, OSError):
+        return "?"
+
+
+def _control_group(group: SocketAddress) -> SocketAddress:
+    address = ipaddress.ip_address(group.host)
+    if address.version != 4:
+        raise InvalidChannelError(f"endpoint {group}: IPv6 multicast is not supported")
+    if int(address) & 1 == 0:
+        raise InvalidChannelError(
+            f"endpoint {group}: a multicast data group must be odd (control frames go to the group + 1)"
+        )
+    return SocketAddress(str(address + 1), group.port, group.family)
+
+
+@dataclass(frozen=True)
+class UdpChannel:
+    uri: ChannelUri
+    data: SocketAddress  # where DATA/SETUP go: the endpoint (unicast) or the data group (multicast)
+    control: SocketAddress | None  # multicast only: where SM/NAK go (the group + 1)
+    interface: SocketAddress | None  # local bind address (port 0: ephemeral) or multicast interface
+    ttl: int  # multicast TTL; 0 = the OS default
+
+    @classmethod
+    def from_uri(cls, uri: ChannelUri) -> UdpChannel:
+        if not uri.is_udp:
+            raise InvalidChannelError(f"channel {uri} is not a UDP channel")
+        endpoint = uri.endpoint()
+        if endpoint is None:
+            raise InvalidChannelError(f"channel {uri}: a UDP channel needs endpoint=host:port")
+        host, port = endpoint
+        if port == 0:
+            raise InvalidChannelError(f"channel {uri}: the endpoint needs a port")
+        data = SocketAddress.resolve(host, port, "endpoint")
+        interface = None
+        text = uri.params.get(INTERFACE_PARAM)
+        if text is not None:
+            has_port = text.startswith("[") or text.count(":") == 1
+            if_host, if_port = parse_endpoint(text) if has_port else (text, 0)
+            interface = SocketAddress.resolve(if_host, if_port, "interface")
+            if interface.family != data.family:
+                raise InvalidChannelError(f"channel {uri}: interface {interface} and endpoint {data} are of "
+                                          f"different address families")
+        ttl_text = uri.params.get(TTL_PARAM, "0")
+        if not ttl_text.isdigit() or not 0 <= int(ttl_text) <= 255:
+            raise InvalidChannelError(f"channel {uri}: ttl={ttl_text!r} must be 0..255")
+        control = _control_group(data) if data.is_multicast else None
+        if interface is not None and interface.is_multicast:
+            raise InvalidChannelError(f"channel {uri}: interface {interface} is a multicast address")
+        return cls(uri, data, control, interface, int(ttl_text))
+
+    @property
+    def is_multicast(self) -> bool:
+        return self.control is not None
+
+    @property
+    def key(self) -> str:
+        """The send transport this channel needs: publications whose channels have equal keys share one send
+        channel endpoint (one socket)."""
+        parts = [f"endpoint={self.data}"]
+        if self.interface is not None:
+            parts.append(f"interface={self.interface}")
+        if self.ttl:
+            parts.append(f"ttl={self.ttl}")
+        return "aeron:udp?" + "|".join(parts)
+
+    @property
+    def receive_key(self) -> str:
+        """The receive transport: what a receiver binds - the endpoint (unicast), or the group joined on an
+        interface (multicast).  Subscriptions with equal keys share one receive channel endpoint."""
+        if self.is_multicast and self.interface is not None:
+            return f"aeron:udp?endpoint={self.data}|interface={self.interface}"
+        return f"aeron:udp?endpoint={self.data}"
+
+    def __str__(self) -> str:
+        return self.uri.canonical()

@@ -1,0 +1,113 @@
+"""Helpers of the UDP driver tests: free ports, sequenced messages, counters, a receiving subscriber."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+
+import logbuf
+from logbuf.cnc import counters as c
+from logbuf.cnc.counters import CounterInfo
+
+SEQ = struct.Struct("<Q")
+
+# system counter ids (Aeron's)
+BYTES_SENT = 0
+BYTES_RECEIVED = 1
+NAKS_SENT = 5
+NAKS_RECEIVED = 6
+STATUS_MESSAGES_SENT = 7
+STATUS_MESSAGES_RECEIVED = 8
+HEARTBEATS_SENT = 9
+HEARTBEATS_RECEIVED = 10
+RETRANSMITS_SENT = 11
+INVALID_PACKETS = 14
+ERRORS = 15
+SHORT_SENDS = 16
+SENDER_FLOW_CONTROL_LIMITS = 18
+LOSS_GAP_FILLS = 23
+RETRANSMITTED_BYTES = 36
+
+
+def free_udp_port() -> int:
+    """A port nothing on 127.0.0.1 is bound to right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def message(seq: int, size: int) -> bytes:
+    """``size`` bytes (>= 8): the sequence number, then bytes derived from it (a mixed-up byte is caught)."""
+    return SEQ.pack(seq) + bytes((seq * 31 + i) & 0xFF for i in range(size - SEQ.size))
+
+
+class Received:
+    """A fragment handler (through a FragmentAssembler) recording sequence numbers and corrupt messages."""
+
+    def __init__(self) -> None:
+        self.sequences: list[int] = []
+        self.corrupt = 0
+        self.assembler = logbuf.FragmentAssembler(self._on_message)
+
+    def _on_message(self, buffer: memoryview, header: object) -> None:
+        data = bytes(buffer)
+        seq = SEQ.unpack_from(data)[0]
+        if data != message(seq, len(data)):
+            self.corrupt += 1
+        self.sequences.append(seq)
+
+    def poll(self, subscription: logbuf.Subscription, limit: int = 256) -> int:
+        return subscription.poll(self.assembler, limit)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition",
+             poll: Callable[[], object] | None = None) -> None:
+    """Waits (sleeping 1 ms, or running ``poll`` meanwhile) until ``predicate()`` is true."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        if poll is None or not poll():
+            time.sleep(0.001)
+
+
+def publish(pub: logbuf.Publication, messages: list[bytes], *, timeout: float = 20.0,
+            between: Callable[[], object] | None = None) -> None:
+    """Offers every message in order, retrying while back-pressured (running ``between`` meanwhile)."""
+    deadline = time.monotonic() + timeout
+    for data in messages:
+        while pub.offer(data) < 0:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"publishing stuck at position {pub.position}")
+            if between is None or not between():
+                time.sleep(0.0002)
+        if between is not None:
+            between()
+
+
+def stream_counters(client: logbuf.Client, type_id: int) -> list[CounterInfo]:
+    return [info for info in client.counters if info.type_id == type_id]
+
+
+def counter(client: logbuf.Client, type_id: int, registration_id: int | None = None) -> CounterInfo:
+    found = [i for i in stream_counters(client, type_id) if registration_id is None or
+             c.decode_stream_position_key(i.key)[0] == registration_id]
+    assert len(found) == 1, f"expected one counter of type {type_id}, found {found}"
+    return found[0]
+
+
+def system(client: logbuf.Client, system_id: int) -> int:
+    return client.counters.counter_value(system_id)
+
+
+@contextlib.contextmanager
+def subscription(client: logbuf.Client, channel: str, stream_id: int, **kwargs: object) -> Iterator[
+        logbuf.Subscription]:
+    sub = client.add_subscription(channel, stream_id, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield sub
+    finally:
+        sub.close()
