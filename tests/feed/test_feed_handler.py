@@ -202,3 +202,15 @@ def test_multicast_a_and_b_groups_inside_a_network_namespace(tmp_path: Path, day
     assert [msg for _, msg in got] == expected
     assert feed["A.packets"] > 0 and feed["B.packets"] > 0  # both groups were joined and received
     assert feed["gaps_unrecoverable"] == 0
+
+
+def test_delivered_runs_keep_the_32_byte_row_layout() -> None:
+    import numpy as np
+
+    runs = out.delivered_runs(np.array([5, 6, 7, 9], np.uint64), np.array([0, 0, 1, 1], np.uint8),
+                              np.array([10, 10, 10, 11], np.int64))
+    assert [(r["first"], r["count"], r["feed"]) for r in runs] == [(5, 2, 0), (7, 1, 1), (9, 1, 1)]
+    assert runs.dtype.itemsize == out.CAPTURE_ROW_LENGTH
+    merged = np.concatenate([runs, runs]).astype(out.DELIVERED_ROW)
+    assert len(merged.tobytes()) == 6 * out.CAPTURE_ROW_LENGTH
+    assert (out.decode_capture(out.CAPTURE_DELIVERED, merged.tobytes())["first"] == [5, 7, 9, 5, 7, 9]).all()

@@ -339,8 +339,14 @@ class FeedHandler:
         count = np.ascontiguousarray(slab[:, 18:20]).view(_COUNT).reshape(n).astype(np.int32)
         rows["sequence"] = np.where(valid, seq, -1)
         rows["count"] = np.where(valid, count, -1)
+        self._offer_rows(rows, out.CAPTURE_PACKETS)
+
+    def _offer_rows(self, rows: np.ndarray, kind: int) -> None:
+        """Capture rows in unfragmented frames (whole rows per frame), so readers never reassemble."""
         assert self.capture is not None
-        self._offer(self.capture, rows.tobytes(), out.CAPTURE_PACKETS)
+        per_frame = max(1, self.capture.max_payload_length // out.CAPTURE_ROW_LENGTH)
+        for start in range(0, len(rows), per_frame):
+            self._offer(self.capture, rows[start : start + per_frame].tobytes(), kind)
 
     def _flush_delivered(self, delivered: list, seqs: list[int], feeds: list[int], arrivals: list[int]) -> None:
         parts = []
@@ -355,14 +361,10 @@ class FeedHandler:
         arrivals.clear()
         if not parts:
             return
-        rows = np.concatenate(parts)
+        rows = np.concatenate(parts).astype(out.DELIVERED_ROW)  # concatenate drops the rows' padding
         rows["feed"] = _LETTERS[rows["feed"]]
         rows["arrival_ns"] += self._epoch_offset_ns
-        assert self.capture is not None
-        # one frame holds at most a term's max message: split big batches
-        per_frame = max(1, self.capture.max_message_length // out.CAPTURE_ROW_LENGTH)
-        for start in range(0, len(rows), per_frame):
-            self._offer(self.capture, rows[start : start + per_frame].tobytes(), out.CAPTURE_DELIVERED)
+        self._offer_rows(rows, out.CAPTURE_DELIVERED)
 
     # -- counters and lifetime -------------------------------------------------------------------------
 

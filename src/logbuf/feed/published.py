@@ -22,7 +22,8 @@ The reserved value of an events frame is the next sequence on the messages strea
 published (so a GAP_UNRECOVERABLE can be placed exactly in the message stream).
 
 **capture** (``CAPTURE_STREAM`` 1003, optional ``--capture``): arrays of fixed-size rows, one kind per frame
-(the frame's reserved value is the kind), for the recorder::
+(the frame's reserved value is the kind), whole rows in unfragmented frames (at most one MTU), for the
+recorder::
 
     PACKET rows (kind 1), 32 bytes: one per received MoldUDP64 datagram
     0 feed u8 ('A','B','R') | 1 pad | 4 bytes i32 | 8 arrival_ns i64 | 16 sequence i64 | 24 count i32 | 28 pad
