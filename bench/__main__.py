@@ -1,17 +1,23 @@
-"""``python -m bench [transport] [options]``: runs a benchmark harness and writes bench/results/."""
+"""``python -m bench [peers|transport|profile] [options]``: runs a benchmark harness, writes bench/results/.
+
+    transport  logbuf's own rigs (per-message, batch, ping-pong), interleaved rounds -> transport.{json,md}
+    peers      logbuf against multiprocessing, faster-fifo, pyzmq, posix_ipc and iceoryx2 -> peers.{json,md,png}
+    profile    where logbuf's per-message path spends its time -> profile.json (see PROFILE.md)
+"""
 
 from __future__ import annotations
 
 import sys
 
-from bench import transport
+from bench import profile, suite, transport
 
-HARNESSES = {"transport": transport.main}
+HARNESSES = {"transport": transport.main, "peers": suite.main, "profile": profile.main}
+DEFAULT = "peers"  # `./run bench` with no harness named
 
 
 def main() -> int:
     argv = sys.argv[1:]
-    name = argv[0] if argv and not argv[0].startswith("-") else "transport"
+    name = argv[0] if argv and not argv[0].startswith("-") else DEFAULT
     if argv and argv[0] == name:
         argv = argv[1:]
     if name not in HARNESSES:
