@@ -1,0 +1,184 @@
+"""``logbuf record``: argument parsing, signals and progress; the work is :class:`~logbuf.recorder.Recorder`.
+
+Exit status: 0 recorded and stopped cleanly, 1 stopped by data loss or a lost driver (the recording is
+consistent up to the last commit), 2 bad arguments or a recording that cannot be opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from typing import Any
+
+from logbuf.feed import published
+
+USAGE_ERROR = 2
+RUNTIME_ERROR = 1
+_SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+_EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
+
+
+def _count(text: str) -> int:
+    raw = text.strip().lower().replace("_", "")
+    scale = _SUFFIXES.get(raw[-1:], 1)
+    try:
+        value = float(raw[:-1] if scale != 1 else raw) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (e.g. 5000, 250k, 16M)") from None
+    if value < 1 or value != int(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
+    return int(value)
+
+
+def _stream(text: str) -> int | None:
+    if text.lower() in ("none", "off", "-"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a stream id (or 'none')") from None
+    if not -(2**31) <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"stream id {value} does not fit in 32 bits")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0 seconds")
+    return value
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+class _Progress:
+    """One status line per second on stderr (rewritten in place on a terminal)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last_time = time.monotonic()
+        self.last_messages = 0
+        self.last_packets = 0
+
+    def __call__(self, stats: Any, final: bool = False) -> None:
+        now = time.monotonic()
+        dt = max(now - self.last_time, 1e-9)
+        rate = (stats.messages - self.last_messages) / dt
+        packet_rate = (stats.packets - self.last_packets) / dt
+        self.last_time, self.last_messages, self.last_packets = now, stats.messages, stats.packets
+        line = (f"record: {stats.messages:,} messages ({rate:,.0f}/s), {stats.packets:,} packets "
+                f"({packet_rate:,.0f}/s), {stats.gaps:,} gaps, {stats.files:,} files {_mb(stats.bytes)} | "
+                f"session {stats.session} seq {stats.last_sequence if stats.last_sequence is not None else '-'}, "
+                f"held {_mb(stats.held_bytes)}, lag {_mb(stats.lag_bytes)}")
+        if stats.pending_join:
+            line += f", {stats.pending_join:,} awaiting capture rows"
+        if self.tty and not final:
+            print("\r\x1b[K" + line, end="", file=sys.stderr, flush=True)
+        else:
+            print(("\r\x1b[K" if self.tty else "") + line, file=sys.stderr, flush=True)
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    try:
+        from logbuf.recorder.recorder import Recorder, RecorderConfig, RecorderDataLoss, RecorderError
+    except ModuleNotFoundError as exc:
+        print(f"logbuf record: error: {exc.name} is not installed ({_EXTRA_HINT})", file=sys.stderr)
+        return USAGE_ERROR
+    from logbuf.errors import LogbufError
+    from logbuf.pipeline.schema import RecordingFormatError
+
+    options: dict[str, Any] = {}
+    if args.rows_per_file is not None:
+        options["rows_per_file"] = args.rows_per_file
+    if args.row_group_rows is not None:
+        options["row_group_rows"] = args.row_group_rows
+    try:
+        config = RecorderConfig(
+            output=args.output, driver_directory=args.dir, channel=args.channel,
+            messages_stream=args.messages_stream, events_stream=args.events_stream,
+            capture_stream=args.capture_stream, default_session=args.session,
+            commit_interval_s=args.commit_interval, allow_loss=args.allow_loss,
+            connect_timeout_s=args.connect_timeout, **options,
+        )
+    except (ValueError, RecordingFormatError) as exc:
+        print(f"logbuf record: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    progress = None if args.quiet else _Progress()
+    try:
+        recorder = Recorder(config, progress=progress)
+    except (RecorderError, RecordingFormatError, LogbufError, OSError, ValueError) as exc:
+        print(f"logbuf record: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    previous = {sig: signal.signal(sig, lambda *_: recorder.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    status = 0
+    try:
+        if not args.quiet:
+            what = ("until the end of the session" if args.until_end_of_session
+                    else f"for {args.duration:g} s" if args.duration else "until Ctrl-C / SIGTERM")
+            extra = ""
+            if recorder.checkpoint is not None:
+                extra = (f", resuming after commit {recorder.checkpoint.epoch} (rolled forward "
+                         f"{recorder.rolled_forward}, removed {len(recorder.removed_stale)} stale .tmp)")
+            print(f"logbuf record: {config.output} {what}{extra}", file=sys.stderr)
+        stats = recorder.run(duration_s=args.duration, until_end_of_session=args.until_end_of_session)
+        if progress is not None:
+            progress(stats, final=True)
+            totals = ", ".join(f"{name} {count:,}" for name, count in stats.counts.items())
+            print(f"logbuf record: stopped cleanly after {stats.elapsed_s:.1f} s; {stats.commits} commits; "
+                  f"recording totals: {totals}", file=sys.stderr)
+    except RecorderDataLoss as exc:
+        print(f"\nlogbuf record: data loss: {exc}", file=sys.stderr)
+        status = RUNTIME_ERROR
+    except (RecorderError, LogbufError, RuntimeError, OSError) as exc:  # a lost driver, a full disk, ...
+        print(f"\nlogbuf record: error: {exc} (the recording is consistent up to its last commit)", file=sys.stderr)
+        status = RUNTIME_ERROR
+    finally:
+        recorder.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return status
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "record",
+        help="record the feed handler's streams into a crash-safe Parquet recording",
+        description="Subscribe to the feed handler's messages, events and capture streams and write the "
+                    "recording datasets (packets, messages, gaps) as rolling Parquet files partitioned by "
+                    "session and hour.  Files being written are hidden .tmp files; a checkpoint makes a "
+                    "restart continue without duplicates or gaps.  Counters: `logbuf stat --type 1200`.",
+    )
+    p.add_argument("output", metavar="OUT", help="recording directory (created; an existing one is continued)")
+    p.add_argument("--dir", help="media driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-$USER)")
+    p.add_argument("--channel", default="aeron:ipc", help="channel of the three streams (default aeron:ipc)")
+    p.add_argument("--messages-stream", type=_stream, default=published.MESSAGES_STREAM, metavar="ID",
+                   help=f"ITCH messages stream, or 'none' (default {published.MESSAGES_STREAM})")
+    p.add_argument("--events-stream", type=_stream, default=published.EVENTS_STREAM, metavar="ID",
+                   help=f"gap/session events stream, or 'none' (default {published.EVENTS_STREAM})")
+    p.add_argument("--capture-stream", type=_stream, default=published.CAPTURE_STREAM, metavar="ID",
+                   help=f"packet/delivery capture stream, or 'none' (default {published.CAPTURE_STREAM})")
+    p.add_argument("--session", default="UNKNOWN",
+                   help="session partition of what arrives before the first SESSION_CHANGED event (default UNKNOWN)")
+    p.add_argument("--rows-per-file", type=_count, metavar="N",
+                   help="rows after which a file is completed (default 16M; files also complete at every commit)")
+    p.add_argument("--row-group-rows", type=_count, metavar="N", help="Parquet row group size (default 1M)")
+    p.add_argument("--commit-interval", type=_seconds, default=30.0, metavar="S",
+                   help="longest time recorded data waits to become complete files (default 30)")
+    p.add_argument("--allow-loss", action="store_true",
+                   help="on data the driver no longer has: log it to OUT/_recorder_losses.jsonl and go on "
+                        "(default: stop with exit status 1)")
+    p.add_argument("--connect-timeout", type=_seconds, default=5.0, metavar="S",
+                   help="how long to wait for the media driver (default 5)")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument("--duration", type=_seconds, metavar="S", help="stop after S seconds")
+    stop.add_argument("--until-end-of-session", action="store_true",
+                      help="stop once the END_OF_SESSION event and everything before it are recorded")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=_cmd_record)

@@ -1,0 +1,5 @@
+"""Recorder tests need pyarrow (the ``analytics`` extra), but no JVM."""
+
+import pytest
+
+pytest.importorskip("pyarrow")
