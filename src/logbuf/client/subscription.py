@@ -150,6 +150,8 @@ class Subscription:
                 semaphore.acquire(timeout)
             except posix_ipc.BusyError:
                 return self.is_data_available()
+            except posix_ipc.SignalError:  # a signal handler ran (Ctrl-C, SIGTERM): the caller re-checks
+                return self.is_data_available()
             return True
         finally:
             self._threads_waiting -= 1
