@@ -36,7 +36,7 @@ def ports(n: int) -> list[int]:
     return out
 
 
-def run_once(day: Path, messages: int, work: Path) -> dict:
+def run_once(day: Path, messages: int, work: Path, speed: str = "max") -> dict:
     a, b, r = ports(3)
     driver = logbuf.MediaDriver.launch(work / "drv", ipc_term_length=64 << 20)
     env = dict(os.environ, LOGBUF_DIR=str(driver.directory))
@@ -51,9 +51,10 @@ def run_once(day: Path, messages: int, work: Path) -> dict:
             while not sub.images:
                 time.sleep(0.01)
             replay = subprocess.Popen([*LOGBUF, "replay", str(day), "--feed-a", f"127.0.0.1:{a}", "--feed-b",
-                                       f"127.0.0.1:{b}", "--speed", "max", "--retransmit", f"127.0.0.1:{r}",
+                                       f"127.0.0.1:{b}", "--speed", speed, "--retransmit", f"127.0.0.1:{r}",
                                        "--linger-s", "10", "--eos-interval-s", "0.2", "-q",
-                                       "--flush-gap-us", "100000"], env=env)  # full packets: ~35 msgs each
+                                       # at max speed: full packets (~35 msgs each); paced: the day's own
+                                       *(["--flush-gap-us", "100000"] if speed == "max" else [])], env=env)
             procs.append(replay)
             state = {"n": 0, "next": 1, "bad": 0, "first": 0.0, "last": 0.0}
 
@@ -80,7 +81,9 @@ def run_once(day: Path, messages: int, work: Path) -> dict:
         return {"delivered": state["n"], "in_order": state["bad"] == 0, "seconds": seconds,
                 "msgs_per_s": state["n"] / seconds if seconds else 0.0,
                 "gaps_detected": summary["gaps_detected"], "gaps_recovered": summary["gaps_recovered"],
-                "gaps_unrecoverable": summary["gaps_unrecoverable"]}
+                "gaps_unrecoverable": summary["gaps_unrecoverable"],
+                "wire_to_log_p50_us": summary.get("wire_to_log_p50_ns", 0) / 1e3,
+                "wire_to_log_p99_us": summary.get("wire_to_log_p99_ns", 0) / 1e3}
     finally:
         for p in procs:
             if p.poll() is None:
@@ -96,6 +99,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=float, default=1e6)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--speed", default="max", help="replay speed: max (throughput) or a factor (paced latency)")
     args = parser.parse_args()
     n = int(args.messages)
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,7 +109,7 @@ def main() -> int:
         for i in range(args.runs):
             work = Path(tmp) / f"run{i}"
             work.mkdir()
-            results.append(run_once(day, n, work))
+            results.append(run_once(day, n, work, args.speed))
             print(json.dumps(results[-1]), flush=True)
     print(f"median delivered rate: {statistics.median(r['msgs_per_s'] for r in results):,.0f} msg/s; load "
           f"{os.getloadavg()[0]:.2f}")

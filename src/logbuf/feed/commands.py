@@ -410,8 +410,10 @@ def _cmd_feed(args: argparse.Namespace) -> int:
                   f"stream {args.stream}", file=sys.stderr, flush=True)
         handler.run(duration_s=args.duration_s)
         values = handler.counter_values()
+        latency = handler.latency_percentiles_ns()
         stop.set()
     summary = {k: v for k, v in values.items() if not k.startswith("RETRANSMIT.") or v}
+    summary.update({f"wire_to_log_{k}_ns": v for k, v in latency.items()})
     if args.summary_json:
         with open(args.summary_json, "w") as fh:
             json.dump(summary, fh, indent=2)

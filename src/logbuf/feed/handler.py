@@ -53,6 +53,7 @@ from logbuf.idle import BackoffIdleStrategy
 
 FEED_COUNTER_TYPE_ID = 1100
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
+LATENCY_SAMPLES = 1 << 16
 _SEQ = np.dtype(">u8")
 _COUNT = np.dtype(">u2")
 _LETTERS = np.array([ord("A"), ord("B"), ord("R")], dtype=np.uint8)
@@ -175,6 +176,10 @@ class FeedHandler:
         self.end_of_session = False
         self._idle = BackoffIdleStrategy(max_spins=100, max_yields=50, max_park_ns=100_000)
         self._next_counters_ns = 0
+        # wire-to-log latency: packet arrival (kernel stamp) to its messages committed in the log, sampled
+        # once per published batch into a ring (the first message of the batch: the longest wait in it)
+        self.latency_samples_ns = np.zeros(LATENCY_SAMPLES, dtype=np.int64)
+        self.latency_count = 0
         for name in [*self.arbiter.counter_values(), "published", "unpublished", "back_pressure_waits"]:
             self.counters[name] = client.add_counter(FEED_COUNTER_TYPE_ID, f"feed: {name}", name.encode()[:100])
 
@@ -311,6 +316,10 @@ class FeedHandler:
                 batch.buffer, batch.lengths[done:], seqs[done:], batch.offsets[done:]
             )
             if appended:
+                if done == 0:
+                    slot = self.latency_count % LATENCY_SAMPLES
+                    self.latency_samples_ns[slot] = monotonic_ns() - int(batch.ring_arrivals[batch.slots[0]])
+                    self.latency_count += 1
                 done += appended
                 self.published += appended
                 self._idle.reset()
@@ -367,6 +376,14 @@ class FeedHandler:
         self._offer_rows(rows, out.CAPTURE_DELIVERED)
 
     # -- counters and lifetime -------------------------------------------------------------------------
+
+    def latency_percentiles_ns(self, percentiles: tuple[float, ...] = (50, 99, 99.9)) -> dict[str, float]:
+        """Wire-to-log latency of the sampled batches (the last ``LATENCY_SAMPLES``)."""
+        n = min(self.latency_count, LATENCY_SAMPLES)
+        if n == 0:
+            return {}
+        values = np.percentile(self.latency_samples_ns[:n], percentiles)
+        return {f"p{p:g}": float(v) for p, v in zip(percentiles, values, strict=True)}
 
     def counter_values(self) -> dict[str, int]:
         values = dict(self.arbiter.counter_values())
