@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -11,6 +12,27 @@ import pytest
 
 from log_pipe import Pipe
 from logbuf import LogBuffers
+
+
+def _wake_semaphores() -> set[str]:
+    prefix = f"sem.logbuf.{os.getuid()}."
+    try:
+        return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)}
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_wake_semaphores() -> Iterator[None]:
+    """Drivers the tests SIGKILL cannot unlink their stream semaphores, and their temporary directories are
+    never reused (a new driver would clean them): remove those this session created."""
+    import posix_ipc
+
+    before = _wake_semaphores()
+    yield
+    for name in _wake_semaphores() - before:
+        with contextlib.suppress(posix_ipc.ExistentialError):
+            posix_ipc.unlink_semaphore("/" + name[len("sem.") :])
 
 
 @pytest.fixture
