@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,22 +21,15 @@ import time
 from pathlib import Path
 
 import logbuf
+from logbuf.samples.ports import free_udp_ports
 
 LOGBUF = [sys.executable, "-m", "logbuf.cli"]
 
 
-def ports(n: int) -> list[int]:
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    out = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return out
 
 
 def run_once(day: Path, messages: int, work: Path, speed: str = "max") -> dict:
-    a, b, r = ports(3)
+    a, b, r = free_udp_ports(3)
     driver = logbuf.MediaDriver.launch(work / "drv", ipc_term_length=64 << 20)
     env = dict(os.environ, LOGBUF_DIR=str(driver.directory))
     procs = []

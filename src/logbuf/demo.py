@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 from logbuf.samples.ipc import ping_pong, throughput
+from logbuf.samples.ports import free_udp_ports
 
 DROP_BOTH = (20_000, 20_049)  # a range lost on A and on B: only the retransmission server has it
 
@@ -47,15 +47,6 @@ def run_transport_demo(messages: int, sizes: list[int], rtt_samples: int, out=sy
     return 0
 
 
-def _free_udp_ports(n: int) -> list[int]:
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class _Step:
@@ -92,7 +83,7 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
     for path in (recording, report_dir):
         shutil.rmtree(path, ignore_errors=True)
     logbuf_cmd = [sys.executable, "-m", "logbuf.cli"]
-    a, b, r = _free_udp_ports(3)
+    a, b, r = free_udp_ports(3)
     procs: list[subprocess.Popen] = []
 
     step(f"synthesising an ITCH 5.0 day of {args.messages:,} messages -> {day}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,20 +17,12 @@ from logbuf.feed import itch
 from logbuf.feed import published as out
 from logbuf.feed.book import TopOfBook
 from logbuf.feed.dayfile import read_messages
+from logbuf.samples.ports import free_udp_ports
 
 pytestmark = pytest.mark.timeout(120)
 LOGBUF = [sys.executable, "-m", "logbuf.cli"]
 
 
-def free_udp_ports(n: int) -> list[int]:
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def stop(proc: subprocess.Popen) -> None:

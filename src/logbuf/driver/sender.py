@@ -8,45 +8,29 @@ cycles read nothing): one system call per cycle instead of one per endpoint.
 
 from __future__ import annotations
 
-import select
-
+from logbuf.driver.endpoint_poller import EndpointPoller
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.send_channel import SendChannelEndpoint
 
 
 class Sender:
     def __init__(self) -> None:
-        self.endpoints: list[SendChannelEndpoint] = []
+        self._endpoints: EndpointPoller[SendChannelEndpoint] = EndpointPoller()
         self.publications: list[NetworkPublication] = []
-        self._poller = select.poll()
-        self._by_fd: dict[int, SendChannelEndpoint] = {}
-        self._always: list[SendChannelEndpoint] = []  # impaired endpoints: delayed datagrams fall due anyway
+
+    @property
+    def endpoints(self) -> list[SendChannelEndpoint]:
+        return self._endpoints.endpoints
 
     def add_endpoint(self, endpoint: SendChannelEndpoint) -> None:
-        self.endpoints.append(endpoint)
-        if endpoint.transport.send_impairment is not None or endpoint.transport.receive_impairment is not None:
-            self._always.append(endpoint)
-        else:
-            self._by_fd[endpoint.transport.recv_fd] = endpoint
-            self._poller.register(endpoint.transport.recv_fd, select.POLLIN)
+        self._endpoints.add(endpoint)
 
     def remove_endpoint(self, endpoint: SendChannelEndpoint) -> None:
-        if endpoint in self.endpoints:
-            self.endpoints.remove(endpoint)
-        if endpoint in self._always:
-            self._always.remove(endpoint)
-        if self._by_fd.pop(endpoint.transport.recv_fd, None) is not None:
-            self._poller.unregister(endpoint.transport.recv_fd)
+        self._endpoints.remove(endpoint)
 
     def do_work(self, now_ns: int) -> int:
         work = 0
-        if self._by_fd:
-            by_fd = self._by_fd
-            for fd, _ in self._poller.poll(0):  # SMs first: they may open the window this cycle uses
-                endpoint = by_fd.get(fd)
-                if endpoint is not None:
-                    work += endpoint.poll_control(now_ns)
-        for endpoint in self._always:
+        for endpoint in self._endpoints.ready():  # SMs first: they may open the window this cycle uses
             work += endpoint.poll_control(now_ns)
         for publication in self.publications:
             work += publication.send(now_ns)

@@ -17,28 +17,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from logbuf.cli_args import count
 from logbuf.feed import moldudp64
 
 USAGE_ERROR = 2
-_SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 
 
 class UsageError(Exception):
     """A command-line value the user can fix."""
 
 
-def _count(text: str) -> int:
-    """``5000``, ``50k``, ``2M``, ``1_000_000``."""
-    raw = text.strip().lower().replace("_", "")
-    scale = _SUFFIXES.get(raw[-1:], 1)
-    digits = raw[:-1] if scale != 1 else raw
-    try:
-        value = float(digits) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count (e.g. 5000, 50k, 2M)") from None
-    if value < 1 or value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
-    return int(value)
 
 
 def _host_port(text: str) -> tuple[str, int] | None:
@@ -306,7 +294,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("synth", help="write a synthetic ITCH 5.0 day file",
                               description="Write a synthetic, deterministic (per seed) ITCH 5.0 day file.")
     p.add_argument("output", help="day file to write")
-    p.add_argument("--messages", "-n", type=_count, default=1_000_000, help="total messages (e.g. 5000, 2M)")
+    p.add_argument("--messages", "-n", type=count, default=1_000_000, help="total messages (e.g. 5000, 2M)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--symbols", type=int, default=None, help="symbols (default: scaled with --messages)")
     p.add_argument("--orders-per-symbol", type=int, default=64, help="live orders tracked per symbol")

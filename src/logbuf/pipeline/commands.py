@@ -12,22 +12,12 @@ import sys
 import time
 from collections.abc import Callable
 
+from logbuf.cli_args import count
+
 USAGE_ERROR = 2
-_SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 _EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
 
 
-def _count(text: str) -> int:
-    raw = text.strip().lower().replace("_", "")
-    scale = _SUFFIXES.get(raw[-1:], 1)
-    digits = raw[:-1] if scale != 1 else raw
-    try:
-        value = float(digits) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count (e.g. 5000, 50k, 2M)") from None
-    if value < 1 or value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
-    return int(value)
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -110,7 +100,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "lost on both feeds and recovered by re-request, B delayed behind A, jitter. The truth is "
                     "saved as OUTPUT/_scenario_truth.json.")
     p.add_argument("output", help="recording directory to create")
-    p.add_argument("--messages", "-n", type=_count, default=200_000)
+    p.add_argument("--messages", "-n", type=count, default=200_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--session", default="SYNTH0001")
     p.add_argument("--date", default="2026-01-05", help="UTC date of the arrival clock")

@@ -12,24 +12,14 @@ import sys
 import time
 from typing import Any
 
+from logbuf.cli_args import count
 from logbuf.feed import published
 
 USAGE_ERROR = 2
 RUNTIME_ERROR = 1
-_SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 _EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
 
 
-def _count(text: str) -> int:
-    raw = text.strip().lower().replace("_", "")
-    scale = _SUFFIXES.get(raw[-1:], 1)
-    try:
-        value = float(raw[:-1] if scale != 1 else raw) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count (e.g. 5000, 250k, 16M)") from None
-    if value < 1 or value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
-    return int(value)
 
 
 def _stream(text: str) -> int | None:
@@ -166,9 +156,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help=f"packet/delivery capture stream, or 'none' (default {published.CAPTURE_STREAM})")
     p.add_argument("--session", default="UNKNOWN",
                    help="session partition of what arrives before the first SESSION_CHANGED event (default UNKNOWN)")
-    p.add_argument("--rows-per-file", type=_count, metavar="N",
+    p.add_argument("--rows-per-file", type=count, metavar="N",
                    help="rows after which a file is completed (default 16M; files also complete at every commit)")
-    p.add_argument("--row-group-rows", type=_count, metavar="N", help="Parquet row group size (default 1M)")
+    p.add_argument("--row-group-rows", type=count, metavar="N", help="Parquet row group size (default 1M)")
     p.add_argument("--commit-interval", type=_seconds, default=30.0, metavar="S",
                    help="longest time recorded data waits to become complete files (default 30)")
     p.add_argument("--allow-loss", action="store_true",
