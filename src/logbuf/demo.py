@@ -74,7 +74,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 15.0) -> int | None:
 def run_market_data_demo(args: argparse.Namespace) -> int:
     import logbuf
 
-    step = _Step(8)
+    step = _Step(7)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="logbuf-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     day = workdir / "day.itch"
