@@ -27,6 +27,10 @@ class ClaimStateError(LogbufError):
     """A BufferClaim was used after it was committed or aborted, or before a successful try_claim."""
 
 
+class ClosedError(LogbufError):
+    """The object (log buffer, publication, image, subscription or client) was closed: nothing may use it now."""
+
+
 class DriverTimeout(LogbufError):
     """The media driver is gone: no cnc.dat, a stale heartbeat (it died), or it shut down."""
 
