@@ -259,12 +259,3 @@ class CncLayout:
     def max_counter_id(self) -> int:
         return self.counters_values_length // COUNTER_VALUE_LENGTH - 1
 
-
-def __getattr__(name: str) -> object:
-    # ``CncFile`` lives in cnc_file.py (it needs every section's class); reachable from here too, lazily,
-    # because cnc_file imports this module.
-    if name == "CncFile":
-        from logbuf.cnc.cnc_file import CncFile
-
-        return CncFile
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
