@@ -194,10 +194,6 @@ def test_open_foreign_file(tmp_path):
         CncFile.open(path)
 
 
-def test_cnc_file_reachable_from_layout_module():
-    assert L.CncFile is CncFile
-
-
 def test_sections_are_where_the_layout_says(tmp_path):
     """Bytes written through each section object land at the header-computed file offsets."""
     path = tmp_path / "cnc.dat"
