@@ -53,6 +53,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
     from logbuf.native import AtomicBuffer
     from logbuf.position import Position
 
+    __version__: str
+
 
 def _version() -> str:
     # one source of truth: the version in pyproject.toml, as recorded by the installer

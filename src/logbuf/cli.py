@@ -64,7 +64,7 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def _load(modules: Iterable[str], sub: argparse._SubParsersAction) -> None:
+def _load(modules: Iterable[str], sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name in modules:
         try:
             module = importlib.import_module(name)
@@ -82,7 +82,7 @@ def _chosen_command(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def _add_common_options(sub: argparse._SubParsersAction) -> None:
+def _add_common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Every command gets a description (its one-line help if it has none) and the logging options."""
     helps = {action.dest: action.help for action in sub._choices_actions}
     for name, parser in sub.choices.items():

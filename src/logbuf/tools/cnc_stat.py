@@ -23,6 +23,7 @@ import enum
 import json
 import os
 import re
+import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -431,23 +432,25 @@ class StatSnapshot:
         producers: dict[tuple[int, int], CounterSample] = {}
         for type_id in reversed(LAG_PRODUCER_TYPE_IDS):  # the preferred producer type is written last
             for s in self.counters:
-                if s.type_id == type_id and s.key_fields:
-                    producers[(int(s.key_fields["session_id"]), int(s.key_fields["stream_id"]))] = s
+                key = _stream_key(s) if s.type_id == type_id else None
+                if key is not None:
+                    producers[(key[1], key[2])] = s
         lags = []
         for s in self.counters:
-            key = s.key_fields if s.type_id == c.SUBSCRIBER_POSITION_TYPE_ID else None
-            if not key:
+            key = _stream_key(s) if s.type_id == c.SUBSCRIBER_POSITION_TYPE_ID else None
+            if key is None:
                 continue
-            producer = producers.get((int(key["session_id"]), int(key["stream_id"])))
+            registration_id, session_id, stream_id, channel = key
+            producer = producers.get((session_id, stream_id))
             if producer is None:
                 continue
             lags.append(
                 StreamLag(
-                    session_id=int(key["session_id"]),
-                    stream_id=int(key["stream_id"]),
-                    channel=str(key["channel"]),
+                    session_id=session_id,
+                    stream_id=stream_id,
+                    channel=channel,
                     subscriber_counter_id=s.counter_id,
-                    subscriber_registration_id=int(key["registration_id"]),
+                    subscriber_registration_id=registration_id,
                     subscriber_position=s.value,
                     producer_type=producer.type_name,
                     producer_counter_id=producer.counter_id,
@@ -479,6 +482,15 @@ class StatSnapshot:
         lags: Iterable[StreamLag] | None = None,
     ) -> str:
         return json.dumps(self.to_dict(rates, lags), indent=indent)
+
+
+def _stream_key(sample: CounterSample) -> tuple[int, int, int, str] | None:
+    """(registration id, session id, stream id, channel) of a stream-position counter; None if its key is
+    not one (shared memory: a short or odd key must not break a listing)."""
+    try:
+        return c.decode_stream_position_key(sample.key)
+    except (ValueError, struct.error):
+        return None
 
 
 # -- reading -------------------------------------------------------------------------------------------
