@@ -3,6 +3,7 @@
 #   - looks at $JAVA_HOME, the `java` on PATH and /usr/lib/jvm/*; prefers 17 and 21 (Spark 4's tested releases)
 #   - none and root: installs Debian's openjdk-17-jre-headless non-interactively, then looks again
 #   - none and not root: explains and exits 1
+#   - LOGBUF_NO_INSTALL=1 (the test suite sets it): never installs; exits 1 when none is found
 # Usage: export JAVA_HOME="$(scripts/ensure-java.sh)"
 set -euo pipefail
 MIN_MAJOR=17
@@ -37,6 +38,10 @@ find_home() {
 if home=$(find_home) && [ -n "$home" ]; then
     echo "$home"
     exit 0
+fi
+if [ "${LOGBUF_NO_INSTALL:-0}" = "1" ]; then
+    echo "ensure-java: no Java $MIN_MAJOR+ found (LOGBUF_NO_INSTALL=1: not installing; ./run setup installs it)" >&2
+    exit 1
 fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "ensure-java: no Java $MIN_MAJOR+ found and installing one needs root (apt-get install openjdk-17-jre-headless)" >&2

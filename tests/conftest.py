@@ -1,4 +1,9 @@
-"""Shared fixtures: log buffers in a private /dev/shm directory, removed after each test."""
+"""Shared fixtures: log buffers in a private /dev/shm directory, removed after each test; clean-up of what
+SIGKILLed test drivers leave behind; tshark when the machine has it.
+
+Tests never install system packages: ``scripts/ensure-*.sh`` install only when ``./run`` calls them, and this
+file sets ``LOGBUF_NO_INSTALL=1`` so that a test calling one of them merely checks (and skips if absent).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,26 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from log_pipe import Pipe
 from logbuf import LogBuffers
+from logbuf.directory import wake_semaphore_prefix
+
+os.environ.setdefault("LOGBUF_NO_INSTALL", "1")  # inherited by every script and process the tests start
+
+# driver directories the tests created outside pytest's temporary tree (``shm_dir``, ``owned_directory``)
+_CREATED_DIRECTORIES: set[str] = set()
+
+
+def own_directory(path: str | os.PathLike[str]) -> str:
+    """Declares ``path`` a driver directory this test session created: if a driver of it is killed, the
+    session removes its wake-up semaphores.  Directories under pytest's ``tmp_path`` need no declaring."""
+    real = os.path.realpath(path)
+    _CREATED_DIRECTORIES.add(real)
+    return real
 
 
 def _wake_semaphores() -> set[str]:
@@ -22,23 +42,54 @@ def _wake_semaphores() -> set[str]:
         return set()
 
 
+def _directories_under(base: Path) -> Iterator[str]:
+    for directory, _, _ in os.walk(base):
+        yield os.path.realpath(directory)
+
+
+def semaphores_to_remove(new: set[str], directories: set[str]) -> set[str]:
+    """Of the wake-up semaphores ``new`` (``sem.`` names in /dev/shm) those of a driver directory in
+    ``directories``; any other belongs to a driver the tests did not start and is left alone."""
+    prefixes = tuple("sem." + wake_semaphore_prefix(d).lstrip("/") for d in directories)
+    return {name for name in new if name.startswith(prefixes)} if prefixes else set()
+
+
 @pytest.fixture(scope="session", autouse=True)
-def no_leftover_wake_semaphores() -> Iterator[None]:
-    """Drivers the tests SIGKILL cannot unlink their stream semaphores, and their temporary directories are
-    never reused (a new driver would clean them): remove those this session created."""
+def no_leftover_wake_semaphores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Drivers the tests SIGKILL cannot unlink their stream semaphores: remove those of the directories this
+    session created (pytest's temporary tree and declared ones), never another driver's."""
     import posix_ipc
 
     before = _wake_semaphores()
     yield
-    for name in _wake_semaphores() - before:
+    new = _wake_semaphores() - before
+    if not new:
+        return
+    directories = set(_directories_under(tmp_path_factory.getbasetemp())) | _CREATED_DIRECTORIES
+    for name in semaphores_to_remove(new, directories):
         with contextlib.suppress(posix_ipc.ExistentialError):
             posix_ipc.unlink_semaphore("/" + name[len("sem.") :])
 
 
 @pytest.fixture
+def owned_directory() -> Callable[[str | os.PathLike[str]], str]:
+    """``own_directory`` as a fixture, for tests that create a driver directory outside ``tmp_path``."""
+    return own_directory
+
+
+@pytest.fixture(scope="session")
+def tshark() -> str:
+    """The ``tshark`` on PATH (``./run test`` installs it through scripts/ensure-tshark.sh); else skip."""
+    path = shutil.which("tshark")
+    if path is None:
+        pytest.skip("tshark is not installed (scripts/ensure-tshark.sh installs it; ./run test calls it)")
+    return path
+
+
+@pytest.fixture
 def shm_dir() -> Iterator[str]:
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    path = tempfile.mkdtemp(prefix="logbuf-test-", dir=base)
+    path = own_directory(tempfile.mkdtemp(prefix="logbuf-test-", dir=base))
     try:
         yield path
     finally:

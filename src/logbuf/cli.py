@@ -1,27 +1,71 @@
-"""``logbuf`` command line: each layer registers its own sub-commands (see ``_COMMAND_MODULES``)."""
+"""``logbuf`` command line: each layer registers its own sub-commands (``add_commands(subparsers)``).
+
+Start-up stays cheap: ``_COMMANDS`` says which module registers which command, so ``logbuf stat`` imports
+only ``logbuf.tools.commands`` (not the driver, numpy or the UDP stack).  ``logbuf --help``, a bare
+``logbuf`` and an unknown command import every module.  A new command (or command module) is added to
+``_COMMANDS``; ``tests/test_cli.py`` fails while a registered command is missing from it.
+
+Common behaviour lives here, not in each command:
+
+* ``--version``; ``-v/--verbose`` and ``-q/--quiet`` set the ``logging`` level of the library (also
+  accepted after the command name);
+* an error the user can act on (a ``LogbufError``, an ``OSError``, an argument error raised late) ends in one
+  line ``logbuf <command>: error: <message>`` and a non-zero exit status; ``LOGBUF_TRACEBACK=1`` shows
+  the traceback instead;
+* Ctrl-C ends with ``logbuf <command>: interrupted`` and exit status 130.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-# Modules that expose ``add_commands(subparsers)``; each sub-command sets ``func`` (args -> exit code).
-_COMMAND_MODULES = (
-    "logbuf.demo",
-    "logbuf.driver.commands",
-    "logbuf.tools.commands",
-    "logbuf.feed.commands",
-    "logbuf.recorder.commands",
-    "logbuf.pipeline.commands",
-)
+# command -> the module that registers it: each module exposes ``add_commands(subparsers)`` and every
+# sub-command sets ``func`` (args -> exit status).  Only the chosen command's module is imported.
+_COMMANDS = {
+    "demo": "logbuf.demo",
+    "driver": "logbuf.driver.commands",
+    "stat": "logbuf.tools.commands",
+    "errors": "logbuf.tools.commands",
+    "logdump": "logbuf.tools.commands",
+    "synth": "logbuf.feed.commands",
+    "replay": "logbuf.feed.commands",
+    "retransmit": "logbuf.feed.commands",
+    "feed": "logbuf.feed.commands",
+    "book": "logbuf.feed.commands",
+    "record": "logbuf.recorder.commands",
+    "analyze": "logbuf.pipeline.commands",
+    "scenario": "logbuf.pipeline.commands",
+}
+# every module, in the order ``logbuf --help`` lists their commands
+_COMMAND_MODULES = tuple(dict.fromkeys(_COMMANDS.values()))
+
+TRACEBACK_ENV = "LOGBUF_TRACEBACK"
+INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, what shells report for Ctrl-C
+ERROR_EXIT_STATUS = 1
+USAGE_EXIT_STATUS = 2  # argparse's status for bad arguments
+
+_log = logging.getLogger("logbuf")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="logbuf", description="Aeron-style shared-memory log-buffer transport")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+class _VersionAction(argparse.Action):
+    # reads the installed version only when asked (importlib.metadata costs start-up time)
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from logbuf import __version__
+
+        print(f"{parser.prog} {__version__}")
+        parser.exit()
+
+
+def _load(modules: Iterable[str], sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -31,19 +75,112 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.add_commands(sub)
+
+
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    # the global options take no value, so the first word that is not an option names the command
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _add_common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Every command gets a description (its one-line help if it has none) and the logging options."""
+    helps = {action.dest: action.help for action in sub._choices_actions}
+    for name, parser in sub.choices.items():
+        if not parser.description and helps.get(name):
+            text = str(helps[name])
+            parser.description = text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+        taken = parser._option_string_actions
+        if "-v" not in taken and "--verbose" not in taken:
+            parser.add_argument(
+                "-v", "--verbose", action="count", dest="sub_verbose", default=argparse.SUPPRESS,
+                help="log more (INFO; -vv: DEBUG)",
+            )
+        if "-q" not in taken and "--quiet" not in taken:
+            parser.add_argument(
+                "-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                help="log errors only (default: warnings and errors)",
+            )
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``logbuf`` parser; given ``argv``, only the module of the command it names is imported."""
+    parser = argparse.ArgumentParser(
+        prog="logbuf",
+        description="Aeron-style shared-memory log-buffer transport, with a MoldUDP64/ITCH feed handler, "
+        "recorder and analytics.",
+        epilog=f"{TRACEBACK_ENV}=1 shows the Python traceback behind an error message.",
+    )
+    parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log more: INFO (-vv: DEBUG); default warnings"
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", dest="global_quiet", help="log errors only (default: off)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = _chosen_command(argv) if argv is not None else None
+    if chosen in _COMMANDS:
+        _load([_COMMANDS[chosen]], sub)
+    if chosen not in sub.choices:  # help, no command, or a command the table does not know
+        _load([m for m in _COMMAND_MODULES if m != _COMMANDS.get(chosen or "")], sub)
+    _add_common_options(sub)
     return parser
 
 
+def _log_level(args: argparse.Namespace) -> int:
+    verbose = args.verbose + getattr(args, "sub_verbose", 0)
+    if args.global_quiet or getattr(args, "quiet", False):
+        return logging.ERROR
+    return {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+
+
+def configure_logging(level: int, command: str) -> None:
+    """Log records from the library go to stderr as ``logbuf <command>: <level>: <message>``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"logbuf {command}: %(levelname)s: %(message)s"))
+    root = logging.getLogger("logbuf")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def _error_line(command: str, exc: BaseException) -> str:
+    message = str(exc) or type(exc).__name__
+    return f"logbuf {command}: error: {message}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one ``logbuf`` command; returns its exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules load
+        print("logbuf: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_STATUS
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return USAGE_EXIT_STATUS
+    command = args.command
+    configure_logging(_log_level(args), command)
+    show_traceback = os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        print(f"logbuf {command}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_STATUS
+    except (argparse.ArgumentTypeError, argparse.ArgumentError) as exc:
+        if show_traceback:
+            raise
+        print(_error_line(command, exc), file=sys.stderr)
+        return USAGE_EXIT_STATUS
+    except Exception as exc:
+        from logbuf.errors import LogbufError
+
+        if show_traceback or not isinstance(exc, (LogbufError, OSError)):
+            raise
+        print(_error_line(command, exc), file=sys.stderr)
+        return int(getattr(exc, "exit_code", ERROR_EXIT_STATUS))
 
 
 if __name__ == "__main__":

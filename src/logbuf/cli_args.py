@@ -1,10 +1,33 @@
-"""Argument types shared by the ``logbuf`` sub-commands (argparse ``type=`` callables)."""
+"""Argument types shared by the ``logbuf`` sub-commands (argparse ``type=`` callables), and ``UsageError``.
+
+Each type raises ``argparse.ArgumentTypeError`` with a short reason, which argparse turns into the usual
+one-line ``logbuf <command>: error: argument --x: <reason>`` (exit status 2) before any work starts.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+
+from logbuf.errors import LogbufError
+
+USAGE_EXIT_STATUS = 2  # what argparse itself exits with on bad arguments
 
 _SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+# duration units -> seconds; a bare number is seconds
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$")
+
+
+class UsageError(LogbufError):
+    """The user's input cannot be used (a bad combination of options, a missing input file).
+
+    ``logbuf`` prints ``logbuf <command>: error: <message>`` and exits with status 2, like argparse does for
+    a malformed option.
+    """
+
+    exit_code = USAGE_EXIT_STATUS
 
 
 def count(text: str) -> int:
@@ -19,3 +42,28 @@ def count(text: str) -> int:
     if value < 1 or value != int(value):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
     return int(value)
+
+
+def duration(text: str) -> float:
+    """A positive duration in seconds: ``30``, ``2.5``, ``500ms``, ``250us``, ``2m``, ``1h`` (bare = seconds)."""
+    match = _DURATION.match(text.lower())
+    unit = match.group(2) if match else None
+    if match is None or unit not in _DURATION_UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30, 2.5, 500ms, 2m)")
+    seconds = float(match.group(1)) * _DURATION_UNITS[unit]
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0 s")
+    return seconds
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``127.0.0.1:30001``, ``[::1]:30001``, ``:30001`` = all interfaces) as ``(host, port)``."""
+    host, sep, port_text = text.strip().rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:30001)")
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r}: port must be 1..65535")
+    if host.startswith("[") and host.endswith("]"):  # IPv6 literal
+        host = host[1:-1]
+    return (host or "0.0.0.0", port)

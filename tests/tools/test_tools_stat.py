@@ -250,3 +250,71 @@ def test_source_follows_a_restarted_driver(driver: FakeDriver):
             assert snap.header.driver_pid == 4_000_000 and snap.system_counter(19) == 2
         finally:
             restarted.close()
+
+
+# -- ages, units, lags ----------------------------------------------------------------------------------
+
+
+def test_a_heartbeat_stored_after_the_readers_clock_has_age_0(driver: FakeDriver):
+    heartbeat = now_ms()
+    driver.heartbeat(heartbeat)
+    header = snapshot_at(driver, heartbeat - 7).header  # the driver beat between our clock read and the read
+    assert header.heartbeat_age_ms == 0
+    assert "heartbeat age 0 ms" in header.summary()
+    assert header.state is DriverState.ACTIVE
+
+
+def test_timestamp_counters_have_an_age_never_negative(driver: FakeDriver):
+    ids = populate(driver)
+    snap = snapshot_at(driver, driver.now_ms + 1_500)
+    (hb,) = [s for s in snap.counters if s.counter_id == ids["heartbeat"]]
+    assert hb.unit == "epoch-ms" and hb.age_ms(snap.header.time_ms) == 1_500
+    assert hb.age_ms(driver.now_ms - 10) == 0
+    assert [s.age_ms(snap.header.time_ms) for s in snap.counters if s.counter_id != ids["heartbeat"]] == [
+        None
+    ] * (len(snap.counters) - 1)
+
+
+def test_counter_units(driver: FakeDriver):
+    ids = populate(driver)
+    units = {s.counter_id: s.unit for s in read_stat(driver.path).counters}
+    assert units[driver.system[0]] == units[driver.system[1]] == "B"  # Bytes sent / received
+    assert units[driver.system[36]] == "B"  # Retransmitted bytes
+    assert units[driver.system[26]] == "ns"  # Conductor max cycle time
+    assert units[driver.system[5]] == ""  # NAKs sent: events
+    assert units[ids["pub-pos"]] == units[ids["sub-pos"]] == units[ids["pub-lmt"]] == "B"
+    assert units[ids["custom"]] == ""
+
+
+def test_lag_pairs_each_subscriber_with_its_streams_producer(driver: FakeDriver):
+    ids = populate(driver)  # pub-pos 4,096 and sub-pos 2,048 of session -1812
+    udp = "aeron:udp?endpoint=127.0.0.1:40123"
+    hwm = driver.stream_counter(c.RECEIVER_HWM_TYPE_ID, "rcv-hwm", 21, 77, 2002, udp, value=10_000)
+    udp_sub = driver.stream_counter(c.SUBSCRIBER_POSITION_TYPE_ID, "sub-pos", 22, 77, 2002, udp, 9_000, 0)
+    ahead = driver.stream_counter(c.SUBSCRIBER_POSITION_TYPE_ID, "sub-pos", 23, -1812, 1001, value=5_000)
+    lonely = driver.stream_counter(c.SUBSCRIBER_POSITION_TYPE_ID, "sub-pos", 24, 99, 1001, value=5)
+    lags = {lag.subscriber_counter_id: lag for lag in read_stat(driver.path).stream_lags()}
+
+    ipc = lags[ids["sub-pos"]]
+    assert (ipc.producer_type, ipc.producer_counter_id, ipc.producer_position) == ("pub-pos", ids["pub-pos"], 4_096)
+    assert (ipc.session_id, ipc.stream_id, ipc.subscriber_registration_id, ipc.lag) == (-1812, 1001, 9, 2_048)
+    assert ipc.channel == "aeron:ipc?term-length=65536"
+
+    net = lags[udp_sub]  # no publication on this driver: measured from the image's high-water mark
+    assert (net.producer_type, net.producer_counter_id, net.lag, net.channel) == ("rcv-hwm", hwm, 1_000, udp)
+
+    assert lags[ahead].lag == 0  # pub-pos is sampled: a subscriber past the sample is not behind
+    assert lonely not in lags  # nothing to measure from
+    assert list(lags) == sorted(lags)
+
+
+def test_the_plain_listing_stays_aeronstats_layout_and_json_carries_the_lags(driver: FakeDriver):
+    ids = populate(driver)
+    snap = read_stat(driver.path)
+    lines = format_stat(snap).splitlines()
+    assert all(LINE.match(line) for line in lines[2:])  # no rate/age column, no streams section
+    assert len(lines) == 2 + len(snap.counters)
+    data = json.loads(snap.to_json())
+    assert [(s["subscriber_counter_id"], s["lag_bytes"]) for s in data["streams"]] == [(ids["sub-pos"], 2_048)]
+    units = {item["id"]: item["unit"] for item in data["counters"]}
+    assert units[ids["heartbeat"]] == "epoch-ms" and units[driver.system[0]] == "B"

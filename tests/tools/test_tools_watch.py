@@ -79,11 +79,11 @@ def test_watch_on_a_terminal_redraws_with_rates(driver: FakeDriver):
     assert code == 0
     frames = out.getvalue().split(CLEAR_SCREEN)
     assert frames[0] == "" and len(frames) == 4
-    line = re.compile(r"^  0: +([\d,]+) +(\S*) - Bytes sent$", re.M)
+    line = re.compile(r"^  0: +([\d,]+) +(\S*(?: \S+)?) - Bytes sent$", re.M)
     assert line.search(frames[1]).groups() == ("0", "")
-    assert line.search(frames[2]).groups() == ("1,000", "+2k/s")  # 1,000 in 0.5 s
+    assert line.search(frames[2]).groups() == ("1,000", "+2 kB/s")  # 1,000 bytes in 0.5 s
     assert line.search(frames[3]).groups() == ("1,000", "")  # unchanged: blank
-    assert "  1:                    0             - Bytes received" in frames[2]
+    assert "  1:                    0              - Bytes received" in frames[2]
     assert clock.sleeps == [0.5, 0.5]
 
 
@@ -145,3 +145,70 @@ def test_watch_json_rates(driver: FakeDriver):
     first, second = (json.loads(line) for line in out.getvalue().splitlines())
     assert first["counters"][0]["rate_per_s"] is None
     assert second["counters"][0]["rate_per_s"] == 2_048.0
+
+
+def test_watch_shows_units_ages_and_subscriber_lag(driver: FakeDriver):
+    naks = driver.system[5]  # NAKs sent: events, no unit
+    pub = driver.stream_counter(c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_POSITION_NAME, 7, 42, 1001)
+    sub = driver.stream_counter(c.SUBSCRIBER_POSITION_TYPE_ID, "sub-pos", 9, 42, 1001, join_position=0)
+    other = driver.stream_counter(c.SUBSCRIBER_POSITION_TYPE_ID, "sub-pos", 11, 43, 1001, join_position=0)
+    hb = driver.client_heartbeat(3, 0)
+    clock, out = FakeTime(), io.StringIO()
+    steps = iter([(0, 0, 0), (3, 1_048_576, 524_288)])
+    now = 1_800_000_000_000
+
+    def read():
+        n, pub_pos, sub_pos = next(steps)
+        driver.set(naks, n)
+        driver.set(pub, pub_pos)
+        driver.set(sub, sub_pos)
+        driver.set(hb, now - 2_500)
+        driver.heartbeat(now + 3)  # stored after the reader's clock: age 0, not -3
+        return read_stat(driver.path, clock_ms=lambda: now)
+
+    watch(read, out, interval_s=1.0, count=2, monotonic=clock.monotonic, sleep=clock.sleep)
+    second = out.getvalue().split("\n\n")[1]
+    lines = second.splitlines()
+    assert "heartbeat age 0 ms" in lines[0]
+    assert f"{naks:3d}:                    3         +3/s - NAKs sent" in lines
+    assert f"{pub:3d}:            1,048,576   +1.05 MB/s - pub-pos (sampled): 7 42 1001 aeron:ipc" in lines
+    assert f"{hb:3d}: {now - 2_500:20,d}    age 2.5 s - client-heartbeat: 3" in lines
+    # the streams section: the subscriber of session 42 lags its publication by 512 KiB; session 43 has no
+    # producer on this driver, so no lag line
+    lag_lines = [line for line in lines if line.rstrip().endswith(" B  aeron:ipc")]
+    assert lag_lines == [
+        f"{42:11d} {1001:8d} {sub:4d}  pub-pos {1_048_576:18,d} {524_288:18,d} {524_288:13,d} B  aeron:ipc"
+    ]
+    assert other != sub
+
+
+def test_watch_json_lags_follow_the_filter(driver: FakeDriver):
+    import json
+
+    pub = driver.stream_counter(c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_POSITION_NAME, 7, 42, 1001, value=900)
+    sub = driver.stream_counter(c.SUBSCRIBER_POSITION_TYPE_ID, "sub-pos", 9, 42, 1001, value=100)
+    out = io.StringIO()
+    # only the sub-pos is shown; its lag still pairs it with the hidden pub-pos
+    watch(lambda: read_stat(driver.path), out, count=1, json_lines=True, keep=lambda s: s.counter_id == sub,
+          sleep=lambda s: None)
+    frame = json.loads(out.getvalue())
+    assert [item["id"] for item in frame["counters"]] == [sub]
+    assert frame["counters"][0]["unit"] == "B"
+    assert frame["streams"] == [
+        {
+            "session_id": 42,
+            "stream_id": 1001,
+            "channel": "aeron:ipc",
+            "subscriber_counter_id": sub,
+            "subscriber_registration_id": 9,
+            "subscriber_position": 100,
+            "producer_type": "pub-pos",
+            "producer_counter_id": pub,
+            "producer_position": 900,
+            "lag_bytes": 800,
+        }
+    ]
+    out = io.StringIO()
+    watch(lambda: read_stat(driver.path), out, count=1, json_lines=True, keep=lambda s: s.counter_id == pub,
+          sleep=lambda s: None)
+    assert json.loads(out.getvalue())["streams"] == []

@@ -39,16 +39,23 @@ def duration(ms: int) -> str:
     return f"{days}d{hours:02d}h"
 
 
-def rate(per_second: float) -> str:
-    """A signed per-second rate with an SI suffix: ``+12/s``, ``+1.25k/s``, ``-3.4M/s``."""
+def rate(per_second: float, unit: str = "") -> str:
+    """A signed per-second rate with an SI prefix and its unit: ``+12/s``, ``+1.25k/s`` (a count),
+    ``+2 kB/s``, ``-3.4 MB/s`` (``unit="B"``)."""
     sign = "-" if per_second < 0 else "+"
     value = abs(per_second)
-    for suffix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    space = " " if unit else ""
+    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= scale:
-            return f"{sign}{value / scale:.3g}{suffix}/s"
+            return f"{sign}{value / scale:.3g}{space}{prefix}{unit}/s"
     if value >= 10 or value == int(value):
-        return f"{sign}{value:.0f}/s"
-    return f"{sign}{value:.2g}/s"
+        return f"{sign}{value:.0f}{space}{unit}/s"
+    return f"{sign}{value:.2g}{space}{unit}/s"
+
+
+def age(ms: int) -> str:
+    """How long ago an epoch-ms timestamp was: ``age 850 ms``, ``age 4m05s`` (never negative)."""
+    return f"age {duration(max(0, ms))}"
 
 
 def hex_preview(data: bytes, more: bool = False) -> str:

@@ -23,11 +23,13 @@ import enum
 import json
 import os
 import re
+import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from logbuf.cnc import counters as c
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.errors import CncFileError, CncNotReadyError
 from logbuf.cnc.layout import version_string
@@ -39,6 +41,39 @@ from logbuf.tools.exit_codes import DriverInactiveError, MissingFileError, Unusa
 DEFAULT_NOT_READY_WAIT_S = 1.0  # a driver writes the whole header within milliseconds of creating the file
 _NOT_READY_RETRY_S = 0.01
 RULE = "=" * 70
+
+# units of counter values (``CounterSample.unit``); rates are per second of these
+BYTES = "B"
+NANOSECONDS = "ns"
+EPOCH_MS = "epoch-ms"
+STREAM_POSITION_TYPE_IDS = frozenset(
+    {
+        c.PUBLISHER_LIMIT_TYPE_ID,
+        c.SENDER_POSITION_TYPE_ID,
+        c.RECEIVER_HWM_TYPE_ID,
+        c.SUBSCRIBER_POSITION_TYPE_ID,
+        c.RECEIVER_POSITION_TYPE_ID,
+        c.SENDER_LIMIT_TYPE_ID,
+        c.PUBLISHER_POSITION_TYPE_ID,
+    }
+)
+_SYSTEM_ID = {label: system_id for system_id, label in c.SYSTEM_COUNTER_LABELS.items()}
+BYTE_SYSTEM_COUNTERS = frozenset(
+    _SYSTEM_ID[label]
+    for label in ("Bytes sent", "Bytes received", "Bytes currently mapped", "Retransmitted bytes")
+)
+NANOSECOND_SYSTEM_COUNTERS = frozenset(
+    _SYSTEM_ID[label]
+    for label in (
+        "Conductor max cycle time",
+        "Sender max cycle time",
+        "Receiver max cycle time",
+        "Name resolver max time",
+    )
+)
+# where a subscriber's lag is measured from: the publication's position on this driver (IPC, or a UDP
+# publication whose subscriber shares the driver), else how far the receiver has data (a network image)
+LAG_PRODUCER_TYPE_IDS = (c.PUBLISHER_POSITION_TYPE_ID, c.RECEIVER_HWM_TYPE_ID)
 
 
 # -- opening -----------------------------------------------------------------------------------------
@@ -121,8 +156,11 @@ class DriverHeader:
 
     @property
     def heartbeat_age_ms(self) -> int | None:
-        """``now - heartbeat``; None when the heartbeat is 0 (driver shut down)."""
-        return None if self.heartbeat_ms == 0 else self.time_ms - self.heartbeat_ms
+        """``now - heartbeat``, at least 0; None when the heartbeat is 0 (driver shut down).
+
+        The driver may store a heartbeat after this reader took ``time_ms`` (both are epoch ms of one
+        clock): such a heartbeat is fresh, age 0, not "in the future"."""
+        return None if self.heartbeat_ms == 0 else max(0, self.time_ms - self.heartbeat_ms)
 
     @property
     def state(self) -> DriverState:
@@ -133,7 +171,7 @@ class DriverHeader:
 
     @property
     def uptime_ms(self) -> int:
-        return self.time_ms - self.start_timestamp_ms
+        return max(0, self.time_ms - self.start_timestamp_ms)
 
     def inactive_reason(self) -> str | None:
         """None while the driver is active; otherwise one line for the user."""
@@ -164,7 +202,7 @@ class DriverHeader:
             heartbeat = "heartbeat 0 (driver shut down)"
         else:
             heartbeat = f"heartbeat age {age:,} ms"
-            if abs(age) >= 1_000:
+            if age >= 1_000:
                 heartbeat += f" ({_fmt.duration(age)})"
             if self.state is DriverState.STALE:
                 heartbeat += f" STALE > {self.stale_after_ms:,} ms"
@@ -236,6 +274,28 @@ class CounterSample:
         known = counter_type(self.type_id)
         return bool(known and known.value_is_epoch_ms)
 
+    @property
+    def unit(self) -> str:
+        """What the value counts: ``B`` (bytes: stream positions, Bytes sent/received/mapped), ``ns``
+        (cycle times), ``epoch-ms`` (a timestamp, e.g. a client heartbeat) or ``""`` (events)."""
+        if self.value_is_epoch_ms:
+            return EPOCH_MS
+        if self.type_id in STREAM_POSITION_TYPE_IDS:
+            return BYTES
+        if self.type_id == c.SYSTEM_COUNTER_TYPE_ID:
+            system_id = self.key_fields.get("system_counter_id")
+            if system_id in BYTE_SYSTEM_COUNTERS:
+                return BYTES
+            if system_id in NANOSECOND_SYSTEM_COUNTERS:
+                return NANOSECONDS
+        return ""
+
+    def age_ms(self, time_ms: int) -> int | None:
+        """For a timestamp counter: how long ago it was set (at least 0); None if unset or not a timestamp."""
+        if not self.value_is_epoch_ms or self.value == 0:
+            return None
+        return max(0, time_ms - self.value)
+
     def to_dict(self, time_ms: int | None = None) -> dict[str, object]:
         out: dict[str, object] = {
             "id": self.counter_id,
@@ -250,8 +310,9 @@ class CounterSample:
         }
         if not out["key"] and any(self.key):
             out["key_hex"] = self.key.rstrip(b"\0").hex()
+        out["unit"] = self.unit
         if self.value_is_epoch_ms and time_ms is not None:
-            out["age_ms"] = time_ms - self.value if self.value else None
+            out["age_ms"] = self.age_ms(time_ms)
         return out
 
 
@@ -285,6 +346,44 @@ class CounterFilter:
         if self.type_ids is not None and sample.type_id not in self.type_ids:
             return False
         return self.label is None or self.label.search(sample.label) is not None
+
+
+@dataclass(frozen=True)
+class StreamLag:
+    """How far one subscriber position is behind the stream's producer position on this driver.
+
+    ``lag = producer_position - subscriber_position`` in bytes, at least 0 (pub-pos is *sampled* by the
+    driver, so it may trail a subscriber that has read everything).  The producer is the stream's
+    ``pub-pos`` when the publication is on this driver, else the image's ``rcv-hwm``.
+    """
+
+    session_id: int
+    stream_id: int
+    channel: str
+    subscriber_counter_id: int
+    subscriber_registration_id: int
+    subscriber_position: int
+    producer_type: str  # "pub-pos" or "rcv-hwm"
+    producer_counter_id: int
+    producer_position: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.producer_position - self.subscriber_position)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "session_id": self.session_id,
+            "stream_id": self.stream_id,
+            "channel": self.channel,
+            "subscriber_counter_id": self.subscriber_counter_id,
+            "subscriber_registration_id": self.subscriber_registration_id,
+            "subscriber_position": self.subscriber_position,
+            "producer_type": self.producer_type,
+            "producer_counter_id": self.producer_counter_id,
+            "producer_position": self.producer_position,
+            "lag_bytes": self.lag,
+        }
 
 
 @dataclass(frozen=True)
@@ -327,7 +426,44 @@ class StatSnapshot:
                 return s.value
         return None
 
-    def to_dict(self, rates: Mapping[int, float] | None = None) -> dict[str, object]:
+    def stream_lags(self) -> list[StreamLag]:
+        """One ``StreamLag`` per subscriber position (``sub-pos``) whose stream has a producer position here,
+        in counter order."""
+        producers: dict[tuple[int, int], CounterSample] = {}
+        for type_id in reversed(LAG_PRODUCER_TYPE_IDS):  # the preferred producer type is written last
+            for s in self.counters:
+                key = _stream_key(s) if s.type_id == type_id else None
+                if key is not None:
+                    producers[(key[1], key[2])] = s
+        lags = []
+        for s in self.counters:
+            key = _stream_key(s) if s.type_id == c.SUBSCRIBER_POSITION_TYPE_ID else None
+            if key is None:
+                continue
+            registration_id, session_id, stream_id, channel = key
+            producer = producers.get((session_id, stream_id))
+            if producer is None:
+                continue
+            lags.append(
+                StreamLag(
+                    session_id=session_id,
+                    stream_id=stream_id,
+                    channel=channel,
+                    subscriber_counter_id=s.counter_id,
+                    subscriber_registration_id=registration_id,
+                    subscriber_position=s.value,
+                    producer_type=producer.type_name,
+                    producer_counter_id=producer.counter_id,
+                    producer_position=producer.value,
+                )
+            )
+        return lags
+
+    def to_dict(
+        self, rates: Mapping[int, float] | None = None, lags: Iterable[StreamLag] | None = None
+    ) -> dict[str, object]:
+        """The header fields, every counter (with ``unit``, ``age_ms`` for timestamps, ``rate_per_s`` when
+        ``rates`` are given) and ``streams``: the subscriber lags (``stream_lags()`` unless given)."""
         out = self.header.to_dict()
         counters = []
         for s in self.counters:
@@ -336,10 +472,25 @@ class StatSnapshot:
                 item["rate_per_s"] = rates.get(s.counter_id)
             counters.append(item)
         out["counters"] = counters
+        out["streams"] = [lag.to_dict() for lag in (self.stream_lags() if lags is None else lags)]
         return out
 
-    def to_json(self, indent: int | None = None, rates: Mapping[int, float] | None = None) -> str:
-        return json.dumps(self.to_dict(rates), indent=indent)
+    def to_json(
+        self,
+        indent: int | None = None,
+        rates: Mapping[int, float] | None = None,
+        lags: Iterable[StreamLag] | None = None,
+    ) -> str:
+        return json.dumps(self.to_dict(rates, lags), indent=indent)
+
+
+def _stream_key(sample: CounterSample) -> tuple[int, int, int, str] | None:
+    """(registration id, session id, stream id, channel) of a stream-position counter; None if its key is
+    not one (shared memory: a short or odd key must not break a listing)."""
+    try:
+        return c.decode_stream_position_key(sample.key)
+    except (ValueError, struct.error):
+        return None
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -435,17 +586,60 @@ def format_counter(sample: CounterSample, rate_text: str | None = None) -> str:
     """``%3d: %,20d - label`` (AeronStat's line), with a rate column between value and label if given."""
     if rate_text is None:
         return f"{sample.counter_id:3d}: {sample.value:20,d} - {sample.label}"
-    return f"{sample.counter_id:3d}: {sample.value:20,d} {rate_text:>11} - {sample.label}"
+    return f"{sample.counter_id:3d}: {sample.value:20,d} {rate_text:>{RATE_WIDTH}} - {sample.label}"
 
 
-def format_stat(snapshot: StatSnapshot, rates: Mapping[int, float] | None = None) -> str:
-    """The header line, a rule, and one line per counter; with ``rates`` (counter id -> per second) a rate
-    column, blank for counters that did not change."""
+RATE_WIDTH = 12  # "+999 MB/s", "age 12.3 s", "age 23h59m"
+
+
+def rate_or_age(sample: CounterSample, per_s: float | None, time_ms: int) -> str:
+    """The extra column of the detailed view: a timestamp's age, a changed counter's rate with its unit,
+    or blank (unchanged, or no earlier snapshot)."""
+    if sample.value_is_epoch_ms:
+        age = sample.age_ms(time_ms)
+        return "" if age is None else _fmt.age(age)
+    return _fmt.rate(per_s, sample.unit) if per_s else ""
+
+
+def format_lags(lags: Iterable[StreamLag]) -> list[str]:
+    """The streams section: one line per subscriber position, its lag behind the stream's producer."""
+    lags = list(lags)
+    if not lags:
+        return []
+    lines = [
+        RULE,
+        "lag = producer position - subscriber position (producer: pub-pos, or rcv-hwm for a network image)",
+        f"{'session':>11} {'stream':>8} {'sub':>4} {'producer':>8} {'position':>18} {'sub-pos':>18} "
+        f"{'lag':>15}  channel",
+    ]
+    for lag in lags:
+        lines.append(
+            f"{lag.session_id:11d} {lag.stream_id:8d} {lag.subscriber_counter_id:4d} {lag.producer_type:>8} "
+            f"{lag.producer_position:18,d} {lag.subscriber_position:18,d} {lag.lag:13,d} B  {lag.channel}"
+        )
+    return lines
+
+
+def format_stat(
+    snapshot: StatSnapshot,
+    rates: Mapping[int, float] | None = None,
+    *,
+    details: bool = False,
+    lags: Iterable[StreamLag] | None = None,
+) -> str:
+    """The header line, a rule, and one line per counter, exactly as AeronStat lays them out.
+
+    ``details`` (the ``--watch`` view) adds a column with each counter's rate and unit
+    (``rates``: counter id -> per second; blank when unchanged) or, for a timestamp, its age, and the
+    streams section with each subscriber's lag (``lags``, default ``snapshot.stream_lags()``).
+    """
     lines = [snapshot.header.summary(), RULE]
+    if not details:
+        lines.extend(format_counter(sample) for sample in snapshot.counters)
+        return "\n".join(lines) + "\n"
+    rates = rates or {}
+    time_ms = snapshot.header.time_ms
     for sample in snapshot.counters:
-        if rates is None:
-            lines.append(format_counter(sample))
-        else:
-            per_s = rates.get(sample.counter_id)
-            lines.append(format_counter(sample, _fmt.rate(per_s) if per_s else ""))
+        lines.append(format_counter(sample, rate_or_age(sample, rates.get(sample.counter_id), time_ms)))
+    lines.extend(format_lags(snapshot.stream_lags() if lags is None else lags))
     return "\n".join(lines) + "\n"

@@ -1,4 +1,6 @@
-"""``logbuf stat --watch``: a live view of the counters, redrawn every interval, with per-second rates.
+"""``logbuf stat --watch``: a live view of the counters, redrawn every interval, with per-second rates
+(with units: ``B/s`` for positions and byte counters), ages of timestamp counters (client heartbeats) and
+a streams section giving each subscriber's lag behind its publication (``pub-pos - sub-pos``).
 
 ``RateTracker`` is pure (fed snapshots and a monotonic time); ``watch`` does the I/O: it reads, renders,
 writes and sleeps.  On a terminal each frame clears the screen and redraws; otherwise (a pipe, a file) the
@@ -85,10 +87,14 @@ def watch(
                 snapshot = read()
                 rates = tracker.update(snapshot, started)
                 shown = snapshot.select(keep) if keep else snapshot
+                # lags pair counters the filter may hide (a sub-pos with its pub-pos): computed on the whole
+                # snapshot, shown for the subscriber positions the filter keeps
+                kept = {s.counter_id for s in shown.counters}
+                lags = [lag for lag in snapshot.stream_lags() if lag.subscriber_counter_id in kept]
                 if json_lines:
-                    text = shown.to_json(rates=rates) + "\n"
+                    text = shown.to_json(rates=rates, lags=lags) + "\n"
                 else:
-                    text = format_stat(shown, rates=rates)
+                    text = format_stat(shown, rates=rates, details=True, lags=lags)
                     if shown.header.inactive_reason():
                         text += f"\n{shown.header.inactive_reason()}\n"
             except ToolError as exc:
