@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
+from logbuf.errors import LogbufError
 from logbuf.feed import itch
 
 LENGTH_PREFIX_SIZE = 2
@@ -28,7 +30,7 @@ DEFAULT_BLOCK_MESSAGES = 65_536
 _WRITE_BUFFER_BYTES = 1 << 20
 
 
-class DayFileError(ValueError):
+class DayFileError(LogbufError, ValueError):
     """A day file is truncated or a frame cannot be an ITCH message."""
 
 
@@ -116,7 +118,7 @@ class DayFileReader:
     def blocks(self, block_messages: int = DEFAULT_BLOCK_MESSAGES, start: int = 0) -> Iterator[MessageBlock]:
         """Consecutive blocks of up to ``block_messages`` frames; raises DayFileError on a truncated tail."""
         if block_messages <= 0:
-            raise ValueError("block_messages must be positive")
+            raise DayFileError("block_messages must be positive")
         source = self._map if self._map is not None else b""
         offset = start
         index = 0
@@ -124,11 +126,16 @@ class DayFileReader:
             frames, end = scan_frames(source, offset, block_messages)
             if frames.size == 0:
                 raise DayFileError(
-                    f"{self.path}: truncated frame at byte {offset} ({self.size - offset} bytes left)"
+                    f"{self.path}: truncated day file (truncated frame at byte {offset}, "
+                    f"{self.size - offset} bytes left)"
                 )
             yield MessageBlock(self.buffer, frames, end, index)
             index += frames.size
             offset = end
+
+    def verify(self, block_messages: int = DEFAULT_BLOCK_MESSAGES) -> int:
+        """Scan the whole file; its message count, or DayFileError when it ends inside a frame (truncated)."""
+        return sum(block.count for block in self.blocks(block_messages))
 
     def raw_messages(self) -> Iterator[bytes]:
         """Every message's bytes, without the length prefix."""
@@ -142,11 +149,21 @@ class DayFileReader:
 
 
 class DayFileWriter:
-    """Appends framed messages to a day file, buffered."""
+    """Appends framed messages to a day file, buffered.
+
+    Given a path, the writer fills a temporary file next to it and renames it to the path on :meth:`close`,
+    so a day file is either complete or absent: an error or Ctrl-C in between (``__exit__`` with an exception,
+    or :meth:`abort`) removes the temporary file and leaves whatever was at the path untouched.
+    """
 
     def __init__(self, target: str | os.PathLike[str] | BinaryIO) -> None:
+        self.path: str | None = None
+        self._temporary: str | None = None
         if isinstance(target, str | os.PathLike):
-            self._file: BinaryIO = open(target, "wb")  # noqa: SIM115 - closed by close()
+            self.path = os.fspath(target)
+            directory, name = os.path.split(os.path.abspath(self.path))
+            fd, self._temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
+            self._file: BinaryIO = os.fdopen(fd, "wb")
             self._owns = True
         else:
             self._file = target
@@ -158,8 +175,11 @@ class DayFileWriter:
     def __enter__(self) -> DayFileWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
     def write_raw(self, message: bytes) -> None:
         """One message given as its wire bytes (the length prefix is added here)."""
@@ -193,11 +213,37 @@ class DayFileWriter:
             self._pending.clear()
 
     def close(self) -> None:
+        """Flush; for a path, move the complete file into place (atomically)."""
+        if self._file.closed:
+            return
         self.flush()
         if self._owns:
             self._file.close()
+            if self._temporary is not None and self.path is not None:
+                os.chmod(self._temporary, 0o666 & ~_umask())
+                os.replace(self._temporary, self.path)
+                self._temporary = None
         else:
             self._file.flush()
+
+    def abort(self) -> None:
+        """Give up: for a path, remove the temporary file (the path keeps what it had)."""
+        self._pending.clear()
+        if self._owns:
+            self._file.close()
+            if self._temporary is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._temporary)
+                self._temporary = None
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would, for a moment, for every thread)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 def read_messages(path: str | os.PathLike[str]) -> list[itch.Message]:

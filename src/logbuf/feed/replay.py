@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from logbuf.errors import LogbufError
 from logbuf.feed import moldudp64
 from logbuf.feed.dayfile import DayFileReader, MessageBlock
 from logbuf.feed.moldudp64 import DEFAULT_PAYLOAD_BUDGET, HEADER_LENGTH, MAX_MESSAGE_COUNT
@@ -52,12 +53,16 @@ START_PHASES: dict[str, int] = {"pre-open": 0, "open": OPEN_NS, "close": CLOSE_N
 NANOS_PER_SECOND = 1_000_000_000
 NANOS_PER_MILLI = 1_000_000
 DEFAULT_FLUSH_GAP_NS = 50_000
-DEFAULT_CATCH_UP_BUDGET = 2_800  # ~70 messages of ~36 framed bytes per catch-up packet (seed 002)
+DEFAULT_CATCH_UP_BUDGET = 2_800  # ~70 messages of ~36 framed bytes per catch-up packet
 _HEADER = struct.Struct(">10sQH")
 _UNIFORM_BATCH = 4096
 # Sleep instead of idling when the next send is further away than this; wake this much early.
 _SLEEP_THRESHOLD_NS = 2 * NANOS_PER_MILLI
 _SLEEP_MARGIN_NS = NANOS_PER_MILLI
+
+
+class ReplayError(LogbufError, ValueError):
+    """A replay setting is out of range (speed, budget, fault probabilities, destinations, ...)."""
 
 
 class EventKind:
@@ -104,15 +109,15 @@ class FaultConfig:
     def __post_init__(self) -> None:
         for name in ("loss", "duplicate", "reorder", "freeze"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"fault probability {name} must be within [0, 1]")
+                raise ReplayError(f"fault probability {name} must be within [0, 1]")
         low, high = self.freeze_ms
         if not 0 <= low <= high:
-            raise ValueError("freeze_ms must be (low, high) with 0 <= low <= high")
+            raise ReplayError("freeze_ms must be (low, high) with 0 <= low <= high")
         if self.freeze_max_packets < 1 or self.catch_up_budget < HEADER_LENGTH + 2:
-            raise ValueError("freeze_max_packets must be >= 1 and catch_up_budget must fit a message")
+            raise ReplayError("freeze_max_packets must be >= 1 and catch_up_budget must fit a message")
         for first, last in self.drop_ranges:
             if not 1 <= first <= last:
-                raise ValueError(f"drop range {first}-{last} must satisfy 1 <= first <= last")
+                raise ReplayError(f"drop range {first}-{last} must satisfy 1 <= first <= last")
 
 
 @dataclass(frozen=True)
@@ -139,13 +144,13 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         if self.speed is not None and self.speed <= 0:
-            raise ValueError("speed must be positive (or None for max)")
+            raise ReplayError("speed must be positive (or None for max)")
         if self.start not in START_PHASES:
-            raise ValueError(f"start must be one of {', '.join(START_PHASES)}")
+            raise ReplayError(f"start must be one of {', '.join(START_PHASES)}")
         if self.budget < HEADER_LENGTH + 2:
-            raise ValueError(f"payload budget {self.budget} leaves no room for a message")
+            raise ReplayError(f"payload budget {self.budget} leaves no room for a message")
         if self.heartbeat_ns <= 0 or self.end_of_session_count < 0 or self.end_of_session_interval_ns < 0:
-            raise ValueError("heartbeat interval must be positive; end-of-session count/interval >= 0")
+            raise ReplayError("heartbeat interval must be positive; end-of-session count/interval >= 0")
         moldudp64.encode_session(self.session)
 
 
@@ -448,10 +453,10 @@ class ReplayCore:
 
 
 def parse_host_port(text: str) -> tuple[str, int]:
-    """``host:port`` -> (host, port); raises ValueError with a readable message."""
+    """``host:port`` -> (host, port); raises ReplayError (a ValueError) with a readable message."""
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{text!r} is not host:port (e.g. 127.0.0.1:31001)")
+        raise ReplayError(f"{text!r} is not host:port (e.g. 127.0.0.1:31001)")
     return host.strip("[]"), int(port)
 
 
@@ -486,7 +491,7 @@ class ReplayServer:
                  publish: Callable[[int, np.ndarray], None] | None = None,
                  stop: threading.Event | None = None, progress: Callable[[int], None] | None = None) -> None:
         if len(destinations) != len(core.feeds):
-            raise ValueError("one destination per feed")
+            raise ReplayError("one destination per feed")
         self.core = core
         self.destinations = destinations
         self.clock = clock
