@@ -262,3 +262,48 @@ def test_bad_values_are_refused_before_anything_starts(argv: list[str], capsys: 
         main(argv)
     assert info.value.code == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+# ---- frame scanning: the vectorised ITCH path agrees with the frame-by-frame definition ------------------
+
+
+def _plain_scan(data: bytes, start: int, limit: int) -> tuple[list[int], int]:
+    offsets, offset = [], start
+    while len(offsets) < limit and offset + 2 <= len(data):
+        end = offset + 2 + int.from_bytes(data[offset : offset + 2], "big")
+        if end > len(data):
+            break
+        offsets.append(offset)
+        offset = end
+    return offsets, offset
+
+
+def _mixed_day(tiny_day: Path, seed: int) -> bytes:
+    """ITCH frames with non-ITCH frames (odd lengths, unknown types, a long one) spliced in."""
+    rng = np.random.default_rng(seed)
+    with DayFileReader(tiny_day) as reader:
+        frames = [bytes(reader.buffer[b.frames[i] : (b.frames[i + 1] if i + 1 < b.count else b.end)])
+                  for b in reader.blocks() for i in range(b.count)]
+    out = []
+    for frame in frames:
+        out.append(frame)
+        if rng.random() < 0.01:
+            size = int(rng.choice([0, 1, 7, 300, 70_000 % 65_536]))
+            out.append(size.to_bytes(2, "big") + rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_scan_matches_the_plain_definition(tiny_day: Path, seed: int) -> None:
+    from logbuf.feed.dayfile import scan_frames
+
+    rng = np.random.default_rng(seed)
+    pure = tiny_day.read_bytes()
+    for data in (pure, _mixed_day(tiny_day, seed), rng.integers(0, 256, 50_000, dtype=np.uint8).tobytes(),
+                 pure[: len(pure) - 5], b"", b"\x00", b"\x00\x05abc"):
+        for start, limit in ((0, 1 << 40), (0, 777), (0, 1)):
+            expected, after = _plain_scan(data, start, limit)
+            got, got_after = scan_frames(data, start, limit)
+            assert got.tolist() == expected and got_after == after
+            got, got_after = scan_frames(np.frombuffer(data, dtype=np.uint8), start, limit)
+            assert got.tolist() == expected and got_after == after

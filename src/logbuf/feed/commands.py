@@ -285,7 +285,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if not feeds:
         raise UsageError("both feeds are off: give --feed-a and/or --feed-b a host:port")
     config = ReplayConfig(
-        session=args.session, speed=args.speed, start=args.start, budget=args.budget,
+        session=args.session, speed=args.speed, packet_rate=args.packet_rate, start=args.start, budget=args.budget,
         flush_gap_ns=int(args.flush_gap_us * 1_000), heartbeat_ns=max(1, int(args.heartbeat_interval * 1e9)),
         end_of_session_count=args.eos_count, end_of_session_interval_ns=int(args.eos_interval * 1e9),
         seed=args.seed, feeds=tuple(feeds),
@@ -330,7 +330,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print(f"replay: {report['packets']} packets, {report['messages']} messages in {report['seconds']:.3f} s "
               f"({report['packets_per_second']:.0f} packets/s, {report['messages_per_second']:.0f} msg/s); "
               f"first sequence {report['first_sequence']}, next {report['next_sequence']}, "
-              f"skipped {report['skipped_messages']}", file=sys.stderr)
+              f"skipped {report['skipped_messages']}; {report['late_packets']} packets sent > 1 ms late "
+              f"(max {report['max_late_ms']:.1f} ms)", file=sys.stderr)
         for name, stats in report["feeds"].items():
             print(f"  feed {name}: " + ", ".join(f"{k}={v}" for k, v in stats.items()), file=sys.stderr)
         if "retransmit" in report:
@@ -424,6 +425,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="plus up to this much random jitter (default: %(default)s)")
     p.add_argument("--speed", type=_speed, default=1.0,
                    help="1 = real time, 10, 1000, ..., or max (default: %(default)s)")
+    p.add_argument("--packet-rate", type=_positive, default=None, metavar="PER_SECOND",
+                   help="a load profile: this many packets per second per feed, each filled to --budget; "
+                        "--speed and --flush-gap-us are then ignored (default: off, follow the timestamps)")
     p.add_argument("--start", choices=("pre-open", "open", "close"), default="pre-open",
                    help="first message sent: the day's start, 09:30 or 16:00 (default: %(default)s)")
     p.add_argument("--flush-gap-us", type=_non_negative, default=50.0,
