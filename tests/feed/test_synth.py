@@ -307,3 +307,18 @@ def test_scan_matches_the_plain_definition(tiny_day: Path, seed: int) -> None:
             assert got.tolist() == expected and got_after == after
             got, got_after = scan_frames(np.frombuffer(data, dtype=np.uint8), start, limit)
             assert got.tolist() == expected and got_after == after
+
+
+def test_blocks_from_the_kept_index_equal_scanned_blocks(small_day: Path, tmp_path: Path) -> None:
+    from logbuf.feed.dayfile import DayFileError
+
+    with DayFileReader(small_day) as scanned, DayFileReader(small_day) as indexed:
+        assert indexed.verify() == 30_000
+        for size in (1, 4_096, 65_536):
+            a, b = list(scanned.blocks(size)), list(indexed.blocks(size))
+            assert [(x.frames.tolist(), x.end, x.first_index) for x in a] == \
+                   [(y.frames.tolist(), y.end, y.first_index) for y in b]
+    cut = tmp_path / "cut.itch"
+    cut.write_bytes(small_day.read_bytes()[:-1])
+    with DayFileReader(cut) as reader, pytest.raises(DayFileError, match="truncated day file"):
+        reader.verify()
