@@ -319,3 +319,16 @@ def test_packet_rate_paces_full_packets(small_day: Path) -> None:
     assert sum(e.count for e in data) == len(raw)
     with pytest.raises(ValueError, match="packet rate"):
         ReplayConfig(packet_rate=0)
+
+
+def test_loss_only_short_path_matches_the_general_path(small_day: Path) -> None:
+    """The short path for loss alone draws and schedules exactly as the general path does."""
+    loss = FaultConfig(loss=0.05)
+    fast, core, _ = _events(small_day, speed=1.0, seed=9, feeds=(FeedConfig("A", delay_ns=7, faults=loss),))
+    assert core.feeds[0]._loss_only
+    general = ReplayCore(DayFileReader(small_day), ReplayConfig(
+        speed=1.0, seed=9, feeds=(FeedConfig("A", delay_ns=7, faults=loss),), **QUICK_END))
+    general.feeds[0]._loss_only = False
+    slow = list(general.events())
+    assert [(e.time_ns, e.kind, e.data) for e in fast] == [(e.time_ns, e.kind, e.data) for e in slow]
+    assert core.feeds[0].stats == general.feeds[0].stats and core.feeds[0].stats.lost_packets > 0

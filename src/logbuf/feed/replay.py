@@ -247,6 +247,10 @@ class FeedScheduler:
         self._slice = buffer_slice
         self._delay = config.delay_ns
         self._plain = not config.jitter_ns and config.faults == FaultConfig()
+        faults = config.faults
+        # loss alone (the load profile's case) has a short path too; it draws exactly as the general one
+        self._loss_only = (not config.jitter_ns and not faults.drop_ranges and faults.loss > 0
+                           and not (faults.duplicate or faults.reorder or faults.freeze))
         self._session = moldudp64.encode_session(replay.session)
         self._last_time = 0
         self._last_scheduled: int | None = None
@@ -288,6 +292,22 @@ class FeedScheduler:
             self._last_time = self._last_scheduled = t
             self._next_sequence = plan.sequence + plan.count
             stats = self.stats
+            stats.packets += 1
+            stats.messages += plan.count
+            stats.bytes += len(data)
+            return [SendEvent(t, self.index, EventKind.DATA, data, plan.sequence, plan.count, plan.frames)]
+        if self._loss_only:
+            t = base + self._delay
+            if t < self._last_time:
+                t = self._last_time
+            self._last_scheduled = t
+            self._next_sequence = plan.sequence + plan.count
+            stats = self.stats
+            if self._uniform() < self.faults.loss:
+                stats.lost_packets += 1
+                stats.lost_messages += plan.count
+                return _NO_EVENTS
+            self._last_time = t
             stats.packets += 1
             stats.messages += plan.count
             stats.bytes += len(data)

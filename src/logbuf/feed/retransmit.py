@@ -79,6 +79,7 @@ _ANSWERS_PER_CYCLE = 512  # answers per cycle before the sockets are read again
 _ISOLATE_MAX = 64  # clients with a connected socket of their own
 _ISOLATE_IDLE_NS = 5 * NANOS_PER_SECOND  # a quiet isolated client goes back to the shared socket
 _POLL_MS = 100  # how often an idle loop looks at its stop condition
+_READY = b"ready"  # the child's first line: it serves from now on
 
 
 class RetransmitError(LogbufError, ValueError):
@@ -604,7 +605,8 @@ class RetransmitProcess:
     def pid(self) -> int | None:
         return None if self.process is None else self.process.pid
 
-    def start(self) -> RetransmitProcess:
+    def start(self, ready_timeout: float = 60.0) -> RetransmitProcess:
+        """Start the child and wait until it serves (at most ``ready_timeout`` seconds)."""
         control_r, self._control_w = os.pipe()
         try:
             self.process = subprocess.Popen(
@@ -623,7 +625,19 @@ class RetransmitProcess:
         self.sock.close()
         os.close(self._ring_fd)
         self._ring_fd = -1
+        self._wait_ready(ready_timeout)
         return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        """Until the child says it serves (requests meanwhile wait in the socket the parent bound)."""
+        process = self.process
+        assert process is not None and process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], timeout)
+        line = process.stdout.readline() if ready else b""
+        if line.strip() != _READY:
+            self.stop(timeout=1.0)
+            why = "did not start in time" if not ready else f"ended with status {process.poll()}"
+            raise RetransmitError(f"the retransmission process {process.pid} {why}")
 
     def stop(self, timeout: float = 5.0) -> RetransmitStats | None:
         """Stop the child (pipe closed, then SIGTERM, then SIGKILL by PID); its statistics, None if it had none."""
@@ -701,6 +715,8 @@ def _child_main(argv: list[str] | None = None) -> int:
     with DayFileReader(args.file) as reader:
         server = make_server(args.session, ring, reader.buffer, budget=args.budget, rate=args.rate,
                              burst=args.burst, queue=args.queue, sock=sock)
+        sys.stdout.buffer.write(_READY + b"\n")
+        sys.stdout.flush()
         try:
             stats = server.run(stopping.is_set, wake_fd=args.control_fd)
         finally:
