@@ -158,3 +158,30 @@ def test_a_busy_retransmission_port_fails_before_anything_starts(tiny_day: Path)
     assert proc.returncode == 2
     assert "Address already in use" in proc.stderr and "pid" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_retransmit_process_answers_what_the_parent_publishes(tiny_day: Path) -> None:
+    from logbuf.feed.retransmit import RetransmitError, RetransmitProcess
+
+    with pytest.raises(RetransmitError):
+        RetransmitProcess(tiny_day, "127.0.0.1", 0, session="SYNTH0001", ring_bits=40)
+    server = RetransmitProcess(tiny_day, "127.0.0.1", 0, session="SYNTH0001", ring_bits=10).start()
+    try:
+        pid = server.pid
+        assert pid is not None and pid != os.getpid() and _alive(pid)
+        port = server.address[1]
+        with DayFileReader(tiny_day) as reader:
+            block = next(reader.blocks(100))
+            expected = [block.message(i) for i in range(block.count)]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+                client.settimeout(0.5)
+                client.sendto(REQUEST.pack(SESSION, 5, 3), ("127.0.0.1", port))
+                with pytest.raises(TimeoutError):  # nothing published yet: sequence 5 is in the future
+                    client.recv(65536)
+                server.ring.publish(1, block.frames)
+                answer = _ask(port, 5, 3)
+        assert answer is not None and _messages(answer) == expected[4:7]
+    finally:
+        stats = server.stop()
+    assert stats is not None and stats.answers >= 1 and stats.future >= 1
+    assert _wait_gone(pid)

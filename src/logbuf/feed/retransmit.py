@@ -580,6 +580,8 @@ class RetransmitProcess:
                  rate: float = DEFAULT_RATE, burst: float = DEFAULT_BURST, queue: int = DEFAULT_QUEUE) -> None:
         RetransmitCore(session, MessageRing(MIN_RING_BITS), b"", budget)  # validate before anything is created
         RateLimiter(rate, burst)
+        if not MIN_RING_BITS <= ring_bits <= MAX_RING_BITS:
+            raise RetransmitError(f"ring bits must be within {MIN_RING_BITS}..{MAX_RING_BITS}, not {ring_bits}")
         if queue < 1:
             raise RetransmitError("the per-client queue must be >= 1")
         self.day_file = os.fspath(day_file)
