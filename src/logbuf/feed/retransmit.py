@@ -401,8 +401,10 @@ def bind_server_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        with contextlib.suppress(OSError):
+        try:  # past net.core.rmem_max when allowed (CAP_NET_ADMIN), else as much as it grants
             sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", socket.SO_RCVBUF), _SOCKET_RCVBUF)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_RCVBUF)
         sock.bind((host, port))
         sock.setblocking(False)
     except OSError:
