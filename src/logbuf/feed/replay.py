@@ -7,7 +7,7 @@ Pipeline (everything left of the socket loop is pure and driven by the file and 
                                                                                     (time-ordered SendEvents)
                                                                                            |
                                                         ReplayServer: wait until due (sleep / idle strategy),
-                                                        publish to the retransmission ring, sendto()
+                                                        publish to the retransmission ring, send()
 
 - Packets: a run of consecutive day-file frames *is* a MoldUDP64 packet body, so a packet is the 20-byte header
   plus one slice of the file. A packet is flushed when the next message would exceed the payload budget, when
