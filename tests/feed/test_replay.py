@@ -188,7 +188,7 @@ def test_fake_clock_drives_the_server_loop(tiny_day: Path) -> None:
     core = ReplayCore(reader, ReplayConfig(speed=1e5, **QUICK_END))
     server = ReplayServer(core, [("127.0.0.1", 9)], clock=lambda: now[0], sleep=sleep, idle=Idle())
     server._sockets[0].close()
-    server._sockets = [type("S", (), {"sendto": lambda self, data, dest: sent_at.append(now[0])})()]
+    server._sockets = [type("S", (), {"send": lambda self, data: sent_at.append(now[0])})()]
     summary = server.run()
     expected = [
         e.time_ns
@@ -305,3 +305,30 @@ def test_bad_host_port(bad: str) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["replay", "x", "--feed-a", bad])
     assert exc.value.code == 2
+
+
+def test_packet_rate_paces_full_packets(small_day: Path) -> None:
+    """A load profile: packet k is due at k / rate, every packet but a block's last is filled to the budget."""
+    rate = 20_000.0
+    events, core, raw = _events(small_day, speed=1.0, packet_rate=rate, budget=1_400)
+    data = _data(events)
+    assert [e.time_ns for e in data] == [int(k * 1e9 / rate) for k in range(len(data))]
+    sizes = [len(e.data) for e in data]
+    assert sum(s > 1_400 - 60 for s in sizes) >= len(sizes) - 2  # full, bar the end of a block / of the day
+    assert all(s <= 1_400 for s in sizes)
+    assert sum(e.count for e in data) == len(raw)
+    with pytest.raises(ValueError, match="packet rate"):
+        ReplayConfig(packet_rate=0)
+
+
+def test_loss_only_short_path_matches_the_general_path(small_day: Path) -> None:
+    """The short path for loss alone draws and schedules exactly as the general path does."""
+    loss = FaultConfig(loss=0.05)
+    fast, core, _ = _events(small_day, speed=1.0, seed=9, feeds=(FeedConfig("A", delay_ns=7, faults=loss),))
+    assert core.feeds[0]._loss_only
+    general = ReplayCore(DayFileReader(small_day), ReplayConfig(
+        speed=1.0, seed=9, feeds=(FeedConfig("A", delay_ns=7, faults=loss),), **QUICK_END))
+    general.feeds[0]._loss_only = False
+    slow = list(general.events())
+    assert [(e.time_ns, e.kind, e.data) for e in fast] == [(e.time_ns, e.kind, e.data) for e in slow]
+    assert core.feeds[0].stats == general.feeds[0].stats and core.feeds[0].stats.lost_packets > 0

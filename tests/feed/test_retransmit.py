@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -11,11 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from logbuf.errors import LogbufError
 from logbuf.feed import moldudp64 as m
 from logbuf.feed.dayfile import DayFileReader
-from logbuf.feed.retransmit import MessageRing, RateLimiter, RetransmitCore, RetransmitServer
+from logbuf.feed.retransmit import (
+    FairService,
+    MessageRing,
+    RateLimiter,
+    RetransmitCore,
+    RetransmitError,
+    make_server,
+)
 
 SESSION = "SYNTH0001"
+HEADER = struct.Struct(">10sQH")  # the wire format, written out independently of moldudp64
 
 
 def _framed(n: int, size: int = 30) -> tuple[bytes, np.ndarray, list[bytes]]:
@@ -62,13 +72,38 @@ def test_count_larger_than_fits_is_capped_at_the_budget() -> None:
     assert packet.sequence == 50 and packet.messages == tuple(msgs[49:59])
 
 
+def test_a_message_larger_than_the_cap_is_never_sent() -> None:
+    big = b"x" * 2_000
+    buf = len(big).to_bytes(2, "big") + big + (3).to_bytes(2, "big") + b"abc"
+    ring = MessageRing(4)
+    ring.publish(1, np.array([0, 2 + len(big)], dtype=np.int64))
+    core = RetransmitCore(SESSION, ring, buf, budget=1_400)
+    assert core.handle(m.encode_request(SESSION, 1, 2), ("c", 1), 0) is None
+    assert core.stats.too_large == 1
+    assert m.decode(core.handle(m.encode_request(SESSION, 2, 1), ("c", 1), 0)).messages == (b"abc",)
+
+
+def test_a_corrupted_ring_never_reads_outside_the_day() -> None:
+    """Offsets come from shared memory: an offset past the file, or a length running off it, is refused."""
+    buf, frames, _ = _framed(10)
+    for bad in (len(buf) + 100, len(buf) - 1, -5):
+        ring = MessageRing(4)
+        ring.publish(1, np.where(np.arange(10) == 4, bad, frames))
+        core = RetransmitCore(SESSION, ring, buf)
+        assert core.handle(m.encode_request(SESSION, 5, 3), ("c", 1), 0) is None
+        assert core.stats.bad_offset == 1
+
+
 @pytest.mark.parametrize("request_bytes, counter", [
-    (m.encode_request("OTHER", 1, 1), "bad_session"),
-    (m.encode_request(SESSION, 1, 1) + b"\x00", "bad_size"),
-    (m.encode_request(SESSION, 1, 1)[:-1], "bad_size"),
-    (m.encode_header(SESSION, 50, 0), "bad_count"),
-    (m.encode_header(SESSION, 50, 0xFFFF), "bad_count"),
-    (m.encode_header(SESSION, 0, 1), "not_retained"),
+    (HEADER.pack(b"OTHER     ", 1, 1), "bad_session"),
+    (HEADER.pack(b"SYNTH0001 ", 1, 1) + b"\x00", "bad_size"),
+    (HEADER.pack(b"SYNTH0001 ", 1, 1)[:-1], "bad_size"),
+    (b"", "bad_size"),
+    (HEADER.pack(b"SYNTH0001 ", 50, 0), "bad_count"),
+    (HEADER.pack(b"SYNTH0001 ", 50, 0xFFFF), "bad_count"),
+    (HEADER.pack(b"SYNTH0001 ", 0, 1), "not_retained"),
+    (HEADER.pack(b"SYNTH0001 ", 2**63, 1), "future"),
+    (HEADER.pack(b"SYNTH0001 ", 2**64 - 1, 0xFFFE), "future"),
 ])
 def test_invalid_requests_get_no_answer(request_bytes: bytes, counter: str) -> None:
     core, _ = _core()
@@ -87,6 +122,30 @@ def test_rate_limit_per_client() -> None:
     assert core.stats.rate_limited == 3
 
 
+def test_fair_service_answers_clients_in_turn_and_bounds_each_queue() -> None:
+    core, _ = _core()
+    service = FairService(core, RateLimiter(rate=1.0, burst=1_000), queue=4)
+    for i in range(10):  # a flood: 4 admitted, 6 dropped
+        service.receive(m.encode_request(SESSION, 70 + i, 1), "flood", 0)
+    service.receive(m.encode_request(SESSION, 90, 1), "x", 0)
+    service.receive(m.encode_request(SESSION, 95, 1), "y", 0)
+    order = []
+    while (turn := service.next_answer()) is not None:
+        order.append((turn[0], m.decode(turn[1]).sequence))
+    # the others are served before the flooder's second request, and nothing waits behind the flood
+    assert order[:3] == [("flood", 70), ("x", 90), ("y", 95)]
+    assert order[3:] == [("flood", 71), ("flood", 72), ("flood", 73)]
+    assert core.stats.queue_full == 6 and core.stats.requests == 12 and core.stats.answers == 6
+
+
+def test_fair_service_rate_limits_before_queueing() -> None:
+    core, _ = _core()
+    service = FairService(core, RateLimiter(rate=1.0, burst=2), queue=100)
+    admitted = [service.receive(m.encode_request(SESSION, 10, 1), "c", 0) for _ in range(5)]
+    assert admitted == [True, True, False, False, False] and service.over_rate
+    assert core.stats.rate_limited == 3
+
+
 def test_ring_lap_check() -> None:
     ring = MessageRing(3)
     ring.publish(1, np.arange(10, dtype=np.int64) * 100)
@@ -95,33 +154,55 @@ def test_ring_lap_check() -> None:
         ring.publish(5, np.zeros(1, np.int64))
 
 
-def _request(address, payload: bytes, timeout: float = 1.0) -> bytes | None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
-        client.settimeout(timeout)
-        client.sendto(payload, address)
-        try:
-            return client.recv(65536)
-        except TimeoutError:
-            return None
+def test_errors_are_logbuf_errors() -> None:
+    for bad in (lambda: MessageRing(31), lambda: RateLimiter(rate=0), lambda: _core(budget=10),
+                lambda: _core(budget=70_000)):
+        with pytest.raises(RetransmitError) as info:
+            bad()
+        assert isinstance(info.value, LogbufError) and isinstance(info.value, ValueError)
 
 
-def test_loopback_round_trip_with_two_workers(small_day: Path) -> None:
+def _ask(sock: socket.socket, address, payload: bytes, timeout: float = 1.0) -> bytes | None:
+    sock.settimeout(timeout)
+    sock.sendto(payload, address)
+    try:
+        return sock.recv(65536)
+    except TimeoutError:
+        return None
+
+
+def test_hostile_datagrams_are_dropped_and_counted_never_a_crash(small_day: Path) -> None:
+    """A struct-built client throws every malformed request at a live server; it keeps answering good ones,
+    and no answer exceeds the cap."""
+    cap = 600
     with DayFileReader(small_day) as reader:
         ring = MessageRing(16)
         for block in reader.blocks():
             ring.publish(ring.next_sequence, block.frames)
-        expected = [b.message(i) for b in reader.blocks() for i in range(b.count)]
-        server = RetransmitServer(lambda: RetransmitCore(SESSION, ring, reader.buffer), workers=2).start()
+        server = make_server(SESSION, ring, reader.buffer, budget=cap, rate=1e6, burst=1e6).start()
+        session = b"SYNTH0001 "
+        hostile = [
+            HEADER.pack(session, 2**63, 1), HEADER.pack(session, 2**64 - 1, 1), HEADER.pack(session, 2**63 - 1, 5),
+            HEADER.pack(session, 100, 0), HEADER.pack(session, 100, 0xFFFF), HEADER.pack(b"WRONGSESS ", 100, 1),
+            HEADER.pack(session, 0, 1), HEADER.pack(session, 100, 1)[:19], b"", b"\xff" * 3,
+            HEADER.pack(session, 100, 1) + b"tail", b"\x00" * 1_500,
+        ]
         try:
-            answer = _request(server.address, m.encode_request(SESSION, 1000, 20))
-            assert answer is not None
-            packet = m.decode(answer)
-            assert packet.sequence == 1000 and list(packet.messages) == expected[999:1019]
-            assert _request(server.address, m.encode_request("WRONG", 1000, 20), timeout=0.3) is None
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+                for payload in hostile:
+                    client.sendto(payload, server.address)
+                answer = _ask(client, server.address, HEADER.pack(session, 1_000, 0xFFFE))
+                assert answer is not None and len(answer) <= cap
+                packet = m.decode(answer)
+                assert packet.sequence == 1_000 and len(packet.messages) > 1
+                client.settimeout(0.3)
+                with pytest.raises(TimeoutError):  # none of the hostile ones was answered
+                    client.recv(65536)
         finally:
             server.stop()
-        assert all(not t.is_alive() for t in server._threads)
-        assert server.stats().answers == 1 and server.stats().bad_session == 1
+        stats = server.stats
+        assert stats.answers == 1
+        assert (stats.future, stats.bad_count, stats.bad_session, stats.not_retained, stats.bad_size) == (3, 2, 1, 1, 5)
 
 
 def test_cli_retransmit_stops_on_sigterm(small_day: Path) -> None:
@@ -130,14 +211,15 @@ def test_cli_retransmit_stops_on_sigterm(small_day: Path) -> None:
         port = probe.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "logbuf.cli", "retransmit", str(small_day), "--listen", f"127.0.0.1:{port}",
-         "--workers", "2"], stderr=subprocess.PIPE, text=True, env=env,
+        [sys.executable, "-m", "logbuf.cli", "retransmit", str(small_day), "--listen", f"127.0.0.1:{port}"],
+        stderr=subprocess.PIPE, text=True, env=env,
     )
     try:
         answer = None
         deadline = time.monotonic() + 15
-        while answer is None and time.monotonic() < deadline and proc.poll() is None:
-            answer = _request(("127.0.0.1", port), m.encode_request(SESSION, 5, 3), timeout=0.2)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+            while answer is None and time.monotonic() < deadline and proc.poll() is None:
+                answer = _ask(client, ("127.0.0.1", port), m.encode_request(SESSION, 5, 3), timeout=0.2)
         assert answer is not None and m.decode(answer).sequence == 5
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0

@@ -150,3 +150,175 @@ def test_itch_book_notices_a_broken_stream(tmp_path: Path) -> None:
     session = core.Session(tables=[], depth=0, symbols=[])
     session.feed(np.frombuffer(framed, dtype=np.uint8))
     assert session.stats()["missing_ref"] == 1
+
+
+# ---- the command line: atomic output, validation, interruption --------------------------------------------
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _logbuf(*argv: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "logbuf.cli", *argv]
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def test_synth_accepts_count_suffixes_and_writes_atomically(tmp_path: Path) -> None:
+    from logbuf.cli import main
+
+    out = tmp_path / "day.itch"
+    assert main(["synth", str(out), "-n", "5k", "--symbols", "10", "-q"]) == 0
+    assert len(read_messages(out)) == 5_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["day.itch"]  # no temporary left beside it
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_interrupted_synth_leaves_no_partial_day(tmp_path: Path, sig: str) -> None:
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "day.itch"
+    out.write_bytes(b"the previous day")
+    proc = subprocess.Popen(_logbuf("synth", str(out), "-n", "50M", "-q"), stderr=subprocess.PIPE, text=True,
+                            env=_env())
+    try:
+        deadline = time.monotonic() + 60
+        partial = []
+        while not partial and time.monotonic() < deadline and proc.poll() is None:
+            partial = [p for p in tmp_path.iterdir() if p.name.endswith(".partial") and p.stat().st_size > 0]
+            time.sleep(0.02)
+        assert partial, "synth never started writing"
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    err = proc.stderr.read()
+    assert "interrupted" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["day.itch"]
+    assert out.read_bytes() == b"the previous day"
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["synth", "{tmp}/x.itch", "-n", "10"], "too few"),
+    (["synth", "{tmp}/missing/x.itch", "-n", "5k"], "no such directory"),
+    (["replay", "{bad}"], "truncated day file"),
+    (["retransmit", "{bad}"], "truncated day file"),
+])
+def test_one_line_errors_and_nothing_written(argv: list[str], fragment: str, tmp_path: Path, tiny_day: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from logbuf.cli import main
+
+    bad = tmp_path / "cut.itch"
+    bad.write_bytes(tiny_day.read_bytes()[:-7])  # what an interrupted writer used to leave
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([a.format(tmp=tmp_path, bad=bad) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_help_shows_every_default_and_one_spelling(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+    import re
+
+    from logbuf.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("synth", "replay", "retransmit"):
+        command = sub.choices[name]
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+            if action.option_strings and not isinstance(action, argparse._StoreTrueAction):
+                assert "default" in action.help, f"{name} {action.option_strings} does not show its default"
+        text = command.format_help()
+        assert not re.search(r"seed \d", text, re.IGNORECASE)
+        for old in ("--duration-s", "--linger-s", "--eos-interval-s", "--heartbeat-s", "--workers"):
+            assert old not in text
+    assert "--duration" in sub.choices["retransmit"].format_help()
+    assert "--quiet" in sub.choices["replay"].format_help() and "-q" in sub.choices["synth"].format_help()
+
+
+@pytest.mark.parametrize("argv", [
+    ["retransmit", "x", "--rate", "0"], ["retransmit", "x", "--ring-bits", "31"], ["replay", "x", "--budget", "10"],
+    ["replay", "x", "--budget", "70000"], ["replay", "x", "--linger", "-1"], ["replay", "x", "--queue", "0"],
+    ["replay", "x", "--heartbeat-interval", "0"], ["synth", "x", "-n", "1.5"], ["retransmit", "x", "--duration", "nan"],
+])
+def test_bad_values_are_refused_before_anything_starts(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from logbuf.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# ---- frame scanning: the vectorised ITCH path agrees with the frame-by-frame definition ------------------
+
+
+def _plain_scan(data: bytes, start: int, limit: int) -> tuple[list[int], int]:
+    offsets, offset = [], start
+    while len(offsets) < limit and offset + 2 <= len(data):
+        end = offset + 2 + int.from_bytes(data[offset : offset + 2], "big")
+        if end > len(data):
+            break
+        offsets.append(offset)
+        offset = end
+    return offsets, offset
+
+
+def _mixed_day(tiny_day: Path, seed: int) -> bytes:
+    """ITCH frames with non-ITCH frames (odd lengths, unknown types, a long one) spliced in."""
+    rng = np.random.default_rng(seed)
+    with DayFileReader(tiny_day) as reader:
+        frames = [bytes(reader.buffer[b.frames[i] : (b.frames[i + 1] if i + 1 < b.count else b.end)])
+                  for b in reader.blocks() for i in range(b.count)]
+    out = []
+    for frame in frames:
+        out.append(frame)
+        if rng.random() < 0.01:
+            size = int(rng.choice([0, 1, 7, 300, 70_000 % 65_536]))
+            out.append(size.to_bytes(2, "big") + rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_scan_matches_the_plain_definition(tiny_day: Path, seed: int) -> None:
+    from logbuf.feed.dayfile import scan_frames
+
+    rng = np.random.default_rng(seed)
+    pure = tiny_day.read_bytes()
+    for data in (pure, _mixed_day(tiny_day, seed), rng.integers(0, 256, 50_000, dtype=np.uint8).tobytes(),
+                 pure[: len(pure) - 5], b"", b"\x00", b"\x00\x05abc"):
+        for start, limit in ((0, 1 << 40), (0, 777), (0, 1)):
+            expected, after = _plain_scan(data, start, limit)
+            got, got_after = scan_frames(data, start, limit)
+            assert got.tolist() == expected and got_after == after
+            got, got_after = scan_frames(np.frombuffer(data, dtype=np.uint8), start, limit)
+            assert got.tolist() == expected and got_after == after
+
+
+def test_blocks_from_the_kept_index_equal_scanned_blocks(small_day: Path, tmp_path: Path) -> None:
+    from logbuf.feed.dayfile import DayFileError
+
+    with DayFileReader(small_day) as scanned, DayFileReader(small_day) as indexed:
+        assert indexed.verify() == 30_000
+        for size in (1, 4_096, 65_536):
+            a, b = list(scanned.blocks(size)), list(indexed.blocks(size))
+            assert [(x.frames.tolist(), x.end, x.first_index) for x in a] == \
+                   [(y.frames.tolist(), y.end, y.first_index) for y in b]
+    cut = tmp_path / "cut.itch"
+    cut.write_bytes(small_day.read_bytes()[:-1])
+    with DayFileReader(cut) as reader, pytest.raises(DayFileError, match="truncated day file"):
+        reader.verify()

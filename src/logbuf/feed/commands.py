@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from logbuf.cli_args import count
+from logbuf.errors import LogbufError
 from logbuf.feed import moldudp64
 
 USAGE_ERROR = 2
 
 
-class UsageError(Exception):
+class UsageError(LogbufError):
     """A command-line value the user can fix."""
 
 
@@ -151,13 +152,103 @@ def _progress_enabled(args: argparse.Namespace) -> bool:
 # ---- synth ----------------------------------------------------------------------------------------------
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 0")
+    return int(text)
+
+
+def _ring_bits(text: str) -> int:
+    from logbuf.feed.retransmit import MAX_RING_BITS, MIN_RING_BITS
+
+    value = _non_negative_int(text)
+    if not MIN_RING_BITS <= value <= MAX_RING_BITS:
+        raise argparse.ArgumentTypeError(f"ring bits must be within {MIN_RING_BITS}..{MAX_RING_BITS}")
+    return value
+
+
+def _budget(text: str) -> int:
+    from logbuf.feed.retransmit import MAX_UDP_PAYLOAD
+
+    value = _non_negative_int(text)
+    low = moldudp64.HEADER_LENGTH + moldudp64.BLOCK_LENGTH_SIZE + 1
+    if not low <= value <= MAX_UDP_PAYLOAD:
+        raise argparse.ArgumentTypeError(f"budget must be within {low}..{MAX_UDP_PAYLOAD} bytes")
+    return value
+
+
+def _output_path(path: str) -> str:
+    """A file we may create: its directory exists (checked before any work starts)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"no such directory: {directory}")
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory")
+    return path
+
+
+def _write_json(path: str, value: object) -> None:
+    """Write JSON under a temporary name next to ``path``, then rename: never a half-written summary."""
+    import contextlib
+    import tempfile
+
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(value, f, indent=2)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt like Ctrl-C while the block runs, so cleanup code runs for both."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from logbuf.feed.synth import SynthConfig, write_day
+    from logbuf.feed.synth import SynthConfig, SyntheticDay, write_day
 
     config = SynthConfig(messages=args.messages, seed=args.seed, symbols=args.symbols,
                          orders_per_symbol=args.orders_per_symbol, mix=args.mix)
+    SyntheticDay(config)  # a configuration error ends here, before any file exists
+    _output_path(args.output)
     started = time.perf_counter()
-    written = write_day(config, args.output, progress=_progress_enabled(args))
+    try:
+        with _sigterm_interrupts():
+            written = write_day(config, args.output, progress=_progress_enabled(args))
+    except KeyboardInterrupt:
+        print(f"logbuf synth: interrupted; {args.output} was not written", file=sys.stderr)
+        return 130
     seconds = time.perf_counter() - started
     if not args.quiet:
         size = os.path.getsize(args.output)
@@ -169,28 +260,16 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 # ---- replay ---------------------------------------------------------------------------------------------
 
 
-def _ring_publisher(args: argparse.Namespace, reader) -> tuple[object | None, Callable | None]:
-    """(retransmission server, ring publish function) when --retransmit is given."""
-    if args.retransmit is None:
-        return None, None
-    from logbuf.feed.retransmit import MessageRing, RateLimiter, RetransmitCore, RetransmitServer
-
-    ring = MessageRing(args.ring_bits)
-    host, port = args.retransmit
-    server = RetransmitServer(
-        lambda: RetransmitCore(args.session, ring, reader.buffer, args.budget, RateLimiter(args.rate, args.burst)),
-        host, port, args.workers,
-    )
-    return server, ring.publish
-
-
 def _cmd_replay(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from logbuf.feed.dayfile import DayFileReader
     from logbuf.feed.replay import FaultConfig, FeedConfig, ReplayConfig, ReplayCore, ReplayServer
+    from logbuf.feed.retransmit import RetransmitProcess
 
     _existing_file(args.file)
+    if args.summary_json:
+        _output_path(args.summary_json)
     feeds: list[FeedConfig] = []
     destinations: list[tuple[str, int]] = []
     for name, dest, faults, drops, delay_ms, jitter_ms in (
@@ -206,44 +285,58 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if not feeds:
         raise UsageError("both feeds are off: give --feed-a and/or --feed-b a host:port")
     config = ReplayConfig(
-        session=args.session, speed=args.speed, start=args.start, budget=args.budget,
-        flush_gap_ns=int(args.flush_gap_us * 1_000), heartbeat_ns=int(args.heartbeat_s * 1e9),
-        end_of_session_count=args.eos_count, end_of_session_interval_ns=int(args.eos_interval_s * 1e9),
+        session=args.session, speed=args.speed, packet_rate=args.packet_rate, start=args.start, budget=args.budget,
+        flush_gap_ns=int(args.flush_gap_us * 1_000), heartbeat_ns=max(1, int(args.heartbeat_interval * 1e9)),
+        end_of_session_count=args.eos_count, end_of_session_interval_ns=int(args.eos_interval * 1e9),
         seed=args.seed, feeds=tuple(feeds),
     )
-    with DayFileReader(args.file) as reader, _stop_on_signals() as stop:
-        retransmit, publish = _ring_publisher(args, reader)
-        bar = tqdm(unit="msg", unit_scale=True, file=sys.stderr, disable=not _progress_enabled(args), desc="replay")
-        server = ReplayServer(ReplayCore(reader, config), destinations, publish=publish, stop=stop,
-                              progress=bar.update)
-        try:
-            if retransmit is not None:
-                retransmit.start()
-                if not args.quiet:
-                    print(f"replay: retransmission on {retransmit.address[0]}:{retransmit.address[1]}",
-                          file=sys.stderr)
-            summary = server.run()
-            bar.close()
-            linger_until = time.monotonic() + args.linger_s
-            while retransmit is not None and not stop.is_set() and time.monotonic() < linger_until:
-                stop.wait(min(0.2, max(0.0, linger_until - time.monotonic())))
-        finally:
-            server.close()
-            if retransmit is not None:
-                retransmit.stop()
+    with DayFileReader(args.file) as reader:
+        reader.verify()  # a truncated day fails here, before anything is sent or started
+        retransmit = None
+        if args.retransmit is not None:  # binds the port now: a busy port fails before anything starts
+            retransmit = RetransmitProcess(args.file, *args.retransmit, session=args.session, budget=args.budget,
+                                           ring_bits=args.ring_bits, rate=args.rate, burst=args.burst,
+                                           queue=args.queue)
+        retransmit_stats = None
+        with _stop_on_signals() as stop:
+            try:
+                if retransmit is not None:
+                    retransmit.start()
+                    if not args.quiet:
+                        print(f"replay: retransmission on {retransmit.address[0]}:{retransmit.address[1]} "
+                              f"(pid {retransmit.pid})", file=sys.stderr, flush=True)
+                bar = tqdm(unit="msg", unit_scale=True, file=sys.stderr, disable=not _progress_enabled(args),
+                           desc="replay")
+                server = ReplayServer(ReplayCore(reader, config), destinations,
+                                      publish=None if retransmit is None else retransmit.ring.publish, stop=stop,
+                                      progress=bar.update)
+                try:
+                    summary = server.run()
+                    bar.close()
+                    linger_until = time.monotonic() + args.linger
+                    while retransmit is not None and not stop.is_set() and time.monotonic() < linger_until:
+                        stop.wait(min(0.2, max(0.0, linger_until - time.monotonic())))
+                finally:
+                    server.close()
+            finally:
+                if retransmit is not None:
+                    retransmit_stats = retransmit.stop()
         report = summary.as_dict()
         if retransmit is not None:
-            report["retransmit"] = vars(retransmit.stats()).copy()
+            report["retransmit"] = {"pid": retransmit.pid, **(vars(retransmit_stats) if retransmit_stats else {})}
     if args.summary_json:
-        with open(args.summary_json, "w") as f:
-            json.dump(report, f, indent=2)
+        _write_json(args.summary_json, report)
     if not args.quiet:
         print(f"replay: {report['packets']} packets, {report['messages']} messages in {report['seconds']:.3f} s "
               f"({report['packets_per_second']:.0f} packets/s, {report['messages_per_second']:.0f} msg/s); "
               f"first sequence {report['first_sequence']}, next {report['next_sequence']}, "
-              f"skipped {report['skipped_messages']}", file=sys.stderr)
+              f"skipped {report['skipped_messages']}; {report['late_packets']} packets sent > 1 ms late "
+              f"(max {report['max_late_ms']:.1f} ms)", file=sys.stderr)
         for name, stats in report["feeds"].items():
             print(f"  feed {name}: " + ", ".join(f"{k}={v}" for k, v in stats.items()), file=sys.stderr)
+        if "retransmit" in report:
+            print("  retransmit: " + ", ".join(f"{k}={v}" for k, v in report["retransmit"].items()),
+                  file=sys.stderr)
     return 0
 
 
@@ -252,7 +345,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _cmd_retransmit(args: argparse.Namespace) -> int:
     from logbuf.feed.dayfile import DayFileReader
-    from logbuf.feed.retransmit import MessageRing, RateLimiter, RetransmitCore, RetransmitServer
+    from logbuf.feed.retransmit import MessageRing, make_server
 
     _existing_file(args.file)
     with DayFileReader(args.file) as reader, _stop_on_signals() as stop:
@@ -260,23 +353,18 @@ def _cmd_retransmit(args: argparse.Namespace) -> int:
         for block in reader.blocks():  # standalone: every message of the file counts as sent
             ring.publish(ring.next_sequence, block.frames)
         host, port = args.listen
-        server = RetransmitServer(
-            lambda: RetransmitCore(args.session, ring, reader.buffer, args.budget,
-                                   RateLimiter(args.rate, args.burst)),
-            host, port, args.workers,
-        ).start()
+        server = make_server(args.session, ring, reader.buffer, budget=args.budget, rate=args.rate,
+                             burst=args.burst, queue=args.queue, host=host, port=port)
         if not args.quiet:
             print(f"retransmit: {ring.next_sequence - 1} messages (ring keeps {ring.capacity}), listening on "
                   f"{server.address[0]}:{server.address[1]}", file=sys.stderr, flush=True)
-        deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
+        deadline = None if args.duration is None else time.monotonic() + args.duration
         try:
-            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-                stop.wait(0.2)
+            server.run(lambda: stop.is_set() or (deadline is not None and time.monotonic() >= deadline))
         finally:
-            server.stop()
+            server.close()
         if not args.quiet:
-            stats = server.stats()
-            print("retransmit: " + ", ".join(f"{k}={v}" for k, v in vars(stats).items()), file=sys.stderr)
+            print("retransmit: " + ", ".join(f"{k}={v}" for k, v in vars(server.stats).items()), file=sys.stderr)
     return 0
 
 
@@ -284,67 +372,112 @@ def _cmd_retransmit(args: argparse.Namespace) -> int:
 
 
 def _add_retransmit_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=int, default=2, help="worker threads sharing the port (SO_REUSEPORT)")
-    p.add_argument("--ring-bits", type=int, default=20, help="the ring keeps the last 2**BITS messages")
-    p.add_argument("--rate", type=float, default=1000.0, help="re-requests per second per client")
-    p.add_argument("--burst", type=float, default=100.0, help="token bucket depth per client")
+    from logbuf.feed.retransmit import DEFAULT_BURST, DEFAULT_QUEUE, DEFAULT_RATE, DEFAULT_RING_BITS
+
+    p.add_argument("--budget", type=_budget, default=moldudp64.DEFAULT_PAYLOAD_BUDGET,
+                   help="UDP payload bytes of a packet or an answer, header included (default: %(default)s)")
+    p.add_argument("--ring-bits", type=_ring_bits, default=DEFAULT_RING_BITS,
+                   help="the retransmission ring keeps the last 2**BITS messages (default: %(default)s)")
+    p.add_argument("--rate", type=_positive, default=DEFAULT_RATE,
+                   help="re-requests answered per second per client (default: %(default)s)")
+    p.add_argument("--burst", type=_positive, default=DEFAULT_BURST,
+                   help="token bucket depth per client, in requests (default: %(default)s)")
+    p.add_argument("--queue", type=count, default=DEFAULT_QUEUE,
+                   help="admitted requests waiting per client; more are dropped (default: %(default)s)")
+
+
+def _hidden_alias(p: argparse.ArgumentParser, old: str, dest: str, kind: Callable[[str], object]) -> None:
+    """An older spelling still accepted, not shown (one spelling per idea in the help)."""
+    p.add_argument(old, dest=dest, type=kind, help=argparse.SUPPRESS)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("synth", help="write a synthetic ITCH 5.0 day file",
-                              description="Write a synthetic, deterministic (per seed) ITCH 5.0 day file.")
-    p.add_argument("output", help="day file to write")
-    p.add_argument("--messages", "-n", type=count, default=1_000_000, help="total messages (e.g. 5000, 2M)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--symbols", type=int, default=None, help="symbols (default: scaled with --messages)")
-    p.add_argument("--orders-per-symbol", type=int, default=64, help="live orders tracked per symbol")
-    p.add_argument("--mix", choices=("open", "balanced"), default="open", help="order-flow message mix")
+                              description="Write a synthetic ITCH 5.0 day file, the same bytes for the same "
+                                          "--seed. The file appears only once complete.")
+    p.add_argument("output", help="day file to write (replaced only when the new one is complete)")
+    p.add_argument("--messages", "-n", type=count, default=1_000_000,
+                   help="total messages, e.g. 5000, 300k, 2M (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the random generator (default: %(default)s)")
+    p.add_argument("--symbols", type=count, default=None,
+                   help="symbols (default: scaled with --messages, 4..1000)")
+    p.add_argument("--orders-per-symbol", type=count, default=64,
+                   help="live orders tracked per symbol (default: %(default)s)")
+    p.add_argument("--mix", choices=("open", "balanced"), default="open",
+                   help="order-flow message mix (default: %(default)s)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=_guard(_cmd_synth))
 
     p = subparsers.add_parser("replay", help="replay a day file as a MoldUDP64 feed (A/B) over UDP",
                               description="Replay an ITCH day file as MoldUDP64 downstream packets on feeds A "
-                                          "and B. Messages skipped by --start keep their sequence numbers.")
-    p.add_argument("file")
-    p.add_argument("--session", type=_session, default="SYNTH0001")
-    p.add_argument("--feed-a", type=_host_port, default=("127.0.0.1", 30001), metavar="HOST:PORT|off")
-    p.add_argument("--feed-b", type=_host_port, default=("127.0.0.1", 30002), metavar="HOST:PORT|off")
-    p.add_argument("--b-delay-ms", type=float, default=5.0)
-    p.add_argument("--b-jitter-ms", type=float, default=1.0)
-    p.add_argument("--speed", type=_speed, default=1.0, help="1 = real time, 10, ..., or max")
-    p.add_argument("--start", choices=("pre-open", "open", "close"), default="pre-open")
-    p.add_argument("--budget", type=int, default=moldudp64.DEFAULT_PAYLOAD_BUDGET, help="UDP payload bytes")
-    p.add_argument("--flush-gap-us", type=float, default=50.0,
-                   help="flush a packet when the next message is later than this (feed time)")
-    p.add_argument("--heartbeat-s", type=float, default=1.0)
-    p.add_argument("--eos-count", type=int, default=3, help="end-of-session packets at the end")
-    p.add_argument("--eos-interval-s", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=1, help="seed of the fault injection")
+                                          "and B. Messages skipped by --start keep their sequence numbers. With "
+                                          "--retransmit, a retransmission server runs in a process of its own.")
+    p.add_argument("file", help="day file to replay")
+    p.add_argument("--session", type=_session, default="SYNTH0001",
+                   help="MoldUDP64 session, up to 10 ASCII characters (default: %(default)s)")
+    p.add_argument("--feed-a", type=_host_port, default=("127.0.0.1", 30001), metavar="HOST:PORT|off",
+                   help="where feed A goes (default: 127.0.0.1:30001)")
+    p.add_argument("--feed-b", type=_host_port, default=("127.0.0.1", 30002), metavar="HOST:PORT|off",
+                   help="where feed B goes (default: 127.0.0.1:30002)")
+    p.add_argument("--b-delay-ms", type=_non_negative, default=5.0,
+                   help="feed B lags feed A by this much (default: %(default)s)")
+    p.add_argument("--b-jitter-ms", type=_non_negative, default=1.0,
+                   help="plus up to this much random jitter (default: %(default)s)")
+    p.add_argument("--speed", type=_speed, default=1.0,
+                   help="1 = real time, 10, 1000, ..., or max (default: %(default)s)")
+    p.add_argument("--packet-rate", type=_positive, default=None, metavar="PER_SECOND",
+                   help="a load profile: this many packets per second per feed, each filled to --budget; "
+                        "--speed and --flush-gap-us are then ignored (default: off, follow the timestamps)")
+    p.add_argument("--start", choices=("pre-open", "open", "close"), default="pre-open",
+                   help="first message sent: the day's start, 09:30 or 16:00 (default: %(default)s)")
+    p.add_argument("--flush-gap-us", type=_non_negative, default=50.0,
+                   help="flush a packet when the next message is later than this, feed time (default: %(default)s)")
+    p.add_argument("--heartbeat-interval", type=_positive, default=1.0,
+                   help="seconds of silence before a heartbeat (default: %(default)s)")
+    _hidden_alias(p, "--heartbeat-s", "heartbeat_interval", _positive)
+    p.add_argument("--eos-count", type=_non_negative_int, default=3,
+                   help="end-of-session packets at the end (default: %(default)s)")
+    p.add_argument("--eos-interval", type=_non_negative, default=1.0,
+                   help="seconds between the end-of-session packets (default: %(default)s)")
+    _hidden_alias(p, "--eos-interval-s", "eos_interval", _non_negative)
+    p.add_argument("--seed", type=int, default=1, help="seed of the fault injection (default: %(default)s)")
     p.add_argument("--faults-a", type=_faults, default=None, metavar="SPEC",
-                   help="e.g. loss=0.01,dup=0.001,reorder=0.001,freeze=0.0005,freeze-ms=100-200")
-    p.add_argument("--faults-b", type=_faults, default=None, metavar="SPEC")
+                   help="faults on feed A, e.g. loss=0.01,dup=0.001,reorder=0.001,freeze=0.0005,freeze-ms=100-200 "
+                        "(default: none)")
+    p.add_argument("--faults-b", type=_faults, default=None, metavar="SPEC",
+                   help="faults on feed B, same keys (default: none)")
     p.add_argument("--drop-a", type=_seq_range, action="append", metavar="FIRST-LAST",
-                   help="never send these message sequences on feed A (repeatable)")
-    p.add_argument("--drop-b", type=_seq_range, action="append", metavar="FIRST-LAST")
-    p.add_argument("--drop-both", type=_seq_range, action="append", metavar="FIRST-LAST")
+                   help="never send these message sequences on feed A; repeatable (default: none)")
+    p.add_argument("--drop-b", type=_seq_range, action="append", metavar="FIRST-LAST",
+                   help="never send these message sequences on feed B; repeatable (default: none)")
+    p.add_argument("--drop-both", type=_seq_range, action="append", metavar="FIRST-LAST",
+                   help="never send these message sequences on either feed; repeatable (default: none)")
     p.add_argument("--retransmit", type=_host_port, default=None, metavar="HOST:PORT",
-                   help="also serve re-requests on this address")
+                   help="also serve re-requests on this address, from a process of its own (default: off)")
     _add_retransmit_options(p)
-    p.add_argument("--linger-s", type=float, default=0.0, help="keep serving re-requests this long after the end")
-    p.add_argument("--summary-json", default=None, metavar="PATH", help="write the final summary as JSON")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--linger", type=_non_negative, default=0.0,
+                   help="seconds to keep serving re-requests after the end (default: %(default)s)")
+    _hidden_alias(p, "--linger-s", "linger", _non_negative)
+    p.add_argument("--summary-json", default=None, metavar="PATH",
+                   help="write the final summary as JSON (default: none)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=_guard(_cmd_replay))
 
     p = subparsers.add_parser("retransmit", help="serve MoldUDP64 re-requests for a day file",
                               description="Answer MoldUDP64 re-requests from a day file (every message counts "
-                                          "as sent; the ring keeps the last 2**--ring-bits).")
-    p.add_argument("file")
-    p.add_argument("--session", type=_session, default="SYNTH0001")
-    p.add_argument("--listen", type=_host_port, default=("127.0.0.1", 30010), metavar="HOST:PORT")
-    p.add_argument("--budget", type=int, default=moldudp64.DEFAULT_PAYLOAD_BUDGET)
+                                          "as sent; the ring keeps the last 2**--ring-bits). Each client is "
+                                          "rate-limited and served in turn, so one client's flood does not "
+                                          "starve the others.")
+    p.add_argument("file", help="day file to serve")
+    p.add_argument("--session", type=_session, default="SYNTH0001",
+                   help="MoldUDP64 session, up to 10 ASCII characters (default: %(default)s)")
+    p.add_argument("--listen", type=_host_port, default=("127.0.0.1", 30010), metavar="HOST:PORT",
+                   help="address to serve on (default: 127.0.0.1:30010)")
     _add_retransmit_options(p)
-    p.add_argument("--duration-s", type=float, default=None, help="stop after this long (default: until signal)")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--duration", type=_positive, default=None,
+                   help="stop after this many seconds (default: until Ctrl-C or SIGTERM)")
+    _hidden_alias(p, "--duration-s", "duration", _positive)
+    p.add_argument("--quiet", "-q", action="store_true", help="no summary")
     p.set_defaults(func=_guard(_cmd_retransmit))
     _add_feed_commands(subparsers)
 

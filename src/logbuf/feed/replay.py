@@ -7,14 +7,16 @@ Pipeline (everything left of the socket loop is pure and driven by the file and 
                                                                                     (time-ordered SendEvents)
                                                                                            |
                                                         ReplayServer: wait until due (sleep / idle strategy),
-                                                        publish to the retransmission ring, sendto()
+                                                        publish to the retransmission ring, send()
 
 - Packets: a run of consecutive day-file frames *is* a MoldUDP64 packet body, so a packet is the 20-byte header
   plus one slice of the file. A packet is flushed when the next message would exceed the payload budget, when
   the next message is more than ``flush_gap_ns`` later (feed time), at a forced cut (a drop-range boundary) and
   at the end of a read block.
 - Time: a packet is due at ``(ts(first message) - ts(first replayed message)) / speed`` after the start; with
-  ``speed=None`` ("max") every packet is due at once and only faults add time.
+  ``speed=None`` ("max") every packet is due at once and only faults add time. With ``packet_rate`` (a load
+  profile: packets per second per feed) packet k is due at ``k / packet_rate`` and every packet is filled to
+  the budget (no time-gap flush): the timestamps then only order the messages.
 - Start phase: ``pre-open`` replays everything; ``open`` starts at the first message at or after 09:30:00 and
   ``close`` at or after 16:00:00. Skipped messages keep their sequence numbers: the first packet carries the
   sequence of the first replayed message, and skipped messages are still published to the retransmission ring
@@ -30,6 +32,7 @@ Pipeline (everything left of the socket loop is pure and driven by the file and 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 import itertools
 import socket
@@ -42,6 +45,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from logbuf.errors import LogbufError
 from logbuf.feed import moldudp64
 from logbuf.feed.dayfile import DayFileReader, MessageBlock
 from logbuf.feed.moldudp64 import DEFAULT_PAYLOAD_BUDGET, HEADER_LENGTH, MAX_MESSAGE_COUNT
@@ -52,12 +56,18 @@ START_PHASES: dict[str, int] = {"pre-open": 0, "open": OPEN_NS, "close": CLOSE_N
 NANOS_PER_SECOND = 1_000_000_000
 NANOS_PER_MILLI = 1_000_000
 DEFAULT_FLUSH_GAP_NS = 50_000
-DEFAULT_CATCH_UP_BUDGET = 2_800  # ~70 messages of ~36 framed bytes per catch-up packet (seed 002)
+DEFAULT_CATCH_UP_BUDGET = 2_800  # ~70 messages of ~36 framed bytes per catch-up packet
 _HEADER = struct.Struct(">10sQH")
 _UNIFORM_BATCH = 4096
 # Sleep instead of idling when the next send is further away than this; wake this much early.
 _SLEEP_THRESHOLD_NS = 2 * NANOS_PER_MILLI
 _SLEEP_MARGIN_NS = NANOS_PER_MILLI
+_LATE_NS = NANOS_PER_MILLI  # a packet sent later than this after its due time counts as late
+_PROGRESS_MESSAGES = 65_536  # report progress in steps this large (a call per packet costs more than a send)
+
+
+class ReplayError(LogbufError, ValueError):
+    """A replay setting is out of range (speed, budget, fault probabilities, destinations, ...)."""
 
 
 class EventKind:
@@ -104,15 +114,15 @@ class FaultConfig:
     def __post_init__(self) -> None:
         for name in ("loss", "duplicate", "reorder", "freeze"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"fault probability {name} must be within [0, 1]")
+                raise ReplayError(f"fault probability {name} must be within [0, 1]")
         low, high = self.freeze_ms
         if not 0 <= low <= high:
-            raise ValueError("freeze_ms must be (low, high) with 0 <= low <= high")
+            raise ReplayError("freeze_ms must be (low, high) with 0 <= low <= high")
         if self.freeze_max_packets < 1 or self.catch_up_budget < HEADER_LENGTH + 2:
-            raise ValueError("freeze_max_packets must be >= 1 and catch_up_budget must fit a message")
+            raise ReplayError("freeze_max_packets must be >= 1 and catch_up_budget must fit a message")
         for first, last in self.drop_ranges:
             if not 1 <= first <= last:
-                raise ValueError(f"drop range {first}-{last} must satisfy 1 <= first <= last")
+                raise ReplayError(f"drop range {first}-{last} must satisfy 1 <= first <= last")
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ class FeedConfig:
 class ReplayConfig:
     session: str | bytes = "SYNTH0001"
     speed: float | None = 1.0  # None = as fast as possible
+    packet_rate: float | None = None  # packets per second per feed, full packets; overrides speed
     start: str = "pre-open"
     budget: int = DEFAULT_PAYLOAD_BUDGET
     flush_gap_ns: int = DEFAULT_FLUSH_GAP_NS
@@ -139,13 +150,15 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         if self.speed is not None and self.speed <= 0:
-            raise ValueError("speed must be positive (or None for max)")
+            raise ReplayError("speed must be positive (or None for max)")
+        if self.packet_rate is not None and not self.packet_rate > 0:
+            raise ReplayError("packet rate must be positive (or None to follow the timestamps)")
         if self.start not in START_PHASES:
-            raise ValueError(f"start must be one of {', '.join(START_PHASES)}")
+            raise ReplayError(f"start must be one of {', '.join(START_PHASES)}")
         if self.budget < HEADER_LENGTH + 2:
-            raise ValueError(f"payload budget {self.budget} leaves no room for a message")
+            raise ReplayError(f"payload budget {self.budget} leaves no room for a message")
         if self.heartbeat_ns <= 0 or self.end_of_session_count < 0 or self.end_of_session_interval_ns < 0:
-            raise ValueError("heartbeat interval must be positive; end-of-session count/interval >= 0")
+            raise ReplayError("heartbeat interval must be positive; end-of-session count/interval >= 0")
         moldudp64.encode_session(self.session)
 
 
@@ -234,6 +247,10 @@ class FeedScheduler:
         self._slice = buffer_slice
         self._delay = config.delay_ns
         self._plain = not config.jitter_ns and config.faults == FaultConfig()
+        faults = config.faults
+        # loss alone (the load profile's case) has a short path too; it draws exactly as the general one
+        self._loss_only = (not config.jitter_ns and not faults.drop_ranges and faults.loss > 0
+                           and not (faults.duplicate or faults.reorder or faults.freeze))
         self._session = moldudp64.encode_session(replay.session)
         self._last_time = 0
         self._last_scheduled: int | None = None
@@ -275,6 +292,22 @@ class FeedScheduler:
             self._last_time = self._last_scheduled = t
             self._next_sequence = plan.sequence + plan.count
             stats = self.stats
+            stats.packets += 1
+            stats.messages += plan.count
+            stats.bytes += len(data)
+            return [SendEvent(t, self.index, EventKind.DATA, data, plan.sequence, plan.count, plan.frames)]
+        if self._loss_only:
+            t = base + self._delay
+            if t < self._last_time:
+                t = self._last_time
+            self._last_scheduled = t
+            self._next_sequence = plan.sequence + plan.count
+            stats = self.stats
+            if self._uniform() < self.faults.loss:
+                stats.lost_packets += 1
+                stats.lost_messages += plan.count
+                return _NO_EVENTS
+            self._last_time = t
             stats.packets += 1
             stats.messages += plan.count
             stats.bytes += len(data)
@@ -382,7 +415,8 @@ class ReplayCore:
         self.config = config
         self._session = moldudp64.encode_session(config.session)
         cuts = [c for feed in config.feeds for first, last in feed.faults.drop_ranges for c in (first, last + 1)]
-        self.packetiser = Packetiser(config.budget, config.flush_gap_ns, cuts)
+        flush_gap = config.flush_gap_ns if config.packet_rate is None else np.iinfo(np.int64).max
+        self.packetiser = Packetiser(config.budget, flush_gap, cuts)
         view = memoryview(reader.buffer)
         self._view = view
         self.feeds = [
@@ -409,6 +443,9 @@ class ReplayCore:
         heap: list[tuple[int, int, SendEvent]] = []
         counter = itertools.count()  # ties keep production order
         sequence = 1
+        packet_rate = self.config.packet_rate
+        packet_ns = 0.0 if packet_rate is None else NANOS_PER_SECOND / packet_rate
+        packets = 0
         for block in self.reader.blocks(self.config.block_messages):
             timestamps = block.headers().timestamp
             begin = 0
@@ -425,7 +462,11 @@ class ReplayCore:
             # the retransmission server holds every message, whatever the network does to the feeds
             yield SendEvent(0, -1, EventKind.SOURCE, None, sequence + begin, block.count - begin, block.frames[begin:])
             for plan in self.packetiser.plans(block, timestamps, sequence, begin):
-                base = self._relative(plan.timestamp, origin)
+                if packet_rate is None:
+                    base = self._relative(plan.timestamp, origin)
+                else:
+                    base = int(packets * packet_ns)
+                    packets += 1
                 data = self._packet(plan)
                 for feed in self.feeds:
                     for event in feed.advance(base):
@@ -448,10 +489,10 @@ class ReplayCore:
 
 
 def parse_host_port(text: str) -> tuple[str, int]:
-    """``host:port`` -> (host, port); raises ValueError with a readable message."""
+    """``host:port`` -> (host, port); raises ReplayError (a ValueError) with a readable message."""
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{text!r} is not host:port (e.g. 127.0.0.1:31001)")
+        raise ReplayError(f"{text!r} is not host:port (e.g. 127.0.0.1:31001)")
     return host.strip("[]"), int(port)
 
 
@@ -465,6 +506,9 @@ class ReplaySummary:
     first_sequence: int | None
     next_sequence: int
     feeds: dict[str, FeedStats]
+    late_packets: int = 0  # sent more than 1 ms after their due time
+    max_late_ms: float = 0.0
+    refused: int = 0  # sends that met "port unreachable" (nobody listening) and were sent again
 
     def as_dict(self) -> dict:
         return {
@@ -472,7 +516,8 @@ class ReplaySummary:
             "packets_per_second": self.packets / self.seconds if self.seconds else 0.0,
             "messages_per_second": self.messages / self.seconds if self.seconds else 0.0,
             "skipped_messages": self.skipped_messages, "first_sequence": self.first_sequence,
-            "next_sequence": self.next_sequence,
+            "next_sequence": self.next_sequence, "late_packets": self.late_packets,
+            "max_late_ms": self.max_late_ms, "refused": self.refused,
             "feeds": {name: vars(stats).copy() for name, stats in self.feeds.items()},
         }
 
@@ -486,7 +531,7 @@ class ReplayServer:
                  publish: Callable[[int, np.ndarray], None] | None = None,
                  stop: threading.Event | None = None, progress: Callable[[int], None] | None = None) -> None:
         if len(destinations) != len(core.feeds):
-            raise ValueError("one destination per feed")
+            raise ReplayError("one destination per feed")
         self.core = core
         self.destinations = destinations
         self.clock = clock
@@ -495,9 +540,20 @@ class ReplayServer:
         self.publish = publish
         self.stop = stop or threading.Event()
         self.progress = progress
-        self._sockets = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in destinations]
-        for sock in self._sockets:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        self.refused = 0  # sends that met an ICMP port unreachable (nobody listening) and were sent again
+        self.late_packets = 0  # sent more than 1 ms after their due time (the sender could not keep up)
+        self.max_late_ns = 0
+        self._sockets: list[socket.socket] = []
+        try:
+            for destination in destinations:
+                sock = socket.socket(socket.AF_INET6 if ":" in destination[0] else socket.AF_INET,
+                                     socket.SOCK_DGRAM)
+                self._sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+                sock.connect(destination)  # send() skips parsing the address per packet
+        except OSError:
+            self.close()
+            raise
 
     def close(self) -> None:
         for sock in self._sockets:
@@ -518,30 +574,56 @@ class ReplayServer:
             else:
                 self.idle.idle(0)
 
+    def _send(self, feed: int, data: bytes) -> None:
+        sock = self._sockets[feed]
+        try:
+            sock.send(data)
+        except ConnectionRefusedError:
+            # an ICMP "port unreachable" for an earlier datagram (nobody listens yet) is reported on this send,
+            # which then did not go: count it and send again
+            self.refused += 1
+            with contextlib.suppress(ConnectionRefusedError):
+                sock.send(data)
+
     def run(self) -> ReplaySummary:
         start = self.clock()
-        sends = [sock.sendto for sock in self._sockets]
-        destinations = self.destinations
+        clock = self.clock
+        send = self._send
         publish = self.publish
         progress = self.progress
+        stop = self.stop
         packets = messages = nbytes = 0
+        unreported = 0
         for event in self.core.events():
             if event.kind in (EventKind.SKIPPED, EventKind.SOURCE):
                 if publish is not None and event.frames is not None and event.count:
                     publish(event.sequence, event.frames)
                 continue
-            if event.time_ns and not self._wait_until(start + event.time_ns):
+            if event.time_ns:
+                due = start + event.time_ns
+                late = clock() - due
+                if late < 0:
+                    if not self._wait_until(due):
+                        break
+                elif late > _LATE_NS:
+                    self.late_packets += 1
+                    if late > self.max_late_ns:
+                        self.max_late_ns = late
+            if stop.is_set():
                 break
-            if self.stop.is_set():
-                break
-            sends[event.feed](event.data, destinations[event.feed])  # type: ignore[arg-type]
+            send(event.feed, event.data)  # type: ignore[arg-type]
             packets += 1
             messages += event.count
             nbytes += len(event.data)  # type: ignore[arg-type]
-            if progress is not None and event.count:
-                progress(event.count)
+            unreported += event.count
+            if progress is not None and unreported >= _PROGRESS_MESSAGES:
+                progress(unreported)
+                unreported = 0
+        if progress is not None and unreported:
+            progress(unreported)
         seconds = (self.clock() - start) / NANOS_PER_SECOND
         return ReplaySummary(
             seconds, packets, messages, nbytes, self.core.skipped, self.core.first_sequence,
             self.core.next_sequence, {feed.config.name: feed.stats for feed in self.core.feeds},
+            self.late_packets, self.max_late_ns / NANOS_PER_MILLI, self.refused,
         )

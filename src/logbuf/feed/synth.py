@@ -36,6 +36,7 @@ scaled to fit the bin.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from logbuf.errors import LogbufError
 from logbuf.feed import itch
 from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE, DayFileWriter
 
@@ -61,6 +63,7 @@ END_OF_MESSAGES_NS = 20 * HOUR + 5 * MINUTE
 OPENING_NOII_INTERVAL_NS = 10 * NS
 CLOSING_NOII_INTERVAL_NS = 20 * NS
 
+MAX_SYMBOLS = 65_535  # stock locate is a 16-bit field
 BIN_NS = NS  # intensity bins of one second over the order-flow window [04:00, 20:00)
 PRICE_TICK = 100  # $0.01 in Price(4)
 ROUND_LOT = 100
@@ -74,6 +77,10 @@ MIXES: dict[str, dict[bytes, float]] = {
 _MODIFY_KINDS = (b"U", b"D", b"E", b"X", b"C")
 _ADD_KINDS = (b"A", b"F")
 _MPIDS = np.array([b"GSCO", b"MSCO", b"UBSS", b"NITE", b"VIRT", b"CDRG", b"JPMS", b"LATS"], dtype="S4")
+
+
+class SynthError(LogbufError, ValueError):
+    """A synthetic day cannot be made with this configuration (too few messages, unknown mix, ...)."""
 
 
 @dataclass(frozen=True)
@@ -237,13 +244,15 @@ class SyntheticDay:
 
     def __init__(self, config: SynthConfig) -> None:
         if config.mix not in MIXES:
-            raise ValueError(f"unknown mix {config.mix!r}: use one of {', '.join(MIXES)}")
+            raise SynthError(f"unknown mix {config.mix!r}: use one of {', '.join(MIXES)}")
         if config.orders_per_symbol < 1 or config.chunk_messages < 1024:
-            raise ValueError("orders_per_symbol must be >= 1 and chunk_messages >= 1024")
+            raise SynthError("orders_per_symbol must be >= 1 and chunk_messages >= 1024")
+        if config.symbols is not None and not 1 <= config.symbols <= MAX_SYMBOLS:
+            raise SynthError(f"symbols must be within 1..{MAX_SYMBOLS} (stock locates are 16-bit)")
         self.config = config
         self.fixed = fixed_message_count(config)
         if config.messages < self.fixed:
-            raise ValueError(
+            raise SynthError(
                 f"{config.messages} messages is too few for {config.symbol_count()} symbols: the day's system "
                 f"events, directory, NOII and crosses alone take {self.fixed}"
             )
@@ -535,8 +544,12 @@ class SyntheticDay:
         out[offsets[pos][:, None] + np.arange(dtype.itemsize)] = raw
 
 
-def write_day(config: SynthConfig, path: str, *, progress: bool | None = None) -> int:
-    """Write a synthetic day to ``path``; returns the message count. ``progress``: None = when stderr is a tty."""
+def write_day(config: SynthConfig, path: str | os.PathLike[str], *, progress: bool | None = None) -> int:
+    """Write a synthetic day to ``path``; returns the message count. ``progress``: None = when stderr is a tty.
+
+    The configuration is checked before any file is created; the day is written under a temporary name and
+    renamed to ``path`` once complete, so an interrupted run leaves no partial day behind.
+    """
     from tqdm import tqdm
 
     day = SyntheticDay(config)
