@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import read_dataset
+from logbuf.recording import schema
+from logbuf.recording.reader import read_dataset
 
 pytestmark = pytest.mark.spark
 NANOS_PER_MILLI = 1_000_000

@@ -19,10 +19,10 @@ from recorder_rig import Day, FeedPublisher, FeedScript, expected_columns, make_
 
 import logbuf
 from logbuf.feed import published as out
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import complete_files, read_dataset
 from logbuf.recorder import Recorder, RecorderConfig, RecorderDataLoss, RecorderError
 from logbuf.recorder.recorder import RECORDER_COUNTER_TYPE_ID
+from logbuf.recording import schema
+from logbuf.recording.reader import complete_files, read_dataset
 
 pytestmark = pytest.mark.timeout(90)
 TERM = 256 * 1024  # small terms: commits every ~1000 messages, so every test crosses many files

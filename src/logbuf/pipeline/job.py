@@ -39,10 +39,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logbuf.pipeline import arrivals, schema
+from logbuf.pipeline import arrivals
 from logbuf.pipeline.freezes import FeedPackets, Freeze, candidates, characterize, feed_bins
 from logbuf.pipeline.options import AnalyzeConfig, add_arguments, config_from_args
 from logbuf.pipeline.quantiles import exact_quantiles
+from logbuf.recording import schema
 
 NANOS_PER_SECOND = 1_000_000_000
 NANOS_PER_MILLI = 1_000_000
@@ -101,7 +102,7 @@ def choose_window(span_ns: int, bin_ns: int) -> int:
 
 def first_hour_ns(root: Path, session: str) -> int:
     """Start of the session's earliest hour partition: the origin of time bins and windows."""
-    from logbuf.pipeline.recording import complete_files
+    from logbuf.recording.reader import complete_files
 
     hours = [p.parent.name.split("=", 1)[1] for p in complete_files(root, schema.PACKETS)
              if p.parent.parent.name == f"{schema.SESSION_COLUMN}={session}"]

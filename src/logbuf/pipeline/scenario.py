@@ -42,9 +42,9 @@ from logbuf.feed import itch
 from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE, scan_frames
 from logbuf.feed.moldudp64 import HEADER_LENGTH as MOLD_HEADER
 from logbuf.feed.synth import OPEN_NS, SynthConfig, SyntheticDay
-from logbuf.pipeline import schema
 from logbuf.pipeline.columns import feed_array, messages_table
-from logbuf.pipeline.recording import RecordingWriter
+from logbuf.recording import schema
+from logbuf.recording.writer import RecordingWriter
 
 TRUTH_FILE = "_scenario_truth.json"
 NANOS_PER_MILLI = 1_000_000

@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import complete_files, read_marker
-from logbuf.pipeline.schema import RecordingFormatError
+from logbuf.recording import schema
+from logbuf.recording.reader import complete_files, read_marker
+from logbuf.recording.schema import RecordingFormatError
 
 _SPARK_TYPES = {"int64": "BIGINT", "int32": "INT", "string": "STRING"}
 

@@ -310,7 +310,7 @@ class StockDictionary:
 
 
 class TableBuilder:
-    """numpy columns -> Arrow tables in the recording schema (:mod:`logbuf.pipeline.schema`), with the string
+    """numpy columns -> Arrow tables in the recording schema (:mod:`logbuf.recording.schema`), with the string
     dictionaries kept across batches."""
 
     def __init__(self) -> None:
@@ -329,7 +329,7 @@ class TableBuilder:
     def messages(self, cols: MessageColumns) -> pa.Table:
         import pyarrow as pa
 
-        from logbuf.pipeline import schema
+        from logbuf.recording import schema
 
         def nullable_int(column: str) -> pa.Array:
             valid = cols.present(column)
@@ -361,7 +361,7 @@ class TableBuilder:
         """PACKET capture rows (:data:`logbuf.feed.published.PACKET_ROW`) -> a ``packets`` table."""
         import pyarrow as pa
 
-        from logbuf.pipeline import schema
+        from logbuf.recording import schema
 
         columns = [
             self._dictionary(self.feeds.indices(np.ascontiguousarray(rows["feed"])), self.feeds.values),
@@ -377,7 +377,7 @@ class TableBuilder:
         """(feed, first, last, detected_ns, recovered_ns or None) tuples -> a ``gaps`` table."""
         import pyarrow as pa
 
-        from logbuf.pipeline import schema
+        from logbuf.recording import schema
 
         feeds = sorted({r[0] for r in rows})
         feed_index = {f: i for i, f in enumerate(feeds)}

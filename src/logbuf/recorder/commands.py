@@ -82,7 +82,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
         print(f"logbuf record: error: {exc.name} is not installed ({_EXTRA_HINT})", file=sys.stderr)
         return USAGE_ERROR
     from logbuf.errors import LogbufError
-    from logbuf.pipeline.schema import RecordingFormatError
+    from logbuf.recording.schema import RecordingFormatError
 
     options: dict[str, Any] = {}
     if args.rows_per_file is not None:

@@ -1,7 +1,7 @@
 """``Recorder``: the feed handler's logbuf streams -> a crash-safe, rolling Parquet recording.
 
 Subscribes to the three streams of :mod:`logbuf.feed.published` and writes the recording format of
-:mod:`logbuf.pipeline.schema`::
+:mod:`logbuf.recording.schema`::
 
     messages 1001 ─batch_poll─▶ 64-byte raw rows ──────┐
     capture  1003 ─batch_poll─▶ DELIVERED runs ────────┴─▶ DeliveryJoin ─▶ stage ─▶ SessionTimeline, decode ─┐
@@ -60,7 +60,6 @@ from logbuf.errors import LogbufError
 from logbuf.feed import published as pub
 from logbuf.logbuffer.frame import UNFRAGMENTED
 from logbuf.logbuffer.header import Header
-from logbuf.pipeline import recording, schema
 from logbuf.recorder.checkpoint import Checkpoint, ImageCheckpoint
 from logbuf.recorder.columns import IN_FLIGHT, TableBuilder, capture_messages, concat_rows, decode_columns
 from logbuf.recorder.epoch_writer import (
@@ -73,6 +72,8 @@ from logbuf.recorder.epoch_writer import (
 from logbuf.recorder.gaps import GapBook, GapRow
 from logbuf.recorder.join import DeliveryJoin, expand_runs
 from logbuf.recorder.sessions import SessionTimeline
+from logbuf.recording import schema
+from logbuf.recording.writer import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE
 
 RECORDER_COUNTER_TYPE_ID = 1200
 LOSSES_FILE = "_recorder_losses.jsonl"
@@ -101,8 +102,8 @@ class RecorderConfig:
     events_stream: int | None = pub.EVENTS_STREAM
     capture_stream: int | None = pub.CAPTURE_STREAM
     default_session: str = DEFAULT_SESSION  # partition of what comes before the first SESSION_CHANGED
-    rows_per_file: int = recording.DEFAULT_ROWS_PER_FILE
-    row_group_rows: int = recording.DEFAULT_ROW_GROUP_ROWS
+    rows_per_file: int = DEFAULT_ROWS_PER_FILE
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS
     commit_interval_s: float = 30.0  # longest time recorded data waits to become complete files
     allow_loss: bool = False  # record losses in _recorder_losses.jsonl instead of stopping
     compression: str = "zstd"
