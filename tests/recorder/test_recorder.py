@@ -20,6 +20,7 @@ from recorder_rig import Day, FeedPublisher, FeedScript, expected_columns, make_
 import logbuf
 from logbuf.feed import published as out
 from logbuf.recorder import Recorder, RecorderConfig, RecorderDataLoss, RecorderError
+from logbuf.recorder.config import RecorderConfigError
 from logbuf.recorder.recorder import RECORDER_COUNTER_TYPE_ID
 from logbuf.recording import schema
 from logbuf.recording.reader import complete_files, read_dataset
@@ -312,11 +313,11 @@ def test_a_recording_has_one_recorder_at_a_time(tmp_path: Path) -> None:
 
 
 def test_bad_configurations_are_refused_with_a_reason() -> None:
-    with pytest.raises(ValueError, match="capture stream"):
+    with pytest.raises(RecorderConfigError, match="capture stream"):
         RecorderConfig(output="x", capture_stream=None)
-    with pytest.raises(ValueError, match="must differ"):
+    with pytest.raises(RecorderConfigError, match="must differ"):
         RecorderConfig(output="x", events_stream=1001)
-    with pytest.raises(schema.RecordingFormatError):
+    with pytest.raises(RecorderConfigError, match="printable ASCII"):
         RecorderConfig(output="x", default_session="has/slash")
 
 
@@ -354,3 +355,14 @@ def test_the_command_line_stops_cleanly_on_sigterm(tmp_path: Path, day: Day) -> 
     assert "stopped cleanly" in stderr and "messages" in stderr
     recorded = read_dataset(tmp_path / "rec", schema.MESSAGES, columns=["sequence"]).column("sequence").to_numpy()
     assert np.array_equal(np.sort(recorded), np.arange(1, 3_001))  # the open files were completed at the stop
+
+
+def test_every_error_of_the_recorder_and_the_recording_format_is_a_logbuf_error() -> None:
+    from logbuf.errors import LogbufError
+    from logbuf.pipeline.spark import JavaNotFoundError
+    from logbuf.recorder.checkpoint import CheckpointError
+    from logbuf.recorder.columns import MessageDecodeError
+
+    for error in (RecorderError, RecorderDataLoss, RecorderConfigError, CheckpointError, MessageDecodeError,
+                  schema.RecordingFormatError, JavaNotFoundError):
+        assert issubclass(error, LogbufError), error

@@ -25,6 +25,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from logbuf.errors import LogbufError
+
 MIN_JAVA_MAJOR = 17
 PREFERRED_JAVA_MAJORS = (17, 21)
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
@@ -51,7 +53,7 @@ logger.sparkproject.level = error
 """
 
 
-class JavaNotFoundError(RuntimeError):
+class JavaNotFoundError(LogbufError, RuntimeError):
     """No Java 17+ runtime: Spark cannot start."""
 
 

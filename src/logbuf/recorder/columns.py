@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from logbuf.errors import LogbufError
 from logbuf.feed import itch
 
 if TYPE_CHECKING:  # pyarrow is imported lazily: the module stays importable without the analytics extra
@@ -113,7 +114,7 @@ _COPIES: dict[int, list[tuple[str, str]]] = {
 _TIMESTAMP_MASK = np.uint64((1 << 48) - 1)
 
 
-class MessageDecodeError(ValueError):
+class MessageDecodeError(LogbufError, ValueError):
     """A messages-stream frame that cannot be a message of the published contract (not even an ITCH header)."""
 
 

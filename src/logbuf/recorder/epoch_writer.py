@@ -32,6 +32,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from logbuf.recorder.config import RecorderError
 from logbuf.recording import reader, schema
 from logbuf.recording import writer as dataset_writer
 from logbuf.recording.writer import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE, DatasetWriter
@@ -206,8 +207,8 @@ class BackgroundWriter:
             finally:
                 self._queue.task_done()
 
-    def _failure(self) -> RuntimeError:
-        error = RuntimeError(f"writing the recording failed: {self._error}")
+    def _failure(self) -> RecorderError:
+        error = RecorderError(f"writing the recording failed: {self._error}")
         error.__cause__ = self._error
         return error
 

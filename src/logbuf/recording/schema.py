@@ -71,6 +71,8 @@ import datetime as _dt
 
 import pyarrow as pa
 
+from logbuf.errors import LogbufError
+
 FORMAT_NAME = "logbuf-recording"
 FORMAT_VERSION = 1
 MARKER_FILE = "_logbuf_recording.json"
@@ -140,7 +142,7 @@ SCHEMAS: dict[str, pa.Schema] = {PACKETS: PACKETS_SCHEMA, MESSAGES: MESSAGES_SCH
 PARTITION_TIME_COLUMN: dict[str, str] = {PACKETS: "arrival_ns", MESSAGES: "arrival_ns", GAPS: "detected_ns"}
 
 
-class RecordingFormatError(ValueError):
+class RecordingFormatError(LogbufError, ValueError):
     """A recording (or a batch about to be written) does not follow this format."""
 
 

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from logbuf.recording import schema
 from logbuf.recording.reader import read_marker
+from logbuf.recording.schema import RecordingFormatError
 
 DEFAULT_ROWS_PER_FILE = 16_000_000
 DEFAULT_ROW_GROUP_ROWS = 1_000_000
@@ -46,9 +47,9 @@ class DatasetWriter:
                  rows_per_file: int = DEFAULT_ROWS_PER_FILE, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
                  compression: str = "zstd") -> None:
         if dataset not in schema.SCHEMAS:
-            raise ValueError(f"unknown dataset {dataset!r}: use one of {', '.join(schema.DATASETS)}")
+            raise RecordingFormatError(f"unknown dataset {dataset!r}: use one of {', '.join(schema.DATASETS)}")
         if rows_per_file < 1 or row_group_rows < 1:
-            raise ValueError("rows_per_file and row_group_rows must be positive")
+            raise RecordingFormatError("rows_per_file and row_group_rows must be positive")
         self.root = Path(root)
         self.dataset = dataset
         self.schema = schema.SCHEMAS[dataset]
