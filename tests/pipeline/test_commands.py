@@ -36,6 +36,19 @@ def test_analyze_rejects_what_is_not_a_recording_before_starting_spark(tmp_path)
     assert "starting Spark" not in done.stderr
 
 
+def test_analyze_names_a_truncated_parquet_file_in_one_line_before_starting_spark(tmp_path):
+    rec = tmp_path / "rec"
+    made = _logbuf("scenario", str(rec), "--messages", "20k", "--quiet")
+    assert made.returncode == 0, made.stderr
+    victim = sorted((rec / "messages").rglob("part-*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])  # a crash mid-copy, a full disk
+    done = _logbuf("analyze", str(rec), str(tmp_path / "out"), timeout=30)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(victim) in lines[0] and "not a complete Parquet file" in lines[0], done.stderr
+    assert "starting Spark" not in done.stderr and not (tmp_path / "out").exists()
+
+
 def test_analyze_options_parse_into_a_config():
     import argparse
 

@@ -330,8 +330,23 @@ def test_the_command_line_reports_usage_errors(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "capture stream" in refused.stderr
     both = record("--duration", "1", "--until-end-of-session")
     assert both.returncode == 2 and "not allowed with" in both.stderr
-    no_driver = record("--dir", str(tmp_path / "nodrv"), "--duration", "1", "--connect-timeout", "0.2")
+    no_driver = record("--dir", str(tmp_path / "nodrv"), "--duration", "1", "--connect-timeout", "0.2", "-q")
     assert no_driver.returncode == 2 and "no media driver" in no_driver.stderr
+    assert len(no_driver.stderr.strip().splitlines()) == 1, no_driver.stderr  # one line, no traceback
+    assert not (tmp_path / "rec").exists()  # no directory, lock or marker left behind
+
+
+def test_the_record_help_shows_every_default_and_the_common_spellings() -> None:
+    done = subprocess.run([sys.executable, "-m", "logbuf.cli", "record", "--help"], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    for option in ("-q, --quiet", "--stream ID", "--duration S", "--channel", "--commit-interval",
+                   "--connect-timeout", "--rows-per-file", "--row-group-rows", "--session", "--events-stream",
+                   "--capture-stream", "--allow-loss", "--until-end-of-session"):
+        assert option in text, option
+    assert text.count("(default") >= 13, text
+    assert "--messages-stream" not in text
 
 
 def test_the_command_line_stops_cleanly_on_sigterm(tmp_path: Path, day: Day) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from logbuf.cli_args import count
 
 USAGE_ERROR = 2
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 _EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
 
 
@@ -49,7 +50,11 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from logbuf.pipeline.job import run_from_args
 
-    return run_from_args(args)
+    try:
+        return run_from_args(args)
+    except KeyboardInterrupt:
+        print("logbuf analyze: interrupted (the output directory may be incomplete)", file=sys.stderr)
+        return INTERRUPTED
 
 
 def _cmd_scenario(args: argparse.Namespace) -> int:

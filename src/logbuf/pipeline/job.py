@@ -92,7 +92,8 @@ def _utc(ns: int | None) -> str:
 
 
 def choose_window(span_ns: int, bin_ns: int) -> int:
-    """About 1000 windows over the span, from a list of round lengths; a multiple of the freeze bin."""
+    """At most 1500 windows over the span (first to last arrival), the shortest of a list of round lengths
+    that is a multiple of the freeze bin: a 61 s recording gets 100 ms windows, a 6.5 h day 30 s ones."""
     for ms in _WINDOWS_MS:
         window = ms * NANOS_PER_MILLI
         if window % bin_ns == 0 and span_ns / window <= 1_500:
@@ -249,7 +250,8 @@ class Analysis:
             self.domain = read_domain(self.bins)
             self.handler_gaps = _arrow(self.src.gaps.drop(*schema.PARTITION_COLUMNS)).to_pandas(
                 types_mapper={pa.int64(): pd.Int64Dtype()}.get)  # nullable ints stay exact
-            span = self.domain.end_ns - self.t0
+            # sized from the first arrival, not the hour's start: a minute recorded at 14:59 is a minute long
+            span = self.domain.end_ns - self.domain.start_ns
             self.window_ns = self.config.window_ns or choose_window(max(span, 1), self.config.freeze.bin_ns)
         with stage("sequence"):
             self._sequence_space()
@@ -357,7 +359,8 @@ class Analysis:
         frame = frame.drop(columns="window")
         seconds = self.window_ns / NANOS_PER_SECOND
         frame["messages_per_s"] = frame["messages"] / seconds
-        frame["messages_per_packet"] = frame["messages"] / frame["packets"]
+        # a window without data packets has no messages per packet (not an infinite number of them)
+        frame["messages_per_packet"] = frame["messages"] / frame["packets"].where(frame["packets"] > 0)
         self.tables["rates"] = frame
 
     def _freezes(self) -> None:
@@ -591,11 +594,12 @@ def analyze(spark, recording: str | os.PathLike, out: str | os.PathLike, config:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from logbuf.pipeline.sources import pick_session
+    from logbuf.pipeline.sources import check_files, pick_session
     from logbuf.pipeline.spark import SparkSettings, get_spark
 
     config = config_from_args(args)
-    pick_session(args.recording, config.session)  # a bad path or session fails before Spark starts
+    # a bad path, session or file fails here, in one line, before Spark starts
+    check_files(args.recording, pick_session(args.recording, config.session))
     settings = SparkSettings(master=args.master, driver_memory=args.driver_memory,
                              shuffle_partitions=args.shuffle_partitions)
     if not args.quiet:

@@ -50,6 +50,25 @@ def pick_session(root: str | os.PathLike, session: str | None) -> str:
     return session
 
 
+def check_files(root: str | os.PathLike, session: str) -> int:
+    """Reads the footer of every complete file of ``session``: a truncated or foreign file fails here, named,
+    before Spark starts (Spark would fail deep inside a job).  Returns the number of files checked."""
+    import pyarrow.parquet as pq
+
+    checked = 0
+    for dataset in schema.DATASETS:
+        for path in complete_files(root, dataset):
+            if path.relative_to(Path(root) / dataset).parts[0] != f"{schema.SESSION_COLUMN}={session}":
+                continue
+            try:
+                pq.read_metadata(path)
+            except (OSError, ValueError) as exc:  # pyarrow: ArrowInvalid is a ValueError
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise RecordingFormatError(f"{path}: not a complete Parquet file ({reason})") from None
+            checked += 1
+    return checked
+
+
 @dataclass
 class Sources:
     session: str

@@ -1,5 +1,5 @@
 """What a :class:`~logbuf.recorder.recorder.Recorder` is told (:class:`RecorderConfig`), what it reports
-(:class:`RecorderStats`) and its base error."""
+(:class:`RecorderStats`) and its base error.  No pyarrow at import: the CLI builds its help from here."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 from logbuf.errors import LogbufError
 from logbuf.feed import published as pub
-from logbuf.recording import schema
-from logbuf.recording.writer import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE
+from logbuf.recording import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE
 
 DEFAULT_SESSION = "UNKNOWN"
 DEFAULT_COMMIT_INTERVAL_S = 30.0
@@ -55,6 +54,8 @@ class RecorderConfig:
         ids = [s for s in (self.messages_stream, self.events_stream, self.capture_stream) if s is not None]
         if len(set(ids)) != len(ids):
             raise RecorderConfigError(f"stream ids must differ, got {ids}")
+        from logbuf.recording import schema  # pyarrow: imported when a recorder is configured, not by the CLI
+
         try:
             schema.check_session(self.default_session)
         except schema.RecordingFormatError as exc:

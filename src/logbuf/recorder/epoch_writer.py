@@ -33,9 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from logbuf.recorder.config import RecorderError
-from logbuf.recording import reader, schema
+from logbuf.recording import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE, reader, schema
 from logbuf.recording import writer as dataset_writer
-from logbuf.recording.writer import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE, DatasetWriter
+from logbuf.recording.writer import DatasetWriter
 
 # The hooks this module relies on: DatasetWriter opens a file in ``_file(key, first_ns)`` and completes it in
 # ``_complete(key)``, from ``_open[key]`` (``writer``, ``temp``, ``final``, ``rows``).  Fail loudly at import

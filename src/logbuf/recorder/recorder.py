@@ -83,8 +83,9 @@ class Recorder:
         self.client: Client | None = None
         self._started = time.monotonic()
         try:
-            self._open_recording()
+            # the driver first: without one nothing is created (no directory, lock or marker left behind)
             self.client = client or connect(config.driver_directory, connect_timeout=config.connect_timeout_s)
+            self._open_recording()
             self._setup()
         except BaseException:
             self.close()

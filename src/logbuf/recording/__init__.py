@@ -7,3 +7,6 @@
 A layer of its own below the recorder and the pipeline (both use it; it imports neither).  Importing this
 package imports nothing heavy; pyarrow loads with ``schema``.
 """
+
+DEFAULT_ROWS_PER_FILE = 16_000_000  # rows after which a writer completes a file
+DEFAULT_ROW_GROUP_ROWS = 1_000_000  # Parquet row group size

@@ -17,12 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logbuf.recording import schema
+from logbuf.recording import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE, schema
 from logbuf.recording.reader import read_marker
 from logbuf.recording.schema import RecordingFormatError
-
-DEFAULT_ROWS_PER_FILE = 16_000_000
-DEFAULT_ROW_GROUP_ROWS = 1_000_000
 
 
 class _OpenFile:
