@@ -50,6 +50,9 @@ logger.parquet.name = org.apache.parquet
 logger.parquet.level = error
 logger.sparkproject.name = org.sparkproject
 logger.sparkproject.level = error
+# closing a shuffle file of a job cancelled by Ctrl-C logs an ERROR; a failed write itself fails its task
+logger.blockwriter.name = org.apache.spark.storage.DiskBlockObjectWriter
+logger.blockwriter.level = fatal
 """
 
 

@@ -7,6 +7,7 @@ consistent up to the last commit), 2 bad arguments or a recording that cannot be
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import time
@@ -106,6 +107,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
         print(f"logbuf record: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     progress = None if args.quiet else _Progress()
+    if args.quiet:  # warnings (and allowed losses, which _recorder_losses.jsonl keeps) are not errors
+        logging.getLogger("logbuf.recorder").setLevel(logging.ERROR)
     try:
         recorder = Recorder(config, progress=progress)
     except (RecorderError, RecordingFormatError, LogbufError, OSError, ValueError) as exc:
