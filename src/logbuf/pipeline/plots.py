@@ -238,6 +238,7 @@ def gaps_timeline(analysis, path: Path) -> Path:
                "other feed or re-request)", "o") for f in ("A", "B")]
     series.append((both, "time_to_recover_ns", CATCH_UP_COLOR, "lost on both feeds (re-request)", "D"))
     points = []
+    unrecovered: list[np.ndarray] = []
     for frame, column, color, label, marker in series:
         if frame.empty:
             continue
@@ -252,26 +253,26 @@ def gaps_timeline(analysis, path: Path) -> Path:
                        marker))
         open_ = known & delay.isna()
         if open_.any():
-            points.append((_times(detected[open_].astype("int64")), None, None, UNRECOVERED_COLOR,
-                           f"{label.split(' (')[0]}: unrecovered", "x"))
+            unrecovered.append(_times(detected[open_].astype("int64")))
     top = max(max(recover_ms) * 3 if recover_ms else 1000.0, 10 * _GAP_FLOOR_MS)
     for times, ms, sizes, color, label, marker in points:
-        if ms is None:
-            ax.plot(times, np.full(len(times), top), marker, color=color, ms=9, ls="none", label=label)
-        else:
-            ax.scatter(times, ms, s=sizes, color=color, marker=marker, alpha=0.7, label=label)
-    if not points:
+        ax.scatter(times, ms, s=sizes, color=color, marker=marker, alpha=0.7, label=label)
+    if unrecovered:
+        times = np.concatenate(unrecovered)
+        ax.plot(times, np.full(len(times), top), "x", color=UNRECOVERED_COLOR, ms=9, ls="none",
+                label="unrecovered (top edge)")
+        ax.axhline(top, color=UNRECOVERED_COLOR, lw=0.6, ls=":")
+    if not points and not unrecovered:
         ax.text(0.5, 0.5, "no gaps", ha="center", transform=ax.transAxes)
     else:
         ax.set_yscale("log")
-        if any(ms is None for _, ms, *_ in points):
-            ax.axhline(top, color=UNRECOVERED_COLOR, lw=0.6, ls=":")
         ax.axhline(_GAP_FLOOR_MS, color="#888888", lw=0.6, ls=":")
         ax.annotate(f"<= {_GAP_FLOOR_MS:g} ms: the other feed had delivered it already", (0.01, _GAP_FLOOR_MS),
                     xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points", fontsize=8,
                     color="#555555")
-        ax.legend(loc="lower right", fontsize=8)
     _mark_events(ax, analysis)
+    if points or unrecovered:
+        ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("detection time (UTC)")
     ax.set_ylabel("time to recover (ms, log; marker area ~ gap size)")
     ax.set_title(f"Gaps over time and their time to recover, session {analysis.session}")

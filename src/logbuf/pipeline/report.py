@@ -21,6 +21,7 @@ MAX_ROWS = 12
 DURATION_COLUMNS = {"delay_ns", "time_to_recover_ns", "fill_delay_ns", "low_ns", "high_ns"}
 EPOCH_COLUMNS = {"detected_ns", "recovered_ns", "filled_ns", "silence_start_ns", "resume_ns", "catch_up_end_ns",
                  "window_start_ns"}
+SHARE_COLUMNS = {"share"}  # fractions, shown as percentages
 
 # What each column of the report's tables means (the report lists them under each table).
 COLUMNS: dict[str, str] = {
@@ -49,7 +50,8 @@ COLUMNS: dict[str, str] = {
     "handler_last": "last sequence of the handler's gap event",
     "detected_utc": "detection time, full UTC date and time",
     "filled": "UTC time the last missing sequence arrived on another feed (B/A or R)",
-    "fill_delay_ms": "filled minus detected (ms): how long the feed handler waited for that gap",
+    "fill_delay_ms": "filled minus detected (ms): how long the feed handler waited for that gap; < 0: the "
+                     "other feed had delivered it before this feed's gap showed",
     "unfilled": "sequences of the gap no feed delivered",
     "on_both": "the gap overlaps a gap of the other feed (then only re-request can fill it)",
     "silence_start": "UTC time of the frozen feed's last packet before its silence",
@@ -75,7 +77,7 @@ COLUMNS: dict[str, str] = {
     "type": "ITCH 5.0 message type",
     "name": "its name in the ITCH specification",
     "messages": "messages delivered",
-    "share": "share of all delivered messages",
+    "share_pct": "share of all delivered messages (%)",
     "stock_locate": "the day's locate code of the symbol",
     "stock": "symbol",
     "adds": "add-order messages (A, F)",
@@ -123,6 +125,8 @@ def for_display(frame: pd.DataFrame) -> pd.DataFrame:
             out[column[:-3] + "_ms"] = [None if pd.isna(v) else int(v) / _NS_PER_MS for v in values]
         elif column in EPOCH_COLUMNS:
             out[column[:-3]] = [_time_of_day(v) for v in values]
+        elif column in SHARE_COLUMNS:
+            out[column + "_pct"] = values * 100
         else:
             out[column] = values
     return out
@@ -302,8 +306,9 @@ def write(analysis, plots: dict[str, Path]) -> Path:
     others = [n for n in analysis.tables if n not in {t for _, _, t in sections}]
     lines += ["## Other tables", ""]
     lines += [f"- [{n}.csv](tables/{n}.csv) / [{n}.parquet](tables/{n}.parquet)" for n in others]
-    lines += ["", "Times in the table files are integer nanoseconds (``*_ns``: since the Unix epoch, or a "
-              "duration where the name says delay/recover); the report shows ms and UTC times of day.",
+    lines += ["", "Times in the table files are integer nanoseconds (`*_ns`: since the Unix epoch, or a "
+              "duration where the name says delay or recover); shares there are fractions; the report shows ms, "
+              "UTC times of day and percentages.",
               "", "Stage times: " + ", ".join(f"{k} {v:.1f} s" for k, v in s.get("stage_seconds", {}).items()), ""]
     path = out / "report.md"
     tmp = out / ".report.md.tmp"
