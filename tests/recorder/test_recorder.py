@@ -374,10 +374,11 @@ def test_the_command_line_stops_cleanly_on_sigterm(tmp_path: Path, day: Day) -> 
 
 def test_every_error_of_the_recorder_and_the_recording_format_is_a_logbuf_error() -> None:
     from logbuf.errors import LogbufError
+    from logbuf.pipeline.errors import PipelineConfigError, PipelineError
     from logbuf.pipeline.spark import JavaNotFoundError
     from logbuf.recorder.checkpoint import CheckpointError
     from logbuf.recorder.columns import MessageDecodeError
 
     for error in (RecorderError, RecorderDataLoss, RecorderConfigError, CheckpointError, MessageDecodeError,
-                  schema.RecordingFormatError, JavaNotFoundError):
+                  schema.RecordingFormatError, JavaNotFoundError, PipelineError, PipelineConfigError):
         assert issubclass(error, LogbufError), error

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from logbuf.cli_args import count
+from logbuf.errors import LogbufError
 
 USAGE_ERROR = 2
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
@@ -40,7 +41,7 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
         except ModuleNotFoundError as exc:
             print(f"logbuf {args.command}: error: {exc.name} is not installed ({_EXTRA_HINT})", file=sys.stderr)
             return USAGE_ERROR
-        except (ValueError, OSError, RuntimeError) as exc:
+        except (LogbufError, ValueError, OSError, RuntimeError) as exc:
             print(f"logbuf {args.command}: error: {exc}", file=sys.stderr)
             return USAGE_ERROR
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from logbuf.cli_args import count
+from logbuf.pipeline.errors import PipelineConfigError
 from logbuf.pipeline.freezes import FreezeParams
 from logbuf.pipeline.quantiles import DEFAULT_MAX_COLLECT
 
@@ -30,14 +31,14 @@ class AnalyzeConfig:
 
     def __post_init__(self) -> None:
         if self.window_ns is not None and self.window_ns <= 0:
-            raise ValueError("window must be positive")
+            raise PipelineConfigError("window must be positive")
         if self.bucket_size < 1024:
-            raise ValueError("bucket_size must be >= 1024")
+            raise PipelineConfigError("bucket_size must be >= 1024")
         if self.top_symbols < 1:
-            raise ValueError("top_symbols must be >= 1")
+            raise PipelineConfigError("top_symbols must be >= 1")
         for q in self.percentiles:
             if not 0.0 <= q <= 1.0:
-                raise ValueError(f"percentile fraction {q} must be within [0, 1]")
+                raise PipelineConfigError(f"percentile fraction {q} must be within [0, 1]")
 
 
 def _duration_ns(text: str) -> int:

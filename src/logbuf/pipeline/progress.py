@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from logbuf.pipeline.errors import PipelineConfigError
+
 _POLL_S = 0.5
 
 
@@ -27,7 +29,7 @@ class StageProgress:
         if mode is None:
             mode = "bar" if self.stream.isatty() else "lines"
         if mode not in ("bar", "lines", "off"):
-            raise ValueError(f"progress mode {mode!r}: use bar, lines or off")
+            raise PipelineConfigError(f"progress mode {mode!r}: use bar, lines or off")
         self.mode = mode
         self.interactive = mode == "bar"
         self.stages = stages

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from logbuf.errors import LogbufError
+from logbuf.pipeline.errors import PipelineConfigError
 
 MIN_JAVA_MAJOR = 17
 PREFERRED_JAVA_MAJORS = (17, 21)
@@ -126,7 +127,7 @@ class SparkSettings:
     def partitions(self) -> int:
         if self.shuffle_partitions is not None:
             if self.shuffle_partitions < 1:
-                raise ValueError("shuffle_partitions must be >= 1")
+                raise PipelineConfigError("shuffle_partitions must be >= 1")
             return self.shuffle_partitions
         return 4 * (os.cpu_count() or 2)
 
