@@ -25,7 +25,7 @@ from logbuf.recorder.config import (
 
 USAGE_ERROR = 2
 RUNTIME_ERROR = 1
-_EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
+_EXTRA_HINT = "install the recorder extra: pip install 'logbuf[recorder]'"
 
 
 def _stream(text: str) -> int | None:
