@@ -25,11 +25,15 @@ so a heap smaller than the data spills to the local dir instead of failing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -593,6 +597,53 @@ def analyze(spark, recording: str | os.PathLike, out: str | os.PathLike, config:
 # ---- command line (shared by `logbuf analyze` and spark-submit) -----------------------------------------
 
 
+_CANCEL_INTERVAL_S = 0.2
+
+
+@contextlib.contextmanager
+def cancel_on_interrupt(spark) -> Iterator[None]:
+    """Ctrl-C (SIGINT) stops the analysis cleanly: every Spark job is cancelled (also one started after the
+    signal), and the interrupt is raised where Python is running - but not inside a py4j call: an interrupt
+    raised there leaves py4j's connection half-used and py4j logs that with a traceback; the waiting call
+    fails with the cancelled job's error instead.  Either way the caller sees KeyboardInterrupt.  PySpark's
+    own handler (cancel, then raise anywhere) is restored on exit."""
+    interrupted = threading.Event()
+    done = threading.Event()
+
+    def cancel_until_done() -> None:
+        while not done.is_set():
+            with contextlib.suppress(Exception):
+                spark.sparkContext.cancelAllJobs()
+            done.wait(_CANCEL_INTERVAL_S)
+
+    def on_sigint(signum: int, frame) -> None:
+        first = not interrupted.is_set()
+        interrupted.set()
+        inside_py4j = False
+        while frame is not None and not inside_py4j:
+            inside_py4j = frame.f_globals.get("__name__", "").startswith("py4j")
+            frame = frame.f_back
+        if first:  # a running job would make even the clean-up of an interrupted call wait for it
+            threading.Thread(target=cancel_until_done, name="logbuf-analyze-cancel", daemon=True).start()
+            if inside_py4j:
+                return
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    except BaseException:
+        if interrupted.is_set():  # whatever the cancellation made the waiting call raise
+            raise KeyboardInterrupt from None
+        raise
+    else:
+        if interrupted.is_set():  # the last job finished before its cancellation: still an interrupted run
+            raise KeyboardInterrupt
+    finally:
+        done.set()
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from logbuf.pipeline.sources import check_files, pick_session
     from logbuf.pipeline.spark import SparkSettings, get_spark
@@ -605,14 +656,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"analyze: starting Spark ({args.master or 'local[*]'})", file=sys.stderr, flush=True)
     spark = get_spark(settings)
-    result = analyze(spark, args.recording, args.out, config, progress="off" if args.quiet else None)
+    with cancel_on_interrupt(spark):
+        result = analyze(spark, args.recording, args.out, config, progress="off" if args.quiet else None)
     if not args.quiet:
+        from logbuf.pipeline.report import headline_text
+
         s = result.summary
-        pct = s["delay"]["percentiles_ns"]
-        print(f"analyze: session {s['session']}: {s['sequences']} sequences, {s['messages_delivered']} delivered; "
-              f"A-B delay p50 {pct.get('p50', float('nan')) / 1e6:.3f} ms, p99 {pct.get('p99', float('nan')) / 1e6:.3f} ms; "
-              f"{s['freezes']} freeze(s); {s['gaps_both']} gap(s) on both feeds "
-              f"({s['gaps_both_unrecovered']} unrecovered) in {s['seconds']:.1f} s", file=sys.stderr)
+        print(f"analyze: session {s['session']}: {headline_text(result)}; analysed in {s['seconds']:.1f} s",
+              file=sys.stderr)
         print(f"analyze: report {result.report}", file=sys.stderr)
         print(f"analyze: plots  {result.out / 'plots'}", file=sys.stderr)
         print(f"analyze: tables {result.out / 'tables'}", file=sys.stderr)

@@ -60,15 +60,13 @@ class StageProgress:
     def stage(self, name: str) -> Iterator[None]:
         self._bar.set_description_str(f"analyze: {name}")
         started = time.perf_counter()
-        try:
-            yield
-        finally:
-            seconds = time.perf_counter() - started
-            self.timings[name] = seconds
-            self._bar.update(1)
-            self._bar.set_postfix_str("")
-            if self.mode == "lines":
-                print(f"analyze: {name} ({seconds:.1f} s)", file=self.stream, flush=True)
+        yield  # a stage that fails (or is interrupted) is not reported as done
+        seconds = time.perf_counter() - started
+        self.timings[name] = seconds
+        self._bar.update(1)
+        self._bar.set_postfix_str("")
+        if self.mode == "lines":
+            print(f"analyze: {name} ({seconds:.1f} s)", file=self.stream, flush=True)
 
     def close(self) -> None:
         self._stop.set()

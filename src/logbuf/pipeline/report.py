@@ -215,6 +215,21 @@ def headline(analysis) -> list[str]:
     return lines
 
 
+def headline_text(analysis) -> str:
+    """One line for a terminal: delivered / recovered / lost, the median A-B delay, freezes and gaps."""
+    s = analysis.summary
+    sequences = s["sequences"]
+    wins = s.get("wins", {})
+    delivered = s.get("messages_delivered", sum(wins.values()))
+    both = analysis.tables["gaps_both"]
+    lost = int((both["size"] - both["recovered_messages"]).sum()) if len(both) else 0
+    p50 = analysis.delay_percentiles.get(0.5)
+    return (f"{_cell(delivered)} of {_cell(sequences)} messages delivered, {_cell(wins.get('R', 0))} recovered, "
+            f"{_cell(lost)} lost; A-B delay p50 {_ms(p50)}; {len(analysis.tables['freezes'])} "
+            f"{_plural(len(analysis.tables['freezes']), 'freeze')}; {len(both)} {_plural(len(both), 'gap')} on "
+            f"both feeds ({s['gaps_both_unrecovered']} unrecovered)")
+
+
 def _findings(analysis) -> list[str]:
     s = analysis.summary
     out = []
