@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from logbuf.pipeline import schema  # noqa: E402
 from logbuf.pipeline.freezes import FeedPackets, FreezeParams, characterize  # noqa: E402
 from logbuf.pipeline.options import DEFAULT_PERCENTILES  # noqa: E402
 from logbuf.pipeline.quantiles import rank_of  # noqa: E402
-from logbuf.pipeline.recording import complete_files  # noqa: E402
+from logbuf.recording import schema  # noqa: E402
+from logbuf.recording.reader import complete_files  # noqa: E402
 
 NEVER = np.iinfo(np.int64).max
 FEEDS = ("A", "B", "R")

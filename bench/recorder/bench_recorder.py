@@ -126,8 +126,8 @@ def publish(directory: str, messages: int) -> None:
 
 
 def run_once(messages: int, term_length: str, work: Path, rows_per_file: int) -> dict:
-    from logbuf.pipeline.recording import complete_files
     from logbuf.recorder import Recorder, RecorderConfig
+    from logbuf.recording.reader import complete_files
 
     directory = work / "driver"
     driver = subprocess.Popen([*LOGBUF, "driver", "--dir", str(directory), "--ipc-term-length", term_length],

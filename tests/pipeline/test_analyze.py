@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import read_dataset
+from logbuf.recording import schema
+from logbuf.recording.reader import read_dataset
 
 pytestmark = pytest.mark.spark
 NANOS_PER_MILLI = 1_000_000
@@ -158,3 +159,37 @@ def test_report_plots_and_tables_are_written(analysis):
         assert pq.read_table(out / "tables" / f"{name}.parquet").num_rows == len(frame), name
     summary = json.loads((out / "summary.json").read_text())
     assert summary["freezes"] == 1 and summary["gaps_both"] == 2 and summary["gaps_both_unrecovered"] == 1
+
+
+def test_the_report_opens_with_a_headline_and_shows_ms_without_inf_or_padded_floats(analysis, scenario):
+    _, truth = scenario
+    report = (analysis.out / "report.md").read_text()
+    head = report.split("## Findings")[0]
+    delivered = analysis.summary["messages_delivered"]
+    assert f"**{delivered:,} of {analysis.summary['sequences']:,} messages delivered" in head
+    recovered = analysis.summary["wins"]["R"]
+    assert f"{recovered:,} of them recovered by re-request" in head and recovered > 0
+    assert "- Feed A missed" in head and "- Feed B missed" in head
+    assert "(1 recovered, 0 partly recovered, 1 unrecovered)" in head  # the scenario's two gaps on both feeds
+    assert "gaps_timeline" in analysis.plots and "plots/gaps_timeline.png" in report
+    numbers = re.sub(r"\d\d:\d\d:\d\d\.\d{3}", "", report)  # times of day keep their milliseconds
+    assert not re.search(r"\.000\b", numbers) and not re.search(r"\binf\b", numbers), "padded float or inf"
+    assert "_ns |" not in report  # durations in ms, times as UTC time of day
+    assert report.count("\nColumns: ") >= 5  # every table's columns explained
+
+
+def test_the_time_windows_are_sized_from_the_first_arrival(analysis):
+    from logbuf.pipeline.freezes import FreezeParams
+    from logbuf.pipeline.job import choose_window
+
+    s = analysis.summary
+    assert s["window_ns"] == choose_window(s["end_ns"] - s["start_ns"], FreezeParams().bin_ns)
+    assert choose_window(61 * 1_000_000_000, 12_500_000) == 100 * NANOS_PER_MILLI  # a 61 s recording
+
+
+def test_win_share_includes_recovery_by_re_request(analysis):
+    wins = analysis.tables["wins"]
+    assert {"share_A", "share_B", "share_R"} <= set(wins.columns)
+    assert int(wins["wins_R"].sum()) == analysis.summary["wins"]["R"] > 0
+    shares = wins[["share_A", "share_B", "share_R"]].sum(axis=1)
+    assert np.allclose(shares, 1.0)

@@ -36,6 +36,19 @@ def test_analyze_rejects_what_is_not_a_recording_before_starting_spark(tmp_path)
     assert "starting Spark" not in done.stderr
 
 
+def test_analyze_names_a_truncated_parquet_file_in_one_line_before_starting_spark(tmp_path):
+    rec = tmp_path / "rec"
+    made = _logbuf("scenario", str(rec), "--messages", "20k", "--quiet")
+    assert made.returncode == 0, made.stderr
+    victim = sorted((rec / "messages").rglob("part-*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])  # a crash mid-copy, a full disk
+    done = _logbuf("analyze", str(rec), str(tmp_path / "out"), timeout=30)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(victim) in lines[0] and "not a complete Parquet file" in lines[0], done.stderr
+    assert "starting Spark" not in done.stderr and not (tmp_path / "out").exists()
+
+
 def test_analyze_options_parse_into_a_config():
     import argparse
 
@@ -70,3 +83,51 @@ def test_the_cli_loads_without_the_analytics_extra():
                           env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 2
     assert "is not installed" in done.stderr and "analytics" in done.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_analyze_prints_one_line_and_exits_130(scenario, tmp_path):
+    """Ctrl-C reaches the whole foreground process group (a new session here stands for the terminal's)."""
+    import os
+    import signal
+
+    pytest.importorskip("pyspark", reason="needs pyspark (analytics extra)")
+    root, _ = scenario
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    process = subprocess.Popen([sys.executable, "-m", "logbuf.cli", "analyze", str(root), str(tmp_path / "out")],
+                               stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        before = []
+        for line in process.stderr:  # progress lines: one per finished stage
+            before.append(line)
+            if line.startswith("analyze: read ("):
+                break
+        assert before and before[-1].startswith("analyze: read ("), "".join(before)
+        os.killpg(process.pid, signal.SIGINT)  # during the sequence stage's Spark job
+        _, after = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+    assert process.returncode == 130, after
+    assert "Traceback" not in after and "Exception" not in after and " ERROR " not in after, after
+    assert [line for line in after.splitlines() if "interrupted" in line] == [
+        f"logbuf analyze: interrupted; {tmp_path / 'out'} may be incomplete"], after
+
+
+def test_every_option_of_record_analyze_and_scenario_says_its_default():
+    import argparse
+
+    from logbuf.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name in ("record", "analyze", "scenario"):
+        options = [a for a in commands[name]._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+        assert options, name
+        for action in options:
+            assert action.help and "default" in action.help, (name, action.option_strings)
+        spellings = {s for a in options for s in a.option_strings}
+        assert "-q" in spellings and "--quiet" in spellings, name
+        assert not {"--duration-s", "--interval-s", "--messages-stream"} & spellings, name

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from logbuf.pipeline import arrivals
+from logbuf.pipeline.errors import PipelineError
 from logbuf.pipeline.quantiles import exact_quantiles, rank_of
 
 QS = (0.0, 0.001, 0.01, 0.07, 0.25, 0.5, 0.57, 0.9, 0.99, 0.999, 1.0)
@@ -67,7 +68,7 @@ def test_rank_is_decimal_exact():
 def test_data_changing_between_passes_is_an_error():
     values = np.arange(1000, dtype=np.int64)
     lows, highs, counts, fv, fh, _ = _numpy_backend(values)
-    with pytest.raises(RuntimeError, match="changed"):
+    with pytest.raises(PipelineError, match="changed"):
         exact_quantiles([0.5], lows, highs, counts, lambda r: fv(r)[:-1], fh)
 
 

@@ -9,15 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import (
-    DatasetWriter,
-    RecordingWriter,
-    complete_files,
-    read_dataset,
-    read_marker,
-)
-from logbuf.pipeline.schema import RecordingFormatError, hour_label, hour_start_ns
+from logbuf.recording import schema
+from logbuf.recording.reader import complete_files, read_dataset, read_marker
+from logbuf.recording.schema import RecordingFormatError, hour_label, hour_start_ns
+from logbuf.recording.writer import DatasetWriter, RecordingWriter
 
 HOUR = schema.NANOS_PER_HOUR
 T0 = 1_767_571_200_000_000_000  # 2026-01-05T00:00Z

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import read_dataset
 from logbuf.pipeline.scenario import FreezeSpec, ScenarioConfig, packet_starts
+from logbuf.recording import schema
+from logbuf.recording.reader import read_dataset
 
 
 def _received(packets, feed, n):

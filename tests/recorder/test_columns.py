@@ -8,8 +8,8 @@ from recorder_rig import expected_columns
 
 from logbuf.feed import itch
 from logbuf.feed import published as out
-from logbuf.pipeline import schema
 from logbuf.recorder.columns import MessageDecodeError, TableBuilder, capture_messages, decode_columns
+from logbuf.recording import schema
 
 
 def sample(code: bytes, k: int) -> bytes:

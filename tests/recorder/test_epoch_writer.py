@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import logbuf
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import complete_files, read_dataset
 from logbuf.recorder import Recorder, RecorderConfig
 from logbuf.recorder.checkpoint import Checkpoint, CheckpointError
 from logbuf.recorder.columns import IN_FLIGHT, TableBuilder, decode_columns, raw_bytes
 from logbuf.recorder.epoch_writer import EpochWriter
+from logbuf.recording import schema
+from logbuf.recording.reader import complete_files, read_dataset
 
 HOUR_NS = 1_767_600_000_000_000_000  # 2026-01-05T08
 

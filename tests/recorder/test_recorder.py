@@ -19,10 +19,11 @@ from recorder_rig import Day, FeedPublisher, FeedScript, expected_columns, make_
 
 import logbuf
 from logbuf.feed import published as out
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import complete_files, read_dataset
 from logbuf.recorder import Recorder, RecorderConfig, RecorderDataLoss, RecorderError
+from logbuf.recorder.config import RecorderConfigError
 from logbuf.recorder.recorder import RECORDER_COUNTER_TYPE_ID
+from logbuf.recording import schema
+from logbuf.recording.reader import complete_files, read_dataset
 
 pytestmark = pytest.mark.timeout(90)
 TERM = 256 * 1024  # small terms: commits every ~1000 messages, so every test crosses many files
@@ -312,11 +313,11 @@ def test_a_recording_has_one_recorder_at_a_time(tmp_path: Path) -> None:
 
 
 def test_bad_configurations_are_refused_with_a_reason() -> None:
-    with pytest.raises(ValueError, match="capture stream"):
+    with pytest.raises(RecorderConfigError, match="capture stream"):
         RecorderConfig(output="x", capture_stream=None)
-    with pytest.raises(ValueError, match="must differ"):
+    with pytest.raises(RecorderConfigError, match="must differ"):
         RecorderConfig(output="x", events_stream=1001)
-    with pytest.raises(schema.RecordingFormatError):
+    with pytest.raises(RecorderConfigError, match="printable ASCII"):
         RecorderConfig(output="x", default_session="has/slash")
 
 
@@ -329,8 +330,23 @@ def test_the_command_line_reports_usage_errors(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "capture stream" in refused.stderr
     both = record("--duration", "1", "--until-end-of-session")
     assert both.returncode == 2 and "not allowed with" in both.stderr
-    no_driver = record("--dir", str(tmp_path / "nodrv"), "--duration", "1", "--connect-timeout", "0.2")
+    no_driver = record("--dir", str(tmp_path / "nodrv"), "--duration", "1", "--connect-timeout", "0.2", "-q")
     assert no_driver.returncode == 2 and "no media driver" in no_driver.stderr
+    assert len(no_driver.stderr.strip().splitlines()) == 1, no_driver.stderr  # one line, no traceback
+    assert not (tmp_path / "rec").exists()  # no directory, lock or marker left behind
+
+
+def test_the_record_help_shows_every_default_and_the_common_spellings() -> None:
+    done = subprocess.run([sys.executable, "-m", "logbuf.cli", "record", "--help"], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    for option in ("-q, --quiet", "--stream ID", "--duration S", "--channel", "--commit-interval",
+                   "--connect-timeout", "--rows-per-file", "--row-group-rows", "--session", "--events-stream",
+                   "--capture-stream", "--allow-loss", "--until-end-of-session"):
+        assert option in text, option
+    assert text.count("(default") >= 13, text
+    assert "--messages-stream" not in text
 
 
 def test_the_command_line_stops_cleanly_on_sigterm(tmp_path: Path, day: Day) -> None:
@@ -354,3 +370,15 @@ def test_the_command_line_stops_cleanly_on_sigterm(tmp_path: Path, day: Day) -> 
     assert "stopped cleanly" in stderr and "messages" in stderr
     recorded = read_dataset(tmp_path / "rec", schema.MESSAGES, columns=["sequence"]).column("sequence").to_numpy()
     assert np.array_equal(np.sort(recorded), np.arange(1, 3_001))  # the open files were completed at the stop
+
+
+def test_every_error_of_the_recorder_and_the_recording_format_is_a_logbuf_error() -> None:
+    from logbuf.errors import LogbufError
+    from logbuf.pipeline.errors import PipelineConfigError, PipelineError
+    from logbuf.pipeline.spark import JavaNotFoundError
+    from logbuf.recorder.checkpoint import CheckpointError
+    from logbuf.recorder.columns import MessageDecodeError
+
+    for error in (RecorderError, RecorderDataLoss, RecorderConfigError, CheckpointError, MessageDecodeError,
+                  schema.RecordingFormatError, JavaNotFoundError, PipelineError, PipelineConfigError):
+        assert issubclass(error, LogbufError), error

@@ -1,7 +1,5 @@
-"""Recording format and the PySpark feed-quality pipeline (``logbuf analyze``, ``logbuf scenario``).
+"""The PySpark feed-quality pipeline (``logbuf analyze``, ``logbuf scenario``).
 
-    schema      the recording format (datasets, columns, partitions, crash-safe file convention)
-    recording   RecordingWriter (rolling, partitioned, .tmp -> rename) and readers of complete files
     columns     ITCH messages -> the messages dataset's columns (vectorised)
     scenario    a synthetic recording with known faults, and its truth
     spark       Java discovery and the SparkSession (quiet, no UI, bounded memory, reused)
@@ -11,5 +9,6 @@
     freezes     head-end freeze detection and catch-up characterisation
     job         the analysis itself (also the spark-submit entry point), plots, report, options, commands
 
-Importing this package imports nothing heavy; pyspark, pyarrow and matplotlib load where they are used.
+The recording format itself is :mod:`logbuf.recording` (a lower layer).  Importing this package imports
+nothing heavy; pyspark, pyarrow and matplotlib load where they are used.
 """

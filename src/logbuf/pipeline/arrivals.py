@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from logbuf.pipeline.errors import PipelineConfigError
 from logbuf.pipeline.quantiles import sub_bin_of
 
 FEED_CODES = {"A": 0, "B": 1, "R": 2}
@@ -68,9 +69,9 @@ class Params:
 
     def __post_init__(self) -> None:
         if self.bucket_size < 1 or self.domain_first > self.domain_last:
-            raise ValueError("bucket_size must be >= 1 and domain_first <= domain_last")
+            raise PipelineConfigError("bucket_size must be >= 1 and domain_first <= domain_last")
         if not 1 <= self.precision_bits <= 20:
-            raise ValueError("precision_bits must be within 1..20")
+            raise PipelineConfigError("precision_bits must be within 1..20")
 
 
 # ---- log-linear bins ------------------------------------------------------------------------------------
@@ -159,7 +160,7 @@ class _Block:
         hi = table.column("hi").to_numpy()
         counts = hi - lo + 1
         if (counts < 1).any() or (lo // w != bucket).any() or (hi // w != bucket).any():
-            raise ValueError("every piece must lie inside its bucket with lo <= hi")
+            raise PipelineConfigError("every piece must lie inside its bucket with lo <= hi")
         start_slot = slot_of_bucket.reshape(-1) * w + (lo - bucket * w)
         slots = _expand(start_slot, counts)
         feeds = np.repeat(feed, counts)

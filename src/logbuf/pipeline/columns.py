@@ -1,6 +1,6 @@
 """ITCH messages -> the ``messages`` dataset's columns, vectorised (for the recorder and the scenario generator).
 
-Which ITCH field lands in which column (see :mod:`logbuf.pipeline.schema`)::
+Which ITCH field lands in which column (see :mod:`logbuf.recording.schema`)::
 
     type  order_ref           new_order_ref  side  shares            price             stock
     A F   order_ref           -              side  shares            price             stock
@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from logbuf.feed import itch
-from logbuf.pipeline import schema
+from logbuf.recording import schema
 
 _INT_COLUMNS = ("order_ref", "new_order_ref", "shares", "price")
 

@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable
 
 from logbuf.cli_args import count
+from logbuf.errors import LogbufError
 
 USAGE_ERROR = 2
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 _EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
 
 
@@ -39,17 +41,36 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
         except ModuleNotFoundError as exc:
             print(f"logbuf {args.command}: error: {exc.name} is not installed ({_EXTRA_HINT})", file=sys.stderr)
             return USAGE_ERROR
-        except (ValueError, OSError, RuntimeError) as exc:
+        except (LogbufError, ValueError, OSError, RuntimeError) as exc:
             print(f"logbuf {args.command}: error: {exc}", file=sys.stderr)
             return USAGE_ERROR
 
     return run
 
 
+def _interrupted(exc: BaseException | None) -> bool:
+    """A KeyboardInterrupt, or an error raised while handling one: PySpark's SIGINT handler cancels every
+    job and raises KeyboardInterrupt inside a py4j call, whose clean-up then fails with the cancelled job's
+    Py4JJavaError (a Java stack trace)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__ or exc.__cause__
+    return False
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from logbuf.pipeline.job import run_from_args
 
-    return run_from_args(args)
+    try:
+        return run_from_args(args)
+    except BaseException as exc:
+        if not _interrupted(exc):
+            raise
+        print(f"\nlogbuf analyze: interrupted; {args.out} may be incomplete", file=sys.stderr)
+        return INTERRUPTED
 
 
 def _cmd_scenario(args: argparse.Namespace) -> int:
@@ -100,20 +121,28 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "lost on both feeds and recovered by re-request, B delayed behind A, jitter. The truth is "
                     "saved as OUTPUT/_scenario_truth.json.")
     p.add_argument("output", help="recording directory to create")
-    p.add_argument("--messages", "-n", type=count, default=200_000)
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--session", default="SYNTH0001")
-    p.add_argument("--date", default="2026-01-05", help="UTC date of the arrival clock")
-    p.add_argument("--b-delay-ms", type=float, default=5.0)
-    p.add_argument("--jitter-us", type=float, default=300.0)
-    p.add_argument("--loss-a", type=float, default=0.002, help="probability a packet is lost on A")
-    p.add_argument("--loss-b", type=float, default=0.002)
-    p.add_argument("--freeze-feed", choices=("A", "B"), default="A")
-    p.add_argument("--freeze-ms", type=float, default=150.0)
-    p.add_argument("--no-freeze", action="store_true")
+    p.add_argument("-n", "--messages", type=count, default=200_000, metavar="N",
+                   help="messages in the day, e.g. 300k or 2M (default: 200k)")
+    p.add_argument("--seed", type=int, default=7, help="random seed: the same seed, the same recording "
+                                                       "(default: %(default)s)")
+    p.add_argument("--session", default="SYNTH0001", help="MoldUDP64 session name (default: %(default)s)")
+    p.add_argument("--date", default="2026-01-05", help="UTC date of the arrival clock (default: %(default)s)")
+    p.add_argument("--b-delay-ms", type=float, default=5.0, metavar="MS",
+                   help="how much later feed B arrives than feed A, in ms (default: %(default)s)")
+    p.add_argument("--jitter-us", type=float, default=300.0, metavar="US",
+                   help="arrival jitter of each feed, in microseconds (default: %(default)s)")
+    p.add_argument("--loss-a", type=float, default=0.002, metavar="P",
+                   help="probability a packet is lost on feed A (default: %(default)s)")
+    p.add_argument("--loss-b", type=float, default=0.002, metavar="P",
+                   help="probability a packet is lost on feed B (default: %(default)s)")
+    p.add_argument("--freeze-feed", choices=("A", "B"), default="A",
+                   help="the feed whose head end freezes (default: %(default)s)")
+    p.add_argument("--freeze-ms", type=float, default=150.0, metavar="MS",
+                   help="how long the freeze lasts, in ms (default: %(default)s)")
+    p.add_argument("--no-freeze", action="store_true", help="no head-end freeze (default: one freeze)")
     p.add_argument("--both-lost", type=_range, default=None, metavar="FIRST-LAST|none",
                    help="lost on both feeds, recovered by re-request (default: 25 messages at 60%% of the day)")
     p.add_argument("--unrecovered", type=_range, default=(0, 0), metavar="FIRST-LAST|none",
-                   help="lost on both feeds and never recovered (default none)")
-    p.add_argument("--quiet", "-q", action="store_true")
+                   help="lost on both feeds and never recovered (default: none)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary (default: off)")
     p.set_defaults(func=_guard(_cmd_scenario))

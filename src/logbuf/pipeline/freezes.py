@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from logbuf.pipeline.errors import PipelineConfigError
+
 NANOS_PER_MILLI = 1_000_000
 MIN_SILENCE_FLOOR_NS = 10 * NANOS_PER_MILLI
 
@@ -49,12 +51,12 @@ class FreezeParams:
 
     def __post_init__(self) -> None:
         if not MIN_SILENCE_FLOOR_NS <= self.min_silence_ns <= self.max_silence_ns:
-            raise ValueError(f"need {MIN_SILENCE_FLOOR_NS // NANOS_PER_MILLI} ms <= min_silence <= max_silence "
+            raise PipelineConfigError(f"need {MIN_SILENCE_FLOOR_NS // NANOS_PER_MILLI} ms <= min_silence <= max_silence "
                              "(the silence is also the width of the arrival bins the driver scans)")
         if self.min_lead_ns < 0 or self.pre_ns <= 0 or self.post_ns <= 0 or self.settle_ns < 0:
-            raise ValueError("min_lead_ns/settle_ns must be >= 0, pre_ns/post_ns > 0")
+            raise PipelineConfigError("min_lead_ns/settle_ns must be >= 0, pre_ns/post_ns > 0")
         if self.max_freezes < 1:
-            raise ValueError("max_freezes must be >= 1")
+            raise PipelineConfigError("max_freezes must be >= 1")
 
     @property
     def bin_ns(self) -> int:

@@ -25,11 +25,15 @@ so a heap smaller than the data spills to the local dir instead of failing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -39,10 +43,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logbuf.pipeline import arrivals, schema
+from logbuf.pipeline import arrivals
 from logbuf.pipeline.freezes import FeedPackets, Freeze, candidates, characterize, feed_bins
 from logbuf.pipeline.options import AnalyzeConfig, add_arguments, config_from_args
 from logbuf.pipeline.quantiles import exact_quantiles
+from logbuf.recording import schema
 
 NANOS_PER_SECOND = 1_000_000_000
 NANOS_PER_MILLI = 1_000_000
@@ -91,7 +96,8 @@ def _utc(ns: int | None) -> str:
 
 
 def choose_window(span_ns: int, bin_ns: int) -> int:
-    """About 1000 windows over the span, from a list of round lengths; a multiple of the freeze bin."""
+    """At most 1500 windows over the span (first to last arrival), the shortest of a list of round lengths
+    that is a multiple of the freeze bin: a 61 s recording gets 100 ms windows, a 6.5 h day 30 s ones."""
     for ms in _WINDOWS_MS:
         window = ms * NANOS_PER_MILLI
         if window % bin_ns == 0 and span_ns / window <= 1_500:
@@ -101,7 +107,7 @@ def choose_window(span_ns: int, bin_ns: int) -> int:
 
 def first_hour_ns(root: Path, session: str) -> int:
     """Start of the session's earliest hour partition: the origin of time bins and windows."""
-    from logbuf.pipeline.recording import complete_files
+    from logbuf.recording.reader import complete_files
 
     hours = [p.parent.name.split("=", 1)[1] for p in complete_files(root, schema.PACKETS)
              if p.parent.parent.name == f"{schema.SESSION_COLUMN}={session}"]
@@ -248,7 +254,8 @@ class Analysis:
             self.domain = read_domain(self.bins)
             self.handler_gaps = _arrow(self.src.gaps.drop(*schema.PARTITION_COLUMNS)).to_pandas(
                 types_mapper={pa.int64(): pd.Int64Dtype()}.get)  # nullable ints stay exact
-            span = self.domain.end_ns - self.t0
+            # sized from the first arrival, not the hour's start: a minute recorded at 14:59 is a minute long
+            span = self.domain.end_ns - self.domain.start_ns
             self.window_ns = self.config.window_ns or choose_window(max(span, 1), self.config.freeze.bin_ns)
         with stage("sequence"):
             self._sequence_space()
@@ -356,7 +363,8 @@ class Analysis:
         frame = frame.drop(columns="window")
         seconds = self.window_ns / NANOS_PER_SECOND
         frame["messages_per_s"] = frame["messages"] / seconds
-        frame["messages_per_packet"] = frame["messages"] / frame["packets"]
+        # a window without data packets has no messages per packet (not an infinite number of them)
+        frame["messages_per_packet"] = frame["messages"] / frame["packets"].where(frame["packets"] > 0)
         self.tables["rates"] = frame
 
     def _freezes(self) -> None:
@@ -589,25 +597,73 @@ def analyze(spark, recording: str | os.PathLike, out: str | os.PathLike, config:
 # ---- command line (shared by `logbuf analyze` and spark-submit) -----------------------------------------
 
 
+_CANCEL_INTERVAL_S = 0.2
+
+
+@contextlib.contextmanager
+def cancel_on_interrupt(spark) -> Iterator[None]:
+    """Ctrl-C (SIGINT) stops the analysis cleanly: every Spark job is cancelled (also one started after the
+    signal), and the interrupt is raised where Python is running - but not inside a py4j call: an interrupt
+    raised there leaves py4j's connection half-used and py4j logs that with a traceback; the waiting call
+    fails with the cancelled job's error instead.  Either way the caller sees KeyboardInterrupt.  PySpark's
+    own handler (cancel, then raise anywhere) is restored on exit."""
+    interrupted = threading.Event()
+    done = threading.Event()
+
+    def cancel_until_done() -> None:
+        while not done.is_set():
+            with contextlib.suppress(Exception):
+                spark.sparkContext.cancelAllJobs()
+            done.wait(_CANCEL_INTERVAL_S)
+
+    def on_sigint(signum: int, frame) -> None:
+        first = not interrupted.is_set()
+        interrupted.set()
+        inside_py4j = False
+        while frame is not None and not inside_py4j:
+            inside_py4j = frame.f_globals.get("__name__", "").startswith("py4j")
+            frame = frame.f_back
+        if first:  # a running job would make even the clean-up of an interrupted call wait for it
+            threading.Thread(target=cancel_until_done, name="logbuf-analyze-cancel", daemon=True).start()
+            if inside_py4j:
+                return
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    except BaseException:
+        if interrupted.is_set():  # whatever the cancellation made the waiting call raise
+            raise KeyboardInterrupt from None
+        raise
+    else:
+        if interrupted.is_set():  # the last job finished before its cancellation: still an interrupted run
+            raise KeyboardInterrupt
+    finally:
+        done.set()
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_from_args(args: argparse.Namespace) -> int:
-    from logbuf.pipeline.sources import pick_session
+    from logbuf.pipeline.sources import check_files, pick_session
     from logbuf.pipeline.spark import SparkSettings, get_spark
 
     config = config_from_args(args)
-    pick_session(args.recording, config.session)  # a bad path or session fails before Spark starts
+    # a bad path, session or file fails here, in one line, before Spark starts
+    check_files(args.recording, pick_session(args.recording, config.session))
     settings = SparkSettings(master=args.master, driver_memory=args.driver_memory,
                              shuffle_partitions=args.shuffle_partitions)
     if not args.quiet:
         print(f"analyze: starting Spark ({args.master or 'local[*]'})", file=sys.stderr, flush=True)
     spark = get_spark(settings)
-    result = analyze(spark, args.recording, args.out, config, progress="off" if args.quiet else None)
+    with cancel_on_interrupt(spark):
+        result = analyze(spark, args.recording, args.out, config, progress="off" if args.quiet else None)
     if not args.quiet:
+        from logbuf.pipeline.report import headline_text
+
         s = result.summary
-        pct = s["delay"]["percentiles_ns"]
-        print(f"analyze: session {s['session']}: {s['sequences']} sequences, {s['messages_delivered']} delivered; "
-              f"A-B delay p50 {pct.get('p50', float('nan')) / 1e6:.3f} ms, p99 {pct.get('p99', float('nan')) / 1e6:.3f} ms; "
-              f"{s['freezes']} freeze(s); {s['gaps_both']} gap(s) on both feeds "
-              f"({s['gaps_both_unrecovered']} unrecovered) in {s['seconds']:.1f} s", file=sys.stderr)
+        print(f"analyze: session {s['session']}: {headline_text(result)}; analysed in {s['seconds']:.1f} s",
+              file=sys.stderr)
         print(f"analyze: report {result.report}", file=sys.stderr)
         print(f"analyze: plots  {result.out / 'plots'}", file=sys.stderr)
         print(f"analyze: tables {result.out / 'tables'}", file=sys.stderr)

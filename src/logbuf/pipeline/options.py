@@ -6,6 +6,8 @@ import argparse
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from logbuf.cli_args import count
+from logbuf.pipeline.errors import PipelineConfigError
 from logbuf.pipeline.freezes import FreezeParams
 from logbuf.pipeline.quantiles import DEFAULT_MAX_COLLECT
 
@@ -29,14 +31,14 @@ class AnalyzeConfig:
 
     def __post_init__(self) -> None:
         if self.window_ns is not None and self.window_ns <= 0:
-            raise ValueError("window must be positive")
+            raise PipelineConfigError("window must be positive")
         if self.bucket_size < 1024:
-            raise ValueError("bucket_size must be >= 1024")
+            raise PipelineConfigError("bucket_size must be >= 1024")
         if self.top_symbols < 1:
-            raise ValueError("top_symbols must be >= 1")
+            raise PipelineConfigError("top_symbols must be >= 1")
         for q in self.percentiles:
             if not 0.0 <= q <= 1.0:
-                raise ValueError(f"percentile fraction {q} must be within [0, 1]")
+                raise PipelineConfigError(f"percentile fraction {q} must be within [0, 1]")
 
 
 def _duration_ns(text: str) -> int:
@@ -70,21 +72,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("recording", help="recording directory (written by logbuf record or logbuf scenario)")
     p.add_argument("out", help="output directory for tables/, plots/, report.md, summary.json")
     p.add_argument("--master", default=None,
-                   help="Spark master (default local[*]; under spark-submit, the one it was given)")
-    p.add_argument("--session", default=None, help="MoldUDP64 session to analyse (needed if several)")
-    p.add_argument("--driver-memory", default="2g", help="Spark driver heap (local mode: the whole heap)")
-    p.add_argument("--shuffle-partitions", type=int, default=None)
+                   help="Spark master (default: local[*]; under spark-submit, the one it was given)")
+    p.add_argument("--session", default=None,
+                   help="MoldUDP64 session to analyse (default: the recording's only one; needed if several)")
+    p.add_argument("--driver-memory", default="2g",
+                   help="Spark driver heap; in local mode the whole heap (default: %(default)s)")
+    p.add_argument("--shuffle-partitions", type=count, default=None, metavar="N",
+                   help="Spark shuffle partitions (default: from the cores, coalesced by adaptive execution)")
     p.add_argument("--window", type=_duration_ns, default=None, metavar="DURATION",
-                   help="time-series window (default: ~1000 windows over the recording)")
+                   help="time-series window, e.g. 250ms (default: at most 1500 windows from the first to the "
+                        "last arrival, 100ms or longer)")
     p.add_argument("--percentiles", type=_percentiles, default=None, metavar="P,P,...",
-                   help="delay percentiles, e.g. 50,99,99.9 (exact, nearest rank)")
+                   help="delay percentiles, exact nearest rank (default: "
+                        f"{','.join(f'{q * 100:g}' for q in DEFAULT_PERCENTILES)})")
     p.add_argument("--min-silence", type=_duration_ns, default=FreezeParams.min_silence_ns, metavar="DURATION",
                    help="shortest silence that can be a freeze (default 50ms)")
     p.add_argument("--min-lead", type=_duration_ns, default=FreezeParams.min_lead_ns, metavar="DURATION",
                    help="the other feed must have sent newer data this long before the resume (default 20ms)")
-    p.add_argument("--top-symbols", type=int, default=20)
-    p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress and no summary")
+    p.add_argument("--top-symbols", type=count, default=20, metavar="N",
+                   help="most active symbols to list (default: %(default)s)")
+    p.add_argument("--no-plots", action="store_true", help="tables and report only (default: draw the plots)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary (default: off)")
 
 
 def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:

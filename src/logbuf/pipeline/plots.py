@@ -1,13 +1,18 @@
 """PNG figures of an analysis (matplotlib, Agg backend; drawn on the driver from collected results).
 
+One theme for all of them: white, feed A black, feed B blue, re-request answers (R) green, freezes red.
+
 - ``sequence_vs_time.png``: highest sequence per window on each feed (the slope is the message rate), with
-  freezes and gaps on both feeds marked - seed 002's first figure.
-- ``freeze_<n>.png``: seed 002's close-ups: every packet a vertical mark from its first to its last sequence
-  at its arrival time (A white, B blue, re-request answers red, on black); left the whole freeze, right the
-  moment the catch-up overtakes the other feed.
+  freezes and gaps on both feeds marked.
+- ``freeze_<n>.png``: close-ups of each freeze: every packet a vertical mark from its first to its last
+  sequence at its arrival time; left the whole freeze, right the end of the catch-up (the frozen feed level
+  with the other again).
 - ``delay_histogram.png``: A-B arrival delay (B minus A) of every message seen on both feeds: the core of the
   distribution and the full range (log counts), percentiles marked.
-- ``rate_timeline.png``: messages/s per feed, messages per packet, and feed A's win share, freezes marked.
+- ``rate_timeline.png``: messages/s per feed, messages per packet, and the share of delivered copies won by
+  A, B and R (re-request) per window, freezes marked.
+- ``gaps_timeline.png``: every gap (per feed and on both feeds) at its detection time, against its time to
+  recover (filled by the other feed or by re-request); unrecovered gaps on the top edge.
 """
 
 from __future__ import annotations
@@ -17,8 +22,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-A_COLOR, B_COLOR, R_COLOR = "#f0f0f0", "#3d8bfd", "#ff4d4d"
-LIGHT = {"A": "#1f1f1f", "B": "#3d8bfd", "R": "#d62728"}
+# one theme for every figure (matplotlib's default, white): a colour per feed, one for freezes and gaps
+COLORS = {"A": "#1f1f1f", "B": "#3d8bfd", "R": "#2ca02c"}
+FREEZE_COLOR = "#d62728"
+CATCH_UP_COLOR = "#ff7f0e"
+UNRECOVERED_COLOR = "#d62728"
+_GAP_FLOOR_MS = 0.01  # gaps filled before (or as) they were detected are drawn on this line
+_MIN_CATCH_UP_MS = 0.05  # a catch-up shorter than this is none: the feed resumed level with the other
 _NS_PER_MS = 1_000_000
 MAX_FREEZE_PLOTS = 3
 
@@ -39,9 +49,9 @@ def _times(ns) -> np.ndarray:
 def _mark_events(ax, analysis) -> None:
     freezes = analysis.tables["freezes"]
     for i, row in enumerate(freezes.itertuples()):
-        ax.axvspan(_times([row.silence_start_ns])[0], _times([row.catch_up_end_ns])[0], color="#d62728",
+        ax.axvspan(_times([row.silence_start_ns])[0], _times([row.catch_up_end_ns])[0], color=FREEZE_COLOR,
                    alpha=0.35, lw=0)
-        ax.axvline(_times([row.silence_start_ns])[0], color="#d62728", lw=0.8, ls="--",
+        ax.axvline(_times([row.silence_start_ns])[0], color=FREEZE_COLOR, lw=0.8, ls="--",
                    label="freeze" if i == 0 else None)
 
 
@@ -54,7 +64,7 @@ def sequence_vs_time(analysis, path: Path) -> Path:
         if part.empty:
             continue
         seq = np.maximum.accumulate(part["max_sequence"].to_numpy())
-        ax.step(_times(part["window_start_ns"] + analysis.window_ns), seq, where="post", color=LIGHT[feed],
+        ax.step(_times(part["window_start_ns"] + analysis.window_ns), seq, where="post", color=COLORS[feed],
                 lw=1.2, label=f"feed {feed}")
     both = analysis.tables["gaps_both"]
     for i, row in enumerate(both.itertuples()):
@@ -87,32 +97,26 @@ def freeze_closeup(freeze_window: dict, path: Path, index: int) -> Path:
     packets = freeze_window["packets"]
     other = "B" if f.feed == "A" else "A"
     t_ref = f.silence_start_ns
-    colors = {"A": A_COLOR, "B": B_COLOR, "R": R_COLOR}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), facecolor="black")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5))
+    end_ms = (f.catch_up_end_ns - t_ref) / _NS_PER_MS
     for ax in (left, right):
-        ax.set_facecolor("black")
-        for spine in ax.spines.values():
-            spine.set_color("#888888")
-        ax.tick_params(colors="#cccccc")
-        ax.xaxis.label.set_color("#cccccc")
-        ax.yaxis.label.set_color("#cccccc")
-        ax.title.set_color("#eeeeee")
-        for feed in (other, f.feed):
-            _packet_marks(ax, packets.get(feed), t_ref, colors[feed], f"feed {feed}")
+        # the end of the catch-up first (drawn underneath): the packet marks stay visible on top of it
+        ax.axvline(end_ms, color=CATCH_UP_COLOR, lw=2.5, alpha=0.35, zorder=1,
+                   label=f"end of catch-up (+{end_ms:,.1f} ms)")
+        for feed in (other, f.feed, "R"):
+            _packet_marks(ax, packets.get(feed), t_ref, COLORS[feed], f"feed {feed}")
         ax.set_xlabel(f"ms after feed {f.feed}'s last packet before the silence")
         ax.set_ylabel("sequence (each mark: one packet, first..last message)")
-    end_ms = (f.catch_up_end_ns - t_ref) / _NS_PER_MS
+        ax.grid(alpha=0.3)
     left.set_xlim(-0.25 * f.silence_ms, end_ms + 0.35 * f.silence_ms)
     seq_lo = f.next_expected - max(50, f.burst_messages // 2)
     seq_hi = f.held_last + max(50, f.burst_messages // 2)
     left.set_ylim(seq_lo, seq_hi)
-    left.axvspan(0, f.silence_ms, color="#5a0000", alpha=0.6, lw=0, label="silence")
-    left.set_title(f"Freeze on feed {f.feed}: {f.silence_ms:.1f} ms silent, catch-up {f.catch_up_ms:.1f} ms, "
-                   f"{f.burst_messages_per_packet:.0f} msg/packet", fontsize=10)
-    leg = left.legend(loc="upper left", facecolor="#222222", edgecolor="#555555")
-    for text in leg.get_texts():
-        text.set_color("#dddddd")
-    # the takeover: around the end of the catch-up
+    left.axvspan(0, f.silence_ms, color=FREEZE_COLOR, alpha=0.15, lw=0, label="silence")
+    left.set_title(f"Freeze on feed {f.feed}: {f.silence_ms:,.1f} ms silent, catch-up {f.catch_up_ms:,.1f} ms, "
+                   f"{f.burst_messages_per_packet:,.0f} messages/packet", fontsize=10)
+    left.legend(loc="upper left")
+    # around the end of the catch-up: where feed X is level with feed Y again
     span = max(2.0, 0.1 * f.silence_ms)
     right.set_xlim(end_ms - 2 * span, end_ms + span)
     ys = []
@@ -126,10 +130,13 @@ def freeze_closeup(freeze_window: dict, path: Path, index: int) -> Path:
     ys = np.concatenate(ys) if ys else np.array([0])
     if ys.size:
         right.set_ylim(ys.min() - 2, ys.max() + 2)
-    right.axvline(end_ms, color="#ffcc00", lw=0.8, ls="--")
-    right.set_title("Catch-up overtakes the other feed (dashed: end of the catch-up)", fontsize=10)
+    if f.catch_up_ms < _MIN_CATCH_UP_MS:
+        title = f"No catch-up burst: feed {f.feed} resumed level with feed {other}"
+    else:
+        title = f"Feed {f.feed} level with feed {other} again after a {f.catch_up_ms:,.1f} ms catch-up"
+    right.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, facecolor="black")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
@@ -198,22 +205,79 @@ def rate_timeline(analysis, path: Path) -> Path:
     for feed in ("A", "B"):
         part = rates[rates["feed"] == feed]
         t = _times(part["window_start_ns"])
-        ax_rate.step(t, part["messages_per_s"], where="post", color=LIGHT[feed], lw=1, label=f"feed {feed}")
-        ax_mpp.step(t, part["messages_per_packet"], where="post", color=LIGHT[feed], lw=1, label=f"feed {feed}")
+        ax_rate.step(t, part["messages_per_s"], where="post", color=COLORS[feed], lw=1, label=f"feed {feed}")
+        ax_mpp.step(t, part["messages_per_packet"], where="post", color=COLORS[feed], lw=1, label=f"feed {feed}")
     if not wins.empty:
-        ax_win.step(_times(wins["window_start_ns"]), 100 * wins["share_A"], where="post", color=LIGHT["A"], lw=1,
-                    label="won by A")
-        ax_win.step(_times(wins["window_start_ns"]), 100 * wins["share_B"], where="post", color=LIGHT["B"], lw=1,
-                    label="won by B")
+        for feed in ("A", "B", "R"):
+            ax_win.step(_times(wins["window_start_ns"]), 100 * wins[f"share_{feed}"], where="post",
+                        color=COLORS[feed], lw=1, label=f"won by {feed}" if feed != "R" else "recovered (R)")
     for ax in (ax_rate, ax_mpp, ax_win):
         _mark_events(ax, analysis)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper right")
     ax_rate.set_ylabel("messages / s")
-    ax_rate.set_title(f"Message rate per {analysis.window_ns / 1e9:g} s window (red: freezes)")
+    ax_rate.set_title(f"Message rate per {analysis.window_ns / _NS_PER_MS:,.0f} ms window (red: freezes)")
     ax_mpp.set_ylabel("messages / packet")
     ax_win.set_ylabel("delivered copy (%)")
     ax_win.set_xlabel("arrival time (UTC)")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def gaps_timeline(analysis, path: Path) -> Path:
+    """Gaps over the session: detection time against time to recover (log ms); unrecovered on the top edge."""
+    plt = _plt()
+    per_feed = analysis.tables["gaps_feed"]
+    both = analysis.tables["gaps_both"]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    recover_ms: list[float] = []
+    series = [(per_feed[per_feed["feed"] == f], "fill_delay_ns", COLORS[f], f"missed on feed {f} (filled by the "
+               "other feed or re-request)", "o") for f in ("A", "B")]
+    series.append((both, "time_to_recover_ns", CATCH_UP_COLOR, "lost on both feeds (re-request)", "D"))
+    points = []
+    unrecovered: list[np.ndarray] = []
+    for frame, column, color, label, marker in series:
+        if frame.empty:
+            continue
+        detected = frame["detected_ns"]
+        known = detected.notna()
+        delay = frame[column]
+        done = known & delay.notna()
+        ms = delay[done].astype("float64").to_numpy() / _NS_PER_MS
+        recover_ms += ms.tolist()
+        sizes = 12 + 4 * np.sqrt(frame["size"][done].astype("float64").to_numpy())
+        points.append((_times(detected[done].astype("int64")), np.maximum(ms, _GAP_FLOOR_MS), sizes, color, label,
+                       marker))
+        open_ = known & delay.isna()
+        if open_.any():
+            unrecovered.append(_times(detected[open_].astype("int64")))
+    top = max(max(recover_ms) * 3 if recover_ms else 1000.0, 10 * _GAP_FLOOR_MS)
+    for times, ms, sizes, color, label, marker in points:
+        ax.scatter(times, ms, s=sizes, color=color, marker=marker, alpha=0.7, label=label)
+    if unrecovered:
+        times = np.concatenate(unrecovered)
+        ax.plot(times, np.full(len(times), top), "x", color=UNRECOVERED_COLOR, ms=9, ls="none",
+                label="unrecovered (top edge)")
+        ax.axhline(top, color=UNRECOVERED_COLOR, lw=0.6, ls=":")
+    if not points and not unrecovered:
+        ax.text(0.5, 0.5, "no gaps", ha="center", transform=ax.transAxes)
+    else:
+        ax.set_yscale("log")
+        ax.axhline(_GAP_FLOOR_MS, color="#888888", lw=0.6, ls=":")
+        ax.annotate(f"<= {_GAP_FLOOR_MS:g} ms: the other feed had delivered it already", (0.01, _GAP_FLOOR_MS),
+                    xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points", fontsize=8,
+                    color="#555555")
+    _mark_events(ax, analysis)
+    if points or unrecovered:
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("detection time (UTC)")
+    ax.set_ylabel("time to recover (ms, log; marker area ~ gap size)")
+    ax.set_title(f"Gaps over time and their time to recover, session {analysis.session}")
+    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.15, which="minor", axis="y")
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -227,6 +291,7 @@ def draw_all(analysis, directory: Path) -> dict[str, Path]:
         "sequence_vs_time": sequence_vs_time(analysis, directory / "sequence_vs_time.png"),
         "delay_histogram": delay_histogram(analysis, directory / "delay_histogram.png"),
         "rate_timeline": rate_timeline(analysis, directory / "rate_timeline.png"),
+        "gaps_timeline": gaps_timeline(analysis, directory / "gaps_timeline.png"),
     }
     for i, window in enumerate(analysis.detail.get("freeze_windows", [])[:MAX_FREEZE_PLOTS], start=1):
         out[f"freeze_{i}"] = freeze_closeup(window, directory / f"freeze_{i}.png", i)

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from logbuf.pipeline.errors import PipelineConfigError
+
 _POLL_S = 0.5
 
 
@@ -27,7 +29,7 @@ class StageProgress:
         if mode is None:
             mode = "bar" if self.stream.isatty() else "lines"
         if mode not in ("bar", "lines", "off"):
-            raise ValueError(f"progress mode {mode!r}: use bar, lines or off")
+            raise PipelineConfigError(f"progress mode {mode!r}: use bar, lines or off")
         self.mode = mode
         self.interactive = mode == "bar"
         self.stages = stages
@@ -58,15 +60,13 @@ class StageProgress:
     def stage(self, name: str) -> Iterator[None]:
         self._bar.set_description_str(f"analyze: {name}")
         started = time.perf_counter()
-        try:
-            yield
-        finally:
-            seconds = time.perf_counter() - started
-            self.timings[name] = seconds
-            self._bar.update(1)
-            self._bar.set_postfix_str("")
-            if self.mode == "lines":
-                print(f"analyze: {name} ({seconds:.1f} s)", file=self.stream, flush=True)
+        yield  # a stage that fails (or is interrupted) is not reported as done
+        seconds = time.perf_counter() - started
+        self.timings[name] = seconds
+        self._bar.update(1)
+        self._bar.set_postfix_str("")
+        if self.mode == "lines":
+            print(f"analyze: {name} ({seconds:.1f} s)", file=self.stream, flush=True)
 
     def close(self) -> None:
         self._stop.set()

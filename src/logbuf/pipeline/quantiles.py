@@ -21,6 +21,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from logbuf.pipeline.errors import PipelineConfigError, PipelineError
+
 Range = tuple[int, int]  # inclusive bounds
 FetchValues = Callable[[list[Range]], np.ndarray]  # all values inside any of the ranges
 FetchHistogram = Callable[[list[Range], int], list[np.ndarray]]  # per range: counts of `split` uniform sub-bins
@@ -32,9 +34,9 @@ DEFAULT_SPLIT = 4096
 def rank_of(q: float, n: int) -> int:
     """1-based nearest rank of fraction ``q`` in ``n`` values."""
     if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile {q} must be within [0, 1]")
+        raise PipelineConfigError(f"quantile {q} must be within [0, 1]")
     if n <= 0:
-        raise ValueError("no values")
+        raise PipelineConfigError("no values")
     exact = Fraction(str(q)) if isinstance(q, float) else Fraction(q)
     return max(1, min(n, math.ceil(exact * n)))
 
@@ -66,7 +68,7 @@ def exact_quantiles(qs: Sequence[float], lows: np.ndarray, highs: np.ndarray, co
     if total == 0:
         return {}
     if max_collect < 1 or split < 2:
-        raise ValueError("max_collect must be >= 1 and split >= 2")
+        raise PipelineConfigError("max_collect must be >= 1 and split >= 2")
     # pending: quantile -> (bin bounds, rank within that bin)
     pending: dict[float, tuple[Range, int]] = {}
     cumulative = np.cumsum(counts)
@@ -89,7 +91,7 @@ def exact_quantiles(qs: Sequence[float], lows: np.ndarray, highs: np.ndarray, co
                     else:
                         inside = values[(values >= r[0]) & (values <= r[1])]
                         if inside.size != sizes[r]:
-                            raise RuntimeError(f"bin {r}: histogram said {sizes[r]} values, the data has "
+                            raise PipelineError(f"bin {r}: histogram said {sizes[r]} values, the data has "
                                                f"{inside.size} (the data changed between passes?)")
                         result[q] = int(inside[k - 1])
                     del pending[q]
@@ -99,7 +101,7 @@ def exact_quantiles(qs: Sequence[float], lows: np.ndarray, highs: np.ndarray, co
                 starts, ends = _sub_bounds(r[0], r[1], split)
                 sub_counts = np.asarray(sub_counts, dtype=np.int64)
                 if int(sub_counts.sum()) != sizes[r]:
-                    raise RuntimeError(f"bin {r}: refinement found {int(sub_counts.sum())} values, expected "
+                    raise PipelineError(f"bin {r}: refinement found {int(sub_counts.sum())} values, expected "
                                        f"{sizes[r]}")
                 cum = np.cumsum(sub_counts)
                 for q, (rq, k) in list(pending.items()):

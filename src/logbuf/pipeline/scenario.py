@@ -42,9 +42,10 @@ from logbuf.feed import itch
 from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE, scan_frames
 from logbuf.feed.moldudp64 import HEADER_LENGTH as MOLD_HEADER
 from logbuf.feed.synth import OPEN_NS, SynthConfig, SyntheticDay
-from logbuf.pipeline import schema
 from logbuf.pipeline.columns import feed_array, messages_table
-from logbuf.pipeline.recording import RecordingWriter
+from logbuf.pipeline.errors import PipelineConfigError, PipelineError
+from logbuf.recording import schema
+from logbuf.recording.writer import RecordingWriter
 
 TRUTH_FILE = "_scenario_truth.json"
 NANOS_PER_MILLI = 1_000_000
@@ -67,11 +68,11 @@ class FreezeSpec:
 
     def __post_init__(self) -> None:
         if self.feed not in schema.LIVE_FEEDS:
-            raise ValueError(f"freeze feed must be one of {schema.LIVE_FEEDS}, not {self.feed!r}")
+            raise PipelineConfigError(f"freeze feed must be one of {schema.LIVE_FEEDS}, not {self.feed!r}")
         if self.duration_ns <= 0 or self.catch_up_interval_ns <= 0:
-            raise ValueError("freeze duration and catch-up interval must be positive")
+            raise PipelineConfigError("freeze duration and catch-up interval must be positive")
         if self.catch_up_budget < MOLD_HEADER + _MAX_FRAME:
-            raise ValueError(f"catch-up budget must hold the largest message ({MOLD_HEADER + _MAX_FRAME} bytes)")
+            raise PipelineConfigError(f"catch-up budget must hold the largest message ({MOLD_HEADER + _MAX_FRAME} bytes)")
 
 
 @dataclass(frozen=True)
@@ -102,19 +103,19 @@ class ScenarioConfig:
         schema.check_session(self.session)
         for name in ("loss_a", "loss_b"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be within [0, 1)")
+                raise PipelineConfigError(f"{name} must be within [0, 1)")
         for name in ("latency_ns", "b_delay_ns", "jitter_ns", "gap_wait_ns", "recover_after_ns"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0")
+                raise PipelineConfigError(f"{name} must be >= 0")
         for name in ("budget_a", "budget_b"):
             if getattr(self, name) < MOLD_HEADER + _MAX_FRAME:
-                raise ValueError(f"{name} must hold the largest message ({MOLD_HEADER + _MAX_FRAME} bytes)")
+                raise PipelineConfigError(f"{name} must hold the largest message ({MOLD_HEADER + _MAX_FRAME} bytes)")
         for rng in self.lost_ranges():
             if not 1 <= rng[0] <= rng[1] <= self.messages:
-                raise ValueError(f"lost range {rng} must lie within sequences 1..{self.messages}")
+                raise PipelineConfigError(f"lost range {rng} must lie within sequences 1..{self.messages}")
         ranges = sorted(self.lost_ranges())
         if any(a[1] + 1 >= b[0] for a, b in zip(ranges, ranges[1:], strict=False)):
-            raise ValueError("both_lost and unrecovered must not overlap or touch")
+            raise PipelineConfigError("both_lost and unrecovered must not overlap or touch")
         self.day_start_ns()
 
     def both_lost_range(self) -> tuple[int, int] | None:
@@ -133,7 +134,7 @@ class ScenarioConfig:
         try:
             day = _dt.date.fromisoformat(self.date)
         except ValueError:
-            raise ValueError(f"date {self.date!r} is not YYYY-MM-DD") from None
+            raise PipelineConfigError(f"date {self.date!r} is not YYYY-MM-DD") from None
         return int(_dt.datetime(day.year, day.month, day.day, tzinfo=_dt.timezone.utc).timestamp()) * NANOS_PER_SECOND
 
     def feed_delay_ns(self, feed: int) -> int:
@@ -310,7 +311,7 @@ class ScenarioGenerator:
         total = sum(c[1] for c in chunks)
         frames, end = scan_frames(memoryview(buf), 0, total)
         if frames.size != total or end != buf.size:
-            raise AssertionError("synthetic chunk does not frame cleanly")
+            raise PipelineError("synthetic chunk does not frame cleanly")
         ts = itch.decode_headers(buf, frames + LENGTH_PREFIX_SIZE).timestamp.astype(np.int64)
         frame_len = np.diff(np.append(frames, end))
         return _Segment(buf, frames, ts, frame_len, first_sequence)
@@ -341,7 +342,7 @@ class ScenarioGenerator:
                 continue
             (cu_start, cu_count, cu_send), drained = _catch_up(seg, spec, cuts)
             if not drained and cu_count.size and cu_start[-1] + cu_count[-1] < n:
-                raise AssertionError("catch-up must drain inside its segment")
+                raise PipelineError("catch-up must drain inside its segment")
             self._freezes_done.add(index)
             q0 = int(cu_start[0]) if cu_start.size else n
             q_end = int(cu_start[-1] + cu_count[-1]) if cu_start.size else q0
@@ -636,5 +637,5 @@ def generate(config: ScenarioConfig, root: str | os.PathLike, *, progress: bool 
     """Write the scenario's recording into ``root`` (created; must not already hold a recording)."""
     root = Path(root)
     if (root / schema.MARKER_FILE).exists():
-        raise FileExistsError(f"{root} already holds a recording; choose an empty directory")
+        raise PipelineConfigError(f"{root} already holds a recording; choose an empty directory")
     return ScenarioGenerator(config).run(root, progress=progress)

@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from logbuf.pipeline import schema
-from logbuf.pipeline.recording import complete_files, read_marker
-from logbuf.pipeline.schema import RecordingFormatError
+from logbuf.recording import schema
+from logbuf.recording.reader import complete_files, read_marker
+from logbuf.recording.schema import RecordingFormatError
 
 _SPARK_TYPES = {"int64": "BIGINT", "int32": "INT", "string": "STRING"}
 
@@ -48,6 +48,25 @@ def pick_session(root: str | os.PathLike, session: str | None) -> str:
     if session not in available:
         raise RecordingFormatError(f"session {session!r} is not in {root} (it has {', '.join(available)})")
     return session
+
+
+def check_files(root: str | os.PathLike, session: str) -> int:
+    """Reads the footer of every complete file of ``session``: a truncated or foreign file fails here, named,
+    before Spark starts (Spark would fail deep inside a job).  Returns the number of files checked."""
+    import pyarrow.parquet as pq
+
+    checked = 0
+    for dataset in schema.DATASETS:
+        for path in complete_files(root, dataset):
+            if path.relative_to(Path(root) / dataset).parts[0] != f"{schema.SESSION_COLUMN}={session}":
+                continue
+            try:
+                pq.read_metadata(path)
+            except (OSError, ValueError) as exc:  # pyarrow: ArrowInvalid is a ValueError
+                reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise RecordingFormatError(f"{path}: not a complete Parquet file ({reason})") from None
+            checked += 1
+    return checked
 
 
 @dataclass

@@ -25,6 +25,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from logbuf.errors import LogbufError
+from logbuf.pipeline.errors import PipelineConfigError
+
 MIN_JAVA_MAJOR = 17
 PREFERRED_JAVA_MAJORS = (17, 21)
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
@@ -48,10 +51,13 @@ logger.parquet.name = org.apache.parquet
 logger.parquet.level = error
 logger.sparkproject.name = org.sparkproject
 logger.sparkproject.level = error
+# closing a shuffle file of a job cancelled by Ctrl-C logs an ERROR; a failed write itself fails its task
+logger.blockwriter.name = org.apache.spark.storage.DiskBlockObjectWriter
+logger.blockwriter.level = fatal
 """
 
 
-class JavaNotFoundError(RuntimeError):
+class JavaNotFoundError(LogbufError, RuntimeError):
     """No Java 17+ runtime: Spark cannot start."""
 
 
@@ -121,7 +127,7 @@ class SparkSettings:
     def partitions(self) -> int:
         if self.shuffle_partitions is not None:
             if self.shuffle_partitions < 1:
-                raise ValueError("shuffle_partitions must be >= 1")
+                raise PipelineConfigError("shuffle_partitions must be >= 1")
             return self.shuffle_partitions
         return 4 * (os.cpu_count() or 2)
 

@@ -27,6 +27,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from logbuf.errors import LogbufError
 from logbuf.recorder.epoch_writer import fsync_path
 
 CHECKPOINT_FILE = "_recorder_checkpoint.json"
@@ -35,7 +36,7 @@ VERSION = 1
 ROLES = ("messages", "events", "capture")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(LogbufError, ValueError):
     """The checkpoint file exists but cannot be used."""
 
 

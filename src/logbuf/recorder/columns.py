@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from logbuf.errors import LogbufError
 from logbuf.feed import itch
 
 if TYPE_CHECKING:  # pyarrow is imported lazily: the module stays importable without the analytics extra
@@ -113,7 +114,7 @@ _COPIES: dict[int, list[tuple[str, str]]] = {
 _TIMESTAMP_MASK = np.uint64((1 << 48) - 1)
 
 
-class MessageDecodeError(ValueError):
+class MessageDecodeError(LogbufError, ValueError):
     """A messages-stream frame that cannot be a message of the published contract (not even an ITCH header)."""
 
 
@@ -310,7 +311,7 @@ class StockDictionary:
 
 
 class TableBuilder:
-    """numpy columns -> Arrow tables in the recording schema (:mod:`logbuf.pipeline.schema`), with the string
+    """numpy columns -> Arrow tables in the recording schema (:mod:`logbuf.recording.schema`), with the string
     dictionaries kept across batches."""
 
     def __init__(self) -> None:
@@ -329,7 +330,7 @@ class TableBuilder:
     def messages(self, cols: MessageColumns) -> pa.Table:
         import pyarrow as pa
 
-        from logbuf.pipeline import schema
+        from logbuf.recording import schema
 
         def nullable_int(column: str) -> pa.Array:
             valid = cols.present(column)
@@ -361,7 +362,7 @@ class TableBuilder:
         """PACKET capture rows (:data:`logbuf.feed.published.PACKET_ROW`) -> a ``packets`` table."""
         import pyarrow as pa
 
-        from logbuf.pipeline import schema
+        from logbuf.recording import schema
 
         columns = [
             self._dictionary(self.feeds.indices(np.ascontiguousarray(rows["feed"])), self.feeds.values),
@@ -377,7 +378,7 @@ class TableBuilder:
         """(feed, first, last, detected_ns, recovered_ns or None) tuples -> a ``gaps`` table."""
         import pyarrow as pa
 
-        from logbuf.pipeline import schema
+        from logbuf.recording import schema
 
         feeds = sorted({r[0] for r in rows})
         feed_index = {f: i for i, f in enumerate(feeds)}

@@ -7,6 +7,7 @@ consistent up to the last commit), 2 bad arguments or a recording that cannot be
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import time
@@ -14,12 +15,17 @@ from typing import Any
 
 from logbuf.cli_args import count
 from logbuf.feed import published
+from logbuf.recorder.config import (
+    DEFAULT_COMMIT_INTERVAL_S,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_ROW_GROUP_ROWS,
+    DEFAULT_ROWS_PER_FILE,
+    DEFAULT_SESSION,
+)
 
 USAGE_ERROR = 2
 RUNTIME_ERROR = 1
-_EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
-
-
+_EXTRA_HINT = "install the recorder extra: pip install 'logbuf[recorder]'"
 
 
 def _stream(text: str) -> int | None:
@@ -82,7 +88,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
         print(f"logbuf record: error: {exc.name} is not installed ({_EXTRA_HINT})", file=sys.stderr)
         return USAGE_ERROR
     from logbuf.errors import LogbufError
-    from logbuf.pipeline.schema import RecordingFormatError
+    from logbuf.recording.schema import RecordingFormatError
 
     options: dict[str, Any] = {}
     if args.rows_per_file is not None:
@@ -101,6 +107,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
         print(f"logbuf record: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     progress = None if args.quiet else _Progress()
+    if args.quiet:  # warnings (and allowed losses, which _recorder_losses.jsonl keeps) are not errors
+        logging.getLogger("logbuf.recorder").setLevel(logging.ERROR)
     try:
         recorder = Recorder(config, progress=progress)
     except (RecorderError, RecordingFormatError, LogbufError, OSError, ValueError) as exc:
@@ -147,28 +155,31 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("output", metavar="OUT", help="recording directory (created; an existing one is continued)")
     p.add_argument("--dir", help="media driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-$USER)")
-    p.add_argument("--channel", default="aeron:ipc", help="channel of the three streams (default aeron:ipc)")
-    p.add_argument("--messages-stream", type=_stream, default=published.MESSAGES_STREAM, metavar="ID",
-                   help=f"ITCH messages stream, or 'none' (default {published.MESSAGES_STREAM})")
+    p.add_argument("--channel", default="aeron:ipc", help="channel of the three streams (default: %(default)s)")
+    p.add_argument("--stream", dest="messages_stream", type=_stream, default=published.MESSAGES_STREAM,
+                   metavar="ID", help="ITCH messages stream, or 'none' (default: %(default)s)")
     p.add_argument("--events-stream", type=_stream, default=published.EVENTS_STREAM, metavar="ID",
-                   help=f"gap/session events stream, or 'none' (default {published.EVENTS_STREAM})")
+                   help="gap/session events stream, or 'none' (default: %(default)s)")
     p.add_argument("--capture-stream", type=_stream, default=published.CAPTURE_STREAM, metavar="ID",
-                   help=f"packet/delivery capture stream, or 'none' (default {published.CAPTURE_STREAM})")
-    p.add_argument("--session", default="UNKNOWN",
-                   help="session partition of what arrives before the first SESSION_CHANGED event (default UNKNOWN)")
+                   help="packet/delivery capture stream, or 'none' (default: %(default)s)")
+    p.add_argument("--session", default=DEFAULT_SESSION,
+                   help="session partition of what arrives before the first SESSION_CHANGED event "
+                        "(default: %(default)s)")
     p.add_argument("--rows-per-file", type=count, metavar="N",
-                   help="rows after which a file is completed (default 16M; files also complete at every commit)")
-    p.add_argument("--row-group-rows", type=count, metavar="N", help="Parquet row group size (default 1M)")
-    p.add_argument("--commit-interval", type=_seconds, default=30.0, metavar="S",
-                   help="longest time recorded data waits to become complete files (default 30)")
+                   help=f"rows after which a file is completed, e.g. 16M (default: {DEFAULT_ROWS_PER_FILE:,}; "
+                        "files also complete at every commit)")
+    p.add_argument("--row-group-rows", type=count, metavar="N",
+                   help=f"Parquet row group size, e.g. 1M (default: {DEFAULT_ROW_GROUP_ROWS:,})")
+    p.add_argument("--commit-interval", type=_seconds, default=DEFAULT_COMMIT_INTERVAL_S, metavar="S",
+                   help="longest time in seconds recorded data waits to become complete files (default: %(default)s)")
     p.add_argument("--allow-loss", action="store_true",
                    help="on data the driver no longer has: log it to OUT/_recorder_losses.jsonl and go on "
                         "(default: stop with exit status 1)")
-    p.add_argument("--connect-timeout", type=_seconds, default=5.0, metavar="S",
-                   help="how long to wait for the media driver (default 5)")
+    p.add_argument("--connect-timeout", type=_seconds, default=DEFAULT_CONNECT_TIMEOUT_S, metavar="S",
+                   help="how long in seconds to wait for the media driver (default: %(default)s)")
     stop = p.add_mutually_exclusive_group()
-    stop.add_argument("--duration", type=_seconds, metavar="S", help="stop after S seconds")
+    stop.add_argument("--duration", type=_seconds, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     stop.add_argument("--until-end-of-session", action="store_true",
-                      help="stop once the END_OF_SESSION event and everything before it are recorded")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+                      help="stop once the END_OF_SESSION event and everything before it are recorded (default: off)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr, errors only (default: off)")
     p.set_defaults(func=_cmd_record)

@@ -1,6 +1,6 @@
 """``EpochWriter``: the recording's Parquet files, completed in atomic epochs (two-phase commit).
 
-:class:`logbuf.pipeline.recording.DatasetWriter` completes a file by close + fsync + rename.  A recorder
+:class:`logbuf.recording.writer.DatasetWriter` completes a file by close + fsync + rename.  A recorder
 must also remember *how far it has recorded* (its checkpoint), and the two must agree after any crash: a
 renamed file whose rows the checkpoint does not cover would be recorded twice on restart.  So completion is
 split in two phases around the checkpoint::
@@ -32,17 +32,19 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logbuf.pipeline import recording, schema
-from logbuf.pipeline.recording import DatasetWriter
+from logbuf.recorder.config import RecorderError
+from logbuf.recording import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE, reader, schema
+from logbuf.recording import writer as dataset_writer
+from logbuf.recording.writer import DatasetWriter
 
 # The hooks this module relies on: DatasetWriter opens a file in ``_file(key, first_ns)`` and completes it in
 # ``_complete(key)``, from ``_open[key]`` (``writer``, ``temp``, ``final``, ``rows``).  Fail loudly at import
 # if that changes, never silently.
 _OPEN_FILE_FIELDS = {"writer", "temp", "final", "rows"}
-_open_file_slots = set(getattr(getattr(recording, "_OpenFile", None), "__slots__", ()))
+_open_file_slots = set(getattr(getattr(dataset_writer, "_OpenFile", None), "__slots__", ()))
 if not all(callable(getattr(DatasetWriter, hook, None)) for hook in ("_file", "_complete")) or \
         not _open_file_slots.issuperset(_OPEN_FILE_FIELDS):
-    raise ImportError("logbuf.pipeline.recording.DatasetWriter changed: the recorder's two-phase commit needs "
+    raise ImportError("logbuf.recording.writer.DatasetWriter changed: the recorder's two-phase commit needs "
                       "its _file(key, first_ns) / _complete(key) / _open[key] (writer, temp, final, rows)")
 
 
@@ -110,7 +112,7 @@ def ensure_marker(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     marker = root / schema.MARKER_FILE
     if marker.exists():
-        recording.read_marker(root)  # appending to a recording of another format would corrupt it
+        reader.read_marker(root)  # appending to a recording of another format would corrupt it
         return
     tmp = root / (schema.MARKER_FILE + ".tmp")
     tmp.write_text(json.dumps({"format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION}) + "\n")
@@ -120,8 +122,8 @@ def ensure_marker(root: Path) -> None:
 class EpochWriter:
     """The three datasets of one recording; rows become complete files only through seal/commit/publish."""
 
-    def __init__(self, root: str | os.PathLike, *, rows_per_file: int = recording.DEFAULT_ROWS_PER_FILE,
-                 row_group_rows: int = recording.DEFAULT_ROW_GROUP_ROWS, compression: str = "zstd") -> None:
+    def __init__(self, root: str | os.PathLike, *, rows_per_file: int = DEFAULT_ROWS_PER_FILE,
+                 row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, compression: str = "zstd") -> None:
         self.root = Path(root)
         ensure_marker(self.root)
         self.writers = {
@@ -205,8 +207,8 @@ class BackgroundWriter:
             finally:
                 self._queue.task_done()
 
-    def _failure(self) -> RuntimeError:
-        error = RuntimeError(f"writing the recording failed: {self._error}")
+    def _failure(self) -> RecorderError:
+        error = RecorderError(f"writing the recording failed: {self._error}")
         error.__cause__ = self._error
         return error
 

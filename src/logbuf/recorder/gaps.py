@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from logbuf.pipeline.schema import GAP_BOTH
+from logbuf.recording.schema import GAP_BOTH
 
 GapRow = tuple[str, str, int, int, int, "int | None"]  # session, feed, first, last, detected_ns, recovered_ns
 

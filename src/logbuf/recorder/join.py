@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from logbuf.recorder.columns import concat_rows
+from logbuf.recorder.columns import MessageDecodeError, concat_rows
 
 # One expanded DELIVERED entry; frame_start/index locate it in the capture stream (for the checkpoint): the
 # start position of the frame (fragment) that carried it and its number among that frame's entries.
@@ -40,7 +40,7 @@ def expand_runs(runs: np.ndarray, frame_starts: np.ndarray) -> np.ndarray:
     each -> one :data:`DELIVERY` entry per message, numbered from 0 within each frame (one vectorised pass)."""
     counts = runs["count"].astype(np.int64)
     if counts.size and int(counts.min()) < 1:
-        raise ValueError(f"DELIVERED row with count {int(counts.min())} (must be >= 1)")
+        raise MessageDecodeError(f"DELIVERED row with count {int(counts.min())} (must be >= 1)")
     total = int(counts.sum())
     entries = np.empty(total, dtype=DELIVERY)
     if total == 0:

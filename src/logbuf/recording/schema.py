@@ -19,7 +19,7 @@ Conventions every writer and reader follows:
   ``detected_ns`` for gaps). Partition values are strings; the partition columns are *not* stored in the files.
 - **Crash safety**: a file is written as ``.<name>.parquet.tmp`` (hidden, wrong suffix), closed, fsync'ed and
   renamed to ``<name>.parquet``. Readers take only ``*.parquet`` files whose name does not start with ``.`` or
-  ``_`` (Spark's ``pathGlobFilter`` plus its hidden-file rule; :func:`logbuf.pipeline.recording.complete_files`
+  ``_`` (Spark's ``pathGlobFilter`` plus its hidden-file rule; :func:`logbuf.recording.reader.complete_files`
   for pyarrow). A crash leaves at most one ``.tmp`` per open file; it is never mistaken for data.
 - **Sequences** are MoldUDP64 message sequence numbers (u64 on the wire, int64 here: 2^63 messages is enough).
 - Unsigned ITCH fields (order references, shares, prices) are stored as int64; Price(4) keeps its 4 implied
@@ -70,6 +70,8 @@ from __future__ import annotations
 import datetime as _dt
 
 import pyarrow as pa
+
+from logbuf.errors import LogbufError
 
 FORMAT_NAME = "logbuf-recording"
 FORMAT_VERSION = 1
@@ -140,7 +142,7 @@ SCHEMAS: dict[str, pa.Schema] = {PACKETS: PACKETS_SCHEMA, MESSAGES: MESSAGES_SCH
 PARTITION_TIME_COLUMN: dict[str, str] = {PACKETS: "arrival_ns", MESSAGES: "arrival_ns", GAPS: "detected_ns"}
 
 
-class RecordingFormatError(ValueError):
+class RecordingFormatError(LogbufError, ValueError):
     """A recording (or a batch about to be written) does not follow this format."""
 
 

@@ -1,9 +1,9 @@
-"""Writing and listing recordings (see :mod:`logbuf.pipeline.schema` for the format).
+"""Writing recordings (format: :mod:`logbuf.recording.schema`).
 
 :class:`RecordingWriter` is what a recorder (and the scenario generator) uses: one rolling Parquet file per
 (dataset, session, hour), row groups of ``row_group_rows``, a new file after ``rows_per_file`` rows, each file
-written under a hidden ``.tmp`` name and renamed only once complete. :func:`complete_files` lists exactly the
-files a reader may use.
+written under a hidden ``.tmp`` name and renamed only once complete (:func:`logbuf.recording.reader.complete_files`
+lists exactly the files a reader may use).
 """
 
 from __future__ import annotations
@@ -11,73 +11,15 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from logbuf.pipeline import schema
-from logbuf.pipeline.schema import RecordingFormatError
-
-DEFAULT_ROWS_PER_FILE = 16_000_000
-DEFAULT_ROW_GROUP_ROWS = 1_000_000
-
-
-def complete_files(root: str | os.PathLike, dataset: str) -> list[Path]:
-    """Complete Parquet files of one dataset, sorted; in-progress (``.tmp``) and hidden files are skipped."""
-    base = Path(root) / dataset
-    if not base.is_dir():
-        return []
-    out = []
-    for path in base.rglob("*" + schema.COMPLETE_SUFFIX):
-        rel = path.relative_to(base)
-        if any(part.startswith(schema.HIDDEN_PREFIXES) for part in rel.parts):
-            continue
-        out.append(path)
-    return sorted(out)
-
-
-def read_marker(root: str | os.PathLike) -> dict:
-    """The recording's format marker; raises :class:`RecordingFormatError` if missing or of another version."""
-    path = Path(root) / schema.MARKER_FILE
-    if not Path(root).is_dir():
-        raise RecordingFormatError(f"{root}: no such recording directory")
-    try:
-        marker = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RecordingFormatError(f"{root}: not a logbuf recording (no {schema.MARKER_FILE})") from None
-    except json.JSONDecodeError as exc:
-        raise RecordingFormatError(f"{path}: unreadable marker ({exc})") from None
-    if marker.get("format") != schema.FORMAT_NAME or marker.get("version") != schema.FORMAT_VERSION:
-        raise RecordingFormatError(
-            f"{root}: format {marker.get('format')!r} version {marker.get('version')!r}; this reader understands "
-            f"{schema.FORMAT_NAME!r} version {schema.FORMAT_VERSION}"
-        )
-    return marker
-
-
-def read_dataset(root: str | os.PathLike, dataset: str, columns: Iterable[str] | None = None) -> pa.Table:
-    """A whole dataset as one pyarrow table (partition columns included), for small recordings and checks."""
-    files = complete_files(root, dataset)
-    names = list(columns) if columns is not None else None
-    tables = []
-    for path in files:
-        table = pq.read_table(path, columns=[c for c in names if c not in schema.PARTITION_COLUMNS]
-                              if names is not None else None)
-        parts = dict(p.split("=", 1) for p in path.parent.relative_to(Path(root) / dataset).parts)
-        for column in schema.PARTITION_COLUMNS:
-            if names is None or column in names:
-                table = table.append_column(column, pa.array([parts.get(column, "")] * table.num_rows,
-                                                             pa.string()))
-        tables.append(table)
-    if not tables:
-        base = schema.SCHEMAS[dataset]
-        fields = [f for f in base if names is None or f.name in names]
-        fields += [pa.field(c, pa.string()) for c in schema.PARTITION_COLUMNS if names is None or c in names]
-        return pa.schema(fields).empty_table()
-    return pa.concat_tables(tables, promote_options="permissive")
+from logbuf.recording import DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROWS_PER_FILE, schema
+from logbuf.recording.reader import read_marker
+from logbuf.recording.schema import RecordingFormatError
 
 
 class _OpenFile:
@@ -102,9 +44,9 @@ class DatasetWriter:
                  rows_per_file: int = DEFAULT_ROWS_PER_FILE, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
                  compression: str = "zstd") -> None:
         if dataset not in schema.SCHEMAS:
-            raise ValueError(f"unknown dataset {dataset!r}: use one of {', '.join(schema.DATASETS)}")
+            raise RecordingFormatError(f"unknown dataset {dataset!r}: use one of {', '.join(schema.DATASETS)}")
         if rows_per_file < 1 or row_group_rows < 1:
-            raise ValueError("rows_per_file and row_group_rows must be positive")
+            raise RecordingFormatError("rows_per_file and row_group_rows must be positive")
         self.root = Path(root)
         self.dataset = dataset
         self.schema = schema.SCHEMAS[dataset]
