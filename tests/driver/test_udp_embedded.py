@@ -33,8 +33,9 @@ from udp_rig import (
 
 import logbuf
 from logbuf.cnc import counters as c
+from logbuf.cnc.loss_report import LossReportFile
 from logbuf.cnc.messages import ErrorCode
-from logbuf.directory import IMAGES_DIR
+from logbuf.directory import IMAGES_DIR, LOSS_REPORT_FILE
 from logbuf.logbuffer import descriptor as d
 from logbuf.protocol import DataHeader, Nak, SetupFrame, StatusMessage, classify, encode_data_frame
 
@@ -184,6 +185,15 @@ def test_lossy_network_every_message_once_and_in_order(tmp_path: Path) -> None:
         assert received.sequences == list(range(len(sent))) and received.corrupt == 0
         wait_for(lambda: system(cl, RETRANSMITTED_BYTES) > 0, what="retransmits counted")
         assert system(cl, NAKS_SENT) > 0 and system(cl, NAKS_RECEIVED) > 0 and system(cl, RETRANSMITS_SENT) > 0
+        # every NAK is a loss observation of the image's entry in loss-report.dat
+        with LossReportFile.open(Path(drv.directory) / LOSS_REPORT_FILE) as report:
+            wait_for(lambda: [e.observation_count for e in report.entries()] == [system(cl, NAKS_SENT)],
+                     what="one loss report entry counting every NAK")
+            (entry,) = report.entries()
+        assert (entry.session_id, entry.stream_id) == (pub.session_id, STREAM)
+        assert f"127.0.0.1:{port}" in entry.channel and entry.source.startswith("127.0.0.1:")
+        assert entry.total_bytes_lost >= 32 * entry.observation_count
+        assert entry.first_observation_ms <= entry.last_observation_ms
 
 
 def test_closed_publication_ends_the_stream_and_the_image_goes(client, driver) -> None:  # type: ignore[no-untyped-def]

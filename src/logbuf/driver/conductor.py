@@ -44,6 +44,7 @@ from logbuf.cnc.errors import (
     RingBufferCorruptedError,
     UnknownCommandTypeError,
 )
+from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import (
     AvailableImage,
     ClientTimeout,
@@ -155,6 +156,7 @@ class DriverConductor:
         epoch_ms: Callable[[], int] = _epoch_ms,
         ensure_wake_semaphore: Callable[[int], None] | None = None,
         on_terminate: Callable[[], None] | None = None,
+        loss_report: LossReport | None = None,
     ) -> None:
         self.ctx = ctx
         self.cnc = cnc
@@ -184,6 +186,8 @@ class DriverConductor:
             bytes_mapped=self._add_bytes_mapped,
             publications_dir=self.publications_dir,
             images_dir=Path(ctx.directory) / IMAGES_DIR,
+            loss_report=loss_report,
+            epoch_ms=epoch_ms,
         )
         self.sender = self.network.sender
         self.receiver = self.network.receiver

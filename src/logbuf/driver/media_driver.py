@@ -31,9 +31,11 @@ import posix_ipc
 
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.errors import CncFileError
+from logbuf.cnc.loss_report import LossReportFile
 from logbuf.directory import (
     CNC_FILE,
     IMAGES_DIR,
+    LOSS_REPORT_FILE,
     PUBLICATIONS_DIR,
     wake_semaphore_name,
     wake_semaphore_prefix,
@@ -74,6 +76,7 @@ class MediaDriver:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.cnc: CncFile | None = None
+        self.loss_report: LossReportFile | None = None
         self.conductor: DriverConductor | None = None
         self._claim_directory()
         try:
@@ -88,9 +91,12 @@ class MediaDriver:
                 time.time_ns() // MS,
                 mode=self.ctx.file_mode,
             )
+            self.loss_report = LossReportFile.create(self.directory / LOSS_REPORT_FILE, self.ctx.loss_report_length,
+                                                     mode=self.ctx.file_mode)
             self.conductor = DriverConductor(
                 self.ctx,
                 self.cnc,
+                loss_report=self.loss_report.report(),
                 ensure_wake_semaphore=self._ensure_wake_semaphore,
                 on_terminate=self._stop.set,
             )
@@ -126,7 +132,7 @@ class MediaDriver:
             raise
         self._lock_fd = fd
         # the lock is ours: whatever is left belongs to a dead driver
-        for name in (CNC_FILE,):
+        for name in (CNC_FILE, LOSS_REPORT_FILE):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(directory / name)
         for sub in (PUBLICATIONS_DIR, IMAGES_DIR):
@@ -155,8 +161,9 @@ class MediaDriver:
                 semaphore.unlink()
             semaphore.close()
         self._semaphores.clear()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.directory / CNC_FILE)
+        for name in (CNC_FILE, LOSS_REPORT_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.directory / name)
         for sub in (PUBLICATIONS_DIR, IMAGES_DIR):
             shutil.rmtree(self.directory / sub, ignore_errors=True)
         if self._lock_fd is not None:
@@ -245,6 +252,8 @@ class MediaDriver:
             self.conductor.close()
         if self.cnc is not None:
             self.cnc.close()
+        if self.loss_report is not None:
+            self.loss_report.close()
         self._release_directory()
 
     def __enter__(self) -> MediaDriver:

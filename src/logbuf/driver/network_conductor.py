@@ -19,6 +19,7 @@ import contextlib
 import os
 import random
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from logbuf.channel import ChannelUri, InvalidChannelError
 from logbuf.cnc import counters as c
 from logbuf.cnc.counters import CountersManager
+from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import AvailableImage, ControlResponse, ErrorCode, UnavailableImage
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
 from logbuf.driver.command_error import CommandError
@@ -52,6 +54,7 @@ from logbuf.driver.udp import (
     UnicastNakDelay,
     receiver_window_length,
 )
+from logbuf.driver.udp.loss_detector import Gap
 from logbuf.driver.udp_channel import UdpChannel, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.logbuffer import descriptor as d
@@ -82,6 +85,28 @@ def _channel_status_key(channel: str) -> bytes:
     return struct.pack("<i", len(data)) + data
 
 
+class ImageLossObserver:
+    """Records an image's losses in the driver's loss report: its entry on the first, observations after."""
+
+    def __init__(self, report: LossReport, epoch_ms: Callable[[], int], session_id: int, stream_id: int,
+                 channel: str, source: str) -> None:
+        self.report = report
+        self.epoch_ms = epoch_ms
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.channel = channel
+        self.source = source
+        self.entry_offset: int | None = None  # -1: the report is full, nothing more is recorded
+
+    def __call__(self, gap: Gap) -> None:
+        now_ms = self.epoch_ms()
+        if self.entry_offset is None:
+            self.entry_offset = self.report.create_entry(gap.length, now_ms, self.session_id, self.stream_id,
+                                                         self.channel, self.source)
+        elif self.entry_offset >= 0:
+            self.report.record_observation(self.entry_offset, gap.length, now_ms)
+
+
 class NetworkConductor:
     def __init__(
         self,
@@ -97,6 +122,8 @@ class NetworkConductor:
         bytes_mapped: Callable[[int], None],
         publications_dir: Path,
         images_dir: Path,
+        loss_report: LossReport | None = None,
+        epoch_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.ctx = ctx
         self.counters = counters
@@ -109,6 +136,8 @@ class NetworkConductor:
         self.bytes_mapped = bytes_mapped
         self.publications_dir = publications_dir
         self.images_dir = images_dir
+        self.loss_report = loss_report
+        self.epoch_ms = epoch_ms
         self.sender = Sender()
         self.receiver = Receiver()
         self.publications: list[NetworkPublication] = []
@@ -422,6 +451,9 @@ class NetworkConductor:
                 counters=self.network_counters.receiver,
             )
             name = endpoint.channel.uri.canonical()
+            if self.loss_report is not None:
+                receiver.on_loss = ImageLossObserver(self.loss_report, self.epoch_ms, setup.session_id,
+                                                     setup.stream_id, name, describe_sockaddr(event.source))
             key = c.stream_position_key(correlation_id, setup.session_id, setup.stream_id, name)
             for type_id in (c.RECEIVER_HWM_TYPE_ID, c.RECEIVER_POSITION_TYPE_ID):
                 label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], correlation_id, setup.session_id,
