@@ -94,14 +94,18 @@ def test_loopback_delivers_every_message_in_order_with_counters(client, driver) 
     wait_for(lambda: client.counters.counter_value(snd_pos.counter_id) == end, what="snd-pos at the end")
     for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.SENDER_POSITION_TYPE_ID):
         info = counter(client, type_id, pub.registration_id)
-        assert info.label.endswith(f"{pub.registration_id} {pub.session_id} {STREAM} {channel(port)}")
+        assert info.label.endswith(f"{pub.registration_id} {pub.session_id} {STREAM} {channel(port)} ")
     snd_lmt = client.counters.counter_value(counter(client, c.SENDER_LIMIT_TYPE_ID, pub.registration_id).counter_id)
     assert end < snd_lmt <= end + T // 2  # the receiver's window (min(128k, T/2)) from its last SM
-    for type_id in (c.RECEIVER_HWM_TYPE_ID, c.RECEIVER_POSITION_TYPE_ID, c.SUBSCRIBER_POSITION_TYPE_ID):
-        info = counter(client, type_id, image.correlation_id)
+    for type_id, registration_id in ((c.RECEIVER_HWM_TYPE_ID, image.correlation_id),
+                                     (c.RECEIVER_POSITION_TYPE_ID, image.correlation_id),
+                                     (c.SUBSCRIBER_POSITION_TYPE_ID, sub.registration_id)):
+        info = counter(client, type_id, registration_id)
         wait_for(lambda i=info: client.counters.counter_value(i.counter_id) == end, what=f"{info.label} at end")
-    sub_pos = counter(client, c.SUBSCRIBER_POSITION_TYPE_ID, image.correlation_id)
+    # Aeron's sub-pos: keyed and labelled by the subscription, owned by its client, referring to the image
+    sub_pos = counter(client, c.SUBSCRIBER_POSITION_TYPE_ID, sub.registration_id)
     assert sub_pos.label.endswith(" @0") and sub_pos.registration_id == sub.registration_id
+    assert (sub_pos.owner_id, sub_pos.reference_id) == (client.client_id, image.correlation_id)
     payload = sum(len(m) for m in sent)
     # one driver at both ends of a loss-free loopback: every byte it sent, it received
     wait_for(lambda: system(client, BYTES_RECEIVED) == system(client, BYTES_SENT) > payload, what="bytes counted")

@@ -46,9 +46,9 @@ def test_stat_text(driver: FakeDriver, capsys):
 
 def test_stat_uses_logbuf_dir_env(driver: FakeDriver, capsys, monkeypatch):
     monkeypatch.setenv("LOGBUF_DIR", str(driver.directory))
-    code, out, _ = run(capsys, "stat", "--type", "system", "--label", "^Errors$")
+    code, out, _ = run(capsys, "stat", "--type", "system", "--label", "^Errors:")
     assert code == 0
-    assert out.splitlines()[2:] == [" 15:                    0 - Errors"]
+    assert out.splitlines()[2:] == [" 15:                    0 - " + c.SYSTEM_COUNTER_LABELS[15]]
 
 
 def test_stat_json_and_filters(driver: FakeDriver, capsys):
@@ -139,7 +139,7 @@ def test_stat_watch_frames_when_not_a_tty(driver: FakeDriver, capsys):
         "--count",
         "3",
         "--label",
-        "^Errors$",
+        "^Errors:",
     )
     assert code == 0
     frames = out.split("\n\n")
@@ -147,7 +147,7 @@ def test_stat_watch_frames_when_not_a_tty(driver: FakeDriver, capsys):
     for frame in frames:
         lines = frame.strip("\n").splitlines()
         assert "logbuf stat (CnC v0.2.0)" in lines[0] and lines[1] == "=" * 70
-        assert lines[2].startswith(" 15:                    0 ") and lines[2].endswith(" - Errors")
+        assert lines[2].startswith(" 15:                    0 ") and lines[2].endswith(" - " + c.SYSTEM_COUNTER_LABELS[15])
     assert "\x1b[" not in out
 
 

@@ -68,6 +68,7 @@ from logbuf.directory import IMAGES_DIR, LOG_SUFFIX, PUBLICATIONS_DIR
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.context import MS, DriverContext
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink
+from logbuf.driver.log_metadata import fill_publication_metadata
 from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.logbuffer.log_buffers import LogBuffers
@@ -76,17 +77,15 @@ NULL_VALUE = -1
 IPC_SOURCE_IDENTITY = "aeron:ipc"
 COMMANDS_PER_CYCLE = 16
 
-# system counter ids the conductor maintains (Aeron's ids)
-ERRORS = 15
-UNBLOCKED_PUBLICATIONS = 19
-UNBLOCKED_COMMANDS = 20
-CLIENT_LIVENESS_TIMEOUTS = 24
-CONDUCTOR_MAX_CYCLE_TIME = 26
-CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED = 27
-SOFTWARE_VERSION = 34
-BYTES_MAPPED = 35
-CYCLE_THRESHOLD_NS = 1_000_000_000 // 1000  # 1 ms: a conductor cycle longer than this is counted
-SOFTWARE_VERSION_VALUE = (0 << 16) | (1 << 8) | 0  # logbuf 0.1.0, encoded as Aeron encodes its version
+# system counters the conductor maintains
+ERRORS = c.SystemCounter.ERRORS
+UNBLOCKED_PUBLICATIONS = c.SystemCounter.UNBLOCKED_PUBLICATIONS
+UNBLOCKED_COMMANDS = c.SystemCounter.UNBLOCKED_COMMANDS
+CLIENT_LIVENESS_TIMEOUTS = c.SystemCounter.CLIENT_TIMEOUTS
+CONDUCTOR_MAX_CYCLE_TIME = c.SystemCounter.CONDUCTOR_MAX_CYCLE_TIME
+CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED = c.SystemCounter.CONDUCTOR_CYCLE_TIME_THRESHOLD_EXCEEDED
+BYTES_MAPPED = c.SystemCounter.BYTES_CURRENTLY_MAPPED
+CYCLE_THRESHOLD_NS = c.DEFAULT_CYCLE_THRESHOLD_NS  # a conductor cycle longer than this is counted
 NETWORK_COUNTERS_INTERVAL_NS = 1_000_000  # the network system counters reach cnc.dat at least this often
 
 Publication = IpcPublication | NetworkPublication
@@ -166,7 +165,6 @@ class DriverConductor:
         self.counters: CountersManager = cnc.counters_manager(epoch_ms)
         self.error_log: DistinctErrorLog = cnc.distinct_error_log(epoch_ms)
         self.system = self.counters.allocate_system_counters()
-        self.counters.set_counter_value(self.system[SOFTWARE_VERSION], SOFTWARE_VERSION_VALUE)
         self.ensure_wake_semaphore = ensure_wake_semaphore or (lambda stream_id: None)
         self.on_terminate = on_terminate
         self.clients: dict[int, ClientSession] = {}
@@ -329,10 +327,13 @@ class DriverConductor:
                 c.client_heartbeat_label(client_id),
                 c.client_heartbeat_key(client_id),
                 registration_id=client_id,
+                owner_id=client_id,
             )
             self.counters.set_counter_value(counter_id, self.epoch_ms())
             client = ClientSession(client_id, counter_id)
             self.clients[client_id] = client
+            # as Aeron's driver: the client learns its heartbeat counter (and completes its label)
+            self._send(ControlResponse.ON_COUNTER_READY, CounterUpdate(client_id, counter_id))
         return client
 
     # -- publications ----------------------------------------------------------------------------------
@@ -346,12 +347,15 @@ class DriverConductor:
     def _add_publication(self, client: ClientSession, msg: PublicationMessage, exclusive: bool) -> None:
         uri = self._parse_channel(msg.channel)
         publication: Publication | None = None
+        created = False
         if uri.is_udp:
-            publication = self.network.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive)
+            publication = self.network.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive,
+                                                       client.client_id)
         elif not exclusive:
             publication = self._shared_publication(msg.stream_id, uri)
         if publication is None:
-            publication = self._new_publication(msg.correlation_id, uri, msg.stream_id, exclusive)
+            publication = self._new_publication(msg.correlation_id, uri, msg.stream_id, exclusive, client.client_id)
+            created = True
         publication.publishers[msg.correlation_id] = client.client_id
         client.publication_links[msg.correlation_id] = publication
         response = (
@@ -369,6 +373,11 @@ class DriverConductor:
                 str(publication.log.path),
             ),
         )
+        if created and isinstance(publication, IpcPublication):
+            # Aeron's order: the publisher hears READY before the subscribers hear of the new image
+            for subscription in list(self.subscriptions.values()):
+                if isinstance(subscription, SubscriptionLink) and subscription.stream_id == msg.stream_id:
+                    self._link(subscription, publication)
 
     def _shared_publication(self, stream_id: int, uri: ChannelUri) -> IpcPublication | None:
         for publication in self.publications:
@@ -397,8 +406,9 @@ class DriverConductor:
                 return session_id
 
     def _new_publication(
-        self, registration_id: int, uri: ChannelUri, stream_id: int, exclusive: bool
+        self, registration_id: int, uri: ChannelUri, stream_id: int, exclusive: bool, client_id: int
     ) -> IpcPublication:
+        """A new IPC publication (its subscribers are linked by the caller, after it answered)."""
         term_length = uri.term_length(self.ctx.ipc_term_length)
         mtu = uri.mtu(self.ctx.mtu)
         window = self.ctx.ipc_window(term_length)
@@ -418,12 +428,15 @@ class DriverConductor:
         channel = uri.canonical()
         counter_ids: list[int] = []
         try:
+            fill_publication_metadata(log, self.ctx.publication_linger_timeout_ns)
             key = c.stream_position_key(registration_id, log.session_id, stream_id, channel)
             for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID):
                 label = c.stream_position_label(
                     c.STREAM_COUNTER_NAMES[type_id], registration_id, log.session_id, stream_id, channel
                 )
-                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id))
+                owner = client_id if type_id == c.PUBLISHER_LIMIT_TYPE_ID else c.DEFAULT_OWNER_ID
+                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id,
+                                                          owner_id=owner))
         except BaseException:
             for counter_id in counter_ids:
                 self.counters.free(counter_id)
@@ -447,9 +460,6 @@ class DriverConductor:
         )
         self.publications.append(publication)
         self._add_bytes_mapped(os.path.getsize(path))
-        for subscription in self.subscriptions.values():
-            if isinstance(subscription, SubscriptionLink) and subscription.stream_id == stream_id:
-                self._link(subscription, publication)
         return publication
 
     def _add_bytes_mapped(self, delta: int) -> None:
@@ -520,19 +530,26 @@ class DriverConductor:
             # otherwise the oldest position that is: the consumer sees join > wanted and knows what it missed
             oldest = max(publication.duty.cleaner.clean_position, join - 2 * publication.log.term_length, 0)
             join = min(max(wanted, oldest), join)
+        # Aeron's sub-pos: the subscription's registration id and channel, owned by its client, referring to
+        # the publication it reads
         label = c.stream_position_label(
             c.SUBSCRIBER_POSITION_NAME,
-            publication.registration_id,
+            subscription.registration_id,
             publication.session_id,
             publication.stream_id,
-            publication.channel,
+            subscription.channel,
             join,
         )
         key = c.stream_position_key(
-            publication.registration_id, publication.session_id, publication.stream_id, publication.channel
+            subscription.registration_id, publication.session_id, publication.stream_id, subscription.channel
         )
         counter_id = self.counters.allocate(
-            c.SUBSCRIBER_POSITION_TYPE_ID, label, key, registration_id=subscription.registration_id
+            c.SUBSCRIBER_POSITION_TYPE_ID,
+            label,
+            key,
+            registration_id=subscription.registration_id,
+            owner_id=subscription.client_id,
+            reference_id=publication.registration_id,
         )
         position = self.counters.position(counter_id)
         position.set(join)
@@ -615,6 +632,7 @@ class DriverConductor:
             self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(registration_id, counter_id))
         client.counters.clear()
         self.counters.free(client.heartbeat_counter_id)
+        self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(client.client_id, client.heartbeat_counter_id))
         del self.clients[client.client_id]
 
     def _check_client_liveness(self, now_ms: int) -> int:

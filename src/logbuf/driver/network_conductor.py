@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
+from logbuf.driver.log_metadata import fill_image_metadata, fill_publication_metadata
 from logbuf.driver.network_counters import NetworkCounters
 from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
 from logbuf.driver.publication_image import ImageWaker, PublicationImage
@@ -55,6 +55,7 @@ from logbuf.driver.udp import (
     receiver_window_length,
 )
 from logbuf.driver.udp.loss_detector import Gap
+from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH
 from logbuf.driver.udp_channel import UdpChannel, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.logbuffer import descriptor as d
@@ -77,12 +78,6 @@ class NetworkSubscription:
         self.stream_id = stream_id
         self.channel = channel
         self.endpoint = endpoint
-
-
-def _channel_status_key(channel: str) -> bytes:
-    """Aeron's channel endpoint status key: channel length (i32) then the channel, cut to fit 112 bytes."""
-    data = c.encode_ascii(channel)[: c.MAX_KEY_LENGTH - 4]
-    return struct.pack("<i", len(data)) + data
 
 
 class ImageLossObserver:
@@ -175,22 +170,36 @@ class NetworkConductor:
                 ErrorCode.CHANNEL_ENDPOINT_ERROR, f"channel {channel}: cannot open its {role.value} socket: {exc}"
             ) from None
 
-    def _status_counter(self, type_id: int, name: str, channel: UdpChannel, key: str | None = None) -> int:
-        key = channel.key if key is None else key
-        counter_id = self.counters.allocate(type_id, f"{name}: {key}", _channel_status_key(key))
-        self.counters.set_counter_value(counter_id, CHANNEL_STATUS_ACTIVE)
-        return counter_id
+    def _status_counters(self, type_id: int, name: str, sockaddr_name: str, channel: str, address: str,
+                         registration_id: int) -> tuple[int, int]:
+        """A channel endpoint's status counter and its local socket address counter, as Aeron labels them
+        (``snd-channel: <channel> <address>``, ``snd-local-sockaddr: <status id> <address>``)."""
+        status = self.counters.allocate(type_id, c.channel_status_label(name, channel, address),
+                                        c.channel_status_key(channel), registration_id=registration_id)
+        self.counters.set_counter_value(status, CHANNEL_STATUS_ACTIVE)
+        try:
+            sockaddr = self.counters.allocate(c.LOCAL_SOCKADDR_TYPE_ID,
+                                              c.local_sockaddr_label(sockaddr_name, status, address),
+                                              c.local_sockaddr_key(status, address), registration_id=registration_id)
+        except BaseException:
+            self.counters.free(status)
+            raise
+        self.counters.set_counter_value(sockaddr, CHANNEL_STATUS_ACTIVE)
+        return status, sockaddr
 
-    def _send_endpoint(self, channel: UdpChannel) -> SendChannelEndpoint:
+    def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int) -> SendChannelEndpoint:
         endpoint = self.send_endpoints.get(channel.key)
         if endpoint is None:
             transport = self._transport(channel, TransportRole.SEND)
             try:
-                status = self._status_counter(c.SEND_CHANNEL_STATUS_TYPE_ID, "snd-channel", channel)
+                status, sockaddr = self._status_counters(
+                    c.SEND_CHANNEL_STATUS_TYPE_ID, c.SEND_CHANNEL_STATUS_NAME, c.SEND_LOCAL_SOCKADDR_NAME,
+                    uri.canonical(), str(transport.local_address), registration_id)
             except BaseException:
                 transport.close()
                 raise
             endpoint = SendChannelEndpoint(channel, transport, self.network_counters, status)
+            endpoint.local_sockaddr_counter_id = sockaddr
             self.send_endpoints[channel.key] = endpoint
             self.sender.add_endpoint(endpoint)
         return endpoint
@@ -198,16 +207,19 @@ class NetworkConductor:
     def _close_send_endpoint(self, endpoint: SendChannelEndpoint) -> None:
         self.send_endpoints.pop(endpoint.key, None)
         self.sender.remove_endpoint(endpoint)
+        self.counters.free(endpoint.local_sockaddr_counter_id)
         self.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
-    def _receive_endpoint(self, channel: UdpChannel) -> ReceiveChannelEndpoint:
+    def _receive_endpoint(self, channel: UdpChannel, uri: ChannelUri,
+                          registration_id: int) -> ReceiveChannelEndpoint:
         endpoint = self.receive_endpoints.get(channel.receive_key)
         if endpoint is None:
             transport = self._transport(channel, TransportRole.RECEIVE)
             try:
-                status = self._status_counter(c.RECEIVE_CHANNEL_STATUS_TYPE_ID, "rcv-channel", channel,
-                                              channel.receive_key)
+                status, sockaddr = self._status_counters(
+                    c.RECEIVE_CHANNEL_STATUS_TYPE_ID, c.RECEIVE_CHANNEL_STATUS_NAME, c.RECEIVE_LOCAL_SOCKADDR_NAME,
+                    uri.canonical(), str(transport.receive_address), registration_id)
             except BaseException:
                 transport.close()
                 raise
@@ -221,6 +233,7 @@ class NetworkConductor:
                 image_removed=self._on_image_removed,
                 status_counter_id=status,
             )
+            endpoint.local_sockaddr_counter_id = sockaddr
             self.receive_endpoints[channel.receive_key] = endpoint
             self.receiver.add_endpoint(endpoint)
         return endpoint
@@ -231,6 +244,7 @@ class NetworkConductor:
         for image in list(endpoint.images.values()):
             self._close_image(image, notify=True)
         endpoint.images.clear()
+        self.counters.free(endpoint.local_sockaddr_counter_id)
         self.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
@@ -250,7 +264,9 @@ class NetworkConductor:
         return UnicastFlowControl(timeout)
 
     def add_publication(self, registration_id: int, uri: ChannelUri, stream_id: int,
-                        exclusive: bool) -> NetworkPublication:
+                        exclusive: bool, client_id: int = 0) -> NetworkPublication:
+        """The stream's publication on this channel (a new one unless a shared one exists); ``client_id``
+        owns a new one's pub-lmt counter."""
         channel = self.udp_channel(uri)
         term_length = uri.term_length(self.ctx.network_term_length)
         mtu = uri.mtu(self.ctx.mtu)
@@ -273,10 +289,10 @@ class NetworkConductor:
                         f"term-length={term_length} mtu={mtu}",
                     )
                 return publication
-        endpoint = self._send_endpoint(channel)
+        endpoint = self._send_endpoint(channel, uri, registration_id)
         try:
             return self._new_publication(registration_id, uri, channel, endpoint, stream_id, exclusive,
-                                         term_length, mtu, flow_control)
+                                         term_length, mtu, flow_control, client_id)
         except BaseException:
             if endpoint.is_unused:
                 self._close_send_endpoint(endpoint)
@@ -284,7 +300,7 @@ class NetworkConductor:
 
     def _new_publication(self, registration_id: int, uri: ChannelUri, channel: UdpChannel,
                          endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, term_length: int,
-                         mtu: int, flow_control: FlowControl) -> NetworkPublication:
+                         mtu: int, flow_control: FlowControl, client_id: int) -> NetworkPublication:
         ctx = self.ctx
         window = ctx.network_window(term_length)
         path = self.publications_dir / f"{registration_id}{LOG_SUFFIX}"
@@ -303,12 +319,15 @@ class NetworkConductor:
         name = uri.canonical()
         counter_ids: list[int] = []
         try:
+            fill_publication_metadata(log, ctx.publication_linger_timeout_ns)
             key = c.stream_position_key(registration_id, log.session_id, stream_id, name)
             for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SENDER_POSITION_TYPE_ID,
                             c.SENDER_LIMIT_TYPE_ID, c.SENDER_BPE_TYPE_ID):
                 label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], registration_id, log.session_id,
                                                 stream_id, name)
-                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id))
+                owner = client_id if type_id == c.PUBLISHER_LIMIT_TYPE_ID else c.DEFAULT_OWNER_ID
+                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id,
+                                                          owner_id=owner))
             sender = PublicationSender(
                 log,
                 self.now_ns,
@@ -368,7 +387,7 @@ class NetworkConductor:
     def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri,
                          stream_id: int) -> NetworkSubscription:
         channel = self.udp_channel(uri)
-        endpoint = self._receive_endpoint(channel)
+        endpoint = self._receive_endpoint(channel, uri, registration_id)
         self.ensure_wake_semaphore(stream_id)
         subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint)
         endpoint.add_subscription(stream_id)
@@ -418,7 +437,7 @@ class NetworkConductor:
         ctx = self.ctx
         setup = event.setup
         correlation_id = self.next_correlation_id()
-        window = receiver_window_length(setup.term_length, ctx.receiver_window or 128 * 1024)
+        window = receiver_window_length(setup.term_length, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
         path = self.images_dir / f"{correlation_id}{LOG_SUFFIX}"
         log = LogBuffers.create(
             path,
@@ -434,6 +453,7 @@ class NetworkConductor:
         )
         counter_ids: list[int] = []
         try:
+            fill_image_metadata(log, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
             join = setup.join_position()
             if endpoint.channel.is_multicast:
                 nak_delay: Any = MulticastNakDelay(ctx.nak_multicast_max_backoff_ns, ctx.nak_multicast_group_size)
@@ -483,11 +503,15 @@ class NetworkConductor:
             self._link(subscription, image, join)
 
     def _link(self, subscription: NetworkSubscription, image: PublicationImage, join: int) -> None:
-        label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, image.correlation_id, image.session_id,
-                                        image.stream_id, image.channel, join)
-        key = c.stream_position_key(image.correlation_id, image.session_id, image.stream_id, image.channel)
+        # Aeron's sub-pos: the subscription's registration id and channel, owned by its client, referring to
+        # the image it reads
+        label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, subscription.registration_id,
+                                        image.session_id, image.stream_id, subscription.channel, join)
+        key = c.stream_position_key(subscription.registration_id, image.session_id, image.stream_id,
+                                    subscription.channel)
         counter_id = self.counters.allocate(c.SUBSCRIBER_POSITION_TYPE_ID, label, key,
-                                            registration_id=subscription.registration_id)
+                                            registration_id=subscription.registration_id,
+                                            owner_id=subscription.client_id, reference_id=image.correlation_id)
         position = self.counters.position(counter_id)
         position.set(join)
         image.add_subscriber(

@@ -30,6 +30,7 @@ class SendChannelEndpoint:
         self.transport = transport
         self.counters = counters
         self.status_counter_id = status_counter_id
+        self.local_sockaddr_counter_id = -1  # snd-local-sockaddr, when the conductor allocated one
         self.publications: dict[tuple[int, int], NetworkPublication] = {}
 
     def add(self, publication: NetworkPublication) -> None:
