@@ -131,6 +131,9 @@ def _cmd_errors(args: argparse.Namespace) -> int:
         report = read_errors(cnc_path(args.dir))
     except ToolError as exc:
         return _fail("errors", exc)
+    reason = report.header.inactive_reason()
+    if reason and not args.json:
+        print(f"logbuf errors: {reason}", file=sys.stderr)  # stdout stays ErrorStat's text
     try:
         _write(sys.stdout, report.to_json(indent=2) + "\n" if args.json else format_errors(report))
     except BrokenPipeError:
@@ -239,8 +242,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "errors",
         help="print the driver's distinct error log",
-        description="Print the distinct errors the driver recorded in cnc.dat: count, first and last "
-        "observation (ISO-8601) and text, then a summary line.",
+        description="Print the distinct errors the driver recorded in cnc.dat as Aeron's ErrorStat does: "
+        "count, first and last observation (UTC) and text per error, then how many there are.  A driver "
+        "that is not alive is noted on stderr.",
         epilog=_EXIT_CODES_HELP,
     )
     p.add_argument(
