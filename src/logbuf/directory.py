@@ -3,6 +3,7 @@
 One driver owns one directory::
 
     /dev/shm/logbuf-<user>/            0700, owned by the user running the driver
+        logbuf-driver                  marker: a logbuf driver owns this directory (and whether it created it)
         cnc.dat                        command-and-control file (header, rings, counters, error log)
         loss-report.dat                one entry per image that lost data (Aeron's layout)
         publications/<regId>.logbuffer  log buffers the driver created for publications
@@ -23,6 +24,8 @@ from pathlib import Path
 ENV_DIR = "LOGBUF_DIR"
 CNC_FILE = "cnc.dat"
 LOSS_REPORT_FILE = "loss-report.dat"
+MARKER_FILE = "logbuf-driver"
+LOCK_FILE = "driver.lock"
 PUBLICATIONS_DIR = "publications"
 IMAGES_DIR = "images"
 LOG_SUFFIX = ".logbuffer"

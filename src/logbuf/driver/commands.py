@@ -59,6 +59,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--linger-timeout", type=_seconds, help="seconds a closed publication may drain (5)")
     p.add_argument("--timer-interval", type=_seconds, help="seconds between timer duties (1)")
     p.add_argument("--idle", help="idle strategy: backoff[:max_park_ns] (default backoff:4000000), sleep[:ns], yield, spin")
+    p.add_argument("--force", action="store_true",
+                   help="take over the directory of a driver that died (never a directory that is not a "
+                   "driver's; default: refuse)")
     p.add_argument("--group-access", action="store_true", help="directory 0770 and files 0660 (default 0700/0600)")
     p.add_argument("--pre-touch", action="store_true", help="fault log pages in when a log is created")
     udp = p.add_argument_group("UDP (network publications and images)")
@@ -96,6 +99,7 @@ def _run_driver(args: argparse.Namespace) -> int:
             publication_linger_timeout_ns=args.linger_timeout,
             timer_interval_ns=args.timer_interval,
             idle_strategy=args.idle,
+            force=args.force or None,
             group_access=args.group_access or None,
             pre_touch=args.pre_touch or None,
             threading_mode=args.threading_mode,

@@ -39,6 +39,7 @@ class DriverContext:
     counters_values_length: int = 1024 * 1024  # 8192 counters of 128 bytes
     error_log_length: int = 1024 * 1024
     loss_report_length: int = 1024 * 1024  # loss-report.dat (Aeron's default)
+    force: bool = False  # take over the directory of a driver that died (never a directory that is not a driver's)
     group_access: bool = False  # directory 0770 / files 0660 instead of 0700 / 0600
     pre_touch: bool = False  # fault log pages in when a log is created (no page faults on the first lap)
     terminate_token: bytes | None = None  # TERMINATE_DRIVER is honoured only with this token
