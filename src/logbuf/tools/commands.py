@@ -250,7 +250,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dir", default=None, help="driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)"
     )
-    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--json", action="store_true", help="one JSON object (default: text)")
     p.set_defaults(func=_cmd_errors)
 
     p = subparsers.add_parser(
@@ -278,7 +278,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="a .logbuffer file, or a registration id looked up in the driver directory",
     )
-    p.add_argument("--dir", default=None, help="driver directory used to resolve a registration id")
+    p.add_argument("--dir", default=None, help="driver directory used to resolve a registration id "
+                   "(default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)")
     p.add_argument(
         "--frames",
         type=_frame_limit,
@@ -293,5 +294,5 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         metavar="BYTES",
         help=f"payload bytes shown per frame (default {DEFAULT_PREVIEW_BYTES})",
     )
-    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--json", action="store_true", help="one JSON object (default: text)")
     p.set_defaults(func=_cmd_logdump)
