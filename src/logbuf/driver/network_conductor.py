@@ -279,7 +279,7 @@ class NetworkConductor:
         if not exclusive:
             for publication in self.publications:
                 if (publication.is_exclusive or publication.stream_id != stream_id
-                        or publication.endpoint.key != channel.key or publication.state != PublicationState.ACTIVE):
+                        or publication.endpoint_key != channel.key or publication.state != PublicationState.ACTIVE):
                     continue
                 if term_length != publication.log.term_length or mtu != publication.log.mtu:
                     raise CommandError(
@@ -344,7 +344,9 @@ class NetworkConductor:
                 is_exclusive=exclusive,
                 log=log,
                 sender=sender,
-                endpoint=endpoint,
+                transport=endpoint.transport,
+                endpoint_key=endpoint.key,
+                channel_status_id=endpoint.status_counter_id,
                 positions=NetworkPublicationPositions(*(self.counters.position(i) for i in counter_ids)),
                 window_length=window,
                 max_datagrams=ctx.send_batch,
@@ -368,7 +370,7 @@ class NetworkConductor:
             self.publications.remove(publication)
         with contextlib.suppress(ValueError):
             self.sender.publications.remove(publication)
-        endpoint = publication.endpoint
+        endpoint = self.send_endpoints[publication.endpoint_key]
         endpoint.remove(publication)
         if endpoint.is_unused:
             self._close_send_endpoint(endpoint)
