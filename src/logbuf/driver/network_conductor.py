@@ -18,21 +18,17 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from logbuf.channel import ChannelUri, InvalidChannelError
 from logbuf.cnc import counters as c
-from logbuf.cnc.counters import CountersManager
 from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import AvailableImage, ControlResponse, ErrorCode, UnavailableImage
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
 from logbuf.driver.command_error import CommandError
-from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
-from logbuf.driver.log_metadata import fill_image_metadata, fill_publication_metadata
+from logbuf.driver.log_metadata import fill_image_metadata
 from logbuf.driver.network_counters import NetworkCounters
 from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
 from logbuf.driver.publication_image import ImageWaker, PublicationImage
@@ -40,6 +36,7 @@ from logbuf.driver.receive_channel import ReceiveChannelEndpoint
 from logbuf.driver.receiver import Receiver
 from logbuf.driver.send_channel import SendChannelEndpoint
 from logbuf.driver.sender import Sender
+from logbuf.driver.services import DriverServices
 from logbuf.driver.udp import (
     CreateImage,
     FlowControl,
@@ -103,36 +100,22 @@ class ImageLossObserver:
 
 
 class NetworkConductor:
-    def __init__(
-        self,
-        ctx: DriverContext,
-        counters: CountersManager,
-        system: dict[int, int],
-        *,
-        respond: Callable[[ControlResponse, Any], None],
-        record_error: Callable[[str], None],
-        next_correlation_id: Callable[[], int],
-        new_session_id: Callable[[], int],
-        ensure_wake_semaphore: Callable[[int], None],
-        bytes_mapped: Callable[[int], None],
-        publications_dir: Path,
-        images_dir: Path,
-        loss_report: LossReport | None = None,
-        epoch_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
-    ) -> None:
-        self.ctx = ctx
-        self.counters = counters
-        self.network_counters = NetworkCounters(counters, system)
-        self.respond = respond
-        self.record_error = record_error
-        self.next_correlation_id = next_correlation_id
-        self.new_session_id = new_session_id
-        self.ensure_wake_semaphore = ensure_wake_semaphore
-        self.bytes_mapped = bytes_mapped
-        self.publications_dir = publications_dir
-        self.images_dir = images_dir
-        self.loss_report = loss_report
-        self.epoch_ms = epoch_ms
+    """The driver conductor's ``aeron:udp`` half: channel endpoints, network publications, subscriptions
+    and images (see the module docstring)."""
+
+    def __init__(self, services: DriverServices) -> None:
+        self.services = services
+        self.ctx = services.ctx
+        self.counters = services.counters
+        self.network_counters = NetworkCounters(services.counters, services.system)
+        self.respond = services.respond
+        self.record_error = services.record_error
+        self.next_correlation_id = services.next_correlation_id
+        self.ensure_wake_semaphore = services.ensure_wake_semaphore
+        self.bytes_mapped = services.bytes_mapped
+        self.images_dir = services.images_dir
+        self.loss_report = services.loss_report
+        self.epoch_ms = services.epoch_ms
         self.sender = Sender()
         self.receiver = Receiver()
         self.publications: list[NetworkPublication] = []
@@ -302,32 +285,17 @@ class NetworkConductor:
                          endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, term_length: int,
                          mtu: int, flow_control: FlowControl, client_id: int) -> NetworkPublication:
         ctx = self.ctx
+        services = self.services
         window = ctx.network_window(term_length)
-        path = self.publications_dir / f"{registration_id}{LOG_SUFFIX}"
-        self.ensure_wake_semaphore(stream_id)  # the client's publication opens it (nobody waits on it)
-        log = LogBuffers.create(
-            path,
-            term_length=term_length,
-            mtu=mtu,
-            session_id=self.new_session_id(),
-            stream_id=stream_id,
-            correlation_id=registration_id,
-            publication_window_length=window,
-            mode=ctx.file_mode,
-            pre_touch=ctx.pre_touch,
-        )
+        # the client's publication opens the stream's wake-up semaphore (nobody waits on it)
+        log = services.create_publication_log(registration_id, stream_id, term_length, mtu, window)
         name = uri.canonical()
         counter_ids: list[int] = []
         try:
-            fill_publication_metadata(log, ctx.publication_linger_timeout_ns)
-            key = c.stream_position_key(registration_id, log.session_id, stream_id, name)
-            for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SENDER_POSITION_TYPE_ID,
-                            c.SENDER_LIMIT_TYPE_ID, c.SENDER_BPE_TYPE_ID):
-                label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], registration_id, log.session_id,
-                                                stream_id, name)
-                owner = client_id if type_id == c.PUBLISHER_LIMIT_TYPE_ID else c.DEFAULT_OWNER_ID
-                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id,
-                                                          owner_id=owner))
+            counter_ids = services.allocate_stream_counters(
+                (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SENDER_POSITION_TYPE_ID,
+                 c.SENDER_LIMIT_TYPE_ID, c.SENDER_BPE_TYPE_ID), registration_id, log.session_id, stream_id, name,
+                client_id)
             sender = PublicationSender(
                 log,
                 self.now_ns,
@@ -353,15 +321,11 @@ class NetworkConductor:
             )
             endpoint.add(publication)
         except BaseException:
-            for counter_id in counter_ids:
-                self.counters.free(counter_id)
-            log.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            services.free_counters(counter_ids)
+            services.delete_log(log)
             raise
         self.publications.append(publication)
         self.sender.publications.append(publication)
-        self.bytes_mapped(os.path.getsize(path))
         return publication
 
     def close_publication(self, publication: NetworkPublication) -> None:
@@ -374,15 +338,9 @@ class NetworkConductor:
         endpoint.remove(publication)
         if endpoint.is_unused:
             self._close_send_endpoint(endpoint)
-        for counter_id in publication.counter_ids:
-            self.counters.free(counter_id)
+        self.services.free_counters(publication.counter_ids)
         publication.state = PublicationState.CLOSED
-        path = publication.log.path
-        with contextlib.suppress(OSError):
-            self.bytes_mapped(-os.path.getsize(path))
-        publication.log.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        self.services.delete_log(publication.log)
 
     # -- subscriptions ---------------------------------------------------------------------------------
 
