@@ -111,26 +111,29 @@ class IpcConductor:
         window = ctx.ipc_window(term_length)
         log = services.create_publication_log(registration_id, stream_id, term_length, uri.mtu(ctx.mtu), window)
         channel = uri.canonical()
+        counter_ids: list[int] = []
         try:
-            pub_pos_id, pub_lmt_id = services.allocate_stream_counters(
+            counter_ids = services.allocate_stream_counters(
                 (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID), registration_id, log.session_id,
                 stream_id, channel, client_id)
+            pub_pos_id, pub_lmt_id = counter_ids
+            publication = IpcPublication(
+                registration_id=registration_id,
+                channel=channel,
+                is_exclusive=exclusive,
+                log=log,
+                publisher_position=services.counters.position(pub_pos_id),
+                publisher_limit=services.counters.position(pub_lmt_id),
+                pub_pos_counter_id=pub_pos_id,
+                pub_lmt_counter_id=pub_lmt_id,
+                window_length=window,
+                unblock_timeout_ns=ctx.unblock_timeout_ns,
+                on_unblocked=lambda: services.increment(c.SystemCounter.UNBLOCKED_PUBLICATIONS),
+            )
         except BaseException:
+            services.free_counters(counter_ids)
             services.delete_log(log)
             raise
-        publication = IpcPublication(
-            registration_id=registration_id,
-            channel=channel,
-            is_exclusive=exclusive,
-            log=log,
-            publisher_position=services.counters.position(pub_pos_id),
-            publisher_limit=services.counters.position(pub_lmt_id),
-            pub_pos_counter_id=pub_pos_id,
-            pub_lmt_counter_id=pub_lmt_id,
-            window_length=window,
-            unblock_timeout_ns=ctx.unblock_timeout_ns,
-            on_unblocked=lambda: services.increment(c.SystemCounter.UNBLOCKED_PUBLICATIONS),
-        )
         self.publications.append(publication)
         return publication
 
