@@ -168,6 +168,52 @@ int32_t lbn_send_term(int32_t fd, const uint8_t *term, int32_t term_length, int3
     return 0;
 }
 
+/*
+ * The frames of a data datagram from `offset` on, `count` of them before it (see lbn_classify_data): DATA and
+ * PAD frames of one session / stream / term at consecutive term offsets.  A PAD header alone ends the datagram and its frame
+ * length says how much term it covers (Aeron's sender scans a PAD that covers more than its header as the
+ * last frame and sends only the header: at a term end, DATA frames then a PAD header in one datagram).
+ * Returns the frame count (*term_span set) or LBN_MALFORMED.
+ */
+static int32_t walk_frames(const uint8_t *dg, int32_t n, int64_t offset, int32_t count, int32_t *term_span)
+{
+    const int32_t session_id = get_i32(dg + SESSION_ID_OFFSET);
+    const int32_t stream_id = get_i32(dg + STREAM_ID_OFFSET);
+    const int32_t term_id = get_i32(dg + TERM_ID_OFFSET);
+    const int64_t base = get_i32(dg + TERM_OFFSET_OFFSET);
+    while (offset < n) {
+        const uint8_t *h = dg + offset;
+        const int64_t remaining = n - offset;
+        if (remaining < HEADER_LENGTH) return LBN_MALFORMED;
+        const int32_t length = get_i32(h + FRAME_LENGTH_OFFSET);
+        const uint16_t type = get_u16(h + TYPE_OFFSET);
+        if (h[VERSION_OFFSET] != CURRENT_VERSION || length < HEADER_LENGTH) return LBN_MALFORMED;
+        if (get_i32(h + SESSION_ID_OFFSET) != session_id || get_i32(h + STREAM_ID_OFFSET) != stream_id ||
+            get_i32(h + TERM_ID_OFFSET) != term_id) {
+            return LBN_MALFORMED;
+        }
+        if ((int64_t)get_i32(h + TERM_OFFSET_OFFSET) != base + offset) return LBN_MALFORMED;
+        count++;
+        if (type == TYPE_DATA) {  /* the common case first */
+            const int64_t aligned = align_frame(length);
+            if (aligned > remaining && length != remaining) return LBN_MALFORMED;
+            offset += aligned;
+            continue;
+        }
+        if (type != TYPE_PAD || (length & (FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
+        if (remaining == HEADER_LENGTH) {  /* the PAD's header alone: the last frame, covering its frame length */
+            const int64_t span = offset + length;
+            if (span > INT32_MAX) return LBN_MALFORMED;
+            *term_span = (int32_t)span;
+            return count;
+        }
+        if (remaining < length) return LBN_MALFORMED;
+        offset += length;
+    }
+    *term_span = (int32_t)offset;
+    return count;
+}
+
 int32_t lbn_classify_data(const uint8_t *dg, int32_t n, int32_t *frame_count, int32_t *term_span)
 {
     if (n < HEADER_LENGTH) return LBN_NOT_DATA;  /* too short for a data header: Python says why */
@@ -177,51 +223,32 @@ int32_t lbn_classify_data(const uint8_t *dg, int32_t n, int32_t *frame_count, in
     int32_t term_offset = get_i32(dg + TERM_OFFSET_OFFSET);
     if (dg[VERSION_OFFSET] != CURRENT_VERSION) return LBN_MALFORMED;
     if (term_offset < 0 || (term_offset & (FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
-    if (type == TYPE_PAD) {
-        if (frame_length < HEADER_LENGTH || (frame_length & (FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
-        if (n != HEADER_LENGTH && n != frame_length) return LBN_MALFORMED;
-        *frame_count = 1;
-        *term_span = frame_length;
-        return LBN_PAD;
-    }
-    if (frame_length == 0) {
+    if (type == TYPE_DATA && frame_length == 0) {
         if (n != HEADER_LENGTH) return LBN_MALFORMED;
         *frame_count = 1;
         *term_span = 0;
         return LBN_HEARTBEAT;
     }
-    if (frame_length < HEADER_LENGTH) return LBN_MALFORMED;
-    int64_t aligned = align_frame(frame_length);
-    int32_t count = 1;
-    if (aligned >= n) {
-        if (frame_length > n || (aligned > n && frame_length != n)) return LBN_MALFORMED;
-    } else {
-        int32_t session_id = get_i32(dg + SESSION_ID_OFFSET);
-        int32_t stream_id = get_i32(dg + STREAM_ID_OFFSET);
-        int32_t term_id = get_i32(dg + TERM_ID_OFFSET);
-        int64_t offset = aligned;
-        while (offset < n) {
-            const uint8_t *h = dg + offset;
-            int64_t remaining = n - offset;
-            if (remaining < HEADER_LENGTH) return LBN_MALFORMED;
-            int32_t length = get_i32(h + FRAME_LENGTH_OFFSET);
-            if (h[VERSION_OFFSET] != CURRENT_VERSION) return LBN_MALFORMED;
-            if (get_u16(h + TYPE_OFFSET) != TYPE_DATA) return LBN_MALFORMED;
-            if (length < HEADER_LENGTH) return LBN_MALFORMED;
-            int64_t frame_aligned = align_frame(length);
-            if (frame_aligned > remaining && length != remaining) return LBN_MALFORMED;
-            if (get_i32(h + SESSION_ID_OFFSET) != session_id || get_i32(h + STREAM_ID_OFFSET) != stream_id ||
-                get_i32(h + TERM_ID_OFFSET) != term_id) {
-                return LBN_MALFORMED;
-            }
-            if ((int64_t)get_i32(h + TERM_OFFSET_OFFSET) != (int64_t)term_offset + offset) return LBN_MALFORMED;
-            offset += frame_aligned;
-            count++;
+    int64_t first_end = 0;  /* where the walk starts: after a checked first DATA frame */
+    int32_t first_count = 0;
+    if (type == TYPE_DATA) {
+        if (frame_length < HEADER_LENGTH) return LBN_MALFORMED;
+        const int64_t aligned = align_frame(frame_length);
+        if (aligned >= n) {  /* the common single-frame datagram: nothing to walk */
+            if (frame_length > n || (aligned > n && frame_length != n)) return LBN_MALFORMED;
+            *frame_count = 1;
+            *term_span = (int32_t)aligned;
+            return LBN_DATA;
         }
+        first_end = aligned;
+        first_count = 1;
     }
+    int32_t span = 0;
+    const int32_t count = walk_frames(dg, n, first_end, first_count, &span);
+    if (count < 0) return LBN_MALFORMED;
     *frame_count = count;
-    *term_span = (int32_t)align_frame(n);
-    return LBN_DATA;
+    *term_span = span;
+    return count == 1 && type == TYPE_PAD ? LBN_PAD : LBN_DATA;
 }
 
 void lbn_classify_batch(const uint8_t *slots, int32_t slot_length, const int32_t *lengths, int32_t count,

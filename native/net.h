@@ -41,8 +41,10 @@ int32_t lbn_send_batch(int32_t fd, const uint8_t **buffers, const int32_t *lengt
 
 /*
  * The data-plane rules of one received datagram of `length` bytes (those of logbuf.protocol.datagram.classify,
- * checked in one pass): one or more whole DATA frames of one session / stream / term at consecutive aligned
- * term offsets, a PAD header (or whole PAD frame), or a 32-byte heartbeat.  Returns LBN_DATA, LBN_PAD,
+ * checked in one pass): one or more whole DATA (and PAD) frames of one session / stream / term at consecutive
+ * aligned term offsets, where a PAD header alone may end the datagram (Aeron's sender puts one after the last
+ * DATA frame of a term: its frame length covers the rest of the term), a PAD header (or whole PAD frame)
+ * alone, or a 32-byte heartbeat.  *term_span is the term the datagram covers.  Returns LBN_DATA, LBN_PAD,
  * LBN_HEARTBEAT (then *frame_count and *term_span are set), LBN_NOT_DATA or LBN_MALFORMED.
  */
 int32_t lbn_classify_data(const uint8_t *datagram, int32_t length, int32_t *frame_count, int32_t *term_span);

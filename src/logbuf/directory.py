@@ -3,7 +3,9 @@
 One driver owns one directory::
 
     /dev/shm/logbuf-<user>/            0700, owned by the user running the driver
+        logbuf-driver                  marker: a logbuf driver owns this directory (and whether it created it)
         cnc.dat                        command-and-control file (header, rings, counters, error log)
+        loss-report.dat                one entry per image that lost data (Aeron's layout)
         publications/<regId>.logbuffer  log buffers the driver created for publications
         images/<corrId>.logbuffer       (UDP) images rebuilt by the receiver
 
@@ -21,6 +23,9 @@ from pathlib import Path
 
 ENV_DIR = "LOGBUF_DIR"
 CNC_FILE = "cnc.dat"
+LOSS_REPORT_FILE = "loss-report.dat"
+MARKER_FILE = "logbuf-driver"
+LOCK_FILE = "driver.lock"
 PUBLICATIONS_DIR = "publications"
 IMAGES_DIR = "images"
 LOG_SUFFIX = ".logbuffer"
@@ -48,6 +53,10 @@ def resolve_directory(directory: str | os.PathLike[str] | None = None) -> Path:
 
 def cnc_path(directory: str | os.PathLike[str] | None = None) -> Path:
     return resolve_directory(directory) / CNC_FILE
+
+
+def loss_report_path(directory: str | os.PathLike[str] | None = None) -> Path:
+    return resolve_directory(directory) / LOSS_REPORT_FILE
 
 
 def wake_semaphore_name(directory: str | os.PathLike[str], stream_id: int) -> str:

@@ -84,9 +84,13 @@ def test_constants_match_reference():
 def test_system_counter_table_is_complete():
     labels = c.SYSTEM_COUNTER_LABELS
     assert sorted(labels) == list(range(40))
-    assert labels[0] == "Bytes sent" and labels[15] == "Errors"
+    assert labels[0] == "Bytes sent" and labels[15] == "Errors: version=1.48.0 commit=logbuf-0.1.0"
     assert labels[20] == "Unblocked Control Commands" and labels[24] == "Client liveness timeouts"
-    assert labels[34] == "Aeron software version" and labels[39] == "Error Frames sent"
+    assert labels[34] == "Aeron software: version=1.48.0 commit=logbuf-0.1.0" and labels[39] == "Error Frames sent"
+    assert labels[26] == "Conductor max cycle time doing its work in ns: SHARED"
+    assert labels[27] == "Conductor work cycle exceeded threshold count: threshold=1000000ns SHARED"
+    assert [int(s) for s in c.SystemCounter] == list(range(40)) and c.SystemCounter.AERON_VERSION == 34
+    assert c.SOFTWARE_VERSION_VALUE == 77_824  # 1.48.0 as (major << 16) | (minor << 8) | patch
 
 
 def test_allocate_writes_records_readable_by_independent_decoder():
@@ -225,8 +229,9 @@ def test_stream_position_key_layout_and_truncation():
 
 
 def test_labels_in_aeron_format():
+    # Aeron's "<name>: <ids> <channel> <suffix>": an empty suffix leaves a trailing space
     assert c.stream_position_label(c.PUBLISHER_POSITION_NAME, 10, 20, 30, "aeron:ipc") == (
-        "pub-pos (sampled): 10 20 30 aeron:ipc"
+        "pub-pos (sampled): 10 20 30 aeron:ipc "
     )
     assert c.stream_position_label(
         c.SUBSCRIBER_POSITION_NAME, 10, 20, 30, "aeron:ipc", join_position=4096
@@ -242,7 +247,15 @@ def test_labels_in_aeron_format():
         "rcv-hwm",
         "rcv-pos",
     ]
-    assert c.client_heartbeat_label(42) == "client-heartbeat: 42"
+    assert c.client_heartbeat_label(42) == "client-heartbeat: id=42"
+    assert c.client_heartbeat_label(42) + c.client_heartbeat_label_suffix("x") == (
+        "client-heartbeat: id=42 name=x version=1.48.0 commit=logbuf-0.1.0"
+    )
+    assert c.channel_status_label("rcv-channel", "aeron:udp?endpoint=h:1", "127.0.0.1:1") == (
+        "rcv-channel: aeron:udp?endpoint=h:1 127.0.0.1:1"
+    )
+    assert c.local_sockaddr_label("snd-local-sockaddr", 56, "127.0.0.1:52959") == "snd-local-sockaddr: 56 127.0.0.1:52959"
+    assert c.local_sockaddr_key(56, "127.0.0.1:5") == struct.pack("<ii", 56, 11) + b"127.0.0.1:5"
     assert struct.unpack("<q", c.client_heartbeat_key(42)) == (42,)
 
 

@@ -254,7 +254,7 @@ def test_no_driver_gives_driver_timeout(tmp_path: Path) -> None:
 
 def test_logbuf_stat_on_a_live_driver(client, driver, capsys) -> None:  # type: ignore[no-untyped-def]
     pub = client.add_publication("aeron:ipc", STREAM)
-    client.add_subscription("aeron:ipc", STREAM)
+    sub = client.add_subscription("aeron:ipc", STREAM)
     wait_until(lambda: pub.is_connected, what="connected")
     assert pub.offer(b"x" * 100) > 0
     wait_until(lambda: client.counters.counter_value(client.counters.find(12)) == 160, what="pub-pos sampled")
@@ -264,7 +264,8 @@ def test_logbuf_stat_on_a_live_driver(client, driver, capsys) -> None:  # type: 
     assert any(line.split(":", 1)[0].strip() == "19" and "Unblocked Publications" in line for line in text)
     pub_pos = [line for line in text if "pub-pos (sampled):" in line]
     assert len(pub_pos) == 1 and pub_pos[0].split(" - ")[0].split(":")[1].strip() == "160"
-    assert any(f"sub-pos: {pub.registration_id} {pub.session_id} {STREAM} aeron:ipc @0" in line for line in text)
+    # Aeron's sub-pos label: the subscription's registration id and channel
+    assert any(f"sub-pos: {sub.registration_id} {pub.session_id} {STREAM} aeron:ipc @0" in line for line in text)
     assert cli_main(["stat", "--dir", str(driver.directory), "--json", "--type", "pub-lmt"]) == 0
     snapshot = json.loads(capsys.readouterr().out)
     [lmt] = snapshot["counters"]

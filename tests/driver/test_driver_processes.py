@@ -141,7 +141,7 @@ def test_sigkilled_driver_makes_clients_raise_driver_timeout(tmp_path: Path) -> 
         stop(proc)
 
 
-def test_second_driver_refuses_and_a_dead_drivers_directory_is_reused(tmp_path: Path) -> None:
+def test_second_driver_refuses_and_a_dead_drivers_directory_is_taken_over_with_force(tmp_path: Path) -> None:
     directory = tmp_path / "drv"
     with driver_process(directory) as first:
         second = start_driver(directory)
@@ -153,9 +153,17 @@ def test_second_driver_refuses_and_a_dead_drivers_directory_is_reused(tmp_path: 
         assert "already running" in message and str(first.pid) in message
         os.kill(first.pid, signal.SIGKILL)
         first.wait(10)
-    # the dead driver left its files behind; a new one cleans them and starts
+    # the dead driver left its files behind: a new driver refuses them, unless told to take them over
     assert (directory / CNC_FILE).exists()
-    with driver_process(directory) as third, logbuf.connect(directory) as client:
+    refused = start_driver(directory)
+    try:
+        assert refused.wait(30) == 1
+        message = refused.stderr.read() if refused.stderr else ""
+    finally:
+        stop(refused)
+    assert "no longer running" in message and "--force" in message and message.count("\n") == 1
+    assert (directory / CNC_FILE).exists()
+    with driver_process(directory, "--force") as third, logbuf.connect(directory) as client:
         assert client.driver_pid == third.pid
 
 

@@ -33,8 +33,9 @@ from udp_rig import (
 
 import logbuf
 from logbuf.cnc import counters as c
+from logbuf.cnc.loss_report import LossReportFile
 from logbuf.cnc.messages import ErrorCode
-from logbuf.directory import IMAGES_DIR
+from logbuf.directory import IMAGES_DIR, LOSS_REPORT_FILE
 from logbuf.logbuffer import descriptor as d
 from logbuf.protocol import DataHeader, Nak, SetupFrame, StatusMessage, classify, encode_data_frame
 
@@ -93,14 +94,18 @@ def test_loopback_delivers_every_message_in_order_with_counters(client, driver) 
     wait_for(lambda: client.counters.counter_value(snd_pos.counter_id) == end, what="snd-pos at the end")
     for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.SENDER_POSITION_TYPE_ID):
         info = counter(client, type_id, pub.registration_id)
-        assert info.label.endswith(f"{pub.registration_id} {pub.session_id} {STREAM} {channel(port)}")
+        assert info.label.endswith(f"{pub.registration_id} {pub.session_id} {STREAM} {channel(port)} ")
     snd_lmt = client.counters.counter_value(counter(client, c.SENDER_LIMIT_TYPE_ID, pub.registration_id).counter_id)
     assert end < snd_lmt <= end + T // 2  # the receiver's window (min(128k, T/2)) from its last SM
-    for type_id in (c.RECEIVER_HWM_TYPE_ID, c.RECEIVER_POSITION_TYPE_ID, c.SUBSCRIBER_POSITION_TYPE_ID):
-        info = counter(client, type_id, image.correlation_id)
+    for type_id, registration_id in ((c.RECEIVER_HWM_TYPE_ID, image.correlation_id),
+                                     (c.RECEIVER_POSITION_TYPE_ID, image.correlation_id),
+                                     (c.SUBSCRIBER_POSITION_TYPE_ID, sub.registration_id)):
+        info = counter(client, type_id, registration_id)
         wait_for(lambda i=info: client.counters.counter_value(i.counter_id) == end, what=f"{info.label} at end")
-    sub_pos = counter(client, c.SUBSCRIBER_POSITION_TYPE_ID, image.correlation_id)
+    # Aeron's sub-pos: keyed and labelled by the subscription, owned by its client, referring to the image
+    sub_pos = counter(client, c.SUBSCRIBER_POSITION_TYPE_ID, sub.registration_id)
     assert sub_pos.label.endswith(" @0") and sub_pos.registration_id == sub.registration_id
+    assert (sub_pos.owner_id, sub_pos.reference_id) == (client.client_id, image.correlation_id)
     payload = sum(len(m) for m in sent)
     # one driver at both ends of a loss-free loopback: every byte it sent, it received
     wait_for(lambda: system(client, BYTES_RECEIVED) == system(client, BYTES_SENT) > payload, what="bytes counted")
@@ -184,6 +189,15 @@ def test_lossy_network_every_message_once_and_in_order(tmp_path: Path) -> None:
         assert received.sequences == list(range(len(sent))) and received.corrupt == 0
         wait_for(lambda: system(cl, RETRANSMITTED_BYTES) > 0, what="retransmits counted")
         assert system(cl, NAKS_SENT) > 0 and system(cl, NAKS_RECEIVED) > 0 and system(cl, RETRANSMITS_SENT) > 0
+        # every NAK is a loss observation of the image's entry in loss-report.dat
+        with LossReportFile.open(Path(drv.directory) / LOSS_REPORT_FILE) as report:
+            wait_for(lambda: [e.observation_count for e in report.entries()] == [system(cl, NAKS_SENT)],
+                     what="one loss report entry counting every NAK")
+            (entry,) = report.entries()
+        assert (entry.session_id, entry.stream_id) == (pub.session_id, STREAM)
+        assert f"127.0.0.1:{port}" in entry.channel and entry.source.startswith("127.0.0.1:")
+        assert entry.total_bytes_lost >= 32 * entry.observation_count
+        assert entry.first_observation_ms <= entry.last_observation_ms
 
 
 def test_closed_publication_ends_the_stream_and_the_image_goes(client, driver) -> None:  # type: ignore[no-untyped-def]

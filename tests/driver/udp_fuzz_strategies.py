@@ -29,6 +29,9 @@ def wellformed(draw: st.DrawFn, session: int = SESSION, stream: int = STREAM) ->
         for payload in draw(st.lists(st.binary(max_size=300), min_size=1, max_size=4)):
             out += encode_data_frame(payload, term_offset=term_offset + len(out), session_id=session,
                                      stream_id=stream, term_id=term_id, flags=draw(st.integers(0, 255)))
+        if draw(st.booleans()):  # as Aeron's sender at a term end: a PAD header after the DATA frames
+            out += DataHeader(draw(st.integers(1, 64)) * 32, term_offset + len(out), session, stream, term_id,
+                              frame_type=FrameType.PAD).encode()
         return out
     if kind == "pad":
         return DataHeader(draw(st.integers(1, 2048)) * 32, term_offset, session, stream, term_id,

@@ -68,6 +68,25 @@ def test_whole_pad_frame_is_accepted_too() -> None:
     assert isinstance(packet, DataPacket) and packet.kind is PacketKind.PAD and packet.length == 64
 
 
+def test_data_frames_then_a_pad_header_cover_the_pad() -> None:
+    """Aeron's sender at a term end: the last DATA frames and the PAD's header alone, in one datagram."""
+    data = data_datagram(b"m" * 100, b"n" * 100, term_offset=65184 - 320)
+    pad = DataHeader(352, 65184, 7, 1001, 42, frame_type=FrameType.PAD).encode()
+    packet = classify(data + pad)
+    assert isinstance(packet, DataPacket)
+    assert packet.kind is PacketKind.DATA and packet.frame_count == 3
+    assert packet.length == 320 + 32 and packet.term_span == 320 + 352  # up to the term end
+    assert packet.term_offset + packet.term_span == 65536
+
+
+def test_a_whole_32_byte_pad_may_be_followed_by_data() -> None:
+    """A PAD of just its header does not end Aeron's term scan: frames may follow it."""
+    pad = DataHeader(32, 1024, 7, 1001, 42, frame_type=FrameType.PAD).encode()
+    packet = classify(pad + data_datagram(b"x" * 10, term_offset=1056))
+    assert isinstance(packet, DataPacket)
+    assert (packet.kind, packet.frame_count, packet.term_span) == (PacketKind.DATA, 2, 32 + 64)
+
+
 def test_heartbeat() -> None:
     packet = classify(DataHeader.heartbeat(7, 1001, 42, 2048, end_of_stream=True).encode())
     assert isinstance(packet, DataPacket)
@@ -93,6 +112,7 @@ def test_a_length_argument_limits_what_is_read() -> None:
 
 
 GOOD = data_datagram(b"a" * 10, b"b" * 40)
+PAD_AT_160 = DataHeader(96, 1024 + 160, 7, 1001, 42, frame_type=FrameType.PAD).encode()  # after GOOD, at 1024
 
 
 @pytest.mark.parametrize(
@@ -107,14 +127,20 @@ GOOD = data_datagram(b"a" * 10, b"b" * 40)
         (patch(GOOD, 64 + 20, "<i", 43), "different sessions", 64),
         (patch(GOOD, 64 + 8, "<i", 1024), "term offset", 64),
         (patch(GOOD, 64 + 4, "<B", 1), "version", 64),
-        (patch(GOOD, 64 + 6, "<H", FrameType.PAD), "type", 64),
+        (patch(GOOD, 64 + 6, "<H", FrameType.PAD), "PAD frame length 72", 64),
+        (patch(GOOD, 64 + 6, "<H", FrameType.SETUP), "type 0x5", 64),
+        (GOOD + PAD_AT_160 + bytes(8), "PAD in a datagram", 160),
+        (GOOD + PAD_AT_160 + GOOD, "term offset", 256),
+        (GOOD + patch(PAD_AT_160, 8, "<i", 192), "term offset", 160),
+        (GOOD + patch(PAD_AT_160, 12, "<i", 8), "different sessions", 160),
+        (DataHeader(32, 0, 7, 1001, 42, frame_type=FrameType.PAD).encode() + GOOD, "term offset", 32),
         (patch(GOOD, 64, "<i", 0), "length 0", 64),
         (patch(GOOD, 64, "<i", -64), "length", 64),
         (patch(GOOD, 0, "<i", 4096), "runs past", 0),
         (patch(GOOD, 0, "<i", 16), "frame length", 0),
         (patch(GOOD, 8, "<i", 1000), "frame boundary", 0),
         (DataHeader.heartbeat(7, 1001, 42, 0).encode() + bytes(32), "heartbeat", 0),
-        (DataHeader(4096, 0, 7, 1001, 42, frame_type=FrameType.PAD).encode() + bytes(32), "PAD datagram", 0),
+        (DataHeader(4096, 0, 7, 1001, 42, frame_type=FrameType.PAD).encode() + bytes(32), "PAD in a datagram", 0),
         (patch(DataHeader(64, 0, 7, 1001, 42, frame_type=FrameType.PAD).encode(), 0, "<i", 72), "multiple", 0),
         (patch(Nak(7, 1001, 42, 64, 128).encode(), 6, "<H", FrameType.RES), "not handled", 0),
         (patch(Nak(7, 1001, 42, 64, 128).encode(), 6, "<H", 0x55), "unknown", 0),

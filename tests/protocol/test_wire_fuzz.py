@@ -11,6 +11,7 @@ from logbuf.protocol import (
     DataHeader,
     DataPacket,
     ErrorFrame,
+    FrameType,
     MalformedFrameError,
     Nak,
     PacketKind,
@@ -44,13 +45,19 @@ def data_datagrams(draw: st.DrawFn) -> bytes:
     out = b""
     for payload in draw(st.lists(st.binary(max_size=200), min_size=1, max_size=5)):
         out += encode_data_frame(payload, term_offset=base + len(out), flags=draw(u8), **ids)
+    if draw(st.booleans()):  # Aeron's sender at a term end: a PAD header after the last DATA frame
+        pad_length = draw(st.integers(1, 2048)) * 32
+        out += DataHeader(pad_length, base + len(out), ids["session_id"], ids["stream_id"], ids["term_id"],
+                          flags=0xC0, frame_type=FrameType.PAD).encode()
     return out
 
 
 valid = st.one_of(
     st.lists(frames, min_size=1, max_size=3).map(lambda fs: b"".join(f.encode() for f in fs)),
     data_datagrams(),
-    st.builds(DataHeader.heartbeat, i32, i32, i32, offset).map(DataHeader.encode),
+    st.builds(DataHeader.heartbeat, i32, i32, i32, offset, end_of_stream=st.booleans()).map(DataHeader.encode),
+    st.builds(DataHeader, st.integers(1, 2048).map(lambda x: x * 32), offset, i32, i32, i32, st.just(0xC0),
+              st.just(FrameType.PAD), st.just(0)).map(DataHeader.encode),
 )
 
 

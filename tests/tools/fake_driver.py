@@ -55,7 +55,9 @@ class FakeDriver:
     ) -> int:
         counter_id = self.counters.allocate(
             type_id,
-            c.stream_position_label(name, registration_id, session_id, stream_id, channel, join_position),
+            # labels as a driver may write them: the tools print whatever a counter says
+            f"{name}: {registration_id} {session_id} {stream_id} {channel}"
+            + ("" if join_position is None else f" @{join_position}"),
             c.stream_position_key(registration_id, session_id, stream_id, channel),
             registration_id=registration_id,
         )
@@ -65,7 +67,7 @@ class FakeDriver:
     def client_heartbeat(self, client_id: int, epoch_ms: int) -> int:
         counter_id = self.counters.allocate(
             c.CLIENT_HEARTBEAT_TYPE_ID,
-            c.client_heartbeat_label(client_id),
+            f"{c.CLIENT_HEARTBEAT_NAME}: {client_id}",
             c.client_heartbeat_key(client_id),
             registration_id=client_id,
         )

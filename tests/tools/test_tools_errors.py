@@ -8,6 +8,7 @@ import json
 import pytest
 from fake_driver import FakeDriver, now_ms
 
+from logbuf.cnc.loss_report import format_timestamp
 from logbuf.tools import format_errors, read_errors
 
 pytestmark = pytest.mark.timeout(30)
@@ -39,17 +40,14 @@ def test_distinct_errors_counts_and_times(driver: FakeDriver):
     assert (second.count, second.first_observation_ms, second.last_observation_ms) == (1, T0 + 10, T0 + 10)
     assert second.text.startswith("Traceback") and second.text.endswith("No space left on device")
 
-    text = format_errors(report)
-    blocks = text.split("\n\n")
-    head, body = blocks[0].split("\n", 1)
-    words = head.split()
-    assert words[:3] == ["3", "observations", "from"] and words[4] == "to" and words[6] == "for:"
-    assert (iso_to_ms(words[3]), iso_to_ms(words[5])) == (T0, T0 + 3_000)
-    assert body == "  receiver: invalid packet from 127.0.0.1:4000"
-    assert blocks[1].startswith("1 observation from ")
-    assert "\n  Traceback (most recent call last):\n" in blocks[1]
-    summary = blocks[-1].strip()
-    assert summary.startswith("2 distinct errors observed (4 observations) - driver pid ")
+    text = format_errors(report)  # ErrorStat's layout
+    blocks = text.split("***\n")
+    assert blocks[0] == ""
+    head, body = blocks[1].split("\n", 1)
+    assert head == (f"3 observations from {format_timestamp(T0)} to {format_timestamp(T0 + 3_000)} for:")
+    assert body == " receiver: invalid packet from 127.0.0.1:4000\n"
+    assert blocks[2].startswith("1 observations from ") and "\n Traceback (most recent call last):\n" in blocks[2]
+    assert text.endswith("No space left on device\n\n2 distinct errors observed.\n")
 
     data = json.loads(report.to_json())
     assert (data["distinct_errors"], data["observations"]) == (2, 4)
@@ -68,4 +66,4 @@ def test_since_filters_on_last_observation(driver: FakeDriver):
 def test_empty_log(driver: FakeDriver):
     report = read_errors(driver.path, clock_ms=lambda: now_ms())
     assert report.entries == ()
-    assert format_errors(report).startswith("0 distinct errors observed (0 observations) - driver pid ")
+    assert format_errors(report) == "\n0 distinct errors observed.\n"

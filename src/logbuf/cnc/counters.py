@@ -24,6 +24,7 @@ a different one).  Allocation writes every field, then stores state = 1 with rel
 
 from __future__ import annotations
 
+import enum
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -78,49 +79,122 @@ CLIENT_HEARTBEAT_TYPE_ID = 11
 PUBLISHER_POSITION_TYPE_ID = 12
 SENDER_BPE_TYPE_ID = 13
 
-# -- system counters (type 0): id -> label, Aeron's order ---------------------------------------------
-SYSTEM_COUNTER_LABELS: dict[int, str] = {
-    0: "Bytes sent",
-    1: "Bytes received",
-    2: "Failed offers to ReceiverProxy",
-    3: "Failed offers to SenderProxy",
-    4: "Failed offers to DriverConductorProxy",
-    5: "NAKs sent",
-    6: "NAKs received",
-    7: "Status Messages sent",
-    8: "Status Messages received",
-    9: "Heartbeats sent",
-    10: "Heartbeats received",
-    11: "Retransmits sent",
-    12: "Flow control under runs",
-    13: "Flow control over runs",
-    14: "Invalid packets",
-    15: "Errors",
-    16: "Short sends",
-    17: "Failed attempts to free log buffers",
-    18: "Sender flow control limits applied",
-    19: "Unblocked Publications",
-    20: "Unblocked Control Commands",
-    21: "Possible TTL asymmetry",
-    22: "ControllableIdleStrategy status",
-    23: "Loss gap fills",
-    24: "Client liveness timeouts",
-    25: "Resolution changes",
-    26: "Conductor max cycle time",
-    27: "Conductor work cycle exceeded threshold",
-    28: "Sender max cycle time",
-    29: "Sender work cycle exceeded threshold",
-    30: "Receiver max cycle time",
-    31: "Receiver work cycle exceeded threshold",
-    32: "Name resolver max time",
-    33: "Name resolver exceeded threshold",
-    34: "Aeron software version",
-    35: "Bytes currently mapped",
-    36: "Retransmitted bytes",
-    37: "Retransmit Pool Overflow",
-    38: "Error Frames received",
-    39: "Error Frames sent",
-}
+# -- system counters (type 0): ids and labels, Aeron's order ------------------------------------------
+
+
+class SystemCounter(enum.IntEnum):
+    """Aeron's system counter ids (type 0): the driver allocates them first, so counter id = system id."""
+
+    BYTES_SENT = 0
+    BYTES_RECEIVED = 1
+    RECEIVER_PROXY_FAILS = 2
+    SENDER_PROXY_FAILS = 3
+    CONDUCTOR_PROXY_FAILS = 4
+    NAK_MESSAGES_SENT = 5
+    NAK_MESSAGES_RECEIVED = 6
+    STATUS_MESSAGES_SENT = 7
+    STATUS_MESSAGES_RECEIVED = 8
+    HEARTBEATS_SENT = 9
+    HEARTBEATS_RECEIVED = 10
+    RETRANSMITS_SENT = 11
+    FLOW_CONTROL_UNDER_RUNS = 12
+    FLOW_CONTROL_OVER_RUNS = 13
+    INVALID_PACKETS = 14
+    ERRORS = 15
+    SHORT_SENDS = 16
+    FREE_FAILS = 17
+    SENDER_FLOW_CONTROL_LIMITS = 18
+    UNBLOCKED_PUBLICATIONS = 19
+    UNBLOCKED_COMMANDS = 20
+    POSSIBLE_TTL_ASYMMETRY = 21
+    CONTROLLABLE_IDLE_STRATEGY = 22
+    LOSS_GAP_FILLS = 23
+    CLIENT_TIMEOUTS = 24
+    RESOLUTION_CHANGES = 25
+    CONDUCTOR_MAX_CYCLE_TIME = 26
+    CONDUCTOR_CYCLE_TIME_THRESHOLD_EXCEEDED = 27
+    SENDER_MAX_CYCLE_TIME = 28
+    SENDER_CYCLE_TIME_THRESHOLD_EXCEEDED = 29
+    RECEIVER_MAX_CYCLE_TIME = 30
+    RECEIVER_CYCLE_TIME_THRESHOLD_EXCEEDED = 31
+    NAME_RESOLVER_MAX_TIME = 32
+    NAME_RESOLVER_TIME_THRESHOLD_EXCEEDED = 33
+    AERON_VERSION = 34
+    BYTES_CURRENTLY_MAPPED = 35
+    RETRANSMITTED_BYTES = 36
+    RETRANSMIT_OVERFLOW = 37
+    ERROR_FRAMES_RECEIVED = 38
+    ERROR_FRAMES_SENT = 39
+
+
+# The Aeron release whose formats and counters logbuf's driver reproduces: the software-version counter holds
+# it encoded as Aeron encodes its own, (major << 16) | (minor << 8) | patch.
+AERON_VERSION = (1, 48, 0)
+SOFTWARE_VERSION_VALUE = (AERON_VERSION[0] << 16) | (AERON_VERSION[1] << 8) | AERON_VERSION[2]
+LOGBUF_VERSION = "0.1.0"  # the package's version (pyproject.toml)
+# Aeron's labels read "version=<release> commit=<sha>"; logbuf names the Aeron release it speaks and, where
+# Aeron puts its git sha, which logbuf built it.
+SOFTWARE_VERSION_TEXT = "version={}.{}.{} commit=logbuf-{}".format(*AERON_VERSION, LOGBUF_VERSION)
+THREADING_MODE = "SHARED"  # conductor, sender and receiver in one loop: Aeron's name for it
+DEFAULT_CYCLE_THRESHOLD_NS = 1_000_000  # a duty cycle longer than this is counted (Aeron: 1 s; ours: 1 ms)
+
+
+def system_counter_labels(
+    version_text: str = SOFTWARE_VERSION_TEXT,
+    threading_mode: str = THREADING_MODE,
+    cycle_threshold_ns: int = DEFAULT_CYCLE_THRESHOLD_NS,
+    driver_name: str = "",
+) -> dict[int, str]:
+    """Every system counter's label as Aeron 1.48 writes it (some carry the version, threading mode, cycle
+    threshold or driver name)."""
+    mode, threshold = threading_mode, f"threshold={cycle_threshold_ns}ns {threading_mode}"
+    s = SystemCounter
+    return {
+        s.BYTES_SENT: "Bytes sent",
+        s.BYTES_RECEIVED: "Bytes received",
+        s.RECEIVER_PROXY_FAILS: "Failed offers to ReceiverProxy",
+        s.SENDER_PROXY_FAILS: "Failed offers to SenderProxy",
+        s.CONDUCTOR_PROXY_FAILS: "Failed offers to DriverConductorProxy",
+        s.NAK_MESSAGES_SENT: "NAKs sent",
+        s.NAK_MESSAGES_RECEIVED: "NAKs received",
+        s.STATUS_MESSAGES_SENT: "Status Messages sent",
+        s.STATUS_MESSAGES_RECEIVED: "Status Messages received",
+        s.HEARTBEATS_SENT: "Heartbeats sent",
+        s.HEARTBEATS_RECEIVED: "Heartbeats received",
+        s.RETRANSMITS_SENT: "Retransmits sent",
+        s.FLOW_CONTROL_UNDER_RUNS: "Flow control under runs",
+        s.FLOW_CONTROL_OVER_RUNS: "Flow control over runs",
+        s.INVALID_PACKETS: "Invalid packets",
+        s.ERRORS: f"Errors: {version_text}",
+        s.SHORT_SENDS: "Short sends",
+        s.FREE_FAILS: "Failed attempts to free log buffers",
+        s.SENDER_FLOW_CONTROL_LIMITS: "Sender flow control limits, i.e. back-pressure events",
+        s.UNBLOCKED_PUBLICATIONS: "Unblocked Publications",
+        s.UNBLOCKED_COMMANDS: "Unblocked Control Commands",
+        s.POSSIBLE_TTL_ASYMMETRY: "Possible TTL Asymmetry",
+        s.CONTROLLABLE_IDLE_STRATEGY: "ControllableIdleStrategy status",
+        s.LOSS_GAP_FILLS: "Loss gap fills",
+        s.CLIENT_TIMEOUTS: "Client liveness timeouts",
+        s.RESOLUTION_CHANGES: f"Resolution changes: driverName={driver_name}",
+        s.CONDUCTOR_MAX_CYCLE_TIME: f"Conductor max cycle time doing its work in ns: {mode}",
+        s.CONDUCTOR_CYCLE_TIME_THRESHOLD_EXCEEDED: f"Conductor work cycle exceeded threshold count: {threshold}",
+        s.SENDER_MAX_CYCLE_TIME: f"Sender max cycle time doing its work in ns: {mode}",
+        s.SENDER_CYCLE_TIME_THRESHOLD_EXCEEDED: f"Sender work cycle exceeded threshold count: {threshold}",
+        s.RECEIVER_MAX_CYCLE_TIME: f"Receiver max cycle time doing its work in ns: {mode}",
+        s.RECEIVER_CYCLE_TIME_THRESHOLD_EXCEEDED: f"Receiver work cycle exceeded threshold count: {threshold}",
+        s.NAME_RESOLVER_MAX_TIME: "NameResolver max time in ns",
+        s.NAME_RESOLVER_TIME_THRESHOLD_EXCEEDED: "NameResolver exceeded threshold count",
+        s.AERON_VERSION: f"Aeron software: {version_text}",
+        s.BYTES_CURRENTLY_MAPPED: "Bytes currently mapped",
+        s.RETRANSMITTED_BYTES: "Retransmitted bytes",
+        s.RETRANSMIT_OVERFLOW: "Retransmit Pool Overflow count",
+        s.ERROR_FRAMES_RECEIVED: "Error Frames received",
+        s.ERROR_FRAMES_SENT: "Error Frames sent",
+    }
+
+
+# system counter id -> label, as logbuf's driver allocates them
+SYSTEM_COUNTER_LABELS: dict[int, str] = system_counter_labels()
 
 # -- stream-position key and label (pub-pos, pub-lmt, sub-pos, snd-pos, …) -----------------------------
 #
@@ -189,14 +263,13 @@ def stream_position_label(
     channel: str,
     join_position: int | None = None,
 ) -> str:
-    """``"<name>: <registrationId> <sessionId> <streamId> <channel>"`` (+ `` @<joinPosition>`` for sub-pos).
+    """``"<name>: <registrationId> <sessionId> <streamId> <channel> <suffix>"`` as Aeron writes it: the
+    suffix is ``@<joinPosition>`` for sub-pos and empty otherwise, which leaves a trailing space.
 
     The counters manager truncates it to 380 bytes when stored.
     """
-    label = f"{name}: {registration_id} {session_id} {stream_id} {channel}"
-    if join_position is not None:
-        label += f" @{join_position}"
-    return label
+    suffix = "" if join_position is None else f"@{join_position}"
+    return f"{name}: {registration_id} {session_id} {stream_id} {channel} {suffix}"
 
 
 def client_heartbeat_key(client_id: int) -> bytes:
@@ -204,7 +277,46 @@ def client_heartbeat_key(client_id: int) -> bytes:
 
 
 def client_heartbeat_label(client_id: int) -> str:
-    return f"{CLIENT_HEARTBEAT_NAME}: {client_id}"
+    """What the driver labels a client's heartbeat counter; the client appends `` name=<name> <version>``
+    (:func:`client_heartbeat_label_suffix`, :meth:`CountersManager.append_to_label`) as Aeron's clients do."""
+    return f"{CLIENT_HEARTBEAT_NAME}: id={client_id}"
+
+
+def client_heartbeat_label_suffix(client_name: str = "", version_text: str = SOFTWARE_VERSION_TEXT) -> str:
+    return f" name={client_name} {version_text}"
+
+
+# -- channel status and local socket address counters ----------------------------------------------------
+#
+# channel status (snd-channel 6, rcv-channel 7): key = channel length i32 @0, channel @4 (to 108 bytes);
+#   label "<name>: <channel> <local or remote address>"
+# local socket address (14): key = channel status counter id i32 @0, address length i32 @4, address @8;
+#   label "<name>: <channel status counter id> <address>"
+SEND_CHANNEL_STATUS_NAME = "snd-channel"
+RECEIVE_CHANNEL_STATUS_NAME = "rcv-channel"
+SEND_LOCAL_SOCKADDR_NAME = "snd-local-sockaddr"
+RECEIVE_LOCAL_SOCKADDR_NAME = "rcv-local-sockaddr"
+LOCAL_SOCKADDR_TYPE_ID = 14
+_I32 = struct.Struct("<i")
+_I32_PAIR = struct.Struct("<ii")
+
+
+def channel_status_key(channel: str) -> bytes:
+    text = encode_ascii(channel)[: MAX_KEY_LENGTH - _I32.size]
+    return _I32.pack(len(text)) + text
+
+
+def channel_status_label(name: str, channel: str, address: str) -> str:
+    return f"{name}: {channel} {address}"
+
+
+def local_sockaddr_key(channel_status_id: int, address: str) -> bytes:
+    text = encode_ascii(address)[: MAX_KEY_LENGTH - _I32_PAIR.size]
+    return _I32_PAIR.pack(channel_status_id, len(text)) + text
+
+
+def local_sockaddr_label(name: str, channel_status_id: int, address: str) -> str:
+    return f"{name}: {channel_status_id} {address}"
 
 
 class CounterInfo(NamedTuple):
@@ -299,6 +411,17 @@ class CountersReader:
         """A ``Position`` over the counter's value (the buffer must outlive it)."""
         self._check_id(counter_id)
         return Position(self.values_buffer, self.counter_offset(counter_id) + VALUE_OFFSET, counter_id)
+
+    def append_to_label(self, counter_id: int, text: str) -> None:
+        """Appends ``text`` to an allocated counter's label (cut at 380 bytes), as Aeron's clients complete
+        their heartbeat counter's label (the one write a reader makes: the label is the client's to finish)."""
+        if self.counter_state(counter_id) != RECORD_ALLOCATED:
+            raise CounterStateError(f"counter {counter_id} is not allocated")
+        offset = self.metadata_offset(counter_id)
+        length = max(0, min(self.metadata_buffer.get_i32(offset + LABEL_LENGTH_OFFSET), MAX_LABEL_LENGTH))
+        extra = encode_ascii(text)[: MAX_LABEL_LENGTH - length]
+        self.metadata_buffer.put_bytes(offset + LABEL_OFFSET + length, extra)
+        self.metadata_buffer.put_i32_release(offset + LABEL_LENGTH_OFFSET, length + len(extra))
 
     # -- iteration -------------------------------------------------------------------------------------
 
@@ -424,9 +547,13 @@ class CountersManager(CountersReader):
         self._check_id(counter_id)
         self.values_buffer.put_i64_release(self.counter_offset(counter_id) + VALUE_OFFSET, value)
 
-    def allocate_system_counters(self) -> dict[int, int]:
-        """Allocates Aeron's system counters in order (on fresh buffers their ids equal Aeron's ids)."""
-        return {
+    def allocate_system_counters(self, labels: dict[int, str] | None = None) -> dict[int, int]:
+        """Allocates Aeron's system counters in order (on fresh buffers their ids equal Aeron's ids); the
+        software-version counter gets its value.  ``labels``: :data:`SYSTEM_COUNTER_LABELS` by default."""
+        ids = {
             system_id: self.allocate(SYSTEM_COUNTER_TYPE_ID, label, key=struct.pack("<i", system_id))
-            for system_id, label in SYSTEM_COUNTER_LABELS.items()
+            for system_id, label in (SYSTEM_COUNTER_LABELS if labels is None else labels).items()
         }
+        self.set_counter_value(ids[SystemCounter.AERON_VERSION], SOFTWARE_VERSION_VALUE)
+        return ids
+

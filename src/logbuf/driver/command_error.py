@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from logbuf.cnc.messages import ErrorCode
+from logbuf.errors import LogbufError
 
 
-class CommandError(Exception):
+class CommandError(LogbufError):
+    """A command refused with Aeron's error ``code``; ``str(error)`` is the message the client gets."""
+
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code

@@ -59,10 +59,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--linger-timeout", type=_seconds, help="seconds a closed publication may drain (5)")
     p.add_argument("--timer-interval", type=_seconds, help="seconds between timer duties (1)")
     p.add_argument("--idle", help="idle strategy: backoff[:max_park_ns] (default backoff:4000000), sleep[:ns], yield, spin")
+    p.add_argument("--force", action="store_true",
+                   help="take over the directory of a driver that died (never a directory that is not a "
+                   "driver's; default: refuse)")
     p.add_argument("--group-access", action="store_true", help="directory 0770 and files 0660 (default 0700/0600)")
-    p.add_argument("--pre-touch", action="store_true", help="fault log pages in when a log is created")
+    p.add_argument("--pre-touch", action="store_true", help="fault log pages in when a log is created (default: off)")
     udp = p.add_argument_group("UDP (network publications and images)")
-    udp.add_argument("--threading-mode", choices=["shared"], help="conductor, sender and receiver in one loop")
+    udp.add_argument("--threading-mode", choices=["shared"], help="conductor, sender and receiver in one loop (default: shared, the only mode)")
     udp.add_argument("--network-term-length", type=_size, help="term length of network publications (16m)")
     udp.add_argument("--network-publication-window", type=_size, help="pub-lmt ahead of snd-pos (half a term)")
     udp.add_argument("--receiver-window", type=_size, help="window SMs offer senders (min(128k, T/2))")
@@ -76,9 +79,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     udp.add_argument("--send-batch", type=_batch, help="data datagrams per publication per duty cycle (16)")
     udp.add_argument("--receive-batch", type=_batch, help="datagrams per recvmmsg (32)")
     udp.add_argument("--impair-send", type=_impairment, metavar="SPEC",
-                     help="tests: impair every datagram sent, e.g. drop=0.05,reorder=0.05,delay=50us,seed=7")
+                     help="tests: impair every datagram sent, e.g. drop=0.05,reorder=0.05,delay=50us,seed=7 "
+                     "(default: none)")
     udp.add_argument("--impair-receive", type=_impairment, metavar="SPEC",
-                     help="tests: impair every datagram received (same SPEC syntax)")
+                     help="tests: impair every datagram received (same SPEC syntax; default: none)")
     p.set_defaults(func=_run_driver)
 
 
@@ -96,6 +100,7 @@ def _run_driver(args: argparse.Namespace) -> int:
             publication_linger_timeout_ns=args.linger_timeout,
             timer_interval_ns=args.timer_interval,
             idle_strategy=args.idle,
+            force=args.force or None,
             group_access=args.group_access or None,
             pre_touch=args.pre_touch or None,
             threading_mode=args.threading_mode,

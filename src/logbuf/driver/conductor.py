@@ -12,9 +12,12 @@ Each duty cycle (``do_work(now_ns)``):
    to-driver record a dead client left half-written, and finish draining publications (linger, then
    delete their files).
 
-Commands on ``aeron:udp`` channels go to the :class:`NetworkConductor`, which owns channel endpoints, network
-publications and images and feeds the :class:`Sender` and :class:`Receiver` duties (``self.sender``,
-``self.receiver``: the media driver runs them in the same loop).
+The driver conductor owns clients, commands and the duty cycle; the entities are its two halves', both handed
+one :class:`DriverServices` (counters, responses, errors, ids, log and counter allocation): ``aeron:ipc`` goes
+to the :class:`IpcConductor` (IPC publications and subscriptions), ``aeron:udp`` to the
+:class:`NetworkConductor`, which owns channel endpoints, network publications and images and feeds the
+:class:`Sender` and :class:`Receiver` duties (``self.sender``, ``self.receiver``: the media driver runs them in
+the same loop).
 
 Every command is decoded and validated before it touches any state; a bad one is answered with ON_ERROR
 (Aeron's codes) and recorded in the error log, never raised out of the duty cycle.  The conductor is
@@ -23,13 +26,9 @@ sans-IO about time: callers pass ``now_ns`` (monotonic) and the epoch-ms clock i
 
 from __future__ import annotations
 
-import contextlib
-import os
-import random
 import struct
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from logbuf.channel import ChannelUri, InvalidChannelError
@@ -44,8 +43,8 @@ from logbuf.cnc.errors import (
     RingBufferCorruptedError,
     UnknownCommandTypeError,
 )
+from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import (
-    AvailableImage,
     ClientTimeout,
     ControlCommand,
     ControlResponse,
@@ -60,32 +59,26 @@ from logbuf.cnc.messages import (
     SubscriptionMessage,
     SubscriptionReady,
     TerminateDriverMessage,
-    UnavailableImage,
     decode_command,
 )
-from logbuf.directory import IMAGES_DIR, LOG_SUFFIX, PUBLICATIONS_DIR
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.context import MS, DriverContext
-from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink
+from logbuf.driver.ipc_conductor import IpcConductor, SubscriptionLink
+from logbuf.driver.ipc_publication import IpcPublication, PublicationState
 from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription
 from logbuf.driver.network_publication import NetworkPublication
-from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.driver.services import DriverServices
 
 NULL_VALUE = -1
-IPC_SOURCE_IDENTITY = "aeron:ipc"
 COMMANDS_PER_CYCLE = 16
 
-# system counter ids the conductor maintains (Aeron's ids)
-ERRORS = 15
-UNBLOCKED_PUBLICATIONS = 19
-UNBLOCKED_COMMANDS = 20
-CLIENT_LIVENESS_TIMEOUTS = 24
-CONDUCTOR_MAX_CYCLE_TIME = 26
-CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED = 27
-SOFTWARE_VERSION = 34
-BYTES_MAPPED = 35
-CYCLE_THRESHOLD_NS = 1_000_000_000 // 1000  # 1 ms: a conductor cycle longer than this is counted
-SOFTWARE_VERSION_VALUE = (0 << 16) | (1 << 8) | 0  # logbuf 0.1.0, encoded as Aeron encodes its version
+# system counters the conductor maintains
+ERRORS = c.SystemCounter.ERRORS
+UNBLOCKED_COMMANDS = c.SystemCounter.UNBLOCKED_COMMANDS
+CLIENT_LIVENESS_TIMEOUTS = c.SystemCounter.CLIENT_TIMEOUTS
+CONDUCTOR_MAX_CYCLE_TIME = c.SystemCounter.CONDUCTOR_MAX_CYCLE_TIME
+CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED = c.SystemCounter.CONDUCTOR_CYCLE_TIME_THRESHOLD_EXCEEDED
+CYCLE_THRESHOLD_NS = c.DEFAULT_CYCLE_THRESHOLD_NS  # a conductor cycle longer than this is counted
 NETWORK_COUNTERS_INTERVAL_NS = 1_000_000  # the network system counters reach cnc.dat at least this often
 
 Publication = IpcPublication | NetworkPublication
@@ -105,43 +98,6 @@ class ClientSession:
         self.closed = False
 
 
-# logbuf's extension: ``resume-position=<sessionId>:<position>[,...]`` on a subscription asks to join that
-# session's image at a position it read before (a restarted durable consumer) instead of the current one.
-RESUME_POSITION_PARAM = "resume-position"
-
-
-def parse_resume_positions(uri: ChannelUri) -> dict[int, int]:
-    text = uri.params.get(RESUME_POSITION_PARAM)
-    if text is None:
-        return {}
-    resume: dict[int, int] = {}
-    for item in text.split(","):
-        session, sep, position = item.partition(":")
-        try:
-            session_id, pos = int(session), int(position)
-        except ValueError:
-            raise CommandError(
-                ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}={text!r}: expected sessionId:position[,...]"
-            ) from None
-        if not sep or pos < 0 or pos % 32:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}: bad position in {item!r}")
-        resume[session_id] = pos
-    return resume
-
-
-class SubscriptionLink:
-    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "resume")
-
-    def __init__(
-        self, registration_id: int, client_id: int, stream_id: int, channel: str, resume: dict[int, int]
-    ) -> None:
-        self.registration_id = registration_id
-        self.client_id = client_id
-        self.stream_id = stream_id
-        self.channel = channel
-        self.resume = resume
-
-
 def _epoch_ms() -> int:
     return time.time_ns() // MS
 
@@ -155,6 +111,7 @@ class DriverConductor:
         epoch_ms: Callable[[], int] = _epoch_ms,
         ensure_wake_semaphore: Callable[[int], None] | None = None,
         on_terminate: Callable[[], None] | None = None,
+        loss_report: LossReport | None = None,
     ) -> None:
         self.ctx = ctx
         self.cnc = cnc
@@ -164,27 +121,23 @@ class DriverConductor:
         self.counters: CountersManager = cnc.counters_manager(epoch_ms)
         self.error_log: DistinctErrorLog = cnc.distinct_error_log(epoch_ms)
         self.system = self.counters.allocate_system_counters()
-        self.counters.set_counter_value(self.system[SOFTWARE_VERSION], SOFTWARE_VERSION_VALUE)
         self.ensure_wake_semaphore = ensure_wake_semaphore or (lambda stream_id: None)
         self.on_terminate = on_terminate
         self.clients: dict[int, ClientSession] = {}
-        self.publications: list[IpcPublication] = []
         self.subscriptions: dict[int, SubscriptionLink | NetworkSubscription] = {}
-        self.publications_dir = Path(ctx.directory) / PUBLICATIONS_DIR
-        self._rng = random.SystemRandom()
-        self.network = NetworkConductor(
+        self.services = DriverServices(
             ctx,
             self.counters,
             self.system,
             respond=self._send,
             record_error=self._record_error,
             next_correlation_id=self.ring.next_correlation_id,
-            new_session_id=self._new_session_id,
             ensure_wake_semaphore=self.ensure_wake_semaphore,
-            bytes_mapped=self._add_bytes_mapped,
-            publications_dir=self.publications_dir,
-            images_dir=Path(ctx.directory) / IMAGES_DIR,
+            loss_report=loss_report,
+            epoch_ms=epoch_ms,
         )
+        self.ipc = IpcConductor(self.services)
+        self.network = NetworkConductor(self.services)
         self.sender = self.network.sender
         self.receiver = self.network.receiver
         self._next_network_counters_ns = 0
@@ -192,7 +145,6 @@ class DriverConductor:
         self._next_timer_ns: int | None = None
         self._last_ring_head = self.ring.consumer_position()
         self._time_of_last_ring_move_ns = 0
-        self._bytes_mapped = 0
         self._max_cycle_ns = 0
         self._now_ns = 0
 
@@ -202,8 +154,7 @@ class DriverConductor:
         self._now_ns = now_ns
         self.network.now_ns = now_ns
         work = self._read_commands()
-        for publication in self.publications:
-            work += publication.update()
+        work += self.ipc.update()
         work += self.network.update(now_ns)
         if now_ns >= self._next_network_counters_ns:
             self._next_network_counters_ns = now_ns + NETWORK_COUNTERS_INTERVAL_NS
@@ -228,13 +179,10 @@ class DriverConductor:
             self._increment(CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED)
 
     def on_timer(self, now_ns: int, now_ms: int) -> int:
-        work = 0
-        for publication in self.publications:
-            if publication.on_timer(now_ns):
-                work += 1
+        work = self.ipc.on_timer(now_ns)
         work += self._check_client_liveness(now_ms)
         work += self._check_blocked_commands(now_ns)
-        publications = (*self.publications, *self.network.publications)
+        publications = (*self.ipc.publications, *self.network.publications)
         for publication in [p for p in publications if p.state == PublicationState.DRAINING]:
             if publication.is_drained(now_ns):
                 self._close_publication(publication)
@@ -247,7 +195,7 @@ class DriverConductor:
         self._record_error(f"{where}: {type(exc).__name__}: {exc}")
 
     def _increment(self, system_id: int, delta: int = 1) -> None:
-        counter_id = self.system[system_id]
+        counter_id = self.system[system_id]  # (not through services: the error log counts before they exist)
         self.counters.set_counter_value(counter_id, self.counters.counter_value(counter_id) + delta)
 
     # -- commands --------------------------------------------------------------------------------------
@@ -325,10 +273,13 @@ class DriverConductor:
                 c.client_heartbeat_label(client_id),
                 c.client_heartbeat_key(client_id),
                 registration_id=client_id,
+                owner_id=client_id,
             )
             self.counters.set_counter_value(counter_id, self.epoch_ms())
             client = ClientSession(client_id, counter_id)
             self.clients[client_id] = client
+            # as Aeron's driver: the client learns its heartbeat counter (and completes its label)
+            self._send(ControlResponse.ON_COUNTER_READY, CounterUpdate(client_id, counter_id))
         return client
 
     # -- publications ----------------------------------------------------------------------------------
@@ -341,13 +292,14 @@ class DriverConductor:
 
     def _add_publication(self, client: ClientSession, msg: PublicationMessage, exclusive: bool) -> None:
         uri = self._parse_channel(msg.channel)
-        publication: Publication | None = None
+        publication: Publication
+        created = False
         if uri.is_udp:
-            publication = self.network.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive)
-        elif not exclusive:
-            publication = self._shared_publication(msg.stream_id, uri)
-        if publication is None:
-            publication = self._new_publication(msg.correlation_id, uri, msg.stream_id, exclusive)
+            publication = self.network.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive,
+                                                       client.client_id)
+        else:
+            publication, created = self.ipc.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive,
+                                                            client.client_id)
         publication.publishers[msg.correlation_id] = client.client_id
         client.publication_links[msg.correlation_id] = publication
         response = (
@@ -365,92 +317,8 @@ class DriverConductor:
                 str(publication.log.path),
             ),
         )
-
-    def _shared_publication(self, stream_id: int, uri: ChannelUri) -> IpcPublication | None:
-        for publication in self.publications:
-            if (
-                publication.is_exclusive
-                or publication.stream_id != stream_id
-                or publication.state != PublicationState.ACTIVE
-            ):
-                continue
-            term_length = uri.term_length(publication.log.term_length)
-            mtu = uri.mtu(publication.log.mtu)
-            if term_length != publication.log.term_length or mtu != publication.log.mtu:
-                raise CommandError(
-                    ErrorCode.INVALID_CHANNEL,
-                    f"stream {stream_id} already has a publication with term-length={publication.log.term_length} "
-                    f"mtu={publication.log.mtu}; asked for term-length={term_length} mtu={mtu}",
-                )
-            return publication
-        return None
-
-    def _new_session_id(self) -> int:
-        used = {p.session_id for p in (*self.publications, *self.network.publications)}
-        while True:
-            session_id = self._rng.randint(-(2**31), 2**31 - 1)
-            if session_id not in used:
-                return session_id
-
-    def _new_publication(
-        self, registration_id: int, uri: ChannelUri, stream_id: int, exclusive: bool
-    ) -> IpcPublication:
-        term_length = uri.term_length(self.ctx.ipc_term_length)
-        mtu = uri.mtu(self.ctx.mtu)
-        window = self.ctx.ipc_window(term_length)
-        path = self.publications_dir / f"{registration_id}{LOG_SUFFIX}"
-        self.ensure_wake_semaphore(stream_id)
-        log = LogBuffers.create(
-            path,
-            term_length=term_length,
-            mtu=mtu,
-            session_id=self._new_session_id(),
-            stream_id=stream_id,
-            correlation_id=registration_id,
-            publication_window_length=window,
-            mode=self.ctx.file_mode,
-            pre_touch=self.ctx.pre_touch,
-        )
-        channel = uri.canonical()
-        counter_ids: list[int] = []
-        try:
-            key = c.stream_position_key(registration_id, log.session_id, stream_id, channel)
-            for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID):
-                label = c.stream_position_label(
-                    c.STREAM_COUNTER_NAMES[type_id], registration_id, log.session_id, stream_id, channel
-                )
-                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id))
-        except BaseException:
-            for counter_id in counter_ids:
-                self.counters.free(counter_id)
-            log.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            raise
-        pub_pos_id, pub_lmt_id = counter_ids
-        publication = IpcPublication(
-            registration_id=registration_id,
-            channel=channel,
-            is_exclusive=exclusive,
-            log=log,
-            publisher_position=self.counters.position(pub_pos_id),
-            publisher_limit=self.counters.position(pub_lmt_id),
-            pub_pos_counter_id=pub_pos_id,
-            pub_lmt_counter_id=pub_lmt_id,
-            window_length=window,
-            unblock_timeout_ns=self.ctx.unblock_timeout_ns,
-            on_unblocked=lambda: self._increment(UNBLOCKED_PUBLICATIONS),
-        )
-        self.publications.append(publication)
-        self._add_bytes_mapped(os.path.getsize(path))
-        for subscription in self.subscriptions.values():
-            if isinstance(subscription, SubscriptionLink) and subscription.stream_id == stream_id:
-                self._link(subscription, publication)
-        return publication
-
-    def _add_bytes_mapped(self, delta: int) -> None:
-        self._bytes_mapped = max(0, self._bytes_mapped + delta)
-        self.counters.set_counter_value(self.system[BYTES_MAPPED], self._bytes_mapped)
+        if created and isinstance(publication, IpcPublication):
+            self.ipc.link_subscriptions(publication)  # Aeron's order: READY first, then the images
 
     def _remove_publication(self, client: ClientSession, msg: RemoveMessage) -> None:
         publication = client.publication_links.get(msg.registration_id)
@@ -469,20 +337,8 @@ class DriverConductor:
         """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
         if isinstance(publication, NetworkPublication):
             self.network.close_publication(publication)
-            return
-        for link in list(publication.subscribers.values()):
-            self._unlink_subscriber(publication, link, notify=True)
-        self.counters.free(publication.pub_pos_counter_id)
-        self.counters.free(publication.pub_lmt_counter_id)
-        publication.state = PublicationState.CLOSED
-        self.publications.remove(publication)
-        path = publication.log.path
-        with contextlib.suppress(OSError):
-            self._add_bytes_mapped(-os.path.getsize(path))
-        publication.log.close()
-        # clients that still map the file keep their pages; the name is gone
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        else:
+            self.ipc.close_publication(publication)
 
     # -- subscriptions ---------------------------------------------------------------------------------
 
@@ -498,66 +354,9 @@ class DriverConductor:
                        SubscriptionReady(msg.correlation_id, network.endpoint.status_counter_id))
             self.network.link_existing_images(network)
             return
-        resume = parse_resume_positions(uri)
-        self.ensure_wake_semaphore(msg.stream_id)
-        subscription = SubscriptionLink(msg.correlation_id, client.client_id, msg.stream_id, uri.canonical(), resume)
+        subscription = self.ipc.add_subscription(msg.correlation_id, client.client_id, uri, msg.stream_id)
         self.subscriptions[msg.correlation_id] = subscription
         client.subscriptions.add(msg.correlation_id)
-        self._send(ControlResponse.ON_SUBSCRIPTION_READY, SubscriptionReady(msg.correlation_id, NULL_VALUE))
-        for publication in self.publications:
-            if publication.stream_id == msg.stream_id and publication.state == PublicationState.ACTIVE:
-                self._link(subscription, publication)
-
-    def _link(self, subscription: SubscriptionLink, publication: IpcPublication) -> None:
-        join = publication.join_position()
-        wanted = subscription.resume.get(publication.session_id)
-        if wanted is not None:
-            # still in the log and not cleaned (a dead consumer's sub-pos holds cleaning until it times out);
-            # otherwise the oldest position that is: the consumer sees join > wanted and knows what it missed
-            oldest = max(publication.duty.cleaner.clean_position, join - 2 * publication.log.term_length, 0)
-            join = min(max(wanted, oldest), join)
-        label = c.stream_position_label(
-            c.SUBSCRIBER_POSITION_NAME,
-            publication.registration_id,
-            publication.session_id,
-            publication.stream_id,
-            publication.channel,
-            join,
-        )
-        key = c.stream_position_key(
-            publication.registration_id, publication.session_id, publication.stream_id, publication.channel
-        )
-        counter_id = self.counters.allocate(
-            c.SUBSCRIBER_POSITION_TYPE_ID, label, key, registration_id=subscription.registration_id
-        )
-        position = self.counters.position(counter_id)
-        position.set(join)
-        publication.add_subscriber(
-            SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
-        )
-        self._send(
-            ControlResponse.ON_AVAILABLE_IMAGE,
-            AvailableImage(
-                publication.registration_id,
-                publication.session_id,
-                publication.stream_id,
-                subscription.registration_id,
-                counter_id,
-                str(publication.log.path),
-                IPC_SOURCE_IDENTITY,
-            ),
-        )
-
-    def _unlink_subscriber(self, publication: IpcPublication, link: SubscriberLink, notify: bool) -> None:
-        publication.remove_subscriber(link.subscription_id)
-        self.counters.free(link.counter_id)
-        if notify:
-            self._send(
-                ControlResponse.ON_UNAVAILABLE_IMAGE,
-                UnavailableImage(
-                    publication.registration_id, link.subscription_id, publication.stream_id, publication.channel
-                ),
-            )
 
     def _remove_subscription(self, client: ClientSession, msg: RemoveMessage) -> None:
         if msg.registration_id not in client.subscriptions:
@@ -570,11 +369,8 @@ class DriverConductor:
         subscription = self.subscriptions.pop(registration_id, None)
         if isinstance(subscription, NetworkSubscription):
             self.network.remove_subscription(registration_id)
-            return
-        for publication in self.publications:
-            link = publication.subscribers.get(registration_id)
-            if link is not None:
-                self._unlink_subscriber(publication, link, notify=False)
+        else:
+            self.ipc.remove_subscription(registration_id)
 
     # -- counters --------------------------------------------------------------------------------------
 
@@ -611,6 +407,7 @@ class DriverConductor:
             self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(registration_id, counter_id))
         client.counters.clear()
         self.counters.free(client.heartbeat_counter_id)
+        self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(client.client_id, client.heartbeat_counter_id))
         del self.clients[client.client_id]
 
     def _check_client_liveness(self, now_ms: int) -> int:
@@ -659,8 +456,4 @@ class DriverConductor:
         """Driver shutdown: heartbeat NULL (clients see it at once), logs closed and deleted."""
         self.ring.consumer_heartbeat_time = 0
         self.network.close()
-        for publication in list(self.publications):
-            publication.log.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(publication.log.path)
-        self.publications.clear()
+        self.ipc.close()

@@ -38,6 +38,8 @@ class DriverContext:
     to_clients_capacity: int = 1024 * 1024
     counters_values_length: int = 1024 * 1024  # 8192 counters of 128 bytes
     error_log_length: int = 1024 * 1024
+    loss_report_length: int = 1024 * 1024  # loss-report.dat (Aeron's default)
+    force: bool = False  # take over the directory of a driver that died (never a directory that is not a driver's)
     group_access: bool = False  # directory 0770 / files 0660 instead of 0700 / 0600
     pre_touch: bool = False  # fault log pages in when a log is created (no page faults on the first lap)
     terminate_token: bytes | None = None  # TERMINATE_DRIVER is honoured only with this token
@@ -102,6 +104,8 @@ class DriverContext:
         for name in ("to_driver_capacity", "to_clients_capacity", "error_log_length"):
             if not _power_of_two(getattr(self, name)) or getattr(self, name) < 4096:
                 raise ValueError(f"{name} must be a power of two >= 4096")
+        if self.loss_report_length < 4096 or self.loss_report_length % 4096:
+            raise ValueError("loss_report_length must be a multiple of 4096")
         if self.counters_values_length < 64 * 128 or self.counters_values_length % 128:
             raise ValueError("counters_values_length must hold at least 64 counters of 128 bytes")
         idle_strategy(self.idle_strategy)  # raises for an unknown name

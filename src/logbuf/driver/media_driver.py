@@ -3,14 +3,20 @@
 Run it in the foreground (``logbuf driver``, or :meth:`MediaDriver.run`) or embedded in a process on a
 thread (:meth:`MediaDriver.launch`, for tests and small apps).
 
-Claiming the directory (one driver per directory):
+Claiming the directory (one driver per directory).  A driver owns only a directory it created, or one that
+carries its marker file (``logbuf-driver``), or an empty one; anything else is refused with a one-line
+message and left exactly as it was (nothing deleted, nothing chmod-ed):
 
-1. create it 0700 (0770 with group access) or check that an existing one belongs to this user;
-2. take an exclusive ``flock`` on ``driver.lock`` — held for the driver's life, released by the kernel when
-   the process dies, so a live driver is never mistaken for a dead one and a dead one never blocks a new
-   one.  When the lock is held, the refusal names the other driver's pid and heartbeat age from its cnc.dat;
-3. with the lock, anything left in the directory is a dead driver's: it is removed (logs, cnc.dat, and the
-   stream wake-up semaphores of this directory) and a fresh cnc.dat is created.
+1. create it 0700 (0770 with group access), or check that an existing one belongs to this user;
+2. a directory with the marker (or only a driver's files around a valid cnc.dat: a driver without the marker,
+   logbuf's or Aeron's) is a driver's: take an exclusive ``flock`` on ``driver.lock`` - held for the driver's
+   life, released by the kernel when the process dies - and when it is held, refuse naming the live driver's
+   pid and heartbeat age.  When it is free the driver there died: ``force`` takes its directory over (its
+   logs, cnc.dat, loss report and stream wake-up semaphores are removed), otherwise refuse and say so;
+3. write the marker (recording whether this driver created the directory) and a fresh cnc.dat.
+
+On stop the driver removes what it created: its files, the marker, and the directory when it created it and
+nothing else is left in it.
 """
 
 from __future__ import annotations
@@ -31,9 +37,13 @@ import posix_ipc
 
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.errors import CncFileError
+from logbuf.cnc.loss_report import LossReportFile
 from logbuf.directory import (
     CNC_FILE,
     IMAGES_DIR,
+    LOCK_FILE,
+    LOSS_REPORT_FILE,
+    MARKER_FILE,
     PUBLICATIONS_DIR,
     wake_semaphore_name,
     wake_semaphore_prefix,
@@ -43,7 +53,40 @@ from logbuf.driver.context import MS, DriverContext
 from logbuf.errors import LogbufError
 from logbuf.idle import idle_strategy
 
-LOCK_FILE = "driver.lock"
+_DRIVER_FILES = {CNC_FILE, LOSS_REPORT_FILE, LOCK_FILE, MARKER_FILE, PUBLICATIONS_DIR, IMAGES_DIR}
+_MARKER_TEXT = "logbuf media driver directory\ncreated-by-driver: {}\n"
+
+
+def _directory_kind(directory: Path) -> str:
+    """``empty``, ``driver`` (its marker, or only a driver's files around a valid cnc.dat) or ``foreign``."""
+    names = set(os.listdir(directory))
+    if not names:
+        return "empty"
+    if MARKER_FILE in names:
+        return "driver"
+    if CNC_FILE in names and names <= _DRIVER_FILES:
+        try:
+            CncFile.open(directory / CNC_FILE).close()  # a logbuf or Aeron cnc.dat, not someone's data
+        except (CncFileError, OSError):
+            return "foreign"
+        return "driver"
+    return "foreign"
+
+
+def _marker_says_created(directory: Path) -> bool:
+    try:
+        return "created-by-driver: yes" in (directory / MARKER_FILE).read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _write_marker(directory: Path, created: bool, mode: int) -> None:
+    """The marker, written atomically (a temporary name, then rename)."""
+    temporary = directory / f".{MARKER_FILE}.{os.getpid()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(_MARKER_TEXT.format("yes" if created else "no"))
+    os.replace(temporary, directory / MARKER_FILE)
 
 
 class DriverDirectoryError(LogbufError):
@@ -69,11 +112,13 @@ class MediaDriver:
         self.ctx = ctx.with_options(**options) if ctx is not None else DriverContext.build(**options)
         self.directory = Path(self.ctx.directory)
         self._lock_fd: int | None = None
+        self._created_directory = False
         self._semaphores: dict[int, posix_ipc.Semaphore] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
         self.cnc: CncFile | None = None
+        self.loss_report: LossReportFile | None = None
         self.conductor: DriverConductor | None = None
         self._claim_directory()
         try:
@@ -88,9 +133,12 @@ class MediaDriver:
                 time.time_ns() // MS,
                 mode=self.ctx.file_mode,
             )
+            self.loss_report = LossReportFile.create(self.directory / LOSS_REPORT_FILE, self.ctx.loss_report_length,
+                                                     mode=self.ctx.file_mode)
             self.conductor = DriverConductor(
                 self.ctx,
                 self.cnc,
+                loss_report=self.loss_report.report(),
                 ensure_wake_semaphore=self._ensure_wake_semaphore,
                 on_terminate=self._stop.set,
             )
@@ -102,17 +150,39 @@ class MediaDriver:
 
     def _claim_directory(self) -> None:
         directory = self.directory
-        try:
-            directory.mkdir(mode=self.ctx.dir_mode, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise DriverDirectoryError(f"cannot create driver directory {directory}: {exc.strerror}") from exc
+        created = False
+        if not directory.exists():
+            try:
+                directory.mkdir(mode=self.ctx.dir_mode, parents=True)
+            except FileExistsError:
+                pass  # another process made it meanwhile: judged below like any existing directory
+            except OSError as exc:
+                raise DriverDirectoryError(f"cannot create driver directory {directory}: {exc.strerror}") from exc
+            else:
+                created = True
+        if not directory.is_dir():
+            raise DriverDirectoryError(f"{directory} is not a directory; choose another with --dir or LOGBUF_DIR")
         info = directory.stat()
         if info.st_uid != os.getuid():
             raise DriverDirectoryError(
                 f"driver directory {directory} belongs to uid {info.st_uid}, not to you (uid {os.getuid()}); "
                 f"choose another with --dir or LOGBUF_DIR"
             )
-        os.chmod(directory, self.ctx.dir_mode)  # never wider (or narrower) than configured
+        kind = "empty" if created else _directory_kind(directory)
+        if kind == "foreign":
+            names = sorted(os.listdir(directory))
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise DriverDirectoryError(
+                f"{directory} is not a logbuf driver directory and not empty ({shown}); nothing was changed - "
+                f"choose another with --dir or LOGBUF_DIR"
+            )
+        if kind == "driver":
+            created = _marker_says_created(directory)
+            if not self.ctx.force and not (directory / LOCK_FILE).exists():
+                raise DriverDirectoryError(
+                    f"{directory} holds the files of a driver that is no longer running "
+                    f"({_describe_active_driver(directory)}); --force takes it over"
+                )
         fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, self.ctx.file_mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -124,15 +194,26 @@ class MediaDriver:
                     f"stop it first or use another directory (--dir / LOGBUF_DIR)"
                 ) from None
             raise
+        if kind == "driver" and not self.ctx.force:
+            os.close(fd)
+            raise DriverDirectoryError(
+                f"{directory} holds the files of a driver that is no longer running "
+                f"({_describe_active_driver(directory)}); --force takes it over"
+            )
         self._lock_fd = fd
-        # the lock is ours: whatever is left belongs to a dead driver
-        for name in (CNC_FILE,):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(directory / name)
+        if kind == "driver":  # a dead driver's: its files go, nothing else
+            for name in (CNC_FILE, LOSS_REPORT_FILE):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(directory / name)
+            for sub in (PUBLICATIONS_DIR, IMAGES_DIR):
+                shutil.rmtree(directory / sub, ignore_errors=True)
+            self._unlink_stale_semaphores()
+        if created or kind == "driver":
+            os.chmod(directory, self.ctx.dir_mode)  # never wider (or narrower) than configured
+        self._created_directory = created
+        _write_marker(directory, created, self.ctx.file_mode)
         for sub in (PUBLICATIONS_DIR, IMAGES_DIR):
-            shutil.rmtree(directory / sub, ignore_errors=True)
             (directory / sub).mkdir(mode=self.ctx.dir_mode)
-        self._unlink_stale_semaphores()
 
     def _unlink_stale_semaphores(self) -> None:
         prefix = wake_semaphore_prefix(self.directory)
@@ -150,22 +231,28 @@ class MediaDriver:
         )
 
     def _release_directory(self) -> None:
+        if self._lock_fd is None:
+            return  # the directory was never ours: nothing of it is touched
         for semaphore in self._semaphores.values():
             with contextlib.suppress(posix_ipc.ExistentialError):
                 semaphore.unlink()
             semaphore.close()
         self._semaphores.clear()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.directory / CNC_FILE)
+        for name in (CNC_FILE, LOSS_REPORT_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.directory / name)
         for sub in (PUBLICATIONS_DIR, IMAGES_DIR):
             shutil.rmtree(self.directory / sub, ignore_errors=True)
-        if self._lock_fd is not None:
+        if self._lock_fd is None:
+            return  # the directory was never ours: nothing of it is touched
+        for name in (MARKER_FILE, LOCK_FILE):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.directory / LOCK_FILE)
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
-        with contextlib.suppress(OSError):
-            self.directory.rmdir()  # only when empty: never delete what someone else put there
+                os.unlink(self.directory / name)
+        os.close(self._lock_fd)  # releases the flock
+        self._lock_fd = None
+        if self._created_directory:
+            with contextlib.suppress(OSError):
+                self.directory.rmdir()  # only when empty: never delete what someone else put there
 
     # -- running ---------------------------------------------------------------------------------------
 
@@ -245,6 +332,8 @@ class MediaDriver:
             self.conductor.close()
         if self.cnc is not None:
             self.cnc.close()
+        if self.loss_report is not None:
+            self.loss_report.close()
         self._release_directory()
 
     def __enter__(self) -> MediaDriver:

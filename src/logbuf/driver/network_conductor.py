@@ -18,19 +18,17 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import struct
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from logbuf.channel import ChannelUri, InvalidChannelError
 from logbuf.cnc import counters as c
-from logbuf.cnc.counters import CountersManager
+from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import AvailableImage, ControlResponse, ErrorCode, UnavailableImage
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
 from logbuf.driver.command_error import CommandError
-from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
+from logbuf.driver.log_metadata import fill_image_metadata
 from logbuf.driver.network_counters import NetworkCounters
 from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
 from logbuf.driver.publication_image import ImageWaker, PublicationImage
@@ -38,6 +36,7 @@ from logbuf.driver.receive_channel import ReceiveChannelEndpoint
 from logbuf.driver.receiver import Receiver
 from logbuf.driver.send_channel import SendChannelEndpoint
 from logbuf.driver.sender import Sender
+from logbuf.driver.services import DriverServices
 from logbuf.driver.udp import (
     CreateImage,
     FlowControl,
@@ -52,6 +51,8 @@ from logbuf.driver.udp import (
     UnicastNakDelay,
     receiver_window_length,
 )
+from logbuf.driver.udp.loss_detector import Gap
+from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH
 from logbuf.driver.udp_channel import UdpChannel, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.logbuffer import descriptor as d
@@ -76,39 +77,45 @@ class NetworkSubscription:
         self.endpoint = endpoint
 
 
-def _channel_status_key(channel: str) -> bytes:
-    """Aeron's channel endpoint status key: channel length (i32) then the channel, cut to fit 112 bytes."""
-    data = c.encode_ascii(channel)[: c.MAX_KEY_LENGTH - 4]
-    return struct.pack("<i", len(data)) + data
+class ImageLossObserver:
+    """Records an image's losses in the driver's loss report: its entry on the first, observations after."""
+
+    def __init__(self, report: LossReport, epoch_ms: Callable[[], int], session_id: int, stream_id: int,
+                 channel: str, source: str) -> None:
+        self.report = report
+        self.epoch_ms = epoch_ms
+        self.session_id = session_id
+        self.stream_id = stream_id
+        self.channel = channel
+        self.source = source
+        self.entry_offset: int | None = None  # -1: the report is full, nothing more is recorded
+
+    def __call__(self, gap: Gap) -> None:
+        now_ms = self.epoch_ms()
+        if self.entry_offset is None:
+            self.entry_offset = self.report.create_entry(gap.length, now_ms, self.session_id, self.stream_id,
+                                                         self.channel, self.source)
+        elif self.entry_offset >= 0:
+            self.report.record_observation(self.entry_offset, gap.length, now_ms)
 
 
 class NetworkConductor:
-    def __init__(
-        self,
-        ctx: DriverContext,
-        counters: CountersManager,
-        system: dict[int, int],
-        *,
-        respond: Callable[[ControlResponse, Any], None],
-        record_error: Callable[[str], None],
-        next_correlation_id: Callable[[], int],
-        new_session_id: Callable[[], int],
-        ensure_wake_semaphore: Callable[[int], None],
-        bytes_mapped: Callable[[int], None],
-        publications_dir: Path,
-        images_dir: Path,
-    ) -> None:
-        self.ctx = ctx
-        self.counters = counters
-        self.network_counters = NetworkCounters(counters, system)
-        self.respond = respond
-        self.record_error = record_error
-        self.next_correlation_id = next_correlation_id
-        self.new_session_id = new_session_id
-        self.ensure_wake_semaphore = ensure_wake_semaphore
-        self.bytes_mapped = bytes_mapped
-        self.publications_dir = publications_dir
-        self.images_dir = images_dir
+    """The driver conductor's ``aeron:udp`` half: channel endpoints, network publications, subscriptions
+    and images (see the module docstring)."""
+
+    def __init__(self, services: DriverServices) -> None:
+        self.services = services
+        self.ctx = services.ctx
+        self.counters = services.counters
+        self.network_counters = NetworkCounters(services.counters, services.system)
+        self.respond = services.respond
+        self.record_error = services.record_error
+        self.next_correlation_id = services.next_correlation_id
+        self.ensure_wake_semaphore = services.ensure_wake_semaphore
+        self.bytes_mapped = services.bytes_mapped
+        self.images_dir = services.images_dir
+        self.loss_report = services.loss_report
+        self.epoch_ms = services.epoch_ms
         self.sender = Sender()
         self.receiver = Receiver()
         self.publications: list[NetworkPublication] = []
@@ -146,22 +153,36 @@ class NetworkConductor:
                 ErrorCode.CHANNEL_ENDPOINT_ERROR, f"channel {channel}: cannot open its {role.value} socket: {exc}"
             ) from None
 
-    def _status_counter(self, type_id: int, name: str, channel: UdpChannel, key: str | None = None) -> int:
-        key = channel.key if key is None else key
-        counter_id = self.counters.allocate(type_id, f"{name}: {key}", _channel_status_key(key))
-        self.counters.set_counter_value(counter_id, CHANNEL_STATUS_ACTIVE)
-        return counter_id
+    def _status_counters(self, type_id: int, name: str, sockaddr_name: str, channel: str, address: str,
+                         registration_id: int) -> tuple[int, int]:
+        """A channel endpoint's status counter and its local socket address counter, as Aeron labels them
+        (``snd-channel: <channel> <address>``, ``snd-local-sockaddr: <status id> <address>``)."""
+        status = self.counters.allocate(type_id, c.channel_status_label(name, channel, address),
+                                        c.channel_status_key(channel), registration_id=registration_id)
+        self.counters.set_counter_value(status, CHANNEL_STATUS_ACTIVE)
+        try:
+            sockaddr = self.counters.allocate(c.LOCAL_SOCKADDR_TYPE_ID,
+                                              c.local_sockaddr_label(sockaddr_name, status, address),
+                                              c.local_sockaddr_key(status, address), registration_id=registration_id)
+        except BaseException:
+            self.counters.free(status)
+            raise
+        self.counters.set_counter_value(sockaddr, CHANNEL_STATUS_ACTIVE)
+        return status, sockaddr
 
-    def _send_endpoint(self, channel: UdpChannel) -> SendChannelEndpoint:
+    def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int) -> SendChannelEndpoint:
         endpoint = self.send_endpoints.get(channel.key)
         if endpoint is None:
             transport = self._transport(channel, TransportRole.SEND)
             try:
-                status = self._status_counter(c.SEND_CHANNEL_STATUS_TYPE_ID, "snd-channel", channel)
+                status, sockaddr = self._status_counters(
+                    c.SEND_CHANNEL_STATUS_TYPE_ID, c.SEND_CHANNEL_STATUS_NAME, c.SEND_LOCAL_SOCKADDR_NAME,
+                    uri.canonical(), str(transport.local_address), registration_id)
             except BaseException:
                 transport.close()
                 raise
             endpoint = SendChannelEndpoint(channel, transport, self.network_counters, status)
+            endpoint.local_sockaddr_counter_id = sockaddr
             self.send_endpoints[channel.key] = endpoint
             self.sender.add_endpoint(endpoint)
         return endpoint
@@ -169,16 +190,19 @@ class NetworkConductor:
     def _close_send_endpoint(self, endpoint: SendChannelEndpoint) -> None:
         self.send_endpoints.pop(endpoint.key, None)
         self.sender.remove_endpoint(endpoint)
+        self.counters.free(endpoint.local_sockaddr_counter_id)
         self.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
-    def _receive_endpoint(self, channel: UdpChannel) -> ReceiveChannelEndpoint:
+    def _receive_endpoint(self, channel: UdpChannel, uri: ChannelUri,
+                          registration_id: int) -> ReceiveChannelEndpoint:
         endpoint = self.receive_endpoints.get(channel.receive_key)
         if endpoint is None:
             transport = self._transport(channel, TransportRole.RECEIVE)
             try:
-                status = self._status_counter(c.RECEIVE_CHANNEL_STATUS_TYPE_ID, "rcv-channel", channel,
-                                              channel.receive_key)
+                status, sockaddr = self._status_counters(
+                    c.RECEIVE_CHANNEL_STATUS_TYPE_ID, c.RECEIVE_CHANNEL_STATUS_NAME, c.RECEIVE_LOCAL_SOCKADDR_NAME,
+                    uri.canonical(), str(transport.receive_address), registration_id)
             except BaseException:
                 transport.close()
                 raise
@@ -192,6 +216,7 @@ class NetworkConductor:
                 image_removed=self._on_image_removed,
                 status_counter_id=status,
             )
+            endpoint.local_sockaddr_counter_id = sockaddr
             self.receive_endpoints[channel.receive_key] = endpoint
             self.receiver.add_endpoint(endpoint)
         return endpoint
@@ -202,6 +227,7 @@ class NetworkConductor:
         for image in list(endpoint.images.values()):
             self._close_image(image, notify=True)
         endpoint.images.clear()
+        self.counters.free(endpoint.local_sockaddr_counter_id)
         self.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
@@ -221,7 +247,9 @@ class NetworkConductor:
         return UnicastFlowControl(timeout)
 
     def add_publication(self, registration_id: int, uri: ChannelUri, stream_id: int,
-                        exclusive: bool) -> NetworkPublication:
+                        exclusive: bool, client_id: int = 0) -> NetworkPublication:
+        """The stream's publication on this channel (a new one unless a shared one exists); ``client_id``
+        owns a new one's pub-lmt counter."""
         channel = self.udp_channel(uri)
         term_length = uri.term_length(self.ctx.network_term_length)
         mtu = uri.mtu(self.ctx.mtu)
@@ -234,7 +262,7 @@ class NetworkConductor:
         if not exclusive:
             for publication in self.publications:
                 if (publication.is_exclusive or publication.stream_id != stream_id
-                        or publication.endpoint.key != channel.key or publication.state != PublicationState.ACTIVE):
+                        or publication.endpoint_key != channel.key or publication.state != PublicationState.ACTIVE):
                     continue
                 if term_length != publication.log.term_length or mtu != publication.log.mtu:
                     raise CommandError(
@@ -244,10 +272,10 @@ class NetworkConductor:
                         f"term-length={term_length} mtu={mtu}",
                     )
                 return publication
-        endpoint = self._send_endpoint(channel)
+        endpoint = self._send_endpoint(channel, uri, registration_id)
         try:
             return self._new_publication(registration_id, uri, channel, endpoint, stream_id, exclusive,
-                                         term_length, mtu, flow_control)
+                                         term_length, mtu, flow_control, client_id)
         except BaseException:
             if endpoint.is_unused:
                 self._close_send_endpoint(endpoint)
@@ -255,31 +283,19 @@ class NetworkConductor:
 
     def _new_publication(self, registration_id: int, uri: ChannelUri, channel: UdpChannel,
                          endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, term_length: int,
-                         mtu: int, flow_control: FlowControl) -> NetworkPublication:
+                         mtu: int, flow_control: FlowControl, client_id: int) -> NetworkPublication:
         ctx = self.ctx
+        services = self.services
         window = ctx.network_window(term_length)
-        path = self.publications_dir / f"{registration_id}{LOG_SUFFIX}"
-        self.ensure_wake_semaphore(stream_id)  # the client's publication opens it (nobody waits on it)
-        log = LogBuffers.create(
-            path,
-            term_length=term_length,
-            mtu=mtu,
-            session_id=self.new_session_id(),
-            stream_id=stream_id,
-            correlation_id=registration_id,
-            publication_window_length=window,
-            mode=ctx.file_mode,
-            pre_touch=ctx.pre_touch,
-        )
+        # the client's publication opens the stream's wake-up semaphore (nobody waits on it)
+        log = services.create_publication_log(registration_id, stream_id, term_length, mtu, window)
         name = uri.canonical()
         counter_ids: list[int] = []
         try:
-            key = c.stream_position_key(registration_id, log.session_id, stream_id, name)
-            for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SENDER_POSITION_TYPE_ID,
-                            c.SENDER_LIMIT_TYPE_ID, c.SENDER_BPE_TYPE_ID):
-                label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], registration_id, log.session_id,
-                                                stream_id, name)
-                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=registration_id))
+            counter_ids = services.allocate_stream_counters(
+                (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SENDER_POSITION_TYPE_ID,
+                 c.SENDER_LIMIT_TYPE_ID, c.SENDER_BPE_TYPE_ID), registration_id, log.session_id, stream_id, name,
+                client_id)
             sender = PublicationSender(
                 log,
                 self.now_ns,
@@ -296,22 +312,20 @@ class NetworkConductor:
                 is_exclusive=exclusive,
                 log=log,
                 sender=sender,
-                endpoint=endpoint,
+                transport=endpoint.transport,
+                endpoint_key=endpoint.key,
+                channel_status_id=endpoint.status_counter_id,
                 positions=NetworkPublicationPositions(*(self.counters.position(i) for i in counter_ids)),
                 window_length=window,
                 max_datagrams=ctx.send_batch,
             )
             endpoint.add(publication)
         except BaseException:
-            for counter_id in counter_ids:
-                self.counters.free(counter_id)
-            log.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            services.free_counters(counter_ids)
+            services.delete_log(log)
             raise
         self.publications.append(publication)
         self.sender.publications.append(publication)
-        self.bytes_mapped(os.path.getsize(path))
         return publication
 
     def close_publication(self, publication: NetworkPublication) -> None:
@@ -320,26 +334,20 @@ class NetworkConductor:
             self.publications.remove(publication)
         with contextlib.suppress(ValueError):
             self.sender.publications.remove(publication)
-        endpoint = publication.endpoint
+        endpoint = self.send_endpoints[publication.endpoint_key]
         endpoint.remove(publication)
         if endpoint.is_unused:
             self._close_send_endpoint(endpoint)
-        for counter_id in publication.counter_ids:
-            self.counters.free(counter_id)
+        self.services.free_counters(publication.counter_ids)
         publication.state = PublicationState.CLOSED
-        path = publication.log.path
-        with contextlib.suppress(OSError):
-            self.bytes_mapped(-os.path.getsize(path))
-        publication.log.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        self.services.delete_log(publication.log)
 
     # -- subscriptions ---------------------------------------------------------------------------------
 
     def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri,
                          stream_id: int) -> NetworkSubscription:
         channel = self.udp_channel(uri)
-        endpoint = self._receive_endpoint(channel)
+        endpoint = self._receive_endpoint(channel, uri, registration_id)
         self.ensure_wake_semaphore(stream_id)
         subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint)
         endpoint.add_subscription(stream_id)
@@ -389,7 +397,7 @@ class NetworkConductor:
         ctx = self.ctx
         setup = event.setup
         correlation_id = self.next_correlation_id()
-        window = receiver_window_length(setup.term_length, ctx.receiver_window or 128 * 1024)
+        window = receiver_window_length(setup.term_length, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
         path = self.images_dir / f"{correlation_id}{LOG_SUFFIX}"
         log = LogBuffers.create(
             path,
@@ -405,6 +413,7 @@ class NetworkConductor:
         )
         counter_ids: list[int] = []
         try:
+            fill_image_metadata(log, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
             join = setup.join_position()
             if endpoint.channel.is_multicast:
                 nak_delay: Any = MulticastNakDelay(ctx.nak_multicast_max_backoff_ns, ctx.nak_multicast_group_size)
@@ -422,6 +431,9 @@ class NetworkConductor:
                 counters=self.network_counters.receiver,
             )
             name = endpoint.channel.uri.canonical()
+            if self.loss_report is not None:
+                receiver.on_loss = ImageLossObserver(self.loss_report, self.epoch_ms, setup.session_id,
+                                                     setup.stream_id, name, describe_sockaddr(event.source))
             key = c.stream_position_key(correlation_id, setup.session_id, setup.stream_id, name)
             for type_id in (c.RECEIVER_HWM_TYPE_ID, c.RECEIVER_POSITION_TYPE_ID):
                 label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], correlation_id, setup.session_id,
@@ -451,11 +463,15 @@ class NetworkConductor:
             self._link(subscription, image, join)
 
     def _link(self, subscription: NetworkSubscription, image: PublicationImage, join: int) -> None:
-        label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, image.correlation_id, image.session_id,
-                                        image.stream_id, image.channel, join)
-        key = c.stream_position_key(image.correlation_id, image.session_id, image.stream_id, image.channel)
+        # Aeron's sub-pos: the subscription's registration id and channel, owned by its client, referring to
+        # the image it reads
+        label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, subscription.registration_id,
+                                        image.session_id, image.stream_id, subscription.channel, join)
+        key = c.stream_position_key(subscription.registration_id, image.session_id, image.stream_id,
+                                    subscription.channel)
         counter_id = self.counters.allocate(c.SUBSCRIBER_POSITION_TYPE_ID, label, key,
-                                            registration_id=subscription.registration_id)
+                                            registration_id=subscription.registration_id,
+                                            owner_id=subscription.client_id, reference_id=image.correlation_id)
         position = self.counters.position(counter_id)
         position.set(join)
         image.add_subscriber(

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from logbuf.driver.ipc_publication import PublicationState
 from logbuf.driver.udp import Outgoing, PublicationSender
+from logbuf.driver.udp_transport import UdpTransport
 from logbuf.errors import LogCorruptedError
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
@@ -34,9 +34,6 @@ from logbuf.native import ffi, lib
 from logbuf.position import Position
 from logbuf.protocol import ErrorFrame, Nak, RttMeasurement, StatusMessage
 from logbuf.protocol.datagram import ControlFrame
-
-if TYPE_CHECKING:
-    from logbuf.driver.send_channel import SendChannelEndpoint
 
 
 class NetworkPublicationPositions:
@@ -68,7 +65,9 @@ class NetworkPublication:
         is_exclusive: bool,
         log: LogBuffers,
         sender: PublicationSender,
-        endpoint: SendChannelEndpoint,
+        transport: UdpTransport,
+        endpoint_key: str,
+        channel_status_id: int,
         positions: NetworkPublicationPositions,
         window_length: int,
         max_datagrams: int,
@@ -82,19 +81,19 @@ class NetworkPublication:
         self.session_id = log.session_id
         self.stream_id = log.stream_id
         self.sender = sender
-        self.endpoint = endpoint
+        self.transport = transport  # the send channel endpoint's: data out, control frames in
+        self.endpoint_key = endpoint_key
         self.positions = positions
         self.pub_lmt_counter_id = positions.pub_lmt.counter_id
         self.window_length = window_length
         self.trip_gain = window_length // 8
         self.max_datagrams = max_datagrams
-        self.destination = endpoint.channel.data.sockaddr
-        transport = endpoint.transport
+        self.destination = transport.channel.data.sockaddr
         self._native_send = transport.send_impairment is None  # an impairment needs every datagram in Python
         self._fd = transport.send_fd
         self._destination_handle = transport.destination(self.destination)
         self._send_result = ffi.new("int64_t[4]")
-        self.channel_status_id = endpoint.status_counter_id
+        self.channel_status_id = channel_status_id
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
         self.subscribers: dict = {}  # IPC subscribers never link to a network publication
         self.state = PublicationState.ACTIVE
@@ -200,13 +199,13 @@ class NetworkPublication:
         elif sent < planned:
             sender.counters.short_sends += 1  # the rest goes again next cycle
             if rc < 0 and -rc not in (errno.EAGAIN, errno.ENOBUFS):
-                self.endpoint.transport.send_errors += 1
+                self.transport.send_errors += 1
         self._publish_sender_positions()
         return sent
 
     def transmit(self, items: Sequence[Outgoing], now_ns: int) -> int:
         """Sends ``items`` in order to the data address and tells the sender what went."""
-        sent = self.endpoint.transport.send([item.buffer for item in items], self.destination, now_ns)
+        sent = self.transport.send([item.buffer for item in items], self.destination, now_ns)
         on_sent = self.sender.on_sent
         for item in items[:sent]:
             on_sent(item, len(item.buffer), now_ns)
@@ -242,7 +241,7 @@ class NetworkPublication:
         elif isinstance(frame, RttMeasurement):
             reply = sender.on_rtt_measurement(frame, now_ns)
             if reply is not None:
-                self.endpoint.transport.send([reply.buffer], source, now_ns)
+                self.transport.send([reply.buffer], source, now_ns)
         elif isinstance(frame, ErrorFrame):
             sender.on_error_frame(frame, now_ns)
         else:

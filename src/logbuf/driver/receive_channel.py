@@ -57,6 +57,7 @@ class ReceiveChannelEndpoint:
         self.receiver_id = dispatcher.receiver_id
         self.counters = counters
         self.status_counter_id = status_counter_id
+        self.local_sockaddr_counter_id = -1  # rcv-local-sockaddr, when the conductor allocated one
         self._create_image = create_image
         self._image_removed = image_removed
         self.stream_refs: dict[int, int] = {}  # stream id -> subscriptions on it

@@ -8,16 +8,22 @@ malformed or not a control frame is counted as an invalid packet and dropped.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from logbuf.driver.network_counters import NetworkCounters
 from logbuf.driver.udp_channel import UdpChannel
 from logbuf.driver.udp_transport import NOT_DATA, UdpTransport
-from logbuf.protocol.datagram import ControlPacket, classify
+from logbuf.protocol.datagram import ControlFrame, ControlPacket, classify
 from logbuf.protocol.header import MalformedFrameError
 
-if TYPE_CHECKING:
-    from logbuf.driver.network_publication import NetworkPublication
+
+class ControlFrameHandler(Protocol):
+    """What the endpoint hands a control frame to: a network publication of one session and stream."""
+
+    session_id: int
+    stream_id: int
+
+    def on_control(self, frame: ControlFrame, source: bytes, now_ns: int) -> int: ...
 
 MAX_BATCHES_PER_CYCLE = 4
 
@@ -30,15 +36,16 @@ class SendChannelEndpoint:
         self.transport = transport
         self.counters = counters
         self.status_counter_id = status_counter_id
-        self.publications: dict[tuple[int, int], NetworkPublication] = {}
+        self.local_sockaddr_counter_id = -1  # snd-local-sockaddr, when the conductor allocated one
+        self.publications: dict[tuple[int, int], ControlFrameHandler] = {}
 
-    def add(self, publication: NetworkPublication) -> None:
+    def add(self, publication: ControlFrameHandler) -> None:
         key = (publication.session_id, publication.stream_id)
         if key in self.publications:
             raise ValueError(f"session {key[0]} stream {key[1]} already sends on {self.key}")
         self.publications[key] = publication
 
-    def remove(self, publication: NetworkPublication) -> None:
+    def remove(self, publication: ControlFrameHandler) -> None:
         key = (publication.session_id, publication.stream_id)
         if self.publications.get(key) is publication:
             del self.publications[key]

@@ -2,16 +2,21 @@
 
 A datagram is one of:
 
-- data: one or more whole DATA frames back to back, each at ``align(frame length, 32)`` after the previous
-  one, all of the same session / stream / term and at consecutive term offsets (the last frame may omit its
-  alignment bytes);
-- a PAD frame: its 32-byte header alone (or the whole frame) - it covers ``frame length`` bytes of term;
-- a heartbeat: a lone 32-byte DATA header with frame length 0;
+- data: one or more whole frames back to back, each at ``align(frame length, 32)`` after the previous one,
+  all of the same session / stream / term and at consecutive term offsets (the last frame may omit its
+  alignment bytes).  The frames are DATA frames, and PAD frames as Aeron's sender scans a term: a PAD ends the
+  scan when it covers more than its header, so such a PAD is the last frame and only its 32-byte header
+  travels (its frame length still says how much term it covers; its padding bytes are zeros the receiver
+  already has).  At a term end this puts DATA frames and a PAD header in one datagram;
+- a PAD frame alone: its 32-byte header (or the whole frame) - it covers ``frame length`` bytes of term;
+- a heartbeat: a lone 32-byte DATA header with frame length 0 (flags 0xE0 when it ends the stream);
 - control: one or more SETUP / SM / NAK / RTTM / ERR frames back to back.
 
+Retransmits take the same shapes (the sender rescans the term from the NAKed offset).
+
 Anything else - short, a length that runs past the datagram, a wrong version, a frame type we do not handle,
-inconsistent ids or offsets, data and control mixed - raises :class:`MalformedFrameError`; the caller counts
-it as an invalid packet and drops it.
+inconsistent ids or offsets, a frame after a PAD header, data and control mixed - raises
+:class:`MalformedFrameError`; the caller counts it as an invalid packet and drops it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any, NamedTuple
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH, HEADER_STRUCT
 from logbuf.protocol.data import DataHeader
 from logbuf.protocol.error_frame import ErrorFrame
-from logbuf.protocol.header import CURRENT_VERSION, FrameType, MalformedFrameError, read_frame_word
+from logbuf.protocol.header import CURRENT_VERSION, INT32_MAX, FrameType, MalformedFrameError, read_frame_word
 from logbuf.protocol.nak import Nak
 from logbuf.protocol.rttm import RttMeasurement
 from logbuf.protocol.setup import SetupFrame
@@ -118,52 +123,63 @@ def _classify_data(datagram: Any, n: int, fields: tuple) -> DataPacket:
     if term_offset < 0 or term_offset & (FRAME_ALIGNMENT - 1):
         raise MalformedFrameError(f"term offset {term_offset} is not a frame boundary")
     header = DataHeader(frame_length, term_offset, session_id, stream_id, term_id, flags, frame_type, reserved)
-    if frame_type == _PAD:
-        if frame_length < HEADER_LENGTH or frame_length & (FRAME_ALIGNMENT - 1):
-            raise MalformedFrameError(f"PAD frame length {frame_length} is not a multiple of {FRAME_ALIGNMENT}")
-        if n != HEADER_LENGTH and n != frame_length:
-            raise MalformedFrameError(f"a PAD datagram is its header or the whole frame, not {n} bytes")
-        return DataPacket(_KIND_PAD, header, 1, n, frame_length)
-    if frame_length == 0:
+    if frame_type == _DATA and frame_length == 0:
         if n != HEADER_LENGTH:
             raise MalformedFrameError(f"a heartbeat is {HEADER_LENGTH} bytes, not {n}")
         return DataPacket(_KIND_HEARTBEAT, header, 1, n, 0)
-    if frame_length < HEADER_LENGTH:
-        raise MalformedFrameError(f"data frame length {frame_length} < {HEADER_LENGTH}")
-    aligned = (frame_length + FRAME_ALIGNMENT - 1) & _ALIGN_MASK
-    if aligned >= n:
-        if frame_length > n or (aligned > n and frame_length != n):
-            raise MalformedFrameError(f"frame of {frame_length} bytes runs past the {n}-byte datagram")
-        count = 1
-    else:
-        count = _walk_data(datagram, n, aligned, (session_id, stream_id, term_id), term_offset)
-    return DataPacket(_KIND_DATA, header, count, n, (n + FRAME_ALIGNMENT - 1) & _ALIGN_MASK)
+    if frame_type == _DATA:
+        if frame_length < HEADER_LENGTH:
+            raise MalformedFrameError(f"data frame length {frame_length} < {HEADER_LENGTH}")
+        aligned = (frame_length + FRAME_ALIGNMENT - 1) & _ALIGN_MASK
+        if aligned >= n:  # the common single-frame datagram: nothing to walk
+            if frame_length > n or (aligned > n and frame_length != n):
+                raise MalformedFrameError(f"frame of {frame_length} bytes runs past the {n}-byte datagram")
+            return DataPacket(_KIND_DATA, header, 1, n, aligned)
+    count, span = _walk_frames(datagram, n, (session_id, stream_id, term_id), term_offset)
+    kind = _KIND_PAD if count == 1 and frame_type == _PAD else _KIND_DATA
+    return DataPacket(kind, header, count, n, span)
 
 
-def _walk_data(datagram: Any, n: int, offset: int, ids: tuple[int, int, int], base: int) -> int:
-    """Checks the frames after the first (at ``offset``); returns the number of frames."""
-    count = 1
+def _walk_frames(datagram: Any, n: int, ids: tuple[int, int, int], base: int) -> tuple[int, int]:
+    """Checks every frame of a data datagram; returns ``(frames, term bytes covered)``."""
+    count = 0
+    offset = 0
     unpack = _unpack_header
     while offset < n:
-        if n - offset < HEADER_LENGTH:
-            raise MalformedFrameError(f"{n - offset} trailing bytes after the last frame", offset)
+        remaining = n - offset
+        if remaining < HEADER_LENGTH:
+            raise MalformedFrameError(f"{remaining} trailing bytes after the last frame", offset)
         frame_length, version, _, frame_type, term_offset, session_id, stream_id, term_id, _ = unpack(datagram, offset)
         if version != CURRENT_VERSION:
             raise MalformedFrameError(f"frame version {version}", offset)
-        if frame_type != _DATA:
-            raise MalformedFrameError(f"frame type {frame_type:#x} after a DATA frame", offset)
-        if frame_length < HEADER_LENGTH:
-            raise MalformedFrameError(f"data frame length {frame_length} inside a data datagram", offset)
-        aligned = (frame_length + FRAME_ALIGNMENT - 1) & _ALIGN_MASK
-        if aligned > n - offset and frame_length != n - offset:
-            raise MalformedFrameError(f"frame of {frame_length} bytes runs past the {n}-byte datagram", offset)
+        if frame_type != _DATA and frame_type != _PAD:
+            raise MalformedFrameError(f"frame type {frame_type:#x} after a data frame", offset)
         if (session_id, stream_id, term_id) != ids:
             raise MalformedFrameError("frames of different sessions, streams or terms in one datagram", offset)
         if term_offset != base + offset:
             raise MalformedFrameError(f"frame term offset {term_offset}, expected {base + offset}", offset)
-        offset += aligned
         count += 1
-    return count
+        if frame_type == _PAD:
+            if frame_length < HEADER_LENGTH or frame_length & (FRAME_ALIGNMENT - 1):
+                raise MalformedFrameError(f"PAD frame length {frame_length} is not a multiple of {FRAME_ALIGNMENT}",
+                                          offset)
+            if remaining == HEADER_LENGTH:  # the PAD's header alone: it ends the datagram, its frame the span
+                span = offset + frame_length
+                if span > INT32_MAX:
+                    raise MalformedFrameError(f"PAD of {frame_length} bytes runs past any term", offset)
+                return count, span
+            if remaining < frame_length:
+                raise MalformedFrameError(f"a PAD in a datagram is its header or the whole frame, not "
+                                          f"{remaining} bytes", offset)
+            offset += frame_length
+            continue
+        if frame_length < HEADER_LENGTH:
+            raise MalformedFrameError(f"data frame length {frame_length} inside a data datagram", offset)
+        aligned = (frame_length + FRAME_ALIGNMENT - 1) & _ALIGN_MASK
+        if aligned > remaining and frame_length != remaining:
+            raise MalformedFrameError(f"frame of {frame_length} bytes runs past the {n}-byte datagram", offset)
+        offset += aligned
+    return count, offset
 
 
 def _walk_control(datagram: Any, n: int) -> tuple[ControlFrame, ...]:

@@ -1,4 +1,4 @@
-"""``logbuf stat``, ``logbuf errors`` and ``logbuf logdump``: argument parsing and wiring only.
+"""``logbuf stat``, ``logbuf errors``, ``logbuf loss`` and ``logbuf logdump``: argument parsing and wiring only.
 
 Exit statuses (``logbuf.tools.exit_codes``): 0 OK, 2 usage, 3 nothing there (no driver directory, no
 cnc.dat, no log file), 4 unusable file (truncated, foreign, wrong CnC version, still initialising, not a
@@ -14,12 +14,20 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from logbuf.directory import IMAGES_DIR, LOG_SUFFIX, PUBLICATIONS_DIR, cnc_path, resolve_directory
+from logbuf.directory import (
+    IMAGES_DIR,
+    LOG_SUFFIX,
+    PUBLICATIONS_DIR,
+    cnc_path,
+    loss_report_path,
+    resolve_directory,
+)
 from logbuf.tools.cnc_stat import CncStatSource, CounterFilter, format_stat, read_stat
 from logbuf.tools.counter_types import known_counter_types
 from logbuf.tools.error_stat import format_errors, read_errors
 from logbuf.tools.exit_codes import ExitCode, ToolError
 from logbuf.tools.log_dump import DEFAULT_MAX_FRAMES, DEFAULT_PREVIEW_BYTES, format_log_dump, read_log_dump
+from logbuf.tools.loss_stat import read_loss
 from logbuf.tools.watch import watch
 
 _EXIT_CODES_HELP = (
@@ -123,8 +131,26 @@ def _cmd_errors(args: argparse.Namespace) -> int:
         report = read_errors(cnc_path(args.dir))
     except ToolError as exc:
         return _fail("errors", exc)
+    reason = report.header.inactive_reason()
+    if reason and not args.json:
+        print(f"logbuf errors: {reason}", file=sys.stderr)  # stdout stays ErrorStat's text
     try:
         _write(sys.stdout, report.to_json(indent=2) + "\n" if args.json else format_errors(report))
+    except BrokenPipeError:
+        return _on_broken_pipe()
+    return int(ExitCode.OK)
+
+
+# -- loss ----------------------------------------------------------------------------------------------
+
+
+def _cmd_loss(args: argparse.Namespace) -> int:
+    try:
+        view = read_loss(loss_report_path(args.dir))
+    except ToolError as exc:
+        return _fail("loss", exc)
+    try:
+        _write(sys.stdout, view.to_json(indent=2) + "\n" if args.json else view.format())
     except BrokenPipeError:
         return _on_broken_pipe()
     return int(ExitCode.OK)
@@ -216,15 +242,29 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "errors",
         help="print the driver's distinct error log",
-        description="Print the distinct errors the driver recorded in cnc.dat: count, first and last "
-        "observation (ISO-8601) and text, then a summary line.",
+        description="Print the distinct errors the driver recorded in cnc.dat as Aeron's ErrorStat does: "
+        "count, first and last observation (UTC) and text per error, then how many there are.  A driver "
+        "that is not alive is noted on stderr.",
         epilog=_EXIT_CODES_HELP,
     )
     p.add_argument(
         "--dir", default=None, help="driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)"
     )
-    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--json", action="store_true", help="one JSON object (default: text)")
     p.set_defaults(func=_cmd_errors)
+
+    p = subparsers.add_parser(
+        "loss",
+        help="print the driver's loss report (like LossStat)",
+        description="Print the media driver's loss-report.dat: per image that lost data, the observations "
+        "(NAKs sent), total bytes lost, first and last observation, session, stream, channel and source.",
+        epilog=_EXIT_CODES_HELP,
+    )
+    p.add_argument(
+        "--dir", default=None, help="driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object (default: LossStat's text)")
+    p.set_defaults(func=_cmd_loss)
 
     p = subparsers.add_parser(
         "logdump",
@@ -238,7 +278,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="a .logbuffer file, or a registration id looked up in the driver directory",
     )
-    p.add_argument("--dir", default=None, help="driver directory used to resolve a registration id")
+    p.add_argument("--dir", default=None, help="driver directory used to resolve a registration id "
+                   "(default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)")
     p.add_argument(
         "--frames",
         type=_frame_limit,
@@ -253,5 +294,5 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         metavar="BYTES",
         help=f"payload bytes shown per frame (default {DEFAULT_PREVIEW_BYTES})",
     )
-    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--json", action="store_true", help="one JSON object (default: text)")
     p.set_defaults(func=_cmd_logdump)

@@ -1,12 +1,15 @@
 """``logbuf errors``: the driver's distinct error log from cnc.dat (Aeron's ErrorStat).
 
 Each distinct error is stored once with an observation count and the first and last time it was seen
-(``logbuf.cnc.error_log``).  Text output, one block per error in log order, then a summary line::
+(``logbuf.cnc.error_log``).  Text output is ErrorStat's, one block per error in log order, then a count::
 
-    3 observations from 2026-11-22T14:23:45.123+01:00 to 2026-11-22T14:25:00.004+01:00 for:
-      logbuf.cnc.errors.MalformedCommandError: ADD_PUBLICATION body of 12 bytes ...
+    ***
+    3 observations from 2026-11-22 14:23:45.123+0000 to 2026-11-22 14:25:00.004+0000 for:
+     logbuf.cnc.errors.MalformedCommandError: ADD_PUBLICATION body of 12 bytes ...
 
-    1 distinct error observed (3 observations) - driver pid 4242, heartbeat age 12 ms, /dev/shm/x/cnc.dat
+    1 distinct errors observed.
+
+``--json`` adds the driver's pid, state and heartbeat age.
 
 The log is read whether or not the driver is alive: a dead driver's errors are often the interesting ones.
 """
@@ -18,8 +21,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from logbuf.cnc.loss_report import format_timestamp
 from logbuf.tools import _fmt
-from logbuf.tools.cnc_stat import DEFAULT_NOT_READY_WAIT_S, DriverHeader, DriverState, open_cnc
+from logbuf.tools.cnc_stat import DEFAULT_NOT_READY_WAIT_S, DriverHeader, open_cnc
 
 
 @dataclass(frozen=True)
@@ -82,29 +86,12 @@ def read_errors(
         cnc.close()
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
 def format_errors(report: ErrorReport) -> str:
-    blocks = []
-    for e in report.entries:
-        text = "\n".join("  " + line for line in e.text.splitlines() or [""])
-        blocks.append(
-            f"{_plural(e.count, 'observation')} from {_fmt.iso_ms(e.first_observation_ms)} "
-            f"to {_fmt.iso_ms(e.last_observation_ms)} for:\n{text}\n"
-        )
-    header = report.header
-    age = header.heartbeat_age_ms
-    if header.state is DriverState.SHUT_DOWN:
-        driver = f"driver pid {header.driver_pid} shut down"
-    elif header.state is DriverState.STALE:
-        driver = f"driver pid {header.driver_pid} not alive (heartbeat age {_fmt.duration(age or 0)})"
-    else:
-        driver = f"driver pid {header.driver_pid}, heartbeat age {age:,} ms"
-    distinct = len(report.entries)
-    summary = (
-        f"{distinct:,} distinct error{'' if distinct == 1 else 's'} observed "
-        f"({_plural(report.total_observations, 'observation')}) - {driver}, {header.cnc_path}\n"
-    )
-    return "\n".join([*blocks, summary])
+    """ErrorStat's text: per distinct error ``***``, ``<n> observations from <first> to <last> for:`` and the
+    error's text after a space, then ``<n> distinct errors observed.`` (times in UTC, as LossStat's)."""
+    blocks = [
+        f"***\n{e.count} observations from {format_timestamp(e.first_observation_ms)} to "
+        f"{format_timestamp(e.last_observation_ms)} for:\n {e.text}\n"
+        for e in report.entries
+    ]
+    return "".join(blocks) + f"\n{len(report.entries)} distinct errors observed.\n"

@@ -18,9 +18,10 @@ that ends past that position + window is a flow control *over-run*; both are dro
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 from logbuf.driver.udp.counters import ReceiverCounters
-from logbuf.driver.udp.loss_detector import LossDetector, NakDelay
+from logbuf.driver.udp.loss_detector import Gap, LossDetector, NakDelay
 from logbuf.driver.udp.status_schedule import (
     DEFAULT_SM_TIMEOUT_NS,
     StatusMessageSchedule,
@@ -59,8 +60,11 @@ class ImageReceiver:
         sm_timeout_ns: int = DEFAULT_SM_TIMEOUT_NS,
         liveness_timeout_ns: int = DEFAULT_IMAGE_LIVENESS_TIMEOUT_NS,
         counters: ReceiverCounters | None = None,
+        on_loss: Callable[[Gap], None] | None = None,
     ) -> None:
+        """``on_loss`` is called with each gap a NAK goes out for (the driver's loss report)."""
         self.log = log
+        self.on_loss = on_loss
         self.session_id = log.session_id
         self.stream_id = log.stream_id
         self.initial_term_id = log.initial_term_id
@@ -196,6 +200,8 @@ class ImageReceiver:
                 gap = scan.nak
                 out.append(Nak(self.session_id, self.stream_id, gap.term_id, gap.term_offset, gap.length))
                 self.counters.naks_sent += 1
+                if self.on_loss is not None:
+                    self.on_loss(gap)
             if scan.give_up is None:
                 break
             gap = scan.give_up

@@ -1,0 +1,236 @@
+"""``IpcConductor``: the driver conductor's ``aeron:ipc`` half - IPC publications, the subscriptions that read
+them, and the sub-pos counters linking the two (beside :class:`NetworkConductor`, the ``aeron:udp`` half).
+
+A publication is shared per stream unless exclusive.  A subscription links to every active publication of its
+stream (and every later one): a sub-pos counter at the publication's join position (or, with logbuf's
+``resume-position`` channel parameter, where the subscriber read up to before, if still in the log), then
+ON_AVAILABLE_IMAGE.  A new publication answers its publisher first, then links subscriptions, in Aeron's
+order.
+"""
+
+from __future__ import annotations
+
+from logbuf.channel import ChannelUri
+from logbuf.cnc import counters as c
+from logbuf.cnc.messages import (
+    AvailableImage,
+    ControlResponse,
+    ErrorCode,
+    SubscriptionReady,
+    UnavailableImage,
+)
+from logbuf.driver.command_error import CommandError
+from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink
+from logbuf.driver.services import DriverServices
+
+IPC_SOURCE_IDENTITY = "aeron:ipc"
+
+# logbuf's extension: ``resume-position=<sessionId>:<position>[,...]`` on a subscription asks to join that
+# session's image at a position it read before (a restarted durable consumer) instead of the current one.
+RESUME_POSITION_PARAM = "resume-position"
+
+
+def parse_resume_positions(uri: ChannelUri) -> dict[int, int]:
+    text = uri.params.get(RESUME_POSITION_PARAM)
+    if text is None:
+        return {}
+    resume: dict[int, int] = {}
+    for item in text.split(","):
+        session, sep, position = item.partition(":")
+        try:
+            session_id, pos = int(session), int(position)
+        except ValueError:
+            raise CommandError(
+                ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}={text!r}: expected sessionId:position[,...]"
+            ) from None
+        if not sep or pos < 0 or pos % 32:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}: bad position in {item!r}")
+        resume[session_id] = pos
+    return resume
+
+
+class SubscriptionLink:
+    """An IPC subscription: its registration id, client, stream, channel and resume positions."""
+
+    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "resume")
+
+    def __init__(
+        self, registration_id: int, client_id: int, stream_id: int, channel: str, resume: dict[int, int]
+    ) -> None:
+        self.registration_id = registration_id
+        self.client_id = client_id
+        self.stream_id = stream_id
+        self.channel = channel
+        self.resume = resume
+
+
+class IpcConductor:
+    """IPC publications and subscriptions (see the module docstring); the driver conductor feeds it."""
+
+    def __init__(self, services: DriverServices) -> None:
+        self.services = services
+        self.publications: list[IpcPublication] = []
+        self.subscriptions: dict[int, SubscriptionLink] = {}
+
+    # -- publications ----------------------------------------------------------------------------------
+
+    def add_publication(self, registration_id: int, uri: ChannelUri, stream_id: int, exclusive: bool,
+                        client_id: int) -> tuple[IpcPublication, bool]:
+        """The stream's shared publication, or a new one; ``(publication, created)``.  The caller answers
+        the publisher, then calls :meth:`link_subscriptions` for a new one."""
+        if not exclusive:
+            shared = self._shared_publication(stream_id, uri)
+            if shared is not None:
+                return shared, False
+        return self._new_publication(registration_id, uri, stream_id, exclusive, client_id), True
+
+    def _shared_publication(self, stream_id: int, uri: ChannelUri) -> IpcPublication | None:
+        for publication in self.publications:
+            if (
+                publication.is_exclusive
+                or publication.stream_id != stream_id
+                or publication.state != PublicationState.ACTIVE
+            ):
+                continue
+            term_length = uri.term_length(publication.log.term_length)
+            mtu = uri.mtu(publication.log.mtu)
+            if term_length != publication.log.term_length or mtu != publication.log.mtu:
+                raise CommandError(
+                    ErrorCode.INVALID_CHANNEL,
+                    f"stream {stream_id} already has a publication with term-length={publication.log.term_length} "
+                    f"mtu={publication.log.mtu}; asked for term-length={term_length} mtu={mtu}",
+                )
+            return publication
+        return None
+
+    def _new_publication(self, registration_id: int, uri: ChannelUri, stream_id: int, exclusive: bool,
+                         client_id: int) -> IpcPublication:
+        services = self.services
+        ctx = services.ctx
+        term_length = uri.term_length(ctx.ipc_term_length)
+        window = ctx.ipc_window(term_length)
+        log = services.create_publication_log(registration_id, stream_id, term_length, uri.mtu(ctx.mtu), window)
+        channel = uri.canonical()
+        counter_ids: list[int] = []
+        try:
+            counter_ids = services.allocate_stream_counters(
+                (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID), registration_id, log.session_id,
+                stream_id, channel, client_id)
+            pub_pos_id, pub_lmt_id = counter_ids
+            publication = IpcPublication(
+                registration_id=registration_id,
+                channel=channel,
+                is_exclusive=exclusive,
+                log=log,
+                publisher_position=services.counters.position(pub_pos_id),
+                publisher_limit=services.counters.position(pub_lmt_id),
+                pub_pos_counter_id=pub_pos_id,
+                pub_lmt_counter_id=pub_lmt_id,
+                window_length=window,
+                unblock_timeout_ns=ctx.unblock_timeout_ns,
+                on_unblocked=lambda: services.increment(c.SystemCounter.UNBLOCKED_PUBLICATIONS),
+            )
+        except BaseException:
+            services.free_counters(counter_ids)
+            services.delete_log(log)
+            raise
+        self.publications.append(publication)
+        return publication
+
+    def link_subscriptions(self, publication: IpcPublication) -> None:
+        """Every subscription of a new publication's stream reads it from now on."""
+        for subscription in list(self.subscriptions.values()):
+            if subscription.stream_id == publication.stream_id:
+                self._link(subscription, publication)
+
+    def close_publication(self, publication: IpcPublication) -> None:
+        """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
+        for link in list(publication.subscribers.values()):
+            self._unlink_subscriber(publication, link, notify=True)
+        self.services.free_counters((publication.pub_pos_counter_id, publication.pub_lmt_counter_id))
+        publication.state = PublicationState.CLOSED
+        self.publications.remove(publication)
+        self.services.delete_log(publication.log)
+
+    # -- subscriptions ---------------------------------------------------------------------------------
+
+    def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri,
+                         stream_id: int) -> SubscriptionLink:
+        """A new subscription: ON_SUBSCRIPTION_READY, then an image of every active publication of its
+        stream."""
+        resume = parse_resume_positions(uri)
+        services = self.services
+        services.ensure_wake_semaphore(stream_id)
+        subscription = SubscriptionLink(registration_id, client_id, stream_id, uri.canonical(), resume)
+        self.subscriptions[registration_id] = subscription
+        services.respond(ControlResponse.ON_SUBSCRIPTION_READY, SubscriptionReady(registration_id, c.NULL_COUNTER_ID))
+        for publication in self.publications:
+            if publication.stream_id == stream_id and publication.state == PublicationState.ACTIVE:
+                self._link(subscription, publication)
+        return subscription
+
+    def remove_subscription(self, registration_id: int) -> None:
+        self.subscriptions.pop(registration_id, None)
+        for publication in self.publications:
+            link = publication.subscribers.get(registration_id)
+            if link is not None:
+                self._unlink_subscriber(publication, link, notify=False)
+
+    def _link(self, subscription: SubscriptionLink, publication: IpcPublication) -> None:
+        join = publication.join_position()
+        wanted = subscription.resume.get(publication.session_id)
+        if wanted is not None:
+            # still in the log and not cleaned (a dead consumer's sub-pos holds cleaning until it times out);
+            # otherwise the oldest position that is: the consumer sees join > wanted and knows what it missed
+            oldest = max(publication.duty.cleaner.clean_position, join - 2 * publication.log.term_length, 0)
+            join = min(max(wanted, oldest), join)
+        # Aeron's sub-pos: the subscription's registration id and channel, owned by its client, referring to
+        # the publication it reads
+        label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, subscription.registration_id,
+                                        publication.session_id, publication.stream_id, subscription.channel, join)
+        key = c.stream_position_key(subscription.registration_id, publication.session_id, publication.stream_id,
+                                    subscription.channel)
+        counters = self.services.counters
+        counter_id = counters.allocate(c.SUBSCRIBER_POSITION_TYPE_ID, label, key,
+                                       registration_id=subscription.registration_id,
+                                       owner_id=subscription.client_id, reference_id=publication.registration_id)
+        position = counters.position(counter_id)
+        position.set(join)
+        publication.add_subscriber(
+            SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
+        )
+        self.services.respond(
+            ControlResponse.ON_AVAILABLE_IMAGE,
+            AvailableImage(publication.registration_id, publication.session_id, publication.stream_id,
+                           subscription.registration_id, counter_id, str(publication.log.path),
+                           IPC_SOURCE_IDENTITY),
+        )
+
+    def _unlink_subscriber(self, publication: IpcPublication, link: SubscriberLink, notify: bool) -> None:
+        publication.remove_subscriber(link.subscription_id)
+        self.services.counters.free(link.counter_id)
+        if notify:
+            self.services.respond(
+                ControlResponse.ON_UNAVAILABLE_IMAGE,
+                UnavailableImage(publication.registration_id, link.subscription_id, publication.stream_id,
+                                 publication.channel),
+            )
+
+    # -- duties ----------------------------------------------------------------------------------------
+
+    def update(self) -> int:
+        """Every publication's conductor duty (pub-pos, pub-lmt, cleaning, isConnected)."""
+        work = 0
+        for publication in self.publications:
+            work += publication.update()
+        return work
+
+    def on_timer(self, now_ns: int) -> int:
+        """Unblock checks."""
+        return sum(1 for publication in self.publications if publication.on_timer(now_ns))
+
+    def close(self) -> None:
+        """Driver shutdown: every log closed and deleted."""
+        for publication in list(self.publications):
+            self.services.delete_log(publication.log)
+        self.publications.clear()
