@@ -32,6 +32,7 @@ _COMMANDS = {
     "stat": "logbuf.tools.commands",
     "errors": "logbuf.tools.commands",
     "logdump": "logbuf.tools.commands",
+    "loss": "logbuf.tools.commands",
     "synth": "logbuf.feed.commands",
     "replay": "logbuf.feed.commands",
     "retransmit": "logbuf.feed.commands",

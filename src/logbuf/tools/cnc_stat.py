@@ -57,19 +57,12 @@ STREAM_POSITION_TYPE_IDS = frozenset(
         c.PUBLISHER_POSITION_TYPE_ID,
     }
 )
-_SYSTEM_ID = {label: system_id for system_id, label in c.SYSTEM_COUNTER_LABELS.items()}
+_S = c.SystemCounter
 BYTE_SYSTEM_COUNTERS = frozenset(
-    _SYSTEM_ID[label]
-    for label in ("Bytes sent", "Bytes received", "Bytes currently mapped", "Retransmitted bytes")
+    {_S.BYTES_SENT, _S.BYTES_RECEIVED, _S.BYTES_CURRENTLY_MAPPED, _S.RETRANSMITTED_BYTES}
 )
 NANOSECOND_SYSTEM_COUNTERS = frozenset(
-    _SYSTEM_ID[label]
-    for label in (
-        "Conductor max cycle time",
-        "Sender max cycle time",
-        "Receiver max cycle time",
-        "Name resolver max time",
-    )
+    {_S.CONDUCTOR_MAX_CYCLE_TIME, _S.SENDER_MAX_CYCLE_TIME, _S.RECEIVER_MAX_CYCLE_TIME, _S.NAME_RESOLVER_MAX_TIME}
 )
 # where a subscriber's lag is measured from: the publication's position on this driver (IPC, or a UDP
 # publication whose subscriber shares the driver), else how far the receiver has data (a network image)
