@@ -46,3 +46,7 @@ class RegistrationError(LogbufError):
         super().__init__(message)
         self.code = code
         self.correlation_id = correlation_id
+
+
+class UnboundHeaderError(LogbufError):
+    """A fragment Header was read outside the handler call it was given to (it is a reused flyweight)."""

@@ -99,6 +99,9 @@ LOG_TETHER_OFFSET = 495
 # logbuf's extension, in space Aeron leaves as padding: a count of subscribers sleeping on the stream's
 # named semaphore; publishers post it only when this is non-zero.
 LOG_WAITING_SUBSCRIBERS_OFFSET = 1024
+#: a publisher posts the wake-up semaphore at most this often per append, whatever the waiting count says
+#: (the count is in shared memory: a larger value cannot be real sleepers and gets a single post)
+MAX_WAKE_POSTS = 64
 
 INT64_MAX = (1 << 63) - 1
 MAX_MESSAGE_LENGTH_CAP = 16 * 1024 * 1024
@@ -137,6 +140,10 @@ def compute_log_length(term_length: int, page_size: int) -> int:
     return (raw + page_size - 1) & ~(page_size - 1)
 
 
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+
+
 def position_bits_to_shift(term_length: int) -> int:
     return term_length.bit_length() - 1
 
@@ -164,11 +171,14 @@ def compute_term_offset_from_position(position: int, bits: int) -> int:
 
 
 def index_by_position(position: int, bits: int) -> int:
-    return (position >> bits) % PARTITION_COUNT
+    """The partition (0..2) of the term holding ``position``."""
+    return ((position >> bits) & _U64) % PARTITION_COUNT
 
 
 def index_by_term_count(term_count: int) -> int:
-    return term_count % PARTITION_COUNT
+    """The partition (0..2) of a term count, taken as an unsigned 32-bit value as the native code does (the
+    count comes from shared memory and may be negative)."""
+    return (term_count & _U32) % PARTITION_COUNT
 
 
 def max_possible_position(term_length: int) -> int:
@@ -193,3 +203,15 @@ def tail_term_id(raw_tail: int) -> int:
 def tail_term_offset(raw_tail: int, term_length: int) -> int:
     """The tail's offset capped at the term length (a writer that overshot leaves more there)."""
     return min(raw_tail & 0xFFFFFFFF, term_length)
+
+
+def _check_native_layout() -> None:
+    # the native code has its own copy of these constants (native/include/lb_layout.h): refuse to run with
+    # a build whose layout differs from the one Python reads and writes
+    from logbuf.logbuffer import frame
+    from logbuf.native import check_layout
+
+    check_layout(frame, globals())
+
+
+_check_native_layout()
