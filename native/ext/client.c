@@ -1461,11 +1461,62 @@ static int load_errors(void)
     return (ClosedError && LogCorruptedError && ClaimStateError && MessageTooLargeError && UnboundHeaderError) ? 0 : -1;
 }
 
+/* The methods a Python subclass gets its own descriptors of (see specialize). */
+static const char *const hot_publication_methods[] = {"offer", "try_claim", NULL};
+static const char *const hot_image_methods[] = {"poll", "controlled_poll", "is_data_available", NULL};
+
+static int define_own_descriptors(PyTypeObject *cls, PyMethodDef *defs, const char *const *names)
+{
+    for (const char *const *name = names; *name != NULL; name++) {
+        PyMethodDef *def = defs;
+        while (def->ml_name != NULL && strcmp(def->ml_name, *name) != 0) def++;
+        if (def->ml_name == NULL) continue;
+        PyObject *descr = PyDescr_NewMethod(cls, def);
+        if (descr == NULL) return -1;
+        int r = PyObject_SetAttrString((PyObject *)cls, *name, descr);
+        Py_DECREF(descr);
+        if (r < 0) return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(specialize_doc,
+"specialize(cls)\n--\n\n"
+"Gives a Python subclass of Publication or Image its own method descriptors of the hot methods (offer,\n"
+"try_claim; poll, controlled_poll, is_data_available).  CPython's call specialisation requires the\n"
+"descriptor's type to be exactly the instance's type: without this, every call on a subclass instance\n"
+"takes the generic (slower) call path.");
+
+static PyObject *client_specialize(PyObject *module, PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "specialize() takes a class");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    int r;
+    if (PyType_IsSubtype(type, &PublicationType)) {
+        r = define_own_descriptors(type, PublicationType.tp_methods, hot_publication_methods);
+    } else if (PyType_IsSubtype(type, &ImageType)) {
+        r = define_own_descriptors(type, ImageType.tp_methods, hot_image_methods);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "specialize() takes a subclass of Publication or Image");
+        return NULL;
+    }
+    if (r < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef client_functions[] = {
+    {"specialize", (PyCFunction)client_specialize, METH_O, specialize_doc},
+    {NULL}};
+
 static struct PyModuleDef client_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "logbuf._client",
     .m_doc = "Extension types of logbuf's client data path (offer, claims, poll, fragment assembly).",
     .m_size = -1,
+    .m_methods = client_functions,
 };
 
 PyMODINIT_FUNC PyInit__client(void)

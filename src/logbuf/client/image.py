@@ -128,6 +128,10 @@ class Image(client.Image):
     closed, polls deliver nothing (0) and ``released_position`` raises :class:`~logbuf.errors.ClosedError`.
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        client.specialize(cls)
+
     def __init__(
         self,
         log: LogBuffers,
@@ -228,3 +232,6 @@ class Image(client.Image):
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else f"position={self.position}"
         return f"Image(session_id={self.session_id}, stream_id={self.stream_id}, {state})"
+
+
+client.specialize(Image)  # poll/controlled_poll: CPython's fast call path needs the exact class

@@ -67,6 +67,10 @@ class Publication(client.Publication):
 
     _exclusive = 0
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        client.specialize(cls)  # offer/try_claim: CPython's fast call path needs the exact class
+
     def __init__(
         self,
         log: LogBuffers,
