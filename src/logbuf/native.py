@@ -10,7 +10,14 @@ reaches the atomics: it checks offsets, sizes and alignment before anything reac
 from __future__ import annotations
 
 import mmap
+import os
 from typing import Any
+
+import logbuf
+
+if os.environ.get("LOGBUF_NATIVE_DIR"):
+    # a separately built copy of the native modules (scripts/build-sanitized.sh) takes precedence
+    logbuf.__path__.insert(0, os.path.join(os.environ["LOGBUF_NATIVE_DIR"], "logbuf"))
 
 try:
     from logbuf import _client
