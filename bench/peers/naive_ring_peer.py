@@ -12,7 +12,7 @@ SLOTS slots of ``size`` bytes from byte 128.
 
 from __future__ import annotations
 
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any
 
 from bench.peers.base import (
@@ -34,9 +34,8 @@ DATA = 128
 
 
 def _attach(name: str) -> tuple[shared_memory.SharedMemory, memoryview, memoryview]:
+    # spawned children share the parent's resource tracker, and the parent unlinks the segment at the end
     shm = shared_memory.SharedMemory(name=name)
-    # the parent owns (and unlinks) the segment: the child's resource tracker must not
-    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
     buf = shm.buf
     return shm, buf, buf[:DATA].cast("q")
 

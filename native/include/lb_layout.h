@@ -21,11 +21,14 @@
 #define LB_TERM_ID_OFFSET 20
 #define LB_RESERVED_VALUE_OFFSET 24
 
+#define LB_CURRENT_VERSION 0
+
 #define LB_HDR_TYPE_PAD 0x00
 #define LB_HDR_TYPE_DATA 0x01
 
 #define LB_BEGIN_FLAG 0x80
 #define LB_END_FLAG 0x40
+#define LB_EOS_FLAG 0x20
 #define LB_UNFRAGMENTED 0xC0
 
 /* ---- log buffer: three terms then the metadata block ---- */

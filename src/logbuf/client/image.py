@@ -79,6 +79,7 @@ class FragmentBatch:
         return self.count
 
     def payload(self, i: int) -> np.ndarray:
+        """The payload of fragment ``i`` (a numpy view over the term)."""
         start = int(self.payload_offsets[i])
         return self.buffer[start : start + int(self.lengths[i])]
 
@@ -103,6 +104,7 @@ class FragmentBatch:
 
     @property
     def end_position(self) -> int:
+        """The image position after this batch (where commit moves it)."""
         return self._end_position
 
     def commit(self) -> None:

@@ -45,6 +45,7 @@ def describe(result: int) -> str:
 
 
 class BatchResult(NamedTuple):
+    """What ``offer_batch`` appended: how many messages, and the position (or result code)."""
     appended: int  # messages appended by this call (a prefix of the batch)
     result: int  # new position if appended > 0, else the PublicationResult code
 

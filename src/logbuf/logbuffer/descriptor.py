@@ -112,10 +112,12 @@ DEFAULT_MTU = 1408
 
 
 def is_power_of_two(value: int) -> bool:
+    """True for 1, 2, 4, ..."""
     return value > 0 and value & (value - 1) == 0
 
 
 def check_term_length(term_length: int) -> None:
+    """Raises ValueError unless ``term_length`` is a power of two in [64 KiB, 1 GiB]."""
     if not TERM_MIN_LENGTH <= term_length <= TERM_MAX_LENGTH or not is_power_of_two(term_length):
         raise ValueError(
             f"term length {term_length} must be a power of two in [{TERM_MIN_LENGTH}, {TERM_MAX_LENGTH}]"
@@ -123,11 +125,13 @@ def check_term_length(term_length: int) -> None:
 
 
 def check_page_size(page_size: int) -> None:
+    """Raises ValueError unless ``page_size`` is a power of two in [4 KiB, 1 GiB]."""
     if not PAGE_MIN_SIZE <= page_size <= PAGE_MAX_SIZE or not is_power_of_two(page_size):
         raise ValueError(f"page size {page_size} must be a power of two in [{PAGE_MIN_SIZE}, {PAGE_MAX_SIZE}]")
 
 
 def check_mtu(mtu: int, term_length: int) -> None:
+    """Raises ValueError unless ``mtu`` is a frame-aligned size that fits the term."""
     from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
     if mtu <= HEADER_LENGTH or mtu % FRAME_ALIGNMENT or mtu > 65504 or mtu > term_length // 8:
@@ -145,6 +149,7 @@ _U64 = 0xFFFFFFFFFFFFFFFF
 
 
 def position_bits_to_shift(term_length: int) -> int:
+    """log2 of a (power-of-two) term length."""
     return term_length.bit_length() - 1
 
 
@@ -159,14 +164,17 @@ def compute_term_count(term_id: int, initial_term_id: int) -> int:
 
 
 def compute_position(term_id: int, term_offset: int, bits: int, initial_term_id: int) -> int:
+    """The stream position of ``term_offset`` in term ``term_id``."""
     return (compute_term_count(term_id, initial_term_id) << bits) + term_offset
 
 
 def compute_term_id_from_position(position: int, bits: int, initial_term_id: int) -> int:
+    """The term id (wrapping int32) of the term holding ``position``."""
     return _wrap_i32((position >> bits) + initial_term_id)
 
 
 def compute_term_offset_from_position(position: int, bits: int) -> int:
+    """The offset of ``position`` inside its term."""
     return position & ((1 << bits) - 1)
 
 
@@ -187,6 +195,7 @@ def max_possible_position(term_length: int) -> int:
 
 
 def compute_max_message_length(term_length: int) -> int:
+    """The longest message a log of this term length takes: T/8, at most 16 MiB."""
     return min(term_length // 8, MAX_MESSAGE_LENGTH_CAP)
 
 
@@ -197,6 +206,7 @@ def pack_tail(term_id: int, term_offset: int) -> int:
 
 
 def tail_term_id(raw_tail: int) -> int:
+    """The term id in a raw tail counter."""
     return _wrap_i32(raw_tail >> 32)
 
 

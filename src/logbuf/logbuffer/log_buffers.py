@@ -159,7 +159,7 @@ class LogBuffers:
                 f"is {expected}"
             )
         if header_length != f.HEADER_LENGTH:
-            raise InvalidLogBufferError(f"{path}: default frame header length {header_length}, expected 32")
+            raise InvalidLogBufferError(f"{path}: default frame header length {header_length}, expected {f.HEADER_LENGTH}")
         if version != f.CURRENT_VERSION:
             raise InvalidLogBufferError(f"{path}: frame header version {version}, expected {f.CURRENT_VERSION}")
         try:
@@ -205,19 +205,23 @@ class LogBuffers:
 
     @property
     def mapping(self) -> mmap.mmap:
+        """The mmap of the whole file."""
         return self._mmap
 
     # -- metadata ------------------------------------------------------------------------------------
 
     def raw_tail(self, index: int) -> int:
+        """The raw tail counter of partition ``index`` (acquire)."""
         return self.meta.get_i64_acquire(d.TERM_TAIL_COUNTERS_OFFSET + 8 * index)
 
     @property
     def active_term_count(self) -> int:
+        """Terms since the initial one (the active partition is its index)."""
         return self.meta.get_i32_acquire(d.LOG_ACTIVE_TERM_COUNT_OFFSET)
 
     @property
     def is_connected(self) -> bool:
+        """The driver's isConnected flag (a consumer is there)."""
         return self.meta.get_i32_acquire(d.LOG_IS_CONNECTED_OFFSET) == 1
 
     @is_connected.setter
@@ -226,6 +230,7 @@ class LogBuffers:
 
     @property
     def end_of_stream_position(self) -> int:
+        """Where the stream ends (INT64_MAX until the publisher closed it)."""
         return self.meta.get_i64_acquire(d.LOG_END_OF_STREAM_POSITION_OFFSET)
 
     @end_of_stream_position.setter
@@ -241,6 +246,7 @@ class LogBuffers:
         )
 
     def term_pointer(self, index: int) -> Any:
+        """A cffi ``uint8_t *`` to term ``index`` (valid while the log is open)."""
         return self.terms.pointer(index * self.term_length)
 
     def __repr__(self) -> str:
