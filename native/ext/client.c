@@ -28,7 +28,8 @@
 #define ACTION_COMMIT 3
 #define ACTION_CONTINUE 4
 
-static PyObject *ClosedError, *LogCorruptedError, *ClaimStateError, *MessageTooLargeError, *UnboundHeaderError;
+static PyObject *ClosedError, *LogCorruptedError, *ClaimStateError, *MessageTooLargeError, *UnboundHeaderError,
+    *ReentrantPollError;
 
 static PyObject *closed_error(const char *what)
 {
@@ -889,6 +890,7 @@ typedef struct {
     int hold;
     int attached;
     int closed;
+    int dispatching;           /* inside poll/controlled_poll (a handler polling the same image is refused) */
     Header *header;
     PyObject *base_view;       /* memoryview of the mapping, base of payload views */
     PyObject *payload;         /* the payload view handed to handlers, re-pointed while nobody keeps it */
@@ -1064,6 +1066,10 @@ static PyObject *image_dispatch(Image *self, PyObject *const *args, Py_ssize_t n
             offset = next;
             continue;
         }
+        if (Py_REFCNT(self->payload) != 1 && recycle_view(&self->payload, self->base_view) < 0) {
+            failed = 1;   /* held by an outer handler (a poll from inside a handler): never re-point it */
+            break;
+        }
         header->frame = term + offset;
         header->offset = offset;
         repoint_view(self->payload, (uint8_t *)term + offset + LB_HEADER_LENGTH, frame_length - LB_HEADER_LENGTH);
@@ -1071,7 +1077,10 @@ static PyObject *image_dispatch(Image *self, PyObject *const *args, Py_ssize_t n
         call_args[1] = (PyObject *)header;
         PyObject *r = PyObject_Vectorcall(handler, call_args, 2, NULL);
         header->frame = NULL;
-        if (!image_is_open(self)) {   /* the handler closed the image or its log: stop here */
+        if (!image_is_open(self) || self->position != position) {
+            /* the handler closed the image or its log, or polled it itself (which moved the position on from
+             * where this poll reads): stop here */
+            if (r != NULL && self->position != position && image_is_open(self)) image_commit(self, base + next);
             Py_DECREF(log);
             if (r == NULL) return NULL;
             Py_DECREF(r);
@@ -1110,14 +1119,27 @@ static PyObject *image_dispatch(Image *self, PyObject *const *args, Py_ssize_t n
     return PyLong_FromLong(delivered);
 }
 
+static PyObject *image_guarded_dispatch(Image *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                                        int controlled)
+{
+    if (self->dispatching) {
+        PyErr_SetString(ReentrantPollError, "an image cannot be polled from inside one of its own handlers");
+        return NULL;
+    }
+    self->dispatching = 1;
+    PyObject *r = image_dispatch(self, args, nargs, kwnames, controlled);
+    self->dispatching = 0;
+    return r;
+}
+
 static PyObject *Image_poll(Image *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    return image_dispatch(self, args, nargs, kwnames, 0);
+    return image_guarded_dispatch(self, args, nargs, kwnames, 0);
 }
 
 static PyObject *Image_controlled_poll(Image *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    return image_dispatch(self, args, nargs, kwnames, 1);
+    return image_guarded_dispatch(self, args, nargs, kwnames, 1);
 }
 
 static PyObject *Image_is_data_available(Image *self, PyObject *unused)
@@ -1459,8 +1481,10 @@ static int load_errors(void)
     ClaimStateError = PyObject_GetAttrString(errors, "ClaimStateError");
     MessageTooLargeError = PyObject_GetAttrString(errors, "MessageTooLargeError");
     UnboundHeaderError = PyObject_GetAttrString(errors, "UnboundHeaderError");
+    ReentrantPollError = PyObject_GetAttrString(errors, "ReentrantPollError");
     Py_DECREF(errors);
-    return (ClosedError && LogCorruptedError && ClaimStateError && MessageTooLargeError && UnboundHeaderError) ? 0 : -1;
+    return (ClosedError && LogCorruptedError && ClaimStateError && MessageTooLargeError && UnboundHeaderError
+            && ReentrantPollError) ? 0 : -1;
 }
 
 /* The methods a Python subclass gets its own descriptors of (see specialize). */

@@ -50,3 +50,7 @@ class RegistrationError(LogbufError):
 
 class UnboundHeaderError(LogbufError):
     """A fragment Header was read outside the handler call it was given to (it is a reused flyweight)."""
+
+
+class ReentrantPollError(LogbufError, RuntimeError):
+    """A handler polled the image that is calling it (poll is not reentrant on one image)."""

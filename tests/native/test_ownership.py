@@ -176,3 +176,25 @@ def test_handler_closing_its_image_and_log_mid_poll(tmp_path_shm) -> None:
         assert seen == [b"hello"]
         assert image.poll(handler, 10) == 0
     """, tmp_path_shm)
+
+
+def test_poll_from_inside_a_handler_is_refused(tmp_path_shm) -> None:
+    run_child("""
+        from logbuf.errors import ReentrantPollError
+        for i in range(4):
+            pub.offer(b"n%d" % i)
+        outer, refused = [], []
+        def inner_handler(buffer, header):
+            raise AssertionError("delivered twice")
+        def outer_handler(buffer, header):
+            outer.append(bytes(buffer))
+            for poll in (image.poll, image.controlled_poll):
+                try:
+                    poll(inner_handler, 2)
+                except ReentrantPollError:
+                    refused.append(poll.__name__)
+        assert image.poll(outer_handler, 10) == 5
+        assert outer == [b"hello", b"n0", b"n1", b"n2", b"n3"], outer
+        assert len(refused) == 10
+        assert image.position == log.producer_position()
+    """, tmp_path_shm)
