@@ -198,3 +198,25 @@ def test_poll_from_inside_a_handler_is_refused(tmp_path_shm) -> None:
         assert len(refused) == 10
         assert image.position == log.producer_position()
     """, tmp_path_shm)
+
+
+def test_closing_everything_unmaps_the_log(tmp_path_shm) -> None:
+    run_child("""
+        mapping = log.mapping
+        image.poll(lambda b, h: None)
+        image.close()
+        pub.close()
+        log.close()
+        assert mapping.closed, "the last holder did not unmap the log"
+    """, tmp_path_shm)
+
+
+def test_log_close_first_then_the_holders_unmap(tmp_path_shm) -> None:
+    run_child("""
+        mapping = log.mapping
+        log.close()
+        assert not mapping.closed   # the publication and the image still hold it
+        image.close()
+        pub.close()
+        assert mapping.closed
+    """, tmp_path_shm)

@@ -230,6 +230,10 @@ class Image(client.Image):
         """Closes the image: later polls deliver nothing; the log and sub-pos counter are let go of."""
         self._closed = True
         self._close_native()
+        # batch_poll's views hold the mapping too: let it go (an empty term answers batch_poll from now on)
+        empty = np.empty(0, dtype=np.uint8)
+        self._np_terms = [empty] * d.PARTITION_COUNT
+        self._terms = None
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else f"position={self.position}"
