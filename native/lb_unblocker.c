@@ -58,7 +58,7 @@ int lb_unblock(uint8_t *terms, uint8_t *meta, int32_t term_length, int64_t block
     int32_t blocked_offset = (int32_t)(blocked_position & (term_length - 1));
     int32_t active_term_count = lb_ld_i32(meta + LB_META_ACTIVE_TERM_COUNT);
 
-    if (active_term_count == blocked_term_count - 1 && blocked_offset == 0) {
+    if (active_term_count == (int32_t)((uint32_t)blocked_term_count - 1u) && blocked_offset == 0) {
         /* the writer that should have rotated died after padding: finish its rotation */
         int64_t raw = lb_ld_i64(meta + LB_META_TAIL_COUNTERS
                                 + lb_index_by_term_count(active_term_count) * LB_TAIL_COUNTER_LENGTH);
