@@ -3,15 +3,21 @@
     transport  logbuf's own rigs (per-message, batch, ping-pong), interleaved rounds -> transport.{json,md}
     peers      logbuf against multiprocessing, faster-fifo, pyzmq, posix_ipc and iceoryx2 -> peers.{json,md,png}
     profile    where logbuf's per-message path spends its time -> profile.json (see PROFILE.md)
+    callgrind  exact instruction counts per offer / per polled fragment (valgrind), printed
 """
 
 from __future__ import annotations
 
 import sys
 
-from bench import profile, suite, transport
+from bench import callgrind_calls, profile, suite, transport
 
-HARNESSES = {"transport": transport.main, "peers": suite.main, "profile": profile.main}
+HARNESSES = {
+    "transport": transport.main,
+    "peers": suite.main,
+    "profile": profile.main,
+    "callgrind": callgrind_calls.main,
+}
 DEFAULT = "peers"  # `./run bench` with no harness named
 
 

@@ -84,14 +84,15 @@ def _targets(result: dict[str, Any]) -> list[str]:
 
 def _throughput(result: dict[str, Any]) -> list[str]:
     lines = ["", "## Throughput: one producer process → one consumer process", "",
-             "| peer | payload | msg/s | min..max | MB/s | CPU s / M msg | vs pyzmq |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| peer | payload | msg/s | min..max | MB/s | CPU s / M msg | vs pyzmq | vs naive ring |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in sorted(result["throughput"], key=lambda r: (r["size"], -(r["msgs_per_s"] or 0))):
-        vs = row.get("vs_zmq")
+        vs, vs_naive = row.get("vs_zmq"), row.get("vs_naive")
         lines.append(
             f"| {row['label']}{_failed(row)} | {size_name(row['size'])} | {rate(row['msgs_per_s'])} | "
             f"{rate(row['min_msgs_per_s'])}..{rate(row['max_msgs_per_s'])} | {_num(row['mb_per_s'], '{:,.0f}')} | "
-            f"{_num(row['cpu_s_per_million'])} | {'—' if vs is None else f'{vs:.2f}×'} |"
+            f"{_num(row['cpu_s_per_million'])} | {'—' if vs is None else f'{vs:.2f}×'} | "
+            f"{'—' if vs_naive is None else f'{vs_naive:.2f}×'} |"
         )
     lines.append("")
     lines.append("CPU is the producer's + the consumer's + any helper's (logbuf's conductor duty, the media driver) "

@@ -46,7 +46,9 @@ RTT_PEER_ORDER = tuple(k for k, p in PEERS.items() if p.rtt_waits)
 
 # the targets
 TARGET_PER_MESSAGE = 5_000_000  # msg/s at 32 B
-TARGET_VS_ZMQ = 3.5  # per-message vs pyzmq ipc at 32 B
+TARGET_VS_ZMQ = 4.0  # per-message vs pyzmq ipc at 32 B
+TARGET_VS_NAIVE = 2.0  # per-message vs the naive pure-Python SPSC ring at 32 B (the floor)
+TARGET_RTT_VS_NAIVE = 0.5  # ping-pong p50 vs the naive ring's at 32 B
 TARGET_BATCH = 30_000_000  # msg/s at 32 B
 TARGET_RTT_P50_US = 1.5
 
@@ -180,6 +182,8 @@ def _errors(runs: list[dict[str, Any]]) -> list[str]:
 def summarize(raw: dict[Case, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {"throughput": [], "multi": [], "rtt": []}
     zmq = {c.size: runs for c, runs in raw.items() if c.kind == "throughput" and c.peer == "zmq"}
+    naive = {c.size: runs for c, runs in raw.items() if c.kind == "throughput" and c.peer == "naive-ring"}
+    naive_rtt = {(c.size, c.wait): runs for c, runs in raw.items() if c.kind == "rtt" and c.peer == "naive-ring"}
     for case, runs in raw.items():
         ok = [r for r in runs if "error" not in r]
         row: dict[str, Any] = {"peer": case.peer, "label": PEERS[case.peer].label, "size": case.size,
@@ -187,6 +191,8 @@ def summarize(raw: dict[Case, list[dict[str, Any]]]) -> dict[str, list[dict[str,
         if case.kind == "rtt":
             row.update(wait=case.wait, samples=ok[0]["samples"] if ok else 0,
                        **{k: _median([r[k] for r in ok]) for k in ("p50_us", "p99_us", "p999_us", "max_us")})
+            if (case.size, case.wait) in naive_rtt:
+                row["p50_vs_naive"] = _paired_ratio(runs, naive_rtt[(case.size, case.wait)], "p50_us")
         else:
             rates = [r["msgs_per_s"] for r in ok]
             row.update(
@@ -202,6 +208,8 @@ def summarize(raw: dict[Case, list[dict[str, Any]]]) -> dict[str, list[dict[str,
             )
             if case.kind == "throughput" and case.size in zmq:
                 row["vs_zmq"] = _paired_ratio(runs, zmq[case.size], "msgs_per_s")
+            if case.kind == "throughput" and case.size in naive:
+                row["vs_naive"] = _paired_ratio(runs, naive[case.size], "msgs_per_s")
         row["others_cpu"] = _median([r.get("others_cpu") for r in ok])
         row["steal"] = _median([r.get("steal") for r in ok])
         out[case.kind].append(row)
@@ -229,7 +237,10 @@ def targets(summary: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
         if row is None and key == "logbuf-driver":
             continue
         add(f"logbuf {label} at 32 B ≥ 5 M msg/s", row and row["msgs_per_s"], TARGET_PER_MESSAGE, "msg/s")
-        add(f"logbuf {label} at 32 B ≥ 3.5× pyzmq ipc", row and row.get("vs_zmq"), TARGET_VS_ZMQ, "×")
+        add(f"logbuf {label} at 32 B ≥ 4× pyzmq ipc", row and row.get("vs_zmq"), TARGET_VS_ZMQ, "×")
+        if key == "logbuf":
+            add("logbuf per-message at 32 B ≥ 2× the naive SPSC ring", row and row.get("vs_naive"),
+                TARGET_VS_NAIVE, "×")
     row = _find(tput, peer="logbuf-batch", size=32)
     add("logbuf batch at 32 B ≥ 30 M msg/s", row and row["msgs_per_s"], TARGET_BATCH, "msg/s")
     for key, label in (("logbuf", "per-message"), ("logbuf-driver", "via driver")):
@@ -238,6 +249,9 @@ def targets(summary: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
             continue
         add(f"logbuf {label} ping-pong RTT p50 at 32 B ≤ 1.5 µs", row and row["p50_us"], TARGET_RTT_P50_US, "µs",
             higher_is_better=False)
+        if key == "logbuf":
+            add("logbuf per-message ping-pong RTT p50 at 32 B ≤ 0.5× the naive ring's", row and row.get("p50_vs_naive"),
+                TARGET_RTT_VS_NAIVE, "×", higher_is_better=False)
     return out
 
 

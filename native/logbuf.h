@@ -15,7 +15,8 @@
 #define LB_CLOSED -4
 #define LB_MAX_POSITION_EXCEEDED -5
 
-/* Reader status: a frame header in shared memory that cannot be a frame. */
+/* Reader status: a frame header in shared memory that cannot be a frame (appenders: log metadata that cannot
+ * be a tail, e.g. a negative active term count). */
 #define LB_CORRUPT_FRAME -100
 
 /* Unblocker results. */
@@ -89,6 +90,8 @@ int64_t lb_offer_batch(lb_publication_t *pub, int exclusive, const char *data, i
                        int32_t count, int32_t *appended);
 
 int64_t lb_producer_position(const lb_publication_t *pub);
+/* An exclusive publication's own position (from its ex_* fields). */
+int64_t lb_exclusive_position(const lb_publication_t *pub);
 
 /* ---- readers (bounds-checked against the term) ---- */
 

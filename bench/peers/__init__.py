@@ -12,6 +12,7 @@ from bench.peers.base import Peer
 from bench.peers.faster_fifo_peers import FasterFifo, FasterFifoBatch
 from bench.peers.iceoryx2_peer import Iceoryx2
 from bench.peers.logbuf_peers import LogbufBatch, LogbufDriver, LogbufPerMessage
+from bench.peers.naive_ring_peer import NaiveRing
 from bench.peers.posix_mq_peer import PosixMessageQueue
 from bench.peers.stdlib_peers import MpPipe, MpQueue
 from bench.peers.zmq_peer import ZmqPushPull
@@ -22,6 +23,7 @@ PEERS: dict[str, Peer] = {
         LogbufPerMessage(),
         LogbufBatch(),
         LogbufDriver(),
+        NaiveRing(),
         MpQueue(),
         MpPipe(),
         FasterFifo(),

@@ -46,3 +46,11 @@ class RegistrationError(LogbufError):
         super().__init__(message)
         self.code = code
         self.correlation_id = correlation_id
+
+
+class UnboundHeaderError(LogbufError):
+    """A fragment Header was read outside the handler call it was given to (it is a reused flyweight)."""
+
+
+class ReentrantPollError(LogbufError, RuntimeError):
+    """A handler polled the image that is calling it (poll is not reentrant on one image)."""

@@ -13,9 +13,13 @@ from typing import Protocol
 
 
 class IdleStrategy(Protocol):
-    def idle(self, work_count: int = 0) -> None: ...
+    """What a polling loop does when a duty cycle found no work."""
 
-    def reset(self) -> None: ...
+    def idle(self, work_count: int = 0) -> None:
+        """Idles according to the strategy when ``work_count`` is 0; resets it otherwise."""
+
+    def reset(self) -> None:
+        """Back to the first (cheapest) idling step."""
 
 
 class BusySpinIdleStrategy:
@@ -24,9 +28,11 @@ class BusySpinIdleStrategy:
     name = "spin"
 
     def idle(self, work_count: int = 0) -> None:
+        """Spins (a CPU pause hint) when there was no work."""
         return None
 
     def reset(self) -> None:
+        """Nothing to reset."""
         return None
 
 
@@ -36,10 +42,12 @@ class YieldingIdleStrategy:
     name = "yield"
 
     def idle(self, work_count: int = 0) -> None:
+        """Yields the CPU when there was no work."""
         if work_count <= 0:
             os.sched_yield()
 
     def reset(self) -> None:
+        """Nothing to reset."""
         return None
 
 
@@ -54,10 +62,12 @@ class SleepingIdleStrategy:
         self._period_s = period_ns / 1e9
 
     def idle(self, work_count: int = 0) -> None:
+        """Sleeps one period when there was no work."""
         if work_count <= 0:
             time.sleep(self._period_s)
 
     def reset(self) -> None:
+        """Nothing to reset."""
         return None
 
 
@@ -80,11 +90,13 @@ class BackoffIdleStrategy:
         self.reset()
 
     def reset(self) -> None:
+        """Back to spinning."""
         self._spins = 0
         self._yields = 0
         self._park_ns = self.min_park_ns
 
     def idle(self, work_count: int = 0) -> None:
+        """Spins, then yields, then parks for doubling periods while there is no work."""
         if work_count > 0:
             self.reset()
             return

@@ -1,25 +1,55 @@
-"""Loads the compiled shim (``logbuf._native``) and wraps its atomics in a typed, bounds-checked buffer.
+"""Loads the compiled native modules and wraps the atomics in a typed, bounds-checked buffer.
 
-The cffi extension is built at install time from ``native/``.  ``AtomicBuffer`` is the only way Python code
-reaches the atomics: it checks offsets and alignment before anything reaches C, the way Agrona's
-``UnsafeBuffer`` does for Aeron.  Hot paths (append, poll, scan) call ``lib`` directly with pointers the
-owning objects computed and validated once.
+Two modules are built at install time from ``native/``: ``logbuf._native`` (cffi: atomics, scanner,
+unblocker, cleaner, batch paths; ``ffi``/``lib`` here) and ``logbuf._client`` (a CPython extension: the
+client's per-message offer/claim/poll as extension types).  ``AtomicBuffer`` is the only way Python code
+reaches the atomics: it checks offsets, sizes and alignment before anything reaches C, the way Agrona's
+``UnsafeBuffer`` does for Aeron.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 from typing import Any
 
+import logbuf
+
+if os.environ.get("LOGBUF_NATIVE_DIR"):
+    # a separately built copy of the native modules (scripts/build-sanitized.sh) takes precedence
+    logbuf.__path__.insert(0, os.path.join(os.environ["LOGBUF_NATIVE_DIR"], "logbuf"))
+
 try:
+    from logbuf import _client
     from logbuf._native import ffi, lib
 except ImportError as exc:  # pragma: no cover - depends on how the package was installed
     raise ImportError(
-        "logbuf's native shim (logbuf._native) is not built. Install the package with `pip install .` "
-        "(or `./run setup`), which compiles native/ through cffi; a C compiler is required."
+        "logbuf's native modules (logbuf._native, logbuf._client) are not built. Install the package with "
+        "`pip install .` (or `./run setup`), which compiles native/; a C compiler is required."
     ) from exc
 
-__all__ = ["AtomicBuffer", "ffi", "lib"]
+from logbuf.errors import ClosedError
+
+__all__ = ["AtomicBuffer", "check_layout", "client", "ffi", "lib"]
+
+#: the CPython extension module (``logbuf._client``)
+client = _client
+
+
+def check_layout(*namespaces: Any) -> None:
+    """Asserts that every layout constant compiled into the native code equals Python's named constant.
+
+    ``namespaces`` are modules or dicts (``logbuf.logbuffer.frame``, ``descriptor``); each native name must
+    be defined in one of them with the same value.
+    """
+    dicts = [ns if isinstance(ns, dict) else vars(ns) for ns in namespaces]
+    for name, value in _client.LAYOUT.items():
+        python_value = next((d[name] for d in dicts if name in d), None)
+        if python_value != value:
+            raise ImportError(
+                f"logbuf's native build disagrees on the log layout: {name} is {value} in C, "
+                f"{python_value} in Python (rebuild the native modules)"
+            )
 
 
 class AtomicBuffer:
@@ -29,7 +59,7 @@ class AtomicBuffer:
     ``cas_*`` and ``get_and_add_*`` are the read-modify-write operations.  Integers are little-endian.
     """
 
-    __slots__ = ("_obj", "_cdata", "_address", "_view", "capacity")
+    __slots__ = ("_obj", "_cdata", "_address", "_view", "capacity", "base_offset")
 
     def __init__(self, obj: Any, offset: int = 0, length: int | None = None) -> None:
         view = memoryview(obj).cast("B")
@@ -45,6 +75,8 @@ class AtomicBuffer:
         self._address = self._cdata + offset
         self._view = view[offset : offset + length]
         self.capacity = length
+        #: where this region starts inside ``obj`` (native objects export ``obj`` and address from there)
+        self.base_offset = offset
 
     # -- plumbing for the owning objects (publications, images) --------------------------------------
 
@@ -58,7 +90,16 @@ class AtomicBuffer:
         """A writable memoryview of the whole region."""
         return self._view
 
+    @property
+    def obj(self) -> Any:
+        """The underlying buffer object (an mmap, bytearray, …); ClosedError once released."""
+        if self._cdata is None:
+            raise ClosedError("the buffer was released")
+        return self._obj
+
     def _check(self, offset: int, size: int) -> None:
+        if self._cdata is None:
+            raise ClosedError("the buffer was released (its log or counters file is closed)")
         if offset < 0 or offset + size > self.capacity:
             raise IndexError(f"offset {offset} (+{size}) is outside a buffer of {self.capacity} bytes")
         if size and offset % size:
@@ -67,68 +108,86 @@ class AtomicBuffer:
     # -- atomics -------------------------------------------------------------------------------------
 
     def get_i32_acquire(self, offset: int) -> int:
+        """The int32 at ``offset`` (acquire load)."""
         self._check(offset, 4)
         return lib.lb_get_i32_acquire(self._address + offset)
 
     def get_i64_acquire(self, offset: int) -> int:
+        """The int64 at ``offset`` (acquire load)."""
         self._check(offset, 8)
         return lib.lb_get_i64_acquire(self._address + offset)
 
     def put_i32_release(self, offset: int, value: int) -> None:
+        """Stores an int32 at ``offset`` (release store)."""
         self._check(offset, 4)
         lib.lb_put_i32_release(self._address + offset, value)
 
     def put_i64_release(self, offset: int, value: int) -> None:
+        """Stores an int64 at ``offset`` (release store)."""
         self._check(offset, 8)
         lib.lb_put_i64_release(self._address + offset, value)
 
     def cas_i32(self, offset: int, expected: int, desired: int) -> bool:
+        """Compare-and-set of the int32 at ``offset``; True if it was ``expected``."""
         self._check(offset, 4)
         return bool(lib.lb_cas_i32(self._address + offset, expected, desired))
 
     def cas_i64(self, offset: int, expected: int, desired: int) -> bool:
+        """Compare-and-set of the int64 at ``offset``; True if it was ``expected``."""
         self._check(offset, 8)
         return bool(lib.lb_cas_i64(self._address + offset, expected, desired))
 
     def get_and_add_i32(self, offset: int, delta: int) -> int:
+        """Atomically adds ``delta`` to the int32 at ``offset``; returns the old value."""
         self._check(offset, 4)
         return lib.lb_get_and_add_i32(self._address + offset, delta)
 
     def get_and_add_i64(self, offset: int, delta: int) -> int:
+        """Atomically adds ``delta`` to the int64 at ``offset``; returns the old value."""
         self._check(offset, 8)
         return lib.lb_get_and_add_i64(self._address + offset, delta)
 
     # -- plain accessors (no ordering; for fields published by a later release store) ----------------
 
+    def _check_span(self, offset: int, size: int) -> None:
+        if self._cdata is None:
+            raise ClosedError("the buffer was released (its log or counters file is closed)")
+        if offset < 0 or size < 0 or offset + size > self.capacity:
+            raise IndexError(f"[{offset}, {offset + size}) is outside a buffer of {self.capacity} bytes")
+
     def get_i32(self, offset: int) -> int:
-        self._check(offset, 0)
+        """The little-endian int32 at ``offset`` (plain read)."""
+        self._check_span(offset, 4)
         return int.from_bytes(self._view[offset : offset + 4], "little", signed=True)
 
     def get_i64(self, offset: int) -> int:
-        self._check(offset, 0)
+        """The little-endian int64 at ``offset`` (plain read)."""
+        self._check_span(offset, 8)
         return int.from_bytes(self._view[offset : offset + 8], "little", signed=True)
 
     def put_i32(self, offset: int, value: int) -> None:
-        self._check(offset, 0)
+        """Stores ``value`` as a little-endian int32 at ``offset`` (plain write)."""
+        self._check_span(offset, 4)
         self._view[offset : offset + 4] = value.to_bytes(4, "little", signed=True)
 
     def put_i64(self, offset: int, value: int) -> None:
-        self._check(offset, 0)
+        """Stores ``value`` as a little-endian int64 at ``offset`` (plain write)."""
+        self._check_span(offset, 8)
         self._view[offset : offset + 8] = value.to_bytes(8, "little", signed=True)
 
     def get_bytes(self, offset: int, length: int) -> bytes:
-        self._check(offset, 0)
-        self._check(offset + length, 0)
+        """A copy of ``length`` bytes at ``offset``."""
+        self._check_span(offset, length)
         return bytes(self._view[offset : offset + length])
 
     def put_bytes(self, offset: int, data: bytes) -> None:
-        self._check(offset, 0)
-        self._check(offset + len(data), 0)
+        """Copies ``data`` to ``offset``."""
+        self._check_span(offset, len(data))
         self._view[offset : offset + len(data)] = data
 
     def set_memory(self, offset: int, length: int, value: int = 0) -> None:
-        self._check(offset, 0)
-        self._check(offset + length, 0)
+        """Fills ``length`` bytes at ``offset`` with ``value``."""
+        self._check_span(offset, length)
         ffi.memmove(self._address + offset, bytes([value]) * length, length)
 
     def release(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from logbuf.errors import ClosedError
 from logbuf.native import AtomicBuffer, lib
 
 
@@ -36,23 +37,41 @@ class Position:
 
     @property
     def pointer(self) -> Any:
-        """``int64_t *`` for the native shim."""
+        """``int64_t *`` for the native shim (valid while the counters buffer is not released)."""
+        self._check_open()
         return self._ptr
 
+    @property
+    def slot(self) -> tuple[Any, int]:
+        """``(buffer object, byte offset)`` of the counter, for native objects that hold their own export."""
+        return self._buffer.obj, self._buffer.base_offset + self.offset
+
+    def _check_open(self) -> None:
+        if self._buffer._cdata is None:
+            raise ClosedError(f"position counter {self.counter_id}: its counters buffer was released")
+
     def get(self) -> int:
+        """The position (acquire load); ClosedError once the counters buffer is released."""
+        if self._buffer._cdata is None:
+            self._check_open()
         return lib.lb_get_i64_acquire(self._ptr)
 
     def set(self, value: int) -> None:
+        """Stores the position (release store); ClosedError once the counters buffer is released."""
+        if self._buffer._cdata is None:
+            self._check_open()
         lib.lb_put_i64_release(self._ptr, value)
 
     def propose_max(self, value: int) -> bool:
         """Moves the position forward to ``value`` if that is ahead (single writer); True if it moved."""
-        if value > lib.lb_get_i64_acquire(self._ptr):
-            lib.lb_put_i64_release(self._ptr, value)
+        if value > self.get():
+            self.set(value)
             return True
         return False
 
     def __repr__(self) -> str:
+        if self._buffer._cdata is None:
+            return f"Position(counter_id={self.counter_id}, closed)"
         return f"Position(counter_id={self.counter_id}, value={self.get()})"
 
 
@@ -88,11 +107,13 @@ class SharedPositions:
         self.buffer = AtomicBuffer(self._mmap)
 
     def position(self, slot: int) -> Position:
+        """The position in ``slot``."""
         if not 0 <= slot < self.slots:
             raise IndexError(f"slot {slot} outside 0..{self.slots - 1}")
         return Position(self.buffer, slot * COUNTER_VALUE_RECORD_LENGTH, counter_id=slot)
 
     def close(self) -> None:
+        """Releases the buffer; the file is unmapped once no native object holds a position in it."""
         self.buffer.release()
         with contextlib.suppress(BufferError):
             self._mmap.close()

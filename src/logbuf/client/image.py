@@ -2,9 +2,14 @@
 
 ``poll`` hands each committed DATA fragment to a handler as a zero-copy memoryview plus a :class:`Header`
 flyweight; ``controlled_poll`` lets the handler ABORT / BREAK / COMMIT / CONTINUE; ``batch_poll`` returns
-numpy arrays over the term for vectorised consumers.  The C reader finds the frames; Python only loops over
-what it found.  The subscriber position is stored with release semantics after each poll, which is what lets
-the publisher (through the driver) reuse the space.
+numpy arrays over the term for vectorised consumers.  The dispatch loop runs in C (``logbuf._client``) and
+calls the handler from there.  The memoryview and the header are valid only inside the handler call: the
+header is re-pointed at the next fragment (reading it afterwards raises UnboundHeaderError) and a
+memoryview the handler kept is released after the call.  The subscriber position is stored with release
+semantics after each poll, which is what lets the publisher (through the driver) reuse the space.
+
+A frame that cannot be a frame (length past the term, unknown type) or a DATA frame whose session, stream or
+term id is not this image's ends a poll before it; at the image's position it raises LogCorruptedError.
 """
 
 from __future__ import annotations
@@ -17,19 +22,19 @@ import numpy as np
 
 from logbuf.errors import LogCorruptedError
 from logbuf.logbuffer import descriptor as d
-from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 from logbuf.logbuffer.header import Header
 from logbuf.logbuffer.log_buffers import LogBuffers
-from logbuf.logbuffer.term_reader import TermReader
-from logbuf.native import ffi, lib
+from logbuf.native import client, ffi, lib
 from logbuf.position import Position
 
+#: ``handler(buffer, header)``: ``buffer`` (a memoryview of the payload) and ``header`` (a flyweight) are valid
+#: only inside the call; copy what must outlive it (``bytes(buffer)``, ``header.position``).
 FragmentHandler = Callable[[memoryview, Header], Any]
-
-_ALIGN_MASK = ~(FRAME_ALIGNMENT - 1)
 
 
 class ControlledPollAction(enum.IntEnum):
+    """What a controlled_poll handler tells the image to do next."""
+
     ABORT = 1  # stop, and deliver this fragment again next time
     BREAK = 2  # stop after this fragment
     COMMIT = 3  # publish the position now, then continue
@@ -74,6 +79,7 @@ class FragmentBatch:
         return self.count
 
     def payload(self, i: int) -> np.ndarray:
+        """The payload of fragment ``i`` (a numpy view over the term)."""
         start = int(self.payload_offsets[i])
         return self.buffer[start : start + int(self.lengths[i])]
 
@@ -98,13 +104,15 @@ class FragmentBatch:
 
     @property
     def end_position(self) -> int:
+        """The image position after this batch (where commit moves it)."""
         return self._end_position
 
     def commit(self) -> None:
         """Moves the image's position past this batch (the views must not be used afterwards)."""
         if not self._committed:
             self._committed = True
-            self._image._commit_position(self._end_position)
+            if not self._image.is_closed:
+                self._image._commit_position(self._end_position)
 
     def __enter__(self) -> FragmentBatch:
         return self
@@ -113,8 +121,18 @@ class FragmentBatch:
         self.commit()
 
 
-class Image:
-    """Reads one log from the subscriber's position and publishes that position after every poll."""
+class Image(client.Image):
+    """Reads one log from the subscriber's position and publishes that position after every poll.
+
+    ``poll``, ``controlled_poll``, ``is_data_available``, ``position``, ``released_position``,
+    ``hold_position`` and ``release_to`` are methods of the native base (``logbuf._client.Image``): one native
+    call per poll runs the whole dispatch loop and calls the handler from C.  Once the image or its log is
+    closed, polls deliver nothing (0) and ``released_position`` raises :class:`~logbuf.errors.ClosedError`.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        client.specialize(cls)
 
     def __init__(
         self,
@@ -137,19 +155,16 @@ class Image:
         self.term_length = log.term_length
         self._bits = log.position_bits
         self._mask = log.term_length - 1
-        self._position = subscriber_position.get()
-        self.join_position = self._position
-        self._hold = False
-        self._terms = [log.term_pointer(i) for i in range(d.PARTITION_COUNT)]
-        view = log.terms.view
+        self._closed = False
+        native = log.native
+        sub_buffer, sub_offset = subscriber_position.slot
+        self._attach(native, sub_buffer, sub_offset, log.session_id, log.stream_id, log.initial_term_id)
+        self.join_position = self.position
+        # batch_poll's numpy views share the native mapping's export: they keep the log mapped while in use
         T = log.term_length
-        self._term_views = [view[i * T : (i + 1) * T] for i in range(d.PARTITION_COUNT)]
-        self._np_terms = [np.frombuffer(v, dtype=np.uint8) for v in self._term_views]
-        # int32 words of each term: a cheap, non-atomic peek at the next frame length so an empty poll costs
-        # no native call.  Only a hint: the C reader re-reads the length with acquire before using a frame.
-        self._term_words = [v.cast("i") for v in self._term_views]
-        self._reader = TermReader(log.term_pointer(0), log.term_length, fragment_capacity)
-        self._header = Header(log.initial_term_id, self._bits)
+        view = memoryview(native)
+        self._np_terms = [np.frombuffer(view[i * T : (i + 1) * T], dtype=np.uint8) for i in range(d.PARTITION_COUNT)]
+        self._terms = [ffi.from_buffer("uint8_t[]", t) for t in self._np_terms]
         self._batch_capacity = fragment_capacity
         self._batch_arrays = (
             np.empty(fragment_capacity, dtype=np.int32),
@@ -160,16 +175,9 @@ class Image:
         )
         self._batch_ptrs = tuple(
             ffi.from_buffer(t, a)
-            for t, a in zip(("int32_t[]", "int32_t[]", "int64_t[]", "int64_t[]", "uint8_t[]"), self._batch_arrays, strict=False)
+            for t, a in zip(("int32_t[]", "int32_t[]", "int64_t[]", "int64_t[]", "uint8_t[]"), self._batch_arrays, strict=True)
         )
         self._batch_next_offset = ffi.new("int32_t *")
-        self._closed = False
-
-    # -- polling -------------------------------------------------------------------------------------
-
-    @property
-    def position(self) -> int:
-        return self._position
 
     def _corrupt(self, position: int) -> LogCorruptedError:
         return LogCorruptedError(
@@ -177,101 +185,17 @@ class Image:
             position,
         )
 
-    def poll(self, handler: FragmentHandler, fragment_limit: int = 10) -> int:
-        """Delivers up to ``fragment_limit`` committed fragments to ``handler(buffer, header)``.
-
-        ``buffer`` is a zero-copy memoryview of the payload, valid only during the call.  Returns how many
-        fragments were delivered.  If the handler raises, the position still moves past that fragment (as
-        in Aeron) and the exception propagates.
-        """
-        if self._closed:
-            return 0
-        position = self._position
-        term_offset = position & self._mask
-        index = (position >> self._bits) % 3
-        if self._term_words[index][term_offset >> 2] <= 0:
-            return 0  # nothing committed at our position yet
-        result = self._reader.read(index, term_offset, fragment_limit)
-        if result < 0:
-            raise self._corrupt(position)
-        count = result & 0xFFFFFFFF
-        if count == 0:
-            if result >> 32 != term_offset:  # only padding was read
-                self._commit_position(position + (result >> 32) - term_offset)
-            return 0
-        it = iter(self._reader.pairs(count))
-        term = self._term_views[index]
-        header = self._header
-        header.buffer = term
-        done = term_offset
-        try:
-            for offset, length in zip(it, it, strict=False):
-                done = offset + ((length + 31) & _ALIGN_MASK)
-                header.offset = offset
-                handler(term[offset + HEADER_LENGTH : offset + length], header)
-            done = result >> 32
-        finally:
-            self._commit_position(position + done - term_offset)
-        return count
-
-    def controlled_poll(
-        self, handler: Callable[[memoryview, Header], ControlledPollAction], fragment_limit: int = 10
-    ) -> int:
-        """As :meth:`poll`, with the handler returning a :class:`ControlledPollAction`."""
-        if self._closed:
-            return 0
-        position = self._position
-        term_offset = position & self._mask
-        index = (position >> self._bits) % 3
-        if self._term_words[index][term_offset >> 2] <= 0:
-            return 0  # nothing committed at our position yet
-        result = self._reader.read(index, term_offset, fragment_limit)
-        if result < 0:
-            raise self._corrupt(position)
-        count = result & 0xFFFFFFFF
-        if count == 0:
-            if result >> 32 != term_offset:
-                self._commit_position(position + (result >> 32) - term_offset)
-            return 0
-        it = iter(self._reader.pairs(count))
-        term = self._term_views[index]
-        header = self._header
-        header.buffer = term
-        base = position - term_offset
-        resume = term_offset  # offset up to which fragments are consumed
-        delivered = 0
-        completed_all = True
-        try:
-            for offset, length in zip(it, it, strict=False):
-                header.offset = offset
-                action = handler(term[offset + HEADER_LENGTH : offset + length], header)
-                if action == ControlledPollAction.ABORT:
-                    completed_all = False
-                    break
-                delivered += 1
-                resume = offset + ((length + 31) & _ALIGN_MASK)
-                if action == ControlledPollAction.BREAK:
-                    completed_all = False
-                    break
-                if action == ControlledPollAction.COMMIT:
-                    self._commit_position(base + resume)
-            if completed_all:
-                resume = result >> 32
-        finally:
-            self._commit_position(base + resume)
-        return delivered
-
     def batch_poll(self, fragment_limit: int | None = None) -> FragmentBatch:
         """Finds up to ``fragment_limit`` fragments (one term at most) and returns them as numpy arrays.
 
         The position moves only when the batch is committed (``with image.batch_poll() as b: ...``).
         """
-        position = self._position
+        position = self.position
         term_offset = position & self._mask
-        index = (position >> self._bits) % 3
+        index = d.index_by_position(position, self._bits)
         limit = self._batch_capacity if fragment_limit is None else min(fragment_limit, self._batch_capacity)
         next_offset = self._batch_next_offset
-        if self._closed:
+        if self.is_closed:
             return FragmentBatch(self, self._np_terms[index], 0, position, self._batch_arrays)
         count = lib.lb_term_read_batch(
             self._terms[index], self.term_length, term_offset, position - term_offset, limit, *self._batch_ptrs,
@@ -282,18 +206,13 @@ class Image:
         end = position + next_offset[0] - term_offset
         return FragmentBatch(self, self._np_terms[index], count, end, self._batch_arrays)
 
-    def is_data_available(self) -> bool:
-        """True when a committed frame sits at this image's position (a cheap peek, no native call)."""
-        if self._closed:
-            return False
-        position = self._position
-        return self._term_words[(position >> self._bits) % 3][(position & self._mask) >> 2] > 0
-
     def _declare_waiting(self) -> None:
+        """Counts this subscriber as sleeping on the stream's semaphore (publishers post it after appends)."""
         # a full barrier (lock xadd): the data check that follows cannot be reordered before it
         self.log.meta.get_and_add_i32(d.LOG_WAITING_SUBSCRIBERS_OFFSET, 1)
 
     def _undeclare_waiting(self) -> None:
+        """Undoes :meth:`_declare_waiting` (unless a publisher already cleared the count)."""
         # a publisher may have cleared the count (and posted for us) already: never go below zero
         meta = self.log.meta
         while True:
@@ -301,43 +220,24 @@ class Image:
             if waiting <= 0 or meta.cas_i32(d.LOG_WAITING_SUBSCRIBERS_OFFSET, waiting, waiting - 1):
                 return
 
-    def _commit_position(self, new_position: int) -> None:
-        if new_position > self._position:
-            self._position = new_position
-            if not self._hold:
-                self.subscriber_position.set(new_position)
-
-    # -- holding the subscriber position (durable consumers) --------------------------------------------
-
-    def hold_position(self) -> None:
-        """From now on polls move only the read cursor; the shared sub-pos (which flow control and cleaning
-        follow) moves only by :meth:`release_to`.  A consumer that must not lose data it has read but not yet
-        made durable (a recorder) holds the publisher back this way, and can resume from the released
-        position after a crash (``resume-position`` channel parameter) while the driver still retains it."""
-        self._hold = True
-
-    def release_to(self, position: int) -> None:
-        """Publishes ``position`` (at most the read cursor) as this image's sub-pos."""
-        if position > self._position:
-            raise ValueError(f"cannot release to {position}: only read up to {self._position}")
-        if position > self.subscriber_position.get():
-            self.subscriber_position.set(position)
-
-    @property
-    def released_position(self) -> int:
-        return self.subscriber_position.get()
-
     # -- state ---------------------------------------------------------------------------------------
 
     def is_end_of_stream(self) -> bool:
-        return self._position >= self.log.end_of_stream_position
-
-    @property
-    def is_closed(self) -> bool:
-        return self._closed
+        """True once the read cursor reached the log's end-of-stream position."""
+        return self.position >= self.log.end_of_stream_position
 
     def close(self) -> None:
+        """Closes the image: later polls deliver nothing; the log and sub-pos counter are let go of."""
         self._closed = True
+        self._close_native()
+        # batch_poll's views hold the mapping too: let it go (an empty term answers batch_poll from now on)
+        empty = np.empty(0, dtype=np.uint8)
+        self._np_terms = [empty] * d.PARTITION_COUNT
+        self._terms = None
 
     def __repr__(self) -> str:
-        return f"Image(session_id={self.session_id}, stream_id={self.stream_id}, position={self._position})"
+        state = "closed" if self.is_closed else f"position={self.position}"
+        return f"Image(session_id={self.session_id}, stream_id={self.stream_id}, {state})"
+
+
+client.specialize(Image)  # poll/controlled_poll: CPython's fast call path needs the exact class

@@ -16,15 +16,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from logbuf.errors import ClaimStateError, MessageTooLargeError
-from logbuf.logbuffer import descriptor as d
-from logbuf.logbuffer import frame as f
+from logbuf.errors import LogCorruptedError, MessageTooLargeError
 from logbuf.logbuffer.log_buffers import LogBuffers
-from logbuf.native import ffi, lib
+from logbuf.native import client, ffi, lib
 from logbuf.position import Position
 
 
 class PublicationResult(enum.IntEnum):
+    """Aeron's result codes of an append (negative, so never a position)."""
+
     NOT_CONNECTED = -1
     BACK_PRESSURED = -2
     ADMIN_ACTION = -3
@@ -45,114 +45,32 @@ def describe(result: int) -> str:
 
 
 class BatchResult(NamedTuple):
+    """What ``offer_batch`` appended: how many messages, and the position (or result code)."""
     appended: int  # messages appended by this call (a prefix of the batch)
     result: int  # new position if appended > 0, else the PublicationResult code
 
 
-class BufferClaim:
-    """One claimed frame: write the payload into :attr:`buffer`, then :meth:`commit` (or :meth:`abort`).
+#: One claimed frame (``logbuf._client.BufferClaim``): write the payload into ``buffer``, then ``commit()``
+#: (or ``abort()``).  Truthy only when the claim succeeded; otherwise ``result`` says why.  As a context
+#: manager it yields the buffer, commits on normal exit and aborts on an exception.  Attributes: ``result``,
+#: ``position``, ``buffer``, ``length``, ``reserved_value`` (read/write while open).
+BufferClaim = client.BufferClaim
 
-    Truthy only when the claim succeeded; otherwise :attr:`result` says why (a PublicationResult).  As a
-    context manager it yields the buffer, commits on normal exit and aborts on an exception.
+
+class Publication(client.Publication):
+    """Common base; use :class:`ConcurrentPublication` or :class:`ExclusivePublication`.
+
+    ``offer``, ``try_claim``, ``position``, ``position_limit_value`` and ``available_window`` are methods of
+    the native base (``logbuf._client.Publication``), called without a Python frame in between.  Once the
+    publication or its log is closed, ``offer``/``try_claim`` answer ``CLOSED`` and the positions raise
+    :class:`~logbuf.errors.ClosedError`.
     """
 
-    __slots__ = ("_pub", "_terms", "_view", "_frame_offset", "_frame_length", "result", "buffer", "_open")
-
-    def __init__(self) -> None:
-        self._pub: Any = None
-        self._terms: Any = None
-        self._view: memoryview | None = None
-        self._frame_offset = 0
-        self._frame_length = 0
-        self.result = 0
-        self.buffer: memoryview | None = None
-        self._open = False
-
-    def _wrap(
-        self, pub: Any, terms: Any, view: memoryview, frame_offset: int, frame_length: int, result: int
-    ) -> None:
-        self._pub = pub
-        self._terms = terms
-        self._view = view
-        self._frame_offset = frame_offset
-        self._frame_length = frame_length
-        self.result = result
-        self.buffer = view[frame_offset + f.HEADER_LENGTH : frame_offset + frame_length]
-        self._open = True
-
-    def _fail(self, result: int) -> None:
-        self.result = result
-        self.buffer = None
-        self._open = False
-
-    def __bool__(self) -> bool:
-        return self._open
-
-    @property
-    def position(self) -> int:
-        """The stream position after this frame (when claimed)."""
-        return self.result
-
-    @property
-    def length(self) -> int:
-        return self._frame_length - f.HEADER_LENGTH
-
-    @property
-    def reserved_value(self) -> int:
-        self._check_open()
-        return int.from_bytes(self._slice(f.RESERVED_VALUE_OFFSET, 8), "little", signed=True)
-
-    @reserved_value.setter
-    def reserved_value(self, value: int) -> None:
-        self._check_open()
-        self._view[self._frame_offset + f.RESERVED_VALUE_OFFSET : self._frame_offset + f.HEADER_LENGTH] = (
-            value.to_bytes(8, "little", signed=True)
-        )
-
-    def _slice(self, offset: int, length: int) -> memoryview:
-        start = self._frame_offset + offset
-        return self._view[start : start + length]
-
-    def _check_open(self) -> None:
-        if not self._open:
-            raise ClaimStateError("no open claim: try_claim failed, or it was already committed or aborted")
-
-    def commit(self) -> None:
-        """Makes the frame visible to readers (stores its positive length with release semantics)."""
-        self._check_open()
-        self._open = False
-        self.buffer = None
-        lib.lb_claim_commit_wake(self._pub, self._frame_offset, self._frame_length)
-
-    def abort(self) -> None:
-        """Turns the frame into padding that readers skip."""
-        self._check_open()
-        self._open = False
-        self.buffer = None
-        lib.lb_claim_abort(self._terms, self._frame_offset, self._frame_length)
-
-    def __enter__(self) -> memoryview:
-        self._check_open()
-        assert self.buffer is not None
-        return self.buffer
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if not self._open:
-            return
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
-
-    def __repr__(self) -> str:
-        state = "open" if self._open else ("failed" if self.result < 0 else "done")
-        return f"BufferClaim({state}, result={describe(self.result) if self.result else 0}, length={self.length})"
-
-
-class Publication:
-    """Common base; use :class:`ConcurrentPublication` or :class:`ExclusivePublication`."""
-
     _exclusive = 0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        client.specialize(cls)  # offer/try_claim: CPython's fast call path needs the exact class
 
     def __init__(
         self,
@@ -177,78 +95,16 @@ class Publication:
         self.max_possible_position = log.max_possible_position
         self._on_close = on_close
         self._closed = False
-        self._terms = log.term_pointer(0)
-        self._view = log.terms.view
-        p = ffi.new("lb_publication_t *")
-        p.terms = self._terms
-        p.meta = log.meta.pointer(0)
-        p.limit = ffi.cast("int64_t *", position_limit.pointer)
-        p.max_possible_position = log.max_possible_position
-        p.term_length = log.term_length
-        p.position_bits = log.position_bits
-        p.initial_term_id = log.initial_term_id
-        p.session_id = log.session_id
-        p.stream_id = log.stream_id
-        p.max_payload_length = log.max_payload_length
-        p.max_message_length = log.max_message_length
-        p.waiting = ffi.NULL
-        p.wake = ffi.NULL
-        if wake_semaphore is not None:
-            # subscribers may sleep on the stream's semaphore: post it after an append when one is waiting
-            wake = lib.lb_wake_open(wake_semaphore.encode())
-            if wake == ffi.NULL:
-                raise FileNotFoundError(f"wake-up semaphore {wake_semaphore} does not exist")
-            p.waiting = ffi.cast("int32_t *", log.meta.pointer(d.LOG_WAITING_SUBSCRIBERS_OFFSET))
-            p.wake = wake
-        self._pub = p
-        self._claim_out = ffi.new("lb_claim_t *")
+        limit_buffer, limit_offset = position_limit.slot
+        # subscribers may sleep on the stream's semaphore: the native side posts it after an append when one waits
+        self._attach(
+            log.native, limit_buffer, limit_offset, log.session_id, log.stream_id, log.initial_term_id,
+            log.max_payload_length, log.max_message_length, self._exclusive,
+            None if wake_semaphore is None else wake_semaphore.encode(),
+        )
         self._appended = ffi.new("int32_t *")
-        self._offer_fn = lib.lb_offer_exclusive if self._exclusive else lib.lb_offer
-        self._claim_fn = lib.lb_try_claim_exclusive if self._exclusive else lib.lb_try_claim
 
-    # -- appending -----------------------------------------------------------------------------------
-
-    def offer(self, data: Any, reserved_value: int = 0) -> int:
-        """Copies ``data`` (any contiguous bytes-like object) into the log, fragmenting if needed.
-
-        Returns the new position, or a PublicationResult code; raises MessageTooLargeError past
-        :attr:`max_message_length`.
-        """
-        if self._closed:
-            return CLOSED
-        if type(data) is bytes:
-            length = len(data)
-            if length > self.max_message_length:
-                raise MessageTooLargeError(f"message of {length} bytes > max {self.max_message_length}")
-            return self._offer_fn(self._pub, data, length, reserved_value)
-        buf = ffi.from_buffer(data)
-        length = len(buf)
-        if length > self.max_message_length:
-            raise MessageTooLargeError(f"message of {length} bytes > max {self.max_message_length}")
-        return self._offer_fn(self._pub, buf, length, reserved_value)
-
-    def try_claim(self, length: int, claim: BufferClaim | None = None) -> BufferClaim:
-        """Claims one frame of ``length`` payload bytes for zero-copy writing.
-
-        Returns ``claim`` (or a new BufferClaim), truthy when claimed; its ``result`` is the position or the
-        PublicationResult code.  A claim is one frame: ``length`` is at most :attr:`max_payload_length`.
-        """
-        if claim is None:
-            claim = BufferClaim()
-        if self._closed:
-            claim._fail(CLOSED)
-            return claim
-        if not 0 <= length <= self.max_payload_length:
-            raise MessageTooLargeError(
-                f"claim of {length} bytes: must be 0..{self.max_payload_length} (one frame; use offer to fragment)"
-            )
-        out = self._claim_out
-        result = self._claim_fn(self._pub, length, out)
-        if result > 0:
-            claim._wrap(self._pub, self._terms, self._view, out.frame_offset, out.frame_length, result)
-        else:
-            claim._fail(result)
-        return claim
+    # -- appending (offer and try_claim are native) ---------------------------------------------------
 
     def offer_batch(
         self,
@@ -266,7 +122,7 @@ class Publication:
         longest prefix that fits the window and the current term; returns how many went in and the position
         (or the result code when none did).  Call again with the rest.
         """
-        if self._closed:
+        if self.is_closed:
             return BatchResult(0, CLOSED)
         if lengths is None:
             lengths = [len(m) for m in messages]
@@ -276,6 +132,8 @@ class Publication:
         count = len(lengths)
         if count == 0:
             return BatchResult(0, self.position)
+        if isinstance(messages, str):
+            raise TypeError("offer_batch takes bytes-like data, not str (encode it first)")
         buf = ffi.from_buffer(messages)
         rv_ptr = ffi.NULL
         if reserved_values is not None:
@@ -289,46 +147,34 @@ class Publication:
             if len(offsets) != count:
                 raise ValueError("offsets needs one value per message")
             offsets_ptr = ffi.from_buffer("int64_t[]", offsets)
+        # the native publication's own lb_publication_t (valid while open: checked above, and nothing in
+        # between can close it)
+        pub = ffi.cast("lb_publication_t *", self._struct_address)
         result = lib.lb_offer_batch(
-            self._pub, self._exclusive, buf, len(buf), offsets_ptr, ffi.from_buffer("int32_t[]", lengths), rv_ptr,
+            pub, self._exclusive, buf, len(buf), offsets_ptr, ffi.from_buffer("int32_t[]", lengths), rv_ptr,
             count, self._appended,
         )
         if result == lib.LB_INVALID_BATCH:
             if int(lengths.max()) > self.max_message_length:
                 raise MessageTooLargeError(f"a message in the batch is longer than {self.max_message_length} bytes")
             raise ValueError("batch lengths are negative or run past the end of the data")
+        if result == lib.LB_CORRUPT_FRAME:
+            raise LogCorruptedError("the log's tail counters cannot be a tail (corrupted metadata)", -1)
         return BatchResult(self._appended[0], result)
 
     # -- state ---------------------------------------------------------------------------------------
 
     @property
-    def position(self) -> int:
-        """The producer position (the tail of the active term)."""
-        return lib.lb_producer_position(self._pub)
-
-    @property
-    def position_limit_value(self) -> int:
-        return self.position_limit.get()
-
-    @property
     def is_connected(self) -> bool:
-        return not self._closed and self.log.is_connected
-
-    @property
-    def is_closed(self) -> bool:
-        return self._closed
-
-    def available_window(self) -> int:
-        """Bytes that can be appended before back-pressure."""
-        return self.position_limit.get() - self.position
+        """True while open and the driver reports a consumer (the log's isConnected flag)."""
+        return not self.is_closed and self.log.is_connected
 
     def close(self) -> None:
+        """Closes the publication: later offers answer CLOSED; the log and counters are let go of."""
         if self._closed:
             return
         self._closed = True
-        if self._pub.wake != ffi.NULL:
-            wake, self._pub.wake = self._pub.wake, ffi.NULL
-            lib.lb_wake_close(wake)
+        self._close_native()
         if self._on_close is not None:
             self._on_close(self)
 
@@ -339,9 +185,10 @@ class Publication:
         self.close()
 
     def __repr__(self) -> str:
+        state = "closed" if self.is_closed else f"position={self.position}"
         return (
             f"{type(self).__name__}(channel={self.channel!r}, stream_id={self.stream_id}, "
-            f"session_id={self.session_id}, position={self.position})"
+            f"session_id={self.session_id}, {state})"
         )
 
 
@@ -360,16 +207,3 @@ class ExclusivePublication(Publication):
     driver."""
 
     _exclusive = 1
-
-    def __init__(self, log: LogBuffers, position_limit: Position, **kwargs: Any) -> None:
-        super().__init__(log, position_limit, **kwargs)
-        term_count = log.active_term_count
-        raw = log.raw_tail(d.index_by_term_count(term_count))
-        self._pub.ex_term_count = term_count
-        self._pub.ex_term_id = d.tail_term_id(raw)
-        self._pub.ex_term_offset = d.tail_term_offset(raw, log.term_length)
-
-    @property
-    def position(self) -> int:
-        p = self._pub
-        return (p.ex_term_count << p.position_bits) + p.ex_term_offset

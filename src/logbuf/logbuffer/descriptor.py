@@ -99,6 +99,9 @@ LOG_TETHER_OFFSET = 495
 # logbuf's extension, in space Aeron leaves as padding: a count of subscribers sleeping on the stream's
 # named semaphore; publishers post it only when this is non-zero.
 LOG_WAITING_SUBSCRIBERS_OFFSET = 1024
+#: a publisher posts the wake-up semaphore at most this often per append, whatever the waiting count says
+#: (the count is in shared memory: a larger value cannot be real sleepers and gets a single post)
+MAX_WAKE_POSTS = 64
 
 INT64_MAX = (1 << 63) - 1
 MAX_MESSAGE_LENGTH_CAP = 16 * 1024 * 1024
@@ -109,10 +112,12 @@ DEFAULT_MTU = 1408
 
 
 def is_power_of_two(value: int) -> bool:
+    """True for 1, 2, 4, ..."""
     return value > 0 and value & (value - 1) == 0
 
 
 def check_term_length(term_length: int) -> None:
+    """Raises ValueError unless ``term_length`` is a power of two in [64 KiB, 1 GiB]."""
     if not TERM_MIN_LENGTH <= term_length <= TERM_MAX_LENGTH or not is_power_of_two(term_length):
         raise ValueError(
             f"term length {term_length} must be a power of two in [{TERM_MIN_LENGTH}, {TERM_MAX_LENGTH}]"
@@ -120,11 +125,13 @@ def check_term_length(term_length: int) -> None:
 
 
 def check_page_size(page_size: int) -> None:
+    """Raises ValueError unless ``page_size`` is a power of two in [4 KiB, 1 GiB]."""
     if not PAGE_MIN_SIZE <= page_size <= PAGE_MAX_SIZE or not is_power_of_two(page_size):
         raise ValueError(f"page size {page_size} must be a power of two in [{PAGE_MIN_SIZE}, {PAGE_MAX_SIZE}]")
 
 
 def check_mtu(mtu: int, term_length: int) -> None:
+    """Raises ValueError unless ``mtu`` is a frame-aligned size that fits the term."""
     from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
     if mtu <= HEADER_LENGTH or mtu % FRAME_ALIGNMENT or mtu > 65504 or mtu > term_length // 8:
@@ -137,7 +144,12 @@ def compute_log_length(term_length: int, page_size: int) -> int:
     return (raw + page_size - 1) & ~(page_size - 1)
 
 
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+
+
 def position_bits_to_shift(term_length: int) -> int:
+    """log2 of a (power-of-two) term length."""
     return term_length.bit_length() - 1
 
 
@@ -152,23 +164,29 @@ def compute_term_count(term_id: int, initial_term_id: int) -> int:
 
 
 def compute_position(term_id: int, term_offset: int, bits: int, initial_term_id: int) -> int:
+    """The stream position of ``term_offset`` in term ``term_id``."""
     return (compute_term_count(term_id, initial_term_id) << bits) + term_offset
 
 
 def compute_term_id_from_position(position: int, bits: int, initial_term_id: int) -> int:
+    """The term id (wrapping int32) of the term holding ``position``."""
     return _wrap_i32((position >> bits) + initial_term_id)
 
 
 def compute_term_offset_from_position(position: int, bits: int) -> int:
+    """The offset of ``position`` inside its term."""
     return position & ((1 << bits) - 1)
 
 
 def index_by_position(position: int, bits: int) -> int:
-    return (position >> bits) % PARTITION_COUNT
+    """The partition (0..2) of the term holding ``position``."""
+    return ((position >> bits) & _U64) % PARTITION_COUNT
 
 
 def index_by_term_count(term_count: int) -> int:
-    return term_count % PARTITION_COUNT
+    """The partition (0..2) of a term count, taken as an unsigned 32-bit value as the native code does (the
+    count comes from shared memory and may be negative)."""
+    return (term_count & _U32) % PARTITION_COUNT
 
 
 def max_possible_position(term_length: int) -> int:
@@ -177,6 +195,7 @@ def max_possible_position(term_length: int) -> int:
 
 
 def compute_max_message_length(term_length: int) -> int:
+    """The longest message a log of this term length takes: T/8, at most 16 MiB."""
     return min(term_length // 8, MAX_MESSAGE_LENGTH_CAP)
 
 
@@ -187,9 +206,22 @@ def pack_tail(term_id: int, term_offset: int) -> int:
 
 
 def tail_term_id(raw_tail: int) -> int:
+    """The term id in a raw tail counter."""
     return _wrap_i32(raw_tail >> 32)
 
 
 def tail_term_offset(raw_tail: int, term_length: int) -> int:
     """The tail's offset capped at the term length (a writer that overshot leaves more there)."""
     return min(raw_tail & 0xFFFFFFFF, term_length)
+
+
+def _check_native_layout() -> None:
+    # the native code has its own copy of these constants (native/include/lb_layout.h): refuse to run with
+    # a build whose layout differs from the one Python reads and writes
+    from logbuf.logbuffer import frame
+    from logbuf.native import check_layout
+
+    check_layout(frame, globals())
+
+
+_check_native_layout()

@@ -9,10 +9,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from logbuf.errors import InvalidLogBufferError
+from logbuf.errors import ClosedError, InvalidLogBufferError
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer import frame as f
-from logbuf.native import AtomicBuffer, new_mmap
+from logbuf.native import AtomicBuffer, client, new_mmap
 
 
 class LogBuffers:
@@ -20,6 +20,10 @@ class LogBuffers:
 
     Create one with :meth:`create` (the driver's job) and map an existing one with :meth:`open`, which
     validates the file before anything reads it.
+
+    Publications and images hold the mapping through :attr:`native` (one buffer export, shared): closing the
+    log while they exist is safe; they answer CLOSED / 0 / ClosedError from then on, and the last of them
+    to let go unmaps the file.
     """
 
     def __init__(self, path: str | os.PathLike[str], mapping: mmap.mmap, term_length: int) -> None:
@@ -41,6 +45,7 @@ class LogBuffers:
         self.max_message_length = d.compute_max_message_length(term_length)
         self.max_payload_length = self.mtu - f.HEADER_LENGTH
         self.max_possible_position = d.max_possible_position(term_length)
+        self._native: Any = client.LogMapping(mapping, term_length)
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -154,7 +159,7 @@ class LogBuffers:
                 f"is {expected}"
             )
         if header_length != f.HEADER_LENGTH:
-            raise InvalidLogBufferError(f"{path}: default frame header length {header_length}, expected 32")
+            raise InvalidLogBufferError(f"{path}: default frame header length {header_length}, expected {f.HEADER_LENGTH}")
         if version != f.CURRENT_VERSION:
             raise InvalidLogBufferError(f"{path}: frame header version {version}, expected {f.CURRENT_VERSION}")
         try:
@@ -164,10 +169,16 @@ class LogBuffers:
         return term_length
 
     def close(self) -> None:
-        """Unmaps the file.  Views handed out (poll payloads, claims) must not be used afterwards."""
+        """Closes the log: publications and images on it answer CLOSED / 0 / ClosedError from now on.
+
+        The file is unmapped now if nothing else holds it, else when the last publication, image or handed-out
+        view (poll payload, claim buffer) lets go; none of them can see it vanish.
+        """
         if self._closed:
             return
         self._closed = True
+        self._native.close()
+        self._native = None
         self.terms.release()
         self.meta.release()
         # a caller may still hold a view; then the mapping goes when the last view does
@@ -176,7 +187,15 @@ class LogBuffers:
 
     @property
     def is_closed(self) -> bool:
+        """True once :meth:`close` was called."""
         return self._closed
+
+    @property
+    def native(self) -> Any:
+        """The :class:`logbuf._client.LogMapping` native publications and images hold; ClosedError once closed."""
+        if self._closed:
+            raise ClosedError(f"log buffer {self.path} is closed")
+        return self._native
 
     def __enter__(self) -> LogBuffers:
         return self
@@ -186,19 +205,23 @@ class LogBuffers:
 
     @property
     def mapping(self) -> mmap.mmap:
+        """The mmap of the whole file."""
         return self._mmap
 
     # -- metadata ------------------------------------------------------------------------------------
 
     def raw_tail(self, index: int) -> int:
+        """The raw tail counter of partition ``index`` (acquire)."""
         return self.meta.get_i64_acquire(d.TERM_TAIL_COUNTERS_OFFSET + 8 * index)
 
     @property
     def active_term_count(self) -> int:
+        """Terms since the initial one (the active partition is its index)."""
         return self.meta.get_i32_acquire(d.LOG_ACTIVE_TERM_COUNT_OFFSET)
 
     @property
     def is_connected(self) -> bool:
+        """The driver's isConnected flag (a consumer is there)."""
         return self.meta.get_i32_acquire(d.LOG_IS_CONNECTED_OFFSET) == 1
 
     @is_connected.setter
@@ -207,6 +230,7 @@ class LogBuffers:
 
     @property
     def end_of_stream_position(self) -> int:
+        """Where the stream ends (INT64_MAX until the publisher closed it)."""
         return self.meta.get_i64_acquire(d.LOG_END_OF_STREAM_POSITION_OFFSET)
 
     @end_of_stream_position.setter
@@ -222,6 +246,7 @@ class LogBuffers:
         )
 
     def term_pointer(self, index: int) -> Any:
+        """A cffi ``uint8_t *`` to term ``index`` (valid while the log is open)."""
         return self.terms.pointer(index * self.term_length)
 
     def __repr__(self) -> str:

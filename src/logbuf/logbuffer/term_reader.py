@@ -18,6 +18,7 @@ CORRUPT = lib.LB_CORRUPT_FRAME
 
 
 class TermReader:
+    """Reads committed frames of a term into a reusable array of (offset, length) pairs."""
     __slots__ = ("capacity", "_struct", "fragments", "_read")
 
     def __init__(self, terms: Any, term_length: int, capacity: int = 1024) -> None:

@@ -11,13 +11,14 @@ timeout while the producer is ahead.  At the blocked offset:
 
 from __future__ import annotations
 
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.native import lib
 
 
 def unblock(log: LogBuffers, blocked_position: int) -> bool:
     """True when something was unblocked at ``blocked_position`` (a frame boundary)."""
-    if blocked_position < 0 or blocked_position % 32:
+    if blocked_position < 0 or blocked_position % FRAME_ALIGNMENT:
         raise ValueError(f"blocked position {blocked_position} is not a frame boundary")
     status = lib.lb_unblock(log.term_pointer(0), log.meta.pointer(0), log.term_length, blocked_position)
     return status != lib.LB_NO_ACTION
