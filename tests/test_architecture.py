@@ -31,6 +31,9 @@ LAYERS: dict[str, int] = {
 }
 
 
+COMPILED = {"_native", "_client"}  # extension modules built from native/ (no .py file to read)
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(SRC).with_suffix("").parts
     if parts[-1] == "__init__":
@@ -44,7 +47,7 @@ def _modules() -> dict[str, Path]:
 
 def _resolve(module: str, name: str | None, known: dict[str, Path]) -> str:
     """``from a.b import c`` names module ``a.b.c`` when that is a module, else ``a.b``."""
-    if name and f"{module}.{name}" in known:
+    if name and (f"{module}.{name}" in known or name in COMPILED):
         return f"{module}.{name}"
     return module
 

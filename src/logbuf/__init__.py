@@ -40,7 +40,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time ``__getattr__`
         LogbufError,
         LogCorruptedError,
         MessageTooLargeError,
+        ReentrantPollError,
         RegistrationError,
+        UnboundHeaderError,
     )
     from logbuf.idle import (
         BackoffIdleStrategy,
@@ -93,6 +95,8 @@ _EXPORTS: dict[str, str] = {
     "ClaimStateError": "logbuf.errors",
     "ClientTimeoutError": "logbuf.errors",
     "ClosedError": "logbuf.errors",
+    "ReentrantPollError": "logbuf.errors",
+    "UnboundHeaderError": "logbuf.errors",
     "DriverTimeout": "logbuf.errors",
     "InvalidLogBufferError": "logbuf.errors",
     "LogbufError": "logbuf.errors",
@@ -123,6 +127,8 @@ __all__ = [
     "Client",
     "ClientTimeoutError",
     "ClosedError",
+    "ReentrantPollError",
+    "UnboundHeaderError",
     "ConcurrentPublication",
     "ControlledPollAction",
     "DriverContext",

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 from typing import Any
 
-import logbuf
-
 if os.environ.get("LOGBUF_NATIVE_DIR"):
-    # a separately built copy of the native modules (scripts/build-sanitized.sh) takes precedence
-    logbuf.__path__.insert(0, os.path.join(os.environ["LOGBUF_NATIVE_DIR"], "logbuf"))
+    # a separately built copy of the native modules (scripts/build-sanitized.sh) takes precedence: searched
+    # first in the package's path (the package object, not its public facade)
+    sys.modules[__name__.rpartition(".")[0]].__path__.insert(0, os.path.join(os.environ["LOGBUF_NATIVE_DIR"], "logbuf"))
 
 try:
     from logbuf import _client
