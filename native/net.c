@@ -24,19 +24,8 @@
 
 #include "logbuf.h"
 #include "net.h"
+#include "lb_layout.h"
 
-#define FRAME_LENGTH_OFFSET 0
-#define VERSION_OFFSET 4
-#define TYPE_OFFSET 6
-#define TERM_OFFSET_OFFSET 8
-#define SESSION_ID_OFFSET 12
-#define STREAM_ID_OFFSET 16
-#define TERM_ID_OFFSET 20
-#define HEADER_LENGTH 32
-#define FRAME_ALIGNMENT 32
-#define TYPE_PAD 0
-#define TYPE_DATA 1
-#define CURRENT_VERSION 0
 
 static inline int32_t get_i32(const uint8_t *p)
 {
@@ -50,7 +39,7 @@ static inline uint16_t get_u16(const uint8_t *p)
 
 static inline int64_t align_frame(int64_t length)
 {
-    return (length + FRAME_ALIGNMENT - 1) & ~(int64_t)(FRAME_ALIGNMENT - 1);
+    return (length + LB_FRAME_ALIGNMENT - 1) & ~(int64_t)(LB_FRAME_ALIGNMENT - 1);
 }
 
 int32_t lbn_recv_batch(int32_t fd, uint8_t *slots, int32_t slot_length, int32_t count, int32_t *lengths,
@@ -177,31 +166,31 @@ int32_t lbn_send_term(int32_t fd, const uint8_t *term, int32_t term_length, int3
  */
 static int32_t walk_frames(const uint8_t *dg, int32_t n, int64_t offset, int32_t count, int32_t *term_span)
 {
-    const int32_t session_id = get_i32(dg + SESSION_ID_OFFSET);
-    const int32_t stream_id = get_i32(dg + STREAM_ID_OFFSET);
-    const int32_t term_id = get_i32(dg + TERM_ID_OFFSET);
-    const int64_t base = get_i32(dg + TERM_OFFSET_OFFSET);
+    const int32_t session_id = get_i32(dg + LB_SESSION_ID_OFFSET);
+    const int32_t stream_id = get_i32(dg + LB_STREAM_ID_OFFSET);
+    const int32_t term_id = get_i32(dg + LB_TERM_ID_OFFSET);
+    const int64_t base = get_i32(dg + LB_TERM_OFFSET_OFFSET);
     while (offset < n) {
         const uint8_t *h = dg + offset;
         const int64_t remaining = n - offset;
-        if (remaining < HEADER_LENGTH) return LBN_MALFORMED;
-        const int32_t length = get_i32(h + FRAME_LENGTH_OFFSET);
-        const uint16_t type = get_u16(h + TYPE_OFFSET);
-        if (h[VERSION_OFFSET] != CURRENT_VERSION || length < HEADER_LENGTH) return LBN_MALFORMED;
-        if (get_i32(h + SESSION_ID_OFFSET) != session_id || get_i32(h + STREAM_ID_OFFSET) != stream_id ||
-            get_i32(h + TERM_ID_OFFSET) != term_id) {
+        if (remaining < LB_HEADER_LENGTH) return LBN_MALFORMED;
+        const int32_t length = get_i32(h + LB_FRAME_LENGTH_OFFSET);
+        const uint16_t type = get_u16(h + LB_TYPE_OFFSET);
+        if (h[LB_VERSION_OFFSET] != LB_CURRENT_VERSION || length < LB_HEADER_LENGTH) return LBN_MALFORMED;
+        if (get_i32(h + LB_SESSION_ID_OFFSET) != session_id || get_i32(h + LB_STREAM_ID_OFFSET) != stream_id ||
+            get_i32(h + LB_TERM_ID_OFFSET) != term_id) {
             return LBN_MALFORMED;
         }
-        if ((int64_t)get_i32(h + TERM_OFFSET_OFFSET) != base + offset) return LBN_MALFORMED;
+        if ((int64_t)get_i32(h + LB_TERM_OFFSET_OFFSET) != base + offset) return LBN_MALFORMED;
         count++;
-        if (type == TYPE_DATA) {  /* the common case first */
+        if (type == LB_HDR_TYPE_DATA) {  /* the common case first */
             const int64_t aligned = align_frame(length);
             if (aligned > remaining && length != remaining) return LBN_MALFORMED;
             offset += aligned;
             continue;
         }
-        if (type != TYPE_PAD || (length & (FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
-        if (remaining == HEADER_LENGTH) {  /* the PAD's header alone: the last frame, covering its frame length */
+        if (type != LB_HDR_TYPE_PAD || (length & (LB_FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
+        if (remaining == LB_HEADER_LENGTH) {  /* the PAD's header alone: the last frame, covering its frame length */
             const int64_t span = offset + length;
             if (span > INT32_MAX) return LBN_MALFORMED;
             *term_span = (int32_t)span;
@@ -216,23 +205,23 @@ static int32_t walk_frames(const uint8_t *dg, int32_t n, int64_t offset, int32_t
 
 int32_t lbn_classify_data(const uint8_t *dg, int32_t n, int32_t *frame_count, int32_t *term_span)
 {
-    if (n < HEADER_LENGTH) return LBN_NOT_DATA;  /* too short for a data header: Python says why */
-    uint16_t type = get_u16(dg + TYPE_OFFSET);
-    if (type != TYPE_DATA && type != TYPE_PAD) return LBN_NOT_DATA;
-    int32_t frame_length = get_i32(dg + FRAME_LENGTH_OFFSET);
-    int32_t term_offset = get_i32(dg + TERM_OFFSET_OFFSET);
-    if (dg[VERSION_OFFSET] != CURRENT_VERSION) return LBN_MALFORMED;
-    if (term_offset < 0 || (term_offset & (FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
-    if (type == TYPE_DATA && frame_length == 0) {
-        if (n != HEADER_LENGTH) return LBN_MALFORMED;
+    if (n < LB_HEADER_LENGTH) return LBN_NOT_DATA;  /* too short for a data header: Python says why */
+    uint16_t type = get_u16(dg + LB_TYPE_OFFSET);
+    if (type != LB_HDR_TYPE_DATA && type != LB_HDR_TYPE_PAD) return LBN_NOT_DATA;
+    int32_t frame_length = get_i32(dg + LB_FRAME_LENGTH_OFFSET);
+    int32_t term_offset = get_i32(dg + LB_TERM_OFFSET_OFFSET);
+    if (dg[LB_VERSION_OFFSET] != LB_CURRENT_VERSION) return LBN_MALFORMED;
+    if (term_offset < 0 || (term_offset & (LB_FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
+    if (type == LB_HDR_TYPE_DATA && frame_length == 0) {
+        if (n != LB_HEADER_LENGTH) return LBN_MALFORMED;
         *frame_count = 1;
         *term_span = 0;
         return LBN_HEARTBEAT;
     }
     int64_t first_end = 0;  /* where the walk starts: after a checked first DATA frame */
     int32_t first_count = 0;
-    if (type == TYPE_DATA) {
-        if (frame_length < HEADER_LENGTH) return LBN_MALFORMED;
+    if (type == LB_HDR_TYPE_DATA) {
+        if (frame_length < LB_HEADER_LENGTH) return LBN_MALFORMED;
         const int64_t aligned = align_frame(frame_length);
         if (aligned >= n) {  /* the common single-frame datagram: nothing to walk */
             if (frame_length > n || (aligned > n && frame_length != n)) return LBN_MALFORMED;
@@ -248,7 +237,7 @@ int32_t lbn_classify_data(const uint8_t *dg, int32_t n, int32_t *frame_count, in
     if (count < 0) return LBN_MALFORMED;
     *frame_count = count;
     *term_span = span;
-    return count == 1 && type == TYPE_PAD ? LBN_PAD : LBN_DATA;
+    return count == 1 && type == LB_HDR_TYPE_PAD ? LBN_PAD : LBN_DATA;
 }
 
 void lbn_classify_batch(const uint8_t *slots, int32_t slot_length, const int32_t *lengths, int32_t count,
@@ -278,19 +267,19 @@ int32_t lbn_rebuild_in_order(lbn_image_t *image, const uint8_t *slots, int32_t s
         const uint8_t *dg = slots + (int64_t)i * slot_length;
         const int32_t n = lengths[i];
         const int32_t span = term_spans[i];
-        if (n < HEADER_LENGTH || n > slot_length) break;
-        if (get_i32(dg + SESSION_ID_OFFSET) != image->session_id || get_i32(dg + STREAM_ID_OFFSET) != image->stream_id)
+        if (n < LB_HEADER_LENGTH || n > slot_length) break;
+        if (get_i32(dg + LB_SESSION_ID_OFFSET) != image->session_id || get_i32(dg + LB_STREAM_ID_OFFSET) != image->stream_id)
             break;
-        const int32_t term_offset = get_i32(dg + TERM_OFFSET_OFFSET);
+        const int32_t term_offset = get_i32(dg + LB_TERM_OFFSET_OFFSET);
         if (term_offset < 0 || (int64_t)term_offset + span > term_length) break;
         /* position of (term id, term offset): the term count wraps as int32, like every position */
-        const int32_t term_count = (int32_t)((uint32_t)get_i32(dg + TERM_ID_OFFSET) - (uint32_t)image->initial_term_id);
+        const int32_t term_count = (int32_t)((uint32_t)get_i32(dg + LB_TERM_ID_OFFSET) - (uint32_t)image->initial_term_id);
         const int64_t at = ((int64_t)term_count << image->position_bits) + term_offset;
         if (at != position || at + n > image->limit) break;
         uint8_t *frame = image->terms + (int64_t)(((uint64_t)at >> image->position_bits) % 3) * term_length + term_offset;
         if (__atomic_load_n((const int32_t *)frame, __ATOMIC_RELAXED) != 0) break;  /* something is there */
         memcpy(frame + 4, dg + 4, (size_t)(n - 4));
-        __atomic_store_n((int32_t *)frame, get_i32(dg + FRAME_LENGTH_OFFSET), __ATOMIC_RELEASE);
+        __atomic_store_n((int32_t *)frame, get_i32(dg + LB_FRAME_LENGTH_OFFSET), __ATOMIC_RELEASE);
         position += span;
         bytes += n;
     }
