@@ -47,7 +47,7 @@
 #define MOLD_HEARTBEAT 0x0000u
 #define MOLD_END_OF_SESSION 0xFFFFu
 
-/* room for one SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32 on LP64) and anything else the kernel adds */
+/* room for one SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32 on LP64) and one SO_RXQ_OVFL (CMSG_SPACE(4) = 24) */
 #define RX_CONTROL_SIZE 64
 
 static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(((uint16_t)p[0] << 8) | p[1]); }
@@ -161,6 +161,12 @@ int32_t lbf_rx_recv(lbf_rx_t *rx, int32_t fd, int32_t feed, int32_t start, int32
                 int64_t stamped = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + real_to_mono;
                 arrival = stamped < mono ? stamped : mono;
                 fl |= LBF_RX_KERNEL_TIMESTAMP;
+            } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL &&
+                       c->cmsg_len >= CMSG_LEN(sizeof(uint32_t)) && rx->kernel_drops != NULL && feed >= 0 &&
+                       feed < LBF_FEEDS) {
+                uint32_t drops;
+                memcpy(&drops, CMSG_DATA(c), sizeof drops);
+                rx->kernel_drops[feed] = drops;
             }
         }
         rx->length[i] = (int32_t)len;
@@ -312,9 +318,7 @@ int32_t lbf_arb_packet(lbf_arb_t *arb, const uint8_t *p, int32_t length, int32_t
     if (first == 0 || first > UINT64_MAX - count || !blocks_fill_packet(p, length, count)) {
         st[LBF_FS_PACKETS] += 1;
         st[LBF_FS_BYTES] += length;
-        st[LBF_FS_DECODE_ERRORS] += 1;
-        if (arrival_ns > arb->last_arrival_ns)
-            arb->last_arrival_ns = arrival_ns;
+        st[LBF_FS_DECODE_ERRORS] += 1; /* not trusted: it says nothing about the session being alive */
         return LBF_DONE;
     }
     int32_t r = walk(arb, p, feed, arrival_ns, base_offset, slot, out, mode == LBF_FAST_IN_ORDER);

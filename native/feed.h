@@ -82,6 +82,8 @@ typedef struct lbf_rx {
     int32_t capacity;
     int32_t slot_size;
     void *impl;
+    int64_t *kernel_drops;      /* [LBF_FEEDS] or NULL: the socket's SO_RXQ_OVFL count (datagrams the kernel
+                                   dropped for a full receive buffer), latest value seen per feed */
 } lbf_rx_t;
 
 /* Messages to deliver: message i is slab[offset[i] .. offset[i] + length[i]) with sequence seq[i]. */

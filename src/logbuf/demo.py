@@ -107,7 +107,7 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
                 if time.monotonic() > deadline or feed.poll() is not None:
                     raise RuntimeError("the feed handler did not start")
                 time.sleep(0.05)
-        book = subprocess.Popen([*logbuf_cmd, "book", "--interval-s", "2", "-q"], env=env,
+        book = subprocess.Popen([*logbuf_cmd, "book", "--interval", "2", "-q"], env=env,
                                 stdout=subprocess.PIPE, text=True)
         procs.append(book)
         recorder = subprocess.Popen([*logbuf_cmd, "record", str(recording), "--until-end-of-session"], env=env)

@@ -86,6 +86,9 @@ from logbuf.feed.recovery import Hole, Recovery
 
 NANOS_PER_MILLI = 1_000_000
 NANOS_PER_SECOND = 1_000_000_000
+# A packet more than this many messages past everything known needs a confirmation before it counts: at the
+# busiest open (~800k messages/s) this is over a second of loss on both feeds.
+DEFAULT_MAX_JUMP = 1_000_000
 
 # Per-feed statistics: columns of ``Arbiter.feed_stats`` (rows are Feed values). Mirrors LBF_FS_* in feed.h.
 FS_PACKETS = 0  # datagrams received on the feed (every kind, malformed included)
@@ -128,6 +131,7 @@ class ArbiterConfig:
     max_queue_packets: int = 16_384
     session_change_idle_ns: int = 3 * NANOS_PER_SECOND
     delay_window_bits: int = 16
+    max_jump: int | None = DEFAULT_MAX_JUMP  # messages past everything known that need a confirmation
 
     def __post_init__(self) -> None:
         FeedMode(self.mode)
@@ -145,6 +149,8 @@ class ArbiterConfig:
             raise ValueError("delay_window_bits must be within 4..24")
         if self.session is not None:
             moldudp64.encode_session(self.session)
+        if self.max_jump is not None and self.max_jump < 1:
+            raise ValueError("max_jump must be >= 1 message (or None: no confirmation)")
 
 
 @dataclass
@@ -159,6 +165,8 @@ class ArbiterCounters:
     recovery_requests: int = 0
     queue_overflows: int = 0
     session_changes: int = 0  # joins included
+    jumps_held: int = 0  # packets announcing a jump past max_jump, held until confirmed
+    jumps_confirmed: int = 0  # jumps confirmed by a second packet (the other feed's, or the next one)
 
 
 class FeedStats:
@@ -333,6 +341,9 @@ class Arbiter:
         self._eos_emitted = False
         self._progress = False
         self._backend: PacketBackend = PythonBackend()
+        # packets held back for announcing an unconfirmed jump: (feed, bytes, position, first, count, marker,
+        # arrival)
+        self._held: list[tuple[Feed, bytes, int, int, int, bool, int]] = []
 
     # -- public API -------------------------------------------------------------------------------------------
 
@@ -426,25 +437,63 @@ class Arbiter:
             st[FS_DECODE_ERRORS] += 1
             return
         session, first, count = _HEADER.unpack_from(buf, 0)
+        marker = count in (HEARTBEAT_COUNT, END_OF_SESSION_COUNT)
+        # the whole datagram is validated before it may choose (or switch) the session: a garbage datagram
+        # must never be joined. Sequence 0 is not a message (nor a next sequence); first + count must stay a
+        # representable next sequence (u64).
+        if marker:
+            valid = n == HEADER_LENGTH and 1 <= first <= MAX_SEQUENCE
+        else:
+            valid = 1 <= first <= MAX_SEQUENCE - count and self._backend.valid(buf, count)
+        if not valid:
+            st[FS_DECODE_ERRORS] += 1
+            return
         if session != self.session and not self._accept_session(session, arrival_ns, out):
             st[FS_FOREIGN_SESSION] += 1
             return
         if arrival_ns > self.last_session_arrival_ns:
             self.last_session_arrival_ns = arrival_ns
-        if count in (HEARTBEAT_COUNT, END_OF_SESSION_COUNT):
-            if n != HEADER_LENGTH:
-                st[FS_DECODE_ERRORS] += 1
-                return
+        if not marker:
+            st[FS_MESSAGES] += count
+        if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
+            return
+        self._intake(feed, buf, first, count, marker, arrival_ns, out)
+
+    def _intake(self, feed: Feed, buf: memoryview | bytes, first: int, count: int, marker: bool, arrival_ns: int,
+                out: list[Event]) -> None:
+        if marker:
             self._marker(feed, first, count == END_OF_SESSION_COUNT, arrival_ns, out)
             return
-        # sequence 0 is not a message; first + count must stay a representable next sequence (u64)
-        if not 1 <= first <= MAX_SEQUENCE - count or not self._backend.valid(buf, count):
-            st[FS_DECODE_ERRORS] += 1
-            return
-        st[FS_MESSAGES] += count
         if feed == Feed.RETRANSMIT and self.recovery is not None:
-            self.recovery.on_answer(first, arrival_ns)
-        self._data(feed, buf, first, count, arrival_ns, out)
+            self.recovery.on_answer(first, arrival_ns, count)
+        self._data(feed, memoryview(buf), first, count, arrival_ns, out)
+
+    def _unconfirmed_jump(self, feed: Feed, buf: memoryview, first: int, count: int, marker: bool,
+                          arrival_ns: int, out: list[Event]) -> bool:
+        """Hold back a packet (or marker) announcing sequences more than ``max_jump`` past everything known,
+        until a second such packet (the other feed's copy, or the next packet) confirms the jump: one stray
+        datagram must not declare a gap of a billion messages. True when the packet was held back."""
+        bound = self.config.max_jump
+        if bound is None or self.expected is None:
+            return False
+        position = first - 1 if marker else first  # the first sequence it says exists
+        base = max(self.expected, self.highest + 1)
+        if position <= base + bound:
+            return False
+        held = self._held
+        confirmed = [h for h in held if abs(h[2] - position) <= bound]
+        if not confirmed:
+            # keep the newest candidate per feed; older unconfirmed candidates are dropped
+            self._held = [h for h in held if h[0] != feed] + [(feed, bytes(buf), position, first, count, marker,
+                                                                arrival_ns)]
+            self.counters.jumps_held += 1
+            return True
+        self._held = [h for h in held if h not in confirmed]
+        self.counters.jumps_confirmed += 1
+        for h_feed, h_buf, _pos, h_first, h_count, h_marker, h_arrival in sorted(confirmed, key=lambda h: h[2]):
+            self._intake(h_feed, h_buf, h_first, h_count, h_marker, h_arrival, out)
+        self._intake(feed, buf, first, count, marker, arrival_ns, out)
+        return True
 
     def _accept_session(self, session: bytes, arrival_ns: int, out: list[Event]) -> bool:
         if session in self._retired or (self.pinned_session is not None and session != self.pinned_session):
@@ -479,6 +528,7 @@ class Arbiter:
         if self.recovery is not None:
             self.recovery.stop()
         self._queue.clear()
+        self._held.clear()
         self._coverage = Coverage()
         self._gaps.clear()
         self._declared_upto = 0
@@ -576,7 +626,10 @@ class Arbiter:
             self.feed_stats[feed, FS_DUPLICATES] += count
         else:
             capacity = self.config.max_queue_packets
-            if len(self._queue) >= capacity:
+            # a hole the server is answering right now is not given up for queue pressure: the queue may grow
+            # to twice its size while answers keep coming
+            answering = self.recovery is not None and self.recovery.answering(arrival_ns)
+            if len(self._queue) >= (2 * capacity if answering else capacity):
                 self.counters.queue_overflows += 1
                 out.append(QueueOverflow(self.session, len(self._queue), capacity))
                 while len(self._queue) > capacity // 2 and self.holes(1):

@@ -51,6 +51,7 @@ RX_KERNEL_TIMESTAMP = lib.LBF_RX_KERNEL_TIMESTAMP
 DEFAULT_SLOTS = 64
 DEFAULT_SLOT_SIZE = 65_536  # any UDP datagram fits: nothing is ever truncated
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; the socket module lacks it on 3.11
+SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40)  # Linux value: the kernel's drop count with each datagram
 
 if (FS_COUNT, len(Feed)) != (lib.LBF_FS_COUNT, lib.LBF_FEEDS):
     raise ImportError("native/feed.h and logbuf.feed.arbiter disagree on the statistics layout: rebuild the shim")
@@ -66,6 +67,14 @@ def enable_kernel_timestamps(sock: socket.socket | int) -> None:
     fd = sock if isinstance(sock, int) else sock.fileno()
     with socket.socket(fileno=socket.dup(fd)) as s:
         s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+
+def enable_drop_counts(sock: socket.socket | int) -> None:
+    """Ask the kernel to report, with each datagram, how many it dropped on this socket for a full receive
+    buffer (SO_RXQ_OVFL); :attr:`RecvRing.kernel_drops` keeps the latest count per feed."""
+    fd = sock if isinstance(sock, int) else sock.fileno()
+    with socket.socket(fileno=socket.dup(fd)) as s:
+        s.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
 
 
 def _ptr(ctype: str, array: np.ndarray) -> Any:
@@ -88,12 +97,14 @@ class RecvRing:
         self.arrivals = np.zeros(capacity, dtype=np.int64)
         self.feeds = np.zeros(capacity, dtype=np.uint8)
         self.flags = np.zeros(capacity, dtype=np.uint8)
+        self.kernel_drops = np.zeros(len(Feed), dtype=np.int64)  # per feed: the socket's SO_RXQ_OVFL count
         c = self._c = ffi.new("lbf_rx_t *")
         c.slab = _ptr("uint8_t *", self.slab)
         c.length = _ptr("int32_t *", self.lengths)
         c.arrival_ns = _ptr("int64_t *", self.arrivals)
         c.feed = _ptr("uint8_t *", self.feeds)
         c.flags = _ptr("uint8_t *", self.flags)
+        c.kernel_drops = _ptr("int64_t *", self.kernel_drops)
         c.capacity = capacity
         c.slot_size = slot_size
         rc = lib.lbf_rx_init(c)

@@ -31,6 +31,7 @@ import numpy as np
 
 from logbuf.client.client import Client, Counter, connect
 from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
+from logbuf.errors import LogbufError
 from logbuf.feed import published as out
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig
 from logbuf.feed.events import (
@@ -47,20 +48,36 @@ from logbuf.feed.events import (
     RecoveryRequest,
     SessionChanged,
 )
-from logbuf.feed.feed_native import NativeArbiter, RecvRing, enable_kernel_timestamps, monotonic_ns
+from logbuf.feed.feed_native import (
+    NativeArbiter,
+    RecvRing,
+    enable_drop_counts,
+    enable_kernel_timestamps,
+    monotonic_ns,
+)
 from logbuf.feed.recovery import Recovery, RecoveryConfig
 from logbuf.idle import BackoffIdleStrategy
 
 FEED_COUNTER_TYPE_ID = 1100
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
 LATENCY_SAMPLES = 1 << 16
+DEFAULT_RCVBUF = 32 << 20  # bytes per feed socket: ~1 s of the busiest open (20k packets/s x 1.4 kB)
+RETRANSMIT_SLOTS = 8  # receive slots kept for retransmission answers per cycle
+UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause after ECONNREFUSED
+NANOS_PER_SECOND = 1_000_000_000
+NANOS_PER_MILLI = 1_000_000
 _SEQ = np.dtype(">u8")
 _COUNT = np.dtype(">u2")
 _LETTERS = np.array([ord("A"), ord("B"), ord("R")], dtype=np.uint8)
 
 
-class FeedHandlerError(RuntimeError):
+class FeedHandlerError(LogbufError):
     """The feed handler cannot run (bad configuration, its publications were closed, ...)."""
+
+
+def reserved_value(seq: int) -> int:
+    """A u64 MoldUDP64 sequence as a frame's int64 reserved value (the same 64 bits; read it back as u64)."""
+    return seq - (1 << 64) if seq >= 1 << 63 else seq
 
 
 @dataclass
@@ -78,7 +95,7 @@ class FeedHandlerConfig:
     arbiter: ArbiterConfig = field(default_factory=ArbiterConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     seed: int | None = None  # recovery back-off jitter (None: random)
-    rcvbuf: int = 8 << 20
+    rcvbuf: int = DEFAULT_RCVBUF
     ring_slots: int = 64
     max_block_s: float = 0.01  # longest poll(2) sleep (a stop request is noticed within this)
     kernel_timestamps: bool = True
@@ -151,9 +168,13 @@ class FeedHandler:
         if cfg.kernel_timestamps:
             for sock in self.sockets.values():
                 enable_kernel_timestamps(sock)
+        for sock in self.sockets.values():
+            with contextlib.suppress(OSError):  # not every kernel reports drops; the counter then stays 0
+                enable_drop_counts(sock)
         # slots per socket per receive: A and B share fairly, answers get what is left
         live = [f for f in self.sockets if f != Feed.RETRANSMIT]
-        per_live = max(1, (cfg.ring_slots - (8 if Feed.RETRANSMIT in self.sockets else 0)) // max(1, len(live)))
+        reserved = RETRANSMIT_SLOTS if Feed.RETRANSMIT in self.sockets else 0
+        per_live = max(1, (cfg.ring_slots - reserved) // max(1, len(live)))
         self._slots = {f: per_live for f in live}
         if Feed.RETRANSMIT in self.sockets:
             self._slots[Feed.RETRANSMIT] = cfg.ring_slots - per_live * len(live)
@@ -176,11 +197,15 @@ class FeedHandler:
         self.end_of_session = False
         self._idle = BackoffIdleStrategy(max_spins=100, max_yields=50, max_park_ns=100_000)
         self._next_counters_ns = 0
+        # the retransmission server refused (ECONNREFUSED: nothing listens there): requests pause, then retry
+        self.retransmit_unreachable = 0
+        self._unreachable_until_ns = 0
+        self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
         # wire-to-log latency: packet arrival (kernel stamp) to its messages committed in the log, sampled
         # once per published batch into a ring (the first message of the batch: the longest wait in it)
         self.latency_samples_ns = np.zeros(LATENCY_SAMPLES, dtype=np.int64)
         self.latency_count = 0
-        for name in [*self.arbiter.counter_values(), "published", "unpublished", "back_pressure_waits"]:
+        for name in self.counter_values():
             self.counters[name] = client.add_counter(FEED_COUNTER_TYPE_ID, f"feed: {name}", name.encode()[:100])
 
     # -- the loop --------------------------------------------------------------------------------------
@@ -208,13 +233,22 @@ class FeedHandler:
     def do_work(self) -> int:
         """One receive/arbitrate/publish cycle; returns packets received + events handled."""
         n = 0
+        drained = True
         for feed, sock in self.sockets.items():
-            n += self.ring.receive(sock, feed, start=n, max_packets=self._slots[feed])
+            want = self._slots[feed]
+            got = self._receive(sock, feed, n, want)
+            if got == want and feed != Feed.RETRANSMIT:
+                drained = False  # more may be waiting on this feed
+            n += got
         events: list[Event] = self.fast.process(0, n) if n else []
         now = monotonic_ns()
+        # One clock: the arbiter's waits run on arrival stamps. While a feed socket still holds datagrams, time
+        # is only known up to the newest stamp processed — a lagging handler must not declare holes whose other
+        # copy is waiting in a socket. Once every feed socket is drained, everything before `now` was seen.
+        clock = now if drained or not n else min(now, int(self.ring.arrivals[:n].max()))
         next_deadline = self.arbiter.next_deadline_ns()
-        if next_deadline is not None and now >= next_deadline:
-            events += self.arbiter.on_tick(now)
+        if next_deadline is not None and clock >= next_deadline:
+            events += self.arbiter.on_tick(clock)
         if n and self.capture is not None:
             self._capture_packets(n)
         if events:
@@ -224,13 +258,41 @@ class FeedHandler:
             self.publish_counters()
         return n + len(events)
 
+    def _receive(self, sock: socket.socket, feed: Feed, start: int, want: int) -> int:
+        try:
+            return self.ring.receive(sock, feed, start=start, max_packets=want)
+        except ConnectionRefusedError:  # an ICMP port unreachable for a request on the connected socket
+            if feed != Feed.RETRANSMIT:
+                raise
+            self._note_unreachable()
+            return 0
+
+    def _note_unreachable(self) -> None:
+        self.retransmit_unreachable += 1
+        now = monotonic_ns()
+        if now >= self._unreachable_until_ns:
+            self._unreachable_until_ns = now + self._unreachable_backoff_ns
+            self._unreachable_backoff_ns = min(2 * self._unreachable_backoff_ns, UNREACHABLE_BACKOFF_NS[1])
+
+    def _send_request(self, event: RecoveryRequest) -> None:
+        sock = self.sockets.get(Feed.RETRANSMIT)
+        if sock is None or monotonic_ns() < self._unreachable_until_ns:
+            return  # paused after a refusal: recovery asks again at its next retry
+        try:
+            sock.send(event.encode())
+            self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
+        except BlockingIOError:
+            pass
+        except ConnectionRefusedError:
+            self._note_unreachable()
+
     def _block(self) -> None:
         """Sleep in poll(2) until a datagram arrives or the arbiter's next deadline (bounded)."""
-        timeout_ns = int(self.config.max_block_s * 1e9)
+        timeout_ns = int(self.config.max_block_s * NANOS_PER_SECOND)
         next_deadline = self.arbiter.next_deadline_ns()
         if next_deadline is not None:
             timeout_ns = max(0, min(timeout_ns, next_deadline - monotonic_ns()))
-        self._poller.poll(max(0, -(-timeout_ns // 1_000_000)))  # ms, rounded up
+        self._poller.poll(max(0, -(-timeout_ns // NANOS_PER_MILLI)))  # ms, rounded up
 
     # -- events ----------------------------------------------------------------------------------------
 
@@ -245,16 +307,13 @@ class FeedHandler:
                 if self.capture is not None:
                     delivered.append((event.seqs, event.feeds, event.arrivals_ns))
             elif isinstance(event, Deliver):
-                self._offer(self.messages, event.message, event.seq)
+                self._offer(self.messages, event.message, reserved_value(event.seq))
                 if self.capture is not None:
                     slow_seqs.append(event.seq)
                     slow_feeds.append(int(event.feed))
                     slow_arrivals.append(event.arrival_ns)
             elif isinstance(event, RecoveryRequest):
-                sock = self.sockets.get(Feed.RETRANSMIT)
-                if sock is not None:
-                    with contextlib.suppress(BlockingIOError, ConnectionRefusedError):
-                        sock.send(event.encode())
+                self._send_request(event)
             else:
                 if self.capture is not None:  # keep capture rows in stream order with the events
                     self._flush_delivered(delivered, slow_seqs, slow_feeds, slow_arrivals)
@@ -280,7 +339,7 @@ class FeedHandler:
             record = out.FeedEvent(out.QUEUE_OVERFLOW, 0, event.queued_packets, event.capacity, now, event.session)
         else:  # pragma: no cover - every event type is handled above
             return
-        self._offer(self.events, record.encode(), self.arbiter_next_sequence())
+        self._offer(self.events, record.encode(), reserved_value(self.arbiter_next_sequence()))
 
     def arbiter_next_sequence(self) -> int:
         return int(self.arbiter.expected or 0)
@@ -362,7 +421,7 @@ class FeedHandler:
         for batch_seqs, batch_feeds, batch_arrivals in delivered:
             parts.append(out.delivered_runs(batch_seqs, batch_feeds, batch_arrivals))
         if seqs:
-            parts.append(out.delivered_runs(np.array(seqs, np.int64), np.array(feeds, np.uint8),
+            parts.append(out.delivered_runs(np.array(seqs, np.uint64), np.array(feeds, np.uint8),
                                             np.array(arrivals, np.int64)))
         delivered.clear()
         seqs.clear()
@@ -390,6 +449,9 @@ class FeedHandler:
         values["published"] = self.published
         values["unpublished"] = self.unpublished
         values["back_pressure_waits"] = self.back_pressure_waits
+        values["retransmit_unreachable"] = self.retransmit_unreachable
+        for feed in Feed:  # datagrams the kernel dropped for a full socket buffer (SO_RXQ_OVFL)
+            values[f"{feed.name}.kernel_drops"] = int(self.ring.kernel_drops[feed])
         return values
 
     def publish_counters(self) -> None:
