@@ -1,5 +1,7 @@
 """The sans-IO arbiter: seed 000's gap interval, seed 002's catch-up incident, per-feed thresholds, heartbeats,
-end of session, sessions, the bounded queue, decode errors, statistics."""
+end of session, sessions, the bounded queue, decode errors, statistics.
+
+Every test runs twice: against the executable specification (pure Python) and against the C engine."""
 
 from __future__ import annotations
 
@@ -7,11 +9,14 @@ import random
 
 import pytest
 
+from logbuf.feed import arbiter as native
 from logbuf.feed import moldudp64 as m
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig, Coverage
+from logbuf.feed.arbiter import ArbiterConfig
 from logbuf.feed.arbsim import Arrival, RetransmitStub, catch_up_scenario, packetise, simulate
+from logbuf.feed.coverage import Coverage
 from logbuf.feed.events import (
     Deliver,
+    DeliverBatch,
     EndOfSession,
     Feed,
     FeedMode,
@@ -24,11 +29,38 @@ from logbuf.feed.events import (
     SessionChanged,
 )
 from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.spec import SpecArbiter
 
 S1 = m.encode_session("S1")
 S2 = m.encode_session("S2")
 MS = 1_000_000
 WAIT = ArbiterConfig().lost_packet_wait_time_ns
+
+
+def _flat(events: list) -> list:
+    out = []
+    for event in events:
+        out.extend(event.delivers() if isinstance(event, DeliverBatch) else [event])
+    return out
+
+
+class NativeFlat(native.Arbiter):
+    """The C engine with its delivery batches flattened into Deliver events (as the specification emits)."""
+
+    def on_packet(self, *args: object, **kwargs: object) -> list:
+        return _flat(super().on_packet(*args, **kwargs))
+
+    def on_tick(self, now_ns: int) -> list:
+        return _flat(super().on_tick(now_ns))
+
+
+Arbiter: type = SpecArbiter  # replaced per test by the fixture below
+
+
+@pytest.fixture(autouse=True, params=["spec", "native"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setitem(globals(), "Arbiter", SpecArbiter if request.param == "spec" else NativeFlat)
+    return request.param
 
 
 def msg(seq: int) -> bytes:
@@ -101,7 +133,7 @@ def test_seed_000_with_recovery_declares_and_fills_each_hole() -> None:
     out = arb.on_packet(Feed.RETRANSMIT, pk(1006), WAIT + 40)
     assert delivered(out) == [1006, 1007, 1008]
     assert others(out) == [GapRecovered(S1, 1006, 1006)]
-    assert not arb.recovering and arb.fast_path_ready
+    assert not arb.recovering and not arb.holes() and arb.queued_packets == 0
     assert arb.stats(Feed.RETRANSMIT).delivered == 4
 
 
@@ -239,9 +271,9 @@ def test_heartbeat_reveals_tail_loss_and_never_advances_expected() -> None:
     arb = joined_at(1)
     arb.on_packet(Feed.A, pk(1, 3), 0)
     assert arb.on_packet(Feed.A, m.encode_heartbeat(S1, 4), 1) == []  # nothing missing
-    assert arb.fast_path_ready
+    assert not arb.holes()
     assert arb.on_packet(Feed.A, m.encode_heartbeat(S1, 7), 2) == []  # 4..6 exist and were lost
-    assert arb.expected == 4 and not arb.fast_path_ready
+    assert arb.expected == 4 and arb.holes()
     events = arb.on_tick(2 + WAIT)
     assert others(events) == [GapDetected(S1, 4, 6, GapReason.WAIT_TIMEOUT),
                               GapUnrecoverable(S1, 4, 6, GapReason.RECOVERY_OFF)]
@@ -368,7 +400,7 @@ def test_malformed_packets_are_counted_and_change_nothing(packet: bytes) -> None
     arb.on_packet(Feed.A, pk(1), 0)
     assert arb.on_packet(Feed.A, packet, 1) == []
     assert arb.stats(Feed.A).decode_errors == 1
-    assert arb.expected == 2 and arb.fast_path_ready
+    assert arb.expected == 2 and not arb.holes()
 
 
 def test_truncated_datagram_is_a_decode_error() -> None:

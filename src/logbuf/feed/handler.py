@@ -4,7 +4,7 @@ The sans-IO cores (:class:`~logbuf.feed.arbiter.Arbiter`, :class:`~logbuf.feed.r
 this module owns the sockets, the clock and the publications::
 
     feed A ─┐  recvmmsg into one receive ring   ┌──────────────────┐  DeliverBatch → offer_batch ─▶ messages
-    feed B ─┼──(per-packet arbitration in C)───▶│ Arbiter/Recovery │  gap/session events ──────────▶ events
+    feed B ─┼──(arbitration engine in C)───────▶│ Arbiter/Recovery │  gap/session events ──────────▶ events
     answers ┘  (retransmission server, unicast) └──────────────────┘  re-requests ─▶ retransmission server
                                                                        packet/delivery rows ───────▶ capture
 
@@ -49,7 +49,6 @@ from logbuf.feed.events import (
     SessionChanged,
 )
 from logbuf.feed.feed_native import (
-    NativeArbiter,
     RecvRing,
     enable_drop_counts,
     enable_kernel_timestamps,
@@ -156,7 +155,6 @@ class FeedHandler:
             arbiter_config = _replace(arbiter_config, mode=cfg.mode)
         self.arbiter = Arbiter(arbiter_config, recovery=recovery)
         self.ring = RecvRing(capacity=cfg.ring_slots)
-        self.fast = NativeArbiter(self.arbiter, self.ring)
         for feed, address in ((Feed.A, cfg.feed_a), (Feed.B, cfg.feed_b)):
             if feed in cfg.mode.feeds and address is not None:
                 self.sockets[feed] = _open_feed_socket(address, cfg.interface, cfg.rcvbuf)
@@ -240,7 +238,7 @@ class FeedHandler:
             if got == want and feed != Feed.RETRANSMIT:
                 drained = False  # more may be waiting on this feed
             n += got
-        events: list[Event] = self.fast.process(0, n) if n else []
+        events: list[Event] = self.arbiter.process(self.ring, 0, n) if n else []
         now = monotonic_ns()
         # One clock: the arbiter's waits run on arrival stamps. While a feed socket still holds datagrams, time
         # is only known up to the newest stamp processed — a lagging handler must not declare holes whose other
