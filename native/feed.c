@@ -507,17 +507,20 @@ static void pair_eng(lbf_eng_t *e, int64_t winner_arrival, int64_t arrival, int3
         d[LBF_DELAY_MAX_NS] = delay;
 }
 
-static void append_delivery(lbf_eng_t *e, int32_t from_ring)
+/* deliveries [begin, end) as a DELIVER event: extends the last one when it ends at `begin`, has the same source
+ * kind and was not read by Python yet */
+static void append_run(lbf_eng_t *e, int64_t begin, int64_t end, int32_t from_ring)
 {
-    /* extend the last DELIVER event when it ends here and has the same source kind, else open one */
+    if (begin == end)
+        return;
     if (e->event_count > e->event_sealed) {
         lbf_event_t *last = &e->events[e->event_count - 1];
-        if (last->kind == LBF_EV_DELIVER && last->b == (uint64_t)e->out_count - 1 && last->reason == from_ring) {
-            last->b++;
+        if (last->kind == LBF_EV_DELIVER && last->b == (uint64_t)begin && last->reason == from_ring) {
+            last->b = (uint64_t)end;
             return;
         }
     }
-    emit(e, LBF_EV_DELIVER, from_ring, (uint64_t)e->out_count - 1, (uint64_t)e->out_count);
+    emit(e, LBF_EV_DELIVER, from_ring, (uint64_t)begin, (uint64_t)end);
 }
 
 /* the per-message walk of a validated data packet with first <= expected (spec.py _walk_python) */
@@ -537,40 +540,48 @@ static void eng_walk(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t lengt
     int64_t *st = fstats(e, feed);
     const int live = feed != LBF_FEED_RETRANSMIT;
     const uint8_t tag = live ? (uint8_t)feed : (uint8_t)LBF_RING_NO_FEED;
+    /* locals: with -fno-strict-aliasing every store through a pointer would reload the struct's fields */
+    const uint64_t mask = e->ring_mask;
+    uint64_t *ring_seq = e->ring_seq, *out_seq = e->out_seq;
+    int64_t *ring_arrival = e->ring_arrival, *out_offset = e->out_offset, *out_arrival = e->out_arrival;
+    uint8_t *ring_feed = e->ring_feed, *out_feed = e->out_feed, *bytes = e->out_bytes;
+    int32_t *out_length = e->out_length, *out_src = e->out_src;
+    int64_t n = e->out_count, first_out = n, bytes_length = e->out_bytes_length;
     int64_t duplicates = 0, off = MOLD_HEADER_LENGTH;
     uint64_t seq = first;
     for (uint32_t i = 0; i < count; i++, seq++) {
         int32_t len = be16(p + off);
         off += MOLD_BLOCK_LENGTH_SIZE;
-        uint64_t s = seq & e->ring_mask;
+        uint64_t s = seq & mask;
         if (seq < expected) {
             duplicates++;
-            if (live && e->ring_seq[s] == seq && e->ring_feed[s] != LBF_RING_NO_FEED &&
-                e->ring_feed[s] != (uint8_t)feed) {
-                pair_eng(e, e->ring_arrival[s], arrival_ns, feed);
-                e->ring_feed[s] = LBF_RING_NO_FEED;
+            if (live && ring_seq[s] == seq && ring_feed[s] != LBF_RING_NO_FEED && ring_feed[s] != (uint8_t)feed) {
+                pair_eng(e, ring_arrival[s], arrival_ns, feed);
+                ring_feed[s] = LBF_RING_NO_FEED;
             }
         } else {
-            int64_t n = e->out_count++;
-            e->out_seq[n] = seq;
-            e->out_length[n] = len;
-            e->out_src[n] = slot;
-            e->out_feed[n] = (uint8_t)feed;
-            e->out_arrival[n] = arrival_ns;
+            out_seq[n] = seq;
+            out_length[n] = len;
+            out_src[n] = slot;
+            out_feed[n] = (uint8_t)feed;
+            out_arrival[n] = arrival_ns;
             if (slot >= 0) {
-                e->out_offset[n] = base_offset + off;
+                out_offset[n] = base_offset + off;
             } else {
-                e->out_offset[n] = e->out_bytes_length;
-                memcpy(e->out_bytes + e->out_bytes_length, p + off, (size_t)len);
-                e->out_bytes_length += len;
+                out_offset[n] = bytes_length;
+                memcpy(bytes + bytes_length, p + off, (size_t)len);
+                bytes_length += len;
             }
-            append_delivery(e, slot >= 0);
-            e->ring_seq[s] = seq;
-            e->ring_arrival[s] = arrival_ns;
-            e->ring_feed[s] = tag;
+            n++;
+            ring_seq[s] = seq;
+            ring_arrival[s] = arrival_ns;
+            ring_feed[s] = tag;
         }
         off += len;
     }
+    e->out_bytes_length = bytes_length;
+    e->out_count = n;
+    append_run(e, first_out, n, slot >= 0);
     st[LBF_FS_DELIVERED] += (int64_t)fresh;
     st[LBF_FS_DUPLICATES] += duplicates;
     if (end > expected) {

@@ -88,6 +88,8 @@ def feed_process(tmp_path: Path) -> Iterator:
     driver = logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=4 << 20)
     procs: list[subprocess.Popen] = []
     client = logbuf.connect(driver.directory)
+    errors = tmp_path / "feed.stderr"
+    stderr = errors.open("w")
 
     def start(*args: str) -> Feed:
         a, b, r = free_udp_ports(3)
@@ -97,11 +99,11 @@ def feed_process(tmp_path: Path) -> Iterator:
         proc = subprocess.Popen(
             [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}", "-q",
              "--summary-json", str(summary), *[arg.replace("{R}", str(r)) for arg in args]],
-            env=dict(os.environ, LOGBUF_DIR=str(driver.directory)))
+            env=dict(os.environ, LOGBUF_DIR=str(driver.directory)), stderr=stderr)
         procs.append(proc)
         deadline = time.monotonic() + 30
         while not (messages.images and events.images):
-            assert proc.poll() is None, f"logbuf feed exited with {proc.returncode}"
+            assert proc.poll() is None, f"logbuf feed exited with {proc.returncode}: {errors.read_text()}"
             assert time.monotonic() < deadline, "logbuf feed did not publish"
             time.sleep(0.01)
         return Feed(proc, (a, b, r), messages, events, summary)
@@ -115,6 +117,7 @@ def feed_process(tmp_path: Path) -> Iterator:
                 proc.wait(10)
         client.close()
         driver.close()
+        stderr.close()
 
 
 def send_stream(feed: Feed, first: int, last: int, per_packet: int = 30, feeds: str = "AB") -> None:

@@ -363,6 +363,8 @@ def _cmd_feed(args: argparse.Namespace) -> int:
     for name in ("lost_packet_wait_ms", "initial_backoff_ms", "retry_interval_ms", "give_up", "request_rate"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be > 0")
+    if not 0 <= args.batch_wait_us <= _MAX_BATCH_WAIT_US:
+        raise UsageError(f"--batch-wait-us must be within 0..{_MAX_BATCH_WAIT_US}")
     config = FeedHandlerConfig(
         feed_a=args.feed_a,
         feed_b=args.feed_b,
@@ -390,6 +392,7 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         ),
         seed=args.seed,
         rcvbuf=args.rcvbuf,
+        batch_wait_s=args.batch_wait_us / 1e6,
         stop_at_end_of_session=args.until_end_of_session,
         wait_for_subscriber_s=args.wait_for_subscriber,
     )
@@ -414,6 +417,8 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         stop.set()
     summary = {k: v for k, v in values.items() if not k.startswith("RETRANSMIT.") or v}
     summary.update({f"wire_to_log_{k}_ns": v for k, v in latency.items()})
+    received = sum(values.get(f"{feed}.packets", 0) for feed in ("A", "B", "RETRANSMIT"))
+    summary["cpu_ns_per_packet"] = round(values["cpu_us"] * 1_000 / received, 1) if received else 0.0
     if args.summary_json:
         _write_json_atomically(args.summary_json, summary)
     if not args.quiet:
@@ -426,6 +431,7 @@ def _cmd_feed(args: argparse.Namespace) -> int:
 
 _NANOS_PER_MILLI = 1_000_000
 _NANOS_PER_SECOND = 1_000_000_000
+_MAX_BATCH_WAIT_US = 100_000
 
 
 def _write_json_atomically(path: str, value: object) -> None:
@@ -450,7 +456,7 @@ def _cmd_book(args: argparse.Namespace) -> int:
 
 def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
     from logbuf.feed.arbiter import DEFAULT_MAX_JUMP
-    from logbuf.feed.handler import DEFAULT_RCVBUF
+    from logbuf.feed.handler import DEFAULT_BATCH_WAIT_S, DEFAULT_RCVBUF
     from logbuf.feed.recovery import DEFAULT_REQUEST_RATE
 
     d = argparse.ArgumentDefaultsHelpFormatter
@@ -484,6 +490,8 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-jump", type=count, default=DEFAULT_MAX_JUMP,
                    help="a packet this many messages past everything known waits for a confirming second packet")
     p.add_argument("--rcvbuf", type=count, default=DEFAULT_RCVBUF, help="receive buffer per feed socket (bytes)")
+    p.add_argument("--batch-wait-us", type=float, default=DEFAULT_BATCH_WAIT_S * 1e6,
+                   help="after a wake-up, let datagrams gather this long (fewer, larger rounds; adds latency)")
     p.add_argument("--request-rate", type=float, default=DEFAULT_REQUEST_RATE,
                    help="re-requests per second at most (stay under the server's per-client limit)")
     p.add_argument("--max-outstanding", type=count, default=64, help="re-requests in flight at most")

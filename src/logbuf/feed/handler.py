@@ -60,6 +60,7 @@ from logbuf.idle import BackoffIdleStrategy
 FEED_COUNTER_TYPE_ID = 1100
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
 LATENCY_SAMPLES = 1 << 16
+DEFAULT_BATCH_WAIT_S = 0.0003  # a few packets per round at the open's rate; well under the latency budget
 DEFAULT_RCVBUF = 32 << 20  # bytes per feed socket: ~1 s of the busiest open (20k packets/s x 1.4 kB)
 RETRANSMIT_SLOTS = 8  # receive slots kept for retransmission answers per cycle
 UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause after ECONNREFUSED
@@ -97,6 +98,7 @@ class FeedHandlerConfig:
     rcvbuf: int = DEFAULT_RCVBUF
     ring_slots: int = 64
     max_block_s: float = 0.01  # longest poll(2) sleep (a stop request is noticed within this)
+    batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # after a wake-up, let this much traffic gather (0: none)
     kernel_timestamps: bool = True
     stop_at_end_of_session: bool = False
     wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber
@@ -197,6 +199,10 @@ class FeedHandler:
         self._next_counters_ns = 0
         # the retransmission server refused (ECONNREFUSED: nothing listens there): requests pause, then retry
         self.retransmit_unreachable = 0
+        self.cpu_ns = 0  # CPU time of the receive/arbitrate/publish loop
+        self.rounds = 0  # receive/arbitrate/publish rounds that received something
+        self.drained = True  # the last round read every feed socket to the end
+        self._answers_waiting = False  # poll(2) saw the retransmission socket readable
         self._unreachable_until_ns = 0
         self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
         # wire-to-log latency: packet arrival (kernel stamp) to its messages committed in the log, sampled
@@ -218,14 +224,18 @@ class FeedHandler:
             until = time.monotonic() + cfg.wait_for_subscriber_s
             while not self.messages.is_connected and time.monotonic() < until and not self._stop.is_set():
                 time.sleep(0.005)
-        while not self._stop.is_set():
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            work = self.do_work()
-            if self.end_of_session and cfg.stop_at_end_of_session:
-                break
-            if not work:
-                self._block()
+        cpu_started = time.process_time_ns()  # the process CPU (rusage) while the loop runs
+        try:
+            while not self._stop.is_set():
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                work = self.do_work()
+                if self.end_of_session and cfg.stop_at_end_of_session:
+                    break
+                if not work or self.drained:  # every socket read to the end: wait for more
+                    self._block()
+        finally:
+            self.cpu_ns += time.process_time_ns() - cpu_started
         self.publish_counters()
 
     def do_work(self) -> int:
@@ -233,11 +243,16 @@ class FeedHandler:
         n = 0
         drained = True
         for feed, sock in self.sockets.items():
+            if feed == Feed.RETRANSMIT and not (self.arbiter.recovering or self._answers_waiting):
+                continue  # answers only come while recovering (a late one waits for the next round)
             want = self._slots[feed]
             got = self._receive(sock, feed, n, want)
             if got == want and feed != Feed.RETRANSMIT:
                 drained = False  # more may be waiting on this feed
             n += got
+        self._answers_waiting = False
+        self.drained = drained
+        self.rounds += 1 if n else 0
         events: list[Event] = self.arbiter.process(self.ring, 0, n) if n else []
         now = monotonic_ns()
         # One clock: the arbiter's waits run on arrival stamps. While a feed socket still holds datagrams, time
@@ -285,12 +300,17 @@ class FeedHandler:
             self._note_unreachable()
 
     def _block(self) -> None:
-        """Sleep in poll(2) until a datagram arrives or the arbiter's next deadline (bounded)."""
+        """Sleep in poll(2) until a datagram arrives or the arbiter's next deadline (bounded); then, when data
+        came, let ``batch_wait_s`` more arrive, so one receive/arbitrate/publish round serves many packets."""
         timeout_ns = int(self.config.max_block_s * NANOS_PER_SECOND)
         next_deadline = self.arbiter.next_deadline_ns()
         if next_deadline is not None:
             timeout_ns = max(0, min(timeout_ns, next_deadline - monotonic_ns()))
-        self._poller.poll(max(0, -(-timeout_ns // NANOS_PER_MILLI)))  # ms, rounded up
+        ready = self._poller.poll(max(0, -(-timeout_ns // NANOS_PER_MILLI)))  # ms, rounded up
+        if any(self._fd_feed.get(fd) == Feed.RETRANSMIT for fd, _ in ready):
+            self._answers_waiting = True
+        if ready and self.config.batch_wait_s > 0:
+            time.sleep(self.config.batch_wait_s)
 
     # -- events ----------------------------------------------------------------------------------------
 
@@ -448,6 +468,8 @@ class FeedHandler:
         values["unpublished"] = self.unpublished
         values["back_pressure_waits"] = self.back_pressure_waits
         values["retransmit_unreachable"] = self.retransmit_unreachable
+        values["cpu_us"] = self.cpu_ns // 1_000
+        values["rounds"] = self.rounds
         for feed in Feed:  # datagrams the kernel dropped for a full socket buffer (SO_RXQ_OVFL)
             values[f"{feed.name}.kernel_drops"] = int(self.ring.kernel_drops[feed])
         return values
