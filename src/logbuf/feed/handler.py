@@ -42,6 +42,7 @@ from logbuf.feed.events import (
     Feed,
     FeedMode,
     GapDetected,
+    GapReason,
     GapRecovered,
     GapUnrecoverable,
     QueueOverflow,
@@ -55,6 +56,7 @@ from logbuf.feed.feed_native import (
     monotonic_ns,
 )
 from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
 
 FEED_COUNTER_TYPE_ID = 1100
@@ -201,6 +203,7 @@ class FeedHandler:
         self.retransmit_unreachable = 0
         self.cpu_ns = 0  # CPU time of the receive/arbitrate/publish loop
         self.rounds = 0  # receive/arbitrate/publish rounds that received something
+        self.lost_by_reason = dict.fromkeys(GapReason, 0)  # messages declared unrecoverable, by why
         self.drained = True  # the last round read every feed socket to the end
         self._answers_waiting = False  # poll(2) saw the retransmission socket readable
         self._unreachable_until_ns = 0
@@ -347,6 +350,7 @@ class FeedHandler:
             record = out.FeedEvent(out.GAP_RECOVERED, 0, event.first, event.last, now, event.session)
         elif isinstance(event, GapUnrecoverable):
             record = out.FeedEvent(out.GAP_UNRECOVERABLE, int(event.reason), event.first, event.last, now, event.session)
+            self.lost_by_reason[event.reason] = min(I64_MAX, self.lost_by_reason[event.reason] + event.count)
         elif isinstance(event, SessionChanged):
             self._session = event.session
             record = out.FeedEvent(out.SESSION_CHANGED, 0, event.next_sequence, 0, now, event.session)
@@ -470,6 +474,8 @@ class FeedHandler:
         values["retransmit_unreachable"] = self.retransmit_unreachable
         values["cpu_us"] = self.cpu_ns // 1_000
         values["rounds"] = self.rounds
+        for reason, lost in self.lost_by_reason.items():
+            values[f"lost.{reason.name.lower()}"] = lost
         for feed in Feed:  # datagrams the kernel dropped for a full socket buffer (SO_RXQ_OVFL)
             values[f"{feed.name}.kernel_drops"] = int(self.ring.kernel_drops[feed])
         return values
