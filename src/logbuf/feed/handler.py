@@ -55,6 +55,7 @@ from logbuf.feed.feed_native import (
     enable_kernel_timestamps,
     monotonic_ns,
 )
+from logbuf.feed.moldudp64 import COUNT_OFFSET, HEADER_LENGTH, SEQUENCE_OFFSET
 from logbuf.feed.recovery import Recovery, RecoveryConfig
 from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
@@ -68,6 +69,7 @@ RETRANSMIT_SLOTS = 8  # receive slots kept for retransmission answers per cycle
 UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause after ECONNREFUSED
 NANOS_PER_SECOND = 1_000_000_000
 NANOS_PER_MILLI = 1_000_000
+NANOS_PER_MICRO = 1_000
 _SEQ = np.dtype(">u8")
 _COUNT = np.dtype(">u2")
 _LETTERS = np.array([ord("A"), ord("B"), ord("R")], dtype=np.uint8)
@@ -424,9 +426,9 @@ class FeedHandler:
         rows["feed"] = _LETTERS[ring.feeds[:n]]
         rows["bytes"] = lengths
         rows["arrival_ns"] = ring.arrivals[:n] + self._epoch_offset_ns
-        valid = lengths >= 20
-        seq = np.ascontiguousarray(slab[:, 10:18]).view(_SEQ).reshape(n).astype(np.int64)
-        count = np.ascontiguousarray(slab[:, 18:20]).view(_COUNT).reshape(n).astype(np.int32)
+        valid = lengths >= HEADER_LENGTH
+        seq = np.ascontiguousarray(slab[:, SEQUENCE_OFFSET:COUNT_OFFSET]).view(_SEQ).reshape(n).astype(np.int64)
+        count = np.ascontiguousarray(slab[:, COUNT_OFFSET:HEADER_LENGTH]).view(_COUNT).reshape(n).astype(np.int32)
         rows["sequence"] = np.where(valid, seq, -1)
         rows["count"] = np.where(valid, count, -1)
         self._offer_rows(rows, out.CAPTURE_PACKETS)
@@ -472,7 +474,7 @@ class FeedHandler:
         values["unpublished"] = self.unpublished
         values["back_pressure_waits"] = self.back_pressure_waits
         values["retransmit_unreachable"] = self.retransmit_unreachable
-        values["cpu_us"] = self.cpu_ns // 1_000
+        values["cpu_us"] = self.cpu_ns // NANOS_PER_MICRO
         values["rounds"] = self.rounds
         for reason, lost in self.lost_by_reason.items():
             values[f"lost.{reason.name.lower()}"] = lost
