@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "feed.h"
+#include "logbuf.h"
 
 #define MOLD_SESSION_OFFSET 0
 #define MOLD_SESSION_LENGTH 10
@@ -1221,4 +1222,29 @@ void lbf_eng_destroy(lbf_eng_t *e)
     e->out_feed = NULL;
     e->out_arrival = NULL;
     e->out_bytes = NULL;
+}
+
+int64_t lbf_eng_offer(lbf_eng_t *e, int64_t event_index, int64_t skip, const uint8_t *slab, int64_t slab_length,
+                      void *publication, int32_t exclusive, int32_t *appended)
+{
+    *appended = 0;
+    if (e == NULL || publication == NULL || event_index < 0 || event_index >= e->event_count || skip < 0)
+        return -EINVAL;
+    const lbf_event_t *ev = &e->events[event_index];
+    if (ev->kind != LBF_EV_DELIVER || ev->b > (uint64_t)e->out_count || ev->a + (uint64_t)skip > ev->b)
+        return -EINVAL;
+    int64_t first = (int64_t)ev->a + skip;
+    int64_t count = (int64_t)ev->b - first;
+    if (count == 0)
+        return 0;
+    if (count > INT32_MAX)
+        count = INT32_MAX;
+    const uint8_t *data = ev->reason ? slab : e->out_bytes;
+    int64_t data_length = ev->reason ? slab_length : e->out_bytes_length;
+    if (data == NULL)
+        return -EINVAL;
+    /* out_seq holds u64 sequences; the reserved value is the same 64 bits (read back as u64) */
+    return lb_offer_batch((lb_publication_t *)publication, exclusive, (const char *)data, data_length,
+                          e->out_offset + first, e->out_length + first, (const int64_t *)(e->out_seq + first),
+                          (int32_t)count, appended);
 }

@@ -190,3 +190,9 @@ void lbf_eng_abandon(lbf_eng_t *eng, int64_t n, int32_t reason, int64_t now_ns);
 int64_t lbf_eng_holes(lbf_eng_t *eng, int32_t declared, uint64_t *first, uint64_t *last, int64_t limit);
 /* When the lost-packet wait expires (INT64_MAX: no wait running). */
 int64_t lbf_eng_wait_deadline(lbf_eng_t *eng);
+/* Append deliveries [a + skip, b) of DELIVER event `event_index` to a logbuf publication (an
+ * lb_publication_t *, see logbuf.h) with lb_offer_batch: one frame per message, the sequence as the reserved
+ * value. `slab` is the receive ring's slab (runs of ring packets); copied runs use the engine's own bytes.
+ * Returns lb_offer_batch's result (or -EINVAL); *appended says how many went in. */
+int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const uint8_t *slab, int64_t slab_length,
+                      void *publication, int32_t exclusive, int32_t *appended);

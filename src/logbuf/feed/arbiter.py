@@ -17,6 +17,7 @@ messages of ring packets (valid until the next receive), copies for messages of 
 
 from __future__ import annotations
 
+import errno
 import weakref
 from typing import Any
 
@@ -73,6 +74,31 @@ def _ptr(ctype: str, array: np.ndarray) -> Any:
     return ffi.cast(ctype, ffi.from_buffer(array, require_writable=True))
 
 
+class DeliverRun(Event):
+    """A run of deliveries still inside the engine (``Arbiter.process(..., runs=True)``): publish it with
+    :meth:`Arbiter.offer_run` (C appends straight into the log) or turn it into a :class:`DeliverBatch` with
+    :meth:`batch`. Valid until the arbiter's next call."""
+
+    __slots__ = ("_arbiter", "index", "count", "from_ring")
+
+    def __init__(self, arbiter: Arbiter, index: int, count: int, from_ring: bool) -> None:
+        self._arbiter = arbiter
+        self.index = index  # the engine's event index
+        self.count = count
+        self.from_ring = from_ring
+
+    def __len__(self) -> int:
+        return self.count
+
+    def first_arrival_ns(self) -> int:
+        e = self._arbiter._c
+        return int(e.out_arrival[int(e.events[self.index].a)])
+
+    def batch(self) -> DeliverBatch:
+        ev = self._arbiter._c.events[self.index]
+        return self._arbiter._batch(int(ev.a), int(ev.b), self.from_ring)
+
+
 class Arbiter:
     """The arbitration engine (C) with the re-request pacing (Python): see the module doc."""
 
@@ -121,6 +147,8 @@ class Arbiter:
         self._hole_last = np.zeros(_HOLE_BUFFER, dtype=np.uint64)
         self._consumed = 0
         self._ring: RecvRing | None = None
+        self._runs = False
+        self._appended = ffi.new("int32_t *")
         self._sessions: dict[bytes, bytes] = {}
 
     # -- inputs -----------------------------------------------------------------------------------------------
@@ -134,17 +162,20 @@ class Arbiter:
             packet = moldudp64.encode(packet)
         data = bytes(packet)
         self._begin()
+        self._runs = False
         r = lib.lbf_eng_packet(self._c, ffi.from_buffer("uint8_t[]", data), len(data), int(feed),
                                1 if truncated else 0, arrival_ns, -1, 0)
         return self._finish(r, arrival_ns)
 
-    def process(self, ring: RecvRing, start: int, end: int) -> list[Event]:
+    def process(self, ring: RecvRing, start: int, end: int, runs: bool = False) -> list[Event]:
         """Arbitrate receive-ring slots ``start..end-1`` in order (the whole batch in C, Python only where the
-        re-request pacing must answer); returns the events in stream order."""
+        re-request pacing must answer); returns the events in stream order. ``runs``: deliveries come as
+        :class:`DeliverRun` (nothing copied; publish with :meth:`offer_run`) instead of ``DeliverBatch``."""
         if not 0 <= start <= end <= ring.capacity:
             raise ValueError(f"slots {start}..{end} are outside the ring of {ring.capacity}")
         self._begin()
         self._ring = ring
+        self._runs = runs
         out: list[Event] = []
         i = start
         while i < end:
@@ -157,10 +188,23 @@ class Arbiter:
         self._collect(out)
         return out
 
+    def offer_run(self, run: DeliverRun, skip: int, publication: Any) -> tuple[int, int]:
+        """Append the messages of ``run`` from its ``skip``-th on to ``publication`` (a logbuf publication) in
+        one native call, the sequence as each frame's reserved value; returns (appended, result) like
+        ``Publication.offer_batch`` (call again with ``skip + appended`` for the rest)."""
+        ring = self._ring
+        slab = ring.slab if ring is not None else np.zeros(0, np.uint8)
+        result = lib.lbf_eng_offer(self._c, run.index, skip, ffi.cast("uint8_t *", slab.ctypes.data), slab.size,
+                                   publication._pub, publication._exclusive, self._appended)
+        if result == -errno.EINVAL:
+            raise ValueError(f"run {run.index} (skip {skip}) is not a delivery run of the last call")
+        return int(self._appended[0]), int(result)
+
     def on_tick(self, now_ns: int) -> list[Event]:
         """Let time pass: the wait criterion, recovery rounds and give-ups. Call at least every few ms while
         :meth:`next_deadline_ns` is not None (or exactly then)."""
         self._begin()
+        self._runs = False
         r = lib.lbf_eng_settle(self._c, now_ns)
         if r == 0:
             lib.lbf_eng_settle_end(self._c, now_ns)
@@ -279,7 +323,10 @@ class Arbiter:
             ev = e.events[k]
             kind = ev.kind
             if kind == lib.LBF_EV_DELIVER:
-                out.append(self._batch(int(ev.a), int(ev.b), bool(ev.reason)))
+                if self._runs:
+                    out.append(DeliverRun(self, k, int(ev.b) - int(ev.a), bool(ev.reason)))
+                else:
+                    out.append(self._batch(int(ev.a), int(ev.b), bool(ev.reason)))
             elif kind == lib.LBF_EV_GAP_DETECTED:
                 out.append(GapDetected(self._session_bytes(ev.session), int(ev.a), int(ev.b), GapReason(ev.reason)))
             elif kind == lib.LBF_EV_GAP_RECOVERED:

@@ -33,7 +33,7 @@ from logbuf.client.client import Client, Counter, connect
 from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
 from logbuf.errors import LogbufError
 from logbuf.feed import published as out
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig
+from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
 from logbuf.feed.events import (
     Deliver,
     DeliverBatch,
@@ -53,6 +53,7 @@ from logbuf.feed.feed_native import (
     RecvRing,
     enable_drop_counts,
     enable_kernel_timestamps,
+    lib,
     monotonic_ns,
 )
 from logbuf.feed.moldudp64 import COUNT_OFFSET, HEADER_LENGTH, SEQUENCE_OFFSET
@@ -70,6 +71,7 @@ UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause 
 NANOS_PER_SECOND = 1_000_000_000
 NANOS_PER_MILLI = 1_000_000
 NANOS_PER_MICRO = 1_000
+INVALID_BATCH = lib.LB_INVALID_BATCH  # lb_offer_batch: a message longer than the publication's maximum
 _SEQ = np.dtype(">u8")
 _COUNT = np.dtype(">u2")
 _LETTERS = np.array([ord("A"), ord("B"), ord("R")], dtype=np.uint8)
@@ -258,7 +260,7 @@ class FeedHandler:
         self._answers_waiting = False
         self.drained = drained
         self.rounds += 1 if n else 0
-        events: list[Event] = self.arbiter.process(self.ring, 0, n) if n else []
+        events: list[Event] = self.arbiter.process(self.ring, 0, n, runs=True) if n else []
         now = monotonic_ns()
         # One clock: the arbiter's waits run on arrival stamps. While a feed socket still holds datagrams, time
         # is only known up to the newest stamp processed — a lagging handler must not declare holes whose other
@@ -325,7 +327,12 @@ class FeedHandler:
         slow_feeds: list[int] = []
         slow_arrivals: list[int] = []
         for event in events:
-            if isinstance(event, DeliverBatch):
+            if isinstance(event, DeliverRun):
+                if self.capture is not None:
+                    batch = event.batch()
+                    delivered.append((batch.seqs, batch.feeds, batch.arrivals_ns))
+                self._publish_run(event)
+            elif isinstance(event, DeliverBatch):
                 self._publish_batch(event)
                 if self.capture is not None:
                     delivered.append((event.seqs, event.feeds, event.arrivals_ns))
@@ -384,6 +391,33 @@ class FeedHandler:
                 return
             if result == CLOSED:
                 raise FeedHandlerError("publication closed (the driver went away?)")
+            if result == BACK_PRESSURED:
+                self.back_pressure_waits += 1
+            self._idle.idle(0)
+
+    def _publish_run(self, run: DeliverRun) -> None:
+        """A run of the engine's deliveries, appended by C straight from the receive ring into the log."""
+        count = len(run)
+        done = 0
+        pub = self.messages
+        while done < count:
+            appended, result = self.arbiter.offer_run(run, done, pub)
+            if appended:
+                if done == 0:
+                    slot = self.latency_count % LATENCY_SAMPLES
+                    self.latency_samples_ns[slot] = monotonic_ns() - run.first_arrival_ns()
+                    self.latency_count += 1
+                done += appended
+                self.published += appended
+                self._idle.reset()
+                continue
+            if result == NOT_CONNECTED:
+                self.unpublished += count - done
+                return
+            if result == CLOSED:
+                raise FeedHandlerError("publication closed (the driver went away?)")
+            if result == INVALID_BATCH:
+                raise FeedHandlerError("a message is longer than the publication's maximum message length")
             if result == BACK_PRESSURED:
                 self.back_pressure_waits += 1
             self._idle.idle(0)
