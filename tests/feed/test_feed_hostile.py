@@ -92,20 +92,23 @@ def feed_process(tmp_path: Path) -> Iterator:
     stderr = errors.open("w")
 
     def start(*args: str) -> Feed:
-        a, b, r = free_udp_ports(3)
         messages = client.add_subscription("aeron:ipc", out.MESSAGES_STREAM)
         events = client.add_subscription("aeron:ipc", out.EVENTS_STREAM)
         summary = tmp_path / "feed.json"
-        proc = subprocess.Popen(
-            [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}", "-q",
-             "--summary-json", str(summary), *[arg.replace("{R}", str(r)) for arg in args]],
-            env=dict(os.environ, LOGBUF_DIR=str(driver.directory)), stderr=stderr)
-        procs.append(proc)
-        deadline = time.monotonic() + 30
-        while not (messages.images and events.images):
-            assert proc.poll() is None, f"logbuf feed exited with {proc.returncode}: {errors.read_text()}"
-            assert time.monotonic() < deadline, "logbuf feed did not publish"
-            time.sleep(0.01)
+        for _attempt in range(3):  # a free port may be taken by another process before the handler binds it
+            a, b, r = free_udp_ports(3)
+            proc = subprocess.Popen(
+                [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}", "-q",
+                 "--summary-json", str(summary), *[arg.replace("{R}", str(r)) for arg in args]],
+                env=dict(os.environ, LOGBUF_DIR=str(driver.directory)), stderr=stderr)
+            procs.append(proc)
+            deadline = time.monotonic() + 30
+            while not (messages.images and events.images) and proc.poll() is None:
+                assert time.monotonic() < deadline, "logbuf feed did not publish"
+                time.sleep(0.01)
+            if proc.poll() is None or "Address already in use" not in errors.read_text():
+                break
+        assert proc.poll() is None, f"logbuf feed exited with {proc.returncode}: {errors.read_text()}"
         return Feed(proc, (a, b, r), messages, events, summary)
 
     try:

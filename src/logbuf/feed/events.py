@@ -87,10 +87,10 @@ class DeliverBatch(Event):
     seqs: np.ndarray  # uint64
     offsets: np.ndarray  # int64, into buffer
     lengths: np.ndarray  # int32
-    slots: np.ndarray  # int32, receive-ring slot of each message
-    buffer: np.ndarray  # uint8, the receive ring's slab
-    ring_feeds: np.ndarray  # uint8 per ring slot (Feed values)
-    ring_arrivals: np.ndarray  # int64 per ring slot
+    slots: np.ndarray  # int32, index of each message into ring_feeds / ring_arrivals
+    buffer: np.ndarray  # uint8: the receive ring's slab, or a copy
+    ring_feeds: np.ndarray  # uint8 Feed values, indexed by slots
+    ring_arrivals: np.ndarray  # int64 arrival times, indexed by slots
 
     def __len__(self) -> int:
         return int(self.seqs.size)
