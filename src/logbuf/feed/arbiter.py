@@ -66,7 +66,7 @@ if (FS_COUNT, C_COUNT, DELAY_STAT_COUNT, RING_NO_FEED, len(Feed)) != (
     raise ImportError("native/feed.h and logbuf.feed.stats disagree on the statistics layout: rebuild the shim")
 
 _NO_DEADLINE = 2**63 - 1
-_SESSION_LENGTH = moldudp64.SESSION_LENGTH if hasattr(moldudp64, "SESSION_LENGTH") else 10
+_SESSION_LENGTH = moldudp64.SESSION_LENGTH
 _HOLE_BUFFER = 1 << 12  # holes fetched from C per call at most (recovery asks for max_outstanding)
 
 

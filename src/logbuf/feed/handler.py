@@ -3,16 +3,19 @@
 The sans-IO cores (:class:`~logbuf.feed.arbiter.Arbiter`, :class:`~logbuf.feed.recovery.Recovery`) decide;
 this module owns the sockets, the clock and the publications::
 
-    feed A ─┐  recvmmsg into one receive ring   ┌──────────────────┐  DeliverBatch → offer_batch ─▶ messages
+    feed A ─┐  recvmmsg into one receive ring   ┌──────────────────┐  delivery runs, appended by C ─▶ messages
     feed B ─┼──(arbitration engine in C)───────▶│ Arbiter/Recovery │  gap/session events ──────────▶ events
     answers ┘  (retransmission server, unicast) └──────────────────┘  re-requests ─▶ retransmission server
                                                                        packet/delivery rows ───────▶ capture
 
-One thread, no spinning: when no socket had data it blocks in ``poll(2)`` until a datagram or the arbiter's
-next deadline (at most ``max_block``).  Nothing is skipped silently: messages are published in sequence order
-exactly once; a jump is always preceded by a GAP_UNRECOVERABLE record on the events stream; back-pressure
-blocks the handler (the subscribers are slower than the feed) rather than dropping.  Counters are copied into
-cnc.dat every 100 ms (``logbuf stat --type feed``).
+One thread, no spinning, Python's cost per round (not per packet): when every socket has been read to the end
+it blocks in ``poll(2)`` until a datagram or the arbiter's next deadline (at most ``max_block``), then lets
+``batch_wait`` more traffic gather. The arbiter's waits run on kernel arrival stamps; while a socket still
+holds datagrams, time only advances to the newest stamp processed. Nothing is skipped silently: messages are
+published in sequence order exactly once; a jump is always preceded by a GAP_UNRECOVERABLE record on the events
+stream; back-pressure blocks the handler (the subscribers are slower than the feed) rather than dropping. An
+unreachable retransmission server is counted and retried with back-off. Counters (kernel drops per feed
+socket included) are copied into cnc.dat every 100 ms (``logbuf stat --type feed``).
 """
 
 from __future__ import annotations
