@@ -186,3 +186,26 @@ def test_an_unreachable_retransmission_server_is_retried_not_fatal(feed_process)
     summary = feed.stop()
     assert summary["retransmit_unreachable"] >= 1
     assert summary["gaps_unrecoverable"] == 1 and summary["messages_unrecoverable"] == 10
+
+
+def test_a_stopped_handler_does_not_declare_holes_the_other_feed_fills(feed_process) -> None:
+    """One clock: the lost-packet wait runs on arrival stamps. A handler stopped for longer than the wait
+    finds A's loss and B's copy both waiting in its sockets: no gap (recovery off would lose it for good)."""
+    feed = feed_process("--no-recovery", "--lost-packet-wait-ms", "20")
+    send_stream(feed, 1, 300, per_packet=30)
+    feed.wait_for(300)
+    feed.proc.send_signal(signal.SIGSTOP)
+    try:
+        for seq in range(301, 3301, 30):
+            if seq != 1501:  # A loses one packet
+                feed.send("A", mold(seq, [message(s) for s in range(seq, seq + 30)]))
+        for _ in range(8):  # B is behind: its copy of the lost packet comes rounds after A revealed the hole
+            send_stream(feed, 1, 300, per_packet=30, feeds="B")
+        send_stream(feed, 301, 3300, per_packet=30, feeds="B")
+        time.sleep(0.3)  # stopped for 15 lost-packet waits
+    finally:
+        feed.proc.send_signal(signal.SIGCONT)
+    feed.wait_for(3300)
+    assert [seq for seq, _ in feed.got] == list(range(1, 3301))
+    summary = feed.stop()
+    assert summary["gaps_detected"] == 0 and summary["messages_unrecoverable"] == 0
