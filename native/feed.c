@@ -191,7 +191,7 @@ int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count)
  * The whole stream state of src/logbuf/feed/spec.py (the executable specification; read it for the rules)
  * in C, function for function: intake and validation, sessions, unconfirmed jumps, the per-message walk,
  * the out-of-order queue and its coverage, the wait for the first undeclared hole and the per-feed packet
- * counts past it, gap declaration (seed 000 with recovery off, declare-and-re-request with recovery on),
+ * counts past it, gap declaration (resolved at once with recovery off, declare-and-re-request with recovery on),
  * giving holes up, closing gaps, end of session. Only the re-request pacing (a randomised, rate-limited
  * timer) stays in Python: the engine stops and asks for it (LBF_NEED_RECOVERY) exactly when the pacing could
  * have something to say — the declared holes changed, an answer came, or its deadline passed — so a packet
@@ -728,7 +728,7 @@ static void declare(lbf_eng_t *e, int32_t reason, int64_t now_ns)
 {
     eng_impl_t *im = IMPL(e);
     e->waiting = 0;
-    if (!e->config.recovery) { /* seed 000: [expected, head of the most recent run - 1], lost at once */
+    if (!e->config.recovery) { /* recovery off: [expected, head of the most recent run - 1], lost at once */
         uint64_t first = e->expected;
         uint64_t head = im->cov_n ? im->cov_start[im->cov_n - 1] : e->highest + 1;
         open_gap(e, first, head - 1, reason, 1);

@@ -1,4 +1,4 @@
-"""The sans-IO arbiter: seed 000's gap interval, seed 002's catch-up incident, per-feed thresholds, heartbeats,
+"""The sans-IO arbiter: the classic gap interval, the catch-up incident, per-feed thresholds, heartbeats,
 end of session, sessions, the bounded queue, decode errors, statistics.
 
 Every test runs twice: against the executable specification (pure Python) and against the C engine."""
@@ -84,10 +84,10 @@ def joined_at(seq: int, **config: object) -> Arbiter:
     return Arbiter(ArbiterConfig(start_sequence=seq, **config))
 
 
-# -- seed 000 --------------------------------------------------------------------------------------------------
+# -- gap interval --------------------------------------------------------------------------------------------------
 
 
-def test_seed_000_worked_example_gap_interval() -> None:
+def test_worked_example_gap_interval() -> None:
     """Last accepted 1000, queued 1002, 1005, 1007, 1008 -> gap [1001, 1006]; 1007, 1008 delivered; 1002 and
     1005 dropped (recovery off)."""
     arb = joined_at(1000, out_of_order_max_interval=100)  # only the time criterion may fire here
@@ -109,7 +109,7 @@ def test_seed_000_worked_example_gap_interval() -> None:
     assert arb.stats(Feed.B).duplicates == 2
 
 
-def test_seed_000_with_recovery_declares_and_fills_each_hole() -> None:
+def test_worked_example_with_recovery_declares_and_fills_each_hole() -> None:
     """With recovery on nothing received is dropped: each hole is declared and re-requested."""
     arb = Arbiter(ArbiterConfig(start_sequence=1000, session="S1", out_of_order_max_interval=100),
                   Recovery(RecoveryConfig(initial_backoff_ns=0)))
@@ -137,7 +137,7 @@ def test_seed_000_with_recovery_declares_and_fills_each_hole() -> None:
     assert arb.stats(Feed.RETRANSMIT).delivered == 4
 
 
-# -- seed 002 --------------------------------------------------------------------------------------------------
+# -- catch-up --------------------------------------------------------------------------------------------------
 
 
 def seed_002_arrivals() -> list[Arrival]:
@@ -155,7 +155,7 @@ def per_packet_handler_losses(arrivals: list[Arrival]) -> set[int]:
     return set(range(1, max(got) + 1)) - got
 
 
-def test_seed_002_catch_up_packets_deliver_their_fresh_tail() -> None:
+def test_catch_up_packets_deliver_their_fresh_tail() -> None:
     arrivals = seed_002_arrivals()
     assert per_packet_handler_losses(arrivals)  # the scenario does reproduce the incident
     arb = Arbiter(ArbiterConfig())

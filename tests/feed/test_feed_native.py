@@ -189,7 +189,7 @@ def test_the_engine_gives_the_results_of_the_specification(seed: int, n: int, mo
     assert arb.next_deadline_ns() == pure.next_deadline_ns()
 
 
-def test_seed_002_catch_up_packets_are_arbitrated_per_message() -> None:
+def test_catch_up_packets_are_arbitrated_per_message() -> None:
     """The incident's straddling catch-up packet (old messages first, fresh ones after) delivers its tail."""
     messages, arrivals = catch_up_scenario(S1)
     pure = simulate(SpecArbiter(ArbiterConfig()), arrivals)

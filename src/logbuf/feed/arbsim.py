@@ -35,7 +35,7 @@ class Arrival:
 def catch_up_scenario(session: str | bytes = "CATCHUP", n: int = 3000, freeze_after: int = 1000,
                       freeze_ns: int = 30_000_000, interval_ns: int = 20_000, b_delay_ns: int = 3_000_000
                       ) -> tuple[list[bytes], list[Arrival]]:
-    """Seed 002's incident: A and B carry the same ``n`` messages (one every ``interval_ns``) packed differently
+    """The catch-up incident: A and B carry the same ``n`` messages (one every ``interval_ns``) packed differently
     (A ~5 per packet, B 3/4/6), B ``b_delay_ns`` behind A. A's head end freezes after message ``freeze_after``
     for ``freeze_ns`` and then catches up with ~70-message packets sent 1 us apart, overtaking B: one of them
     starts with messages B already delivered and carries fresh ones. Returns (messages, arrivals)."""
@@ -124,7 +124,7 @@ def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server
 
     Between arrivals the arbiter is ticked at its ``next_deadline_ns``; requests it emits are answered by
     ``server`` ``rtt_ns`` later (as feed RETRANSMIT). Stops when nothing is left to happen or at ``until_ns``.
-    ``process`` replaces ``arbiter.on_packet`` (e.g. to go through the native fast path)."""
+    ``process`` replaces ``arbiter.on_packet`` (e.g. to go through a receive ring)."""
     order = itertools.count()
     queue: list[tuple[int, int, Arrival]] = [(a.time_ns, next(order), a) for a in arrivals]
     heapq.heapify(queue)

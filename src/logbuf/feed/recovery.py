@@ -5,7 +5,7 @@ retransmission server for them and when to give up. It is told the current holes
 ranges inside ``[next expected, highest seen]``, head first) and the time, and answers with the requests due::
 
     gap declared ─► start(now): first round after a randomised back-off
-                       │          initial_backoff × U(jitter)         (seed 001: 50 ms × 0.5..1.5)
+                       │          initial_backoff × U(jitter)         (default 50 ms × 0.5..1.5)
                        ▼
     poll(holes, now) ─► one request per hole chunk without an outstanding request
                        │   chunk = [start, start + max_request_count − 1]   (MoldUDP64 counts ≤ 0xFFFE)
@@ -13,8 +13,8 @@ ranges inside ``[next expected, highest seen]``, head first) and the time, and a
                        ├─ an answer fills the front of a hole ─► the rest starts at a new sequence with
                        │       no request in flight, so the next poll asks for it without waiting
                        │       (an answer is one packet: "clients re-request the rest")
-                       ├─ no answer for retry_interval ─► asked again         (seed 001: 200 ms)
-                       └─ a missing message first requested give_up ago ─► expired() > 0  (seed 001: 10 s)
+                       ├─ no answer for retry_interval ─► asked again         (default 200 ms)
+                       └─ a missing message first requested give_up ago ─► expired() > 0  (default 10 s)
     stop() when caught up (no hole left).
 
 Give-up is per message, by age: ``expired`` counts the leading holes whose first message was first requested
@@ -42,7 +42,7 @@ DEFAULT_REQUEST_BURST = 64
 
 @dataclass(frozen=True)
 class RecoveryConfig:
-    """Re-request pacing; defaults are seed 001's (initial back-off 50 ms × 0.5–1.5, retry 200 ms, give up 10 s)."""
+    """Re-request pacing; defaults as in a common NAK scheme (initial back-off 50 ms × 0.5–1.5, retry 200 ms, give up 10 s)."""
 
     initial_backoff_ns: int = 50 * NANOS_PER_MILLI
     backoff_jitter: tuple[float, float] = (0.5, 1.5)

@@ -7,22 +7,22 @@ This module is the readable statement of the rules; it is not on the hot path.
 Fed packets (raw bytes or decoded :mod:`~logbuf.feed.moldudp64` tuples) with their feed and arrival time, and
 clock ticks; returns :mod:`~logbuf.feed.events` in stream order. No sockets, no clock, no threads.
 
-**Per-message arbitration** (seed 002). Messages are processed by sequence number across feeds; a packet
+**Per-message arbitration** (arbitrating per packet instead loses the fresh tail of a catch-up packet). Messages are processed by sequence number across feeds; a packet
 ``[first, first + count)`` delivers every message ``>= expected`` and counts the rest as duplicates — a catch-up
 packet that starts with already-delivered messages still delivers its fresh tail.
 
-**Out-of-order queue and gap detection** (seed 000). A packet starting past ``expected`` is queued. The first
+**Out-of-order queue and gap detection** (the usual feed-handler rules). A packet starting past ``expected`` is queued. The first
 hole not yet declared becomes a *gap* when either criterion holds — they are independent:
 
 - sequence: every arbitrated live feed has delivered ``out_of_order_max_interval`` packets (data or heartbeat)
   past the hole since the wait for it began — checked per feed, so under A+B arbitrage a fast feed alone never
   declares a gap that the slower feed is about to fill. (MoldUDP64 numbers messages, not packets, and packets
   carry 1–70 messages; counting packets keeps the threshold's meaning, "N packets later", independent of
-  batching. For a single-message-per-packet feed it is exactly seed 000's ``seq > lastAccepted + interval``.)
+  batching. For a single-message-per-packet feed it is exactly ``seq > lastAccepted + interval``.)
 - time: ``lost_packet_wait_time`` has passed since the wait began (the hole appeared, or was partly filled from
   its front).
 
-*Recovery off* — seed 000 exactly. The gap is ``[expected, H - 1]`` where ``H`` is the head of the most recent
+*Recovery off* — the classic resolution. The gap is ``[expected, H - 1]`` where ``H`` is the head of the most recent
 contiguous run of queued messages; ``GapDetected`` and ``GapUnrecoverable`` name it, older queued packets are
 dropped and the run is delivered::
 
@@ -124,7 +124,7 @@ _HEADER = struct.Struct(">10sQH")
 
 @dataclass(frozen=True)
 class ArbiterConfig:
-    """Arbitration and gap-detection settings (seed 000's published defaults: 3 packets, 100 ms)."""
+    """Arbitration and gap-detection settings (common published defaults: 3 packets, 100 ms)."""
 
     mode: FeedMode = FeedMode.A_AND_B
     out_of_order_max_interval: int = 3  # packets per live feed past the hole
@@ -181,7 +181,7 @@ class SpecArbiter:
         self.pinned_session = None if cfg.session is None else moldudp64.encode_session(cfg.session)
         self.counter_array = np.zeros(C_COUNT, dtype=np.int64)
         self.counters = Counters(self.counter_array)
-        # shared with the native fast path (see feed_native.py): do not rebind these arrays
+        # the statistics layout of logbuf.feed.stats (the same as the C engine's)
         self.feed_stats = np.zeros((len(Feed), FS_COUNT), dtype=np.int64)
         self.delay_stats = new_delay_stats()
         size = 1 << cfg.delay_window_bits
@@ -417,7 +417,7 @@ class SpecArbiter:
 
     def _walk_python(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
                      out: list[Event]) -> None:
-        """The per-message walk (the same as ``walk`` in native/feed.c)."""
+        """The per-message walk (``eng_walk`` in native/feed.c)."""
         expected = self.expected
         st = self.feed_stats[feed]
         live = feed != Feed.RETRANSMIT
@@ -523,7 +523,7 @@ class SpecArbiter:
 
     def _declare(self, reason: GapReason, now_ns: int, out: list[Event]) -> None:
         self._wait_started_ns = None
-        if self.recovery is None:  # seed 000: [expected, head of the most recent run - 1], lost at once
+        if self.recovery is None:  # recovery off: [expected, head of the most recent run - 1], lost at once
             first = self.expected
             head = self._coverage.last_start() if self._coverage else self.highest + 1
             self._open(first, head - 1, reason, out, lost=True)
