@@ -485,3 +485,24 @@ def test_recovery_fills_a_double_loss_and_reports_it_recovered() -> None:
     assert result.of_type(GapRecovered) == [GapRecovered(S1, 41, 48)]
     assert server.requests == [(41, 8), (46, 3)]  # the answer carried 5: the rest is asked for at once
     assert arb.stats(Feed.RETRANSMIT).delivered == 8
+
+
+def test_a_hole_being_answered_is_not_given_up_for_queue_pressure() -> None:
+    arb = Arbiter(ArbiterConfig(session="S1", max_queue_packets=4, out_of_order_max_interval=100),
+                  Recovery(RecoveryConfig(initial_backoff_ns=0), rng=random.Random(1)))
+    arb.on_packet(Feed.A, pk(1), 0)
+    for seq in (4, 5, 6):
+        arb.on_packet(Feed.A, pk(seq), 1)  # hole [2, 3]
+    assert others(arb.on_tick(WAIT + 1)) == [GapDetected(S1, 2, 3, GapReason.WAIT_TIMEOUT),
+                                             RecoveryRequest(S1, 2, 2)]
+    assert delivered(arb.on_packet(Feed.RETRANSMIT, pk(2), WAIT + 2)) == [2]  # the server is answering
+    events = []
+    for seq in (7, 8, 9, 10):  # past the queue's capacity of 4 (up to twice that while answers come)
+        events += arb.on_packet(Feed.A, pk(seq), WAIT + 3)
+    assert not [e for e in events if isinstance(e, QueueOverflow | GapUnrecoverable)]
+    assert arb.queued_packets == 7
+    # no answer for a retry interval: the bound holds again and the oldest hole is given up
+    events = arb.on_packet(Feed.A, pk(11), WAIT + 3 + RecoveryConfig().retry_interval_ns)
+    assert QueueOverflow(S1, 7, 4) in events
+    assert GapUnrecoverable(S1, 3, 3, GapReason.QUEUE_OVERFLOW) in events
+    assert delivered(events) == list(range(4, 12))

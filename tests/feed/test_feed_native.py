@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logbuf.feed import moldudp64 as m
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig
+from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
 from logbuf.feed.arbsim import Arrival, catch_up_scenario, simulate
 from logbuf.feed.coverage import parse_blocks
 from logbuf.feed.events import Deliver, DeliverBatch, Event, Feed, FeedMode
@@ -387,3 +387,16 @@ def test_kernel_drops_are_counted_per_feed(udp_pair) -> None:
     tx.send(data(2001, 1))  # queued after the drops: the kernel attaches its drop count
     assert receive_all(ring, rx, Feed.B, 1) == 1
     assert ring.kernel_drops[Feed.B] > 0 and ring.kernel_drops[Feed.A] == 0
+
+
+def test_delivery_runs_stay_in_the_engine_and_expire_with_the_next_call() -> None:
+    arb = Arbiter(ArbiterConfig())
+    ring = RecvRing(4, SLOT)
+    ring.load(0, data(1, 3), Feed.A, 7)
+    ring.load(1, data(4, 2), Feed.B, 8)
+    run = next(e for e in arb.process(ring, 0, 2, runs=True) if isinstance(e, DeliverRun))
+    assert len(run) == 5 and run.from_ring and run.first_arrival_ns() == 7
+    assert [d.seq for d in run.batch().delivers()] == [1, 2, 3, 4, 5]
+    arb.on_tick(9)  # the engine's output is reset: the run must not be used any more
+    with pytest.raises(ValueError):
+        run.batch()

@@ -79,10 +79,11 @@ class DeliverRun(Event):
     :meth:`Arbiter.offer_run` (C appends straight into the log) or turn it into a :class:`DeliverBatch` with
     :meth:`batch`. Valid until the arbiter's next call."""
 
-    __slots__ = ("_arbiter", "index", "count", "from_ring")
+    __slots__ = ("_arbiter", "_call", "index", "count", "from_ring")
 
     def __init__(self, arbiter: Arbiter, index: int, count: int, from_ring: bool) -> None:
         self._arbiter = arbiter
+        self._call = arbiter._call  # the arbiter call that made it: valid only until the next one
         self.index = index  # the engine's event index
         self.count = count
         self.from_ring = from_ring
@@ -91,10 +92,12 @@ class DeliverRun(Event):
         return self.count
 
     def first_arrival_ns(self) -> int:
+        self._arbiter._check_run(self)
         e = self._arbiter._c
         return int(e.out_arrival[int(e.events[self.index].a)])
 
     def batch(self) -> DeliverBatch:
+        self._arbiter._check_run(self)
         ev = self._arbiter._c.events[self.index]
         return self._arbiter._batch(int(ev.a), int(ev.b), self.from_ring)
 
@@ -149,6 +152,7 @@ class Arbiter:
         self._ring: RecvRing | None = None
         self._runs = False
         self._appended = ffi.new("int32_t *")
+        self._call = 0  # counts the calls that reset the engine's output
         self._sessions: dict[bytes, bytes] = {}
 
     # -- inputs -----------------------------------------------------------------------------------------------
@@ -192,6 +196,7 @@ class Arbiter:
         """Append the messages of ``run`` from its ``skip``-th on to ``publication`` (a logbuf publication) in
         one native call, the sequence as each frame's reserved value; returns (appended, result) like
         ``Publication.offer_batch`` (call again with ``skip + appended`` for the rest)."""
+        self._check_run(run)
         ring = self._ring
         slab = ring.slab if ring is not None else np.zeros(0, np.uint8)
         result = lib.lbf_eng_offer(self._c, run.index, skip, ffi.cast("uint8_t *", slab.ctypes.data), slab.size,
@@ -274,6 +279,11 @@ class Arbiter:
     def _begin(self) -> None:
         lib.lbf_eng_clear_output(self._c)
         self._consumed = 0
+        self._call += 1
+
+    def _check_run(self, run: DeliverRun) -> None:
+        if run._call != self._call:
+            raise ValueError("a DeliverRun is valid only until the arbiter's next call (publish it first)")
 
     def _finish(self, r: int, now_ns: int) -> list[Event]:
         if r < 0:

@@ -264,6 +264,11 @@ class FeedHandler:
         self.drained = drained
         self.rounds += 1 if n else 0
         events: list[Event] = self.arbiter.process(self.ring, 0, n, runs=True) if n else []
+        if n and self.capture is not None:
+            self._capture_packets(n)
+        if events:  # delivery runs live in the engine until its next call: publish them first
+            self._handle(events)
+        handled = len(events)
         now = monotonic_ns()
         # One clock: the arbiter's waits run on arrival stamps. While a feed socket still holds datagrams, time
         # is only known up to the newest stamp processed — a lagging handler must not declare holes whose other
@@ -271,15 +276,14 @@ class FeedHandler:
         clock = now if drained or not n else min(now, int(self.ring.arrivals[:n].max()))
         next_deadline = self.arbiter.next_deadline_ns()
         if next_deadline is not None and clock >= next_deadline:
-            events += self.arbiter.on_tick(clock)
-        if n and self.capture is not None:
-            self._capture_packets(n)
-        if events:
-            self._handle(events)
+            events = self.arbiter.on_tick(clock)
+            handled += len(events)
+            if events:
+                self._handle(events)
         if now >= self._next_counters_ns:
             self._next_counters_ns = now + COUNTER_PUBLISH_INTERVAL_NS
             self.publish_counters()
-        return n + len(events)
+        return n + handled
 
     def _receive(self, sock: socket.socket, feed: Feed, start: int, want: int) -> int:
         try:

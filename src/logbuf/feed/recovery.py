@@ -220,12 +220,11 @@ class Recovery:
             candidates.append(min(self._outstanding.values()) + self.config.retry_interval_ns)
         if self._bp_ns:
             candidates.append(self._bp_ns[0] + self.config.give_up_ns)
-        token_ns = None
-        if self._paced and self._tokens_ns is not None:  # nothing due can go out before the next token
-            token_ns = self._tokens_ns + int(NANOS_PER_SECOND / self.config.request_rate) + 1
-        if not candidates:
-            return token_ns
-        return min(candidates) if token_ns is None else max(min(candidates), token_ns)
+        if self._paced and self._tokens_ns is not None:
+            # requests are waiting for a token: the next one is the next thing to happen (nothing due can go
+            # out before it; a give-up falls due at most one token interval late)
+            return self._tokens_ns + int(NANOS_PER_SECOND / self.config.request_rate) + 1
+        return min(candidates) if candidates else None
 
     def forget_below(self, seq: int) -> None:
         """The stream has moved to ``seq``: drop breakpoints that can no longer matter (keeps memory bounded)."""
