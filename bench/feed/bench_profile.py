@@ -169,7 +169,8 @@ def main() -> int:
     parser.add_argument("--freeze-ms", type=float, default=150.0, help="length of a freeze of A (0: none)")
     parser.add_argument("--b-lag", type=int, default=5, help="packets B runs behind A")
     parser.add_argument("--linger", type=float, default=15.0, help="seconds to keep answering after the end")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="seed of the losses")
+    parser.add_argument("--term-mib", type=int, default=16, help="term length of the log (MiB)")
     parser.add_argument("--port-a", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--port-b", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--port-r", type=int, default=0, help=argparse.SUPPRESS)
@@ -185,7 +186,7 @@ def main() -> int:
 
     a, b, r = free_udp_ports(3)
     with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
-        driver = logbuf.MediaDriver.launch(Path(tmp) / "drv", ipc_term_length=64 << 20)
+        driver = logbuf.MediaDriver.launch(Path(tmp) / "drv", ipc_term_length=args.term_mib << 20)
         env = dict(os.environ, LOGBUF_DIR=str(driver.directory))
         me = [sys.executable, __file__, "--rate", str(args.rate), "--duration", str(args.duration),
               "--dir", str(driver.directory)]
