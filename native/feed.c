@@ -1,6 +1,6 @@
 /*
- * logbuf feed handler hot path: recvmmsg into a ring of slots, and per-message arbitration of in-order
- * MoldUDP64 packets (the common case), so Python touches packets only when something is unusual.
+ * logbuf feed handler: recvmmsg into a ring of slots, and the whole A/B arbitration of MoldUDP64 packets
+ * (the engine below), so Python's cost is per receive batch, not per packet.
  *
  * MoldUDP64 downstream packet, every integer big-endian:
  *
@@ -9,22 +9,7 @@
  *     | session  | sequence   | count | len(2) | message 0 | len(2) | message 1 | ...
  *     | 10 ASCII | u64, msg 0 | u16   |        |           |        |           |
  *     +----------+------------+-------+--------+-----------+--------+-----------+--
- *     count 0 = heartbeat, 0xFFFF = end of session (both: Python's business)
- *
- * Decision per packet (the order of src/logbuf/feed/arbiter.py, so both paths count identically):
- *
- *     fast is LBF_FAST_OFF ................................ SLOW
- *     LBF_FAST_DUPLICATES and arrival >= deadline ......... SLOW  (Python's timers may fire at this packet)
- *     feed not arbitrated ................................. ignored
- *     truncated or shorter than the header ................ decode error
- *     other session, heartbeat, end of session ............ SLOW
- *     first > expected (out of order) ..................... SLOW
- *     sequence 0, overflow, lengths not filling it exactly  decode error
- *     fresh messages under LBF_FAST_DUPLICATES ............ SLOW  (Python must drain its queue after them)
- *     otherwise: messages < expected are duplicates (pair A/B arrivals), the rest are emitted; expected grows
- *
- * Under LBF_FAST_DUPLICATES every case C handles leaves Python's state as it was but for counters, and arrives
- * before any of its deadlines, so Python's per-packet bookkeeping would have done nothing either.
+ *     count 0 = heartbeat, 0xFFFF = end of session (both carry the next sequence)
  *
  * Every length read from a packet is checked against the datagram's size before it is used.
  */
@@ -37,6 +22,7 @@
 #include <time.h>
 
 #include "feed.h"
+#include "logbuf.h"
 
 #define MOLD_SESSION_OFFSET 0
 #define MOLD_SESSION_LENGTH 10
@@ -47,7 +33,7 @@
 #define MOLD_HEARTBEAT 0x0000u
 #define MOLD_END_OF_SESSION 0xFFFFu
 
-/* room for one SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32 on LP64) and anything else the kernel adds */
+/* room for one SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32 on LP64) and one SO_RXQ_OVFL (CMSG_SPACE(4) = 24) */
 #define RX_CONTROL_SIZE 64
 
 static inline uint16_t be16(const uint8_t *p) { return (uint16_t)(((uint16_t)p[0] << 8) | p[1]); }
@@ -161,6 +147,12 @@ int32_t lbf_rx_recv(lbf_rx_t *rx, int32_t fd, int32_t feed, int32_t start, int32
                 int64_t stamped = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + real_to_mono;
                 arrival = stamped < mono ? stamped : mono;
                 fl |= LBF_RX_KERNEL_TIMESTAMP;
+            } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL &&
+                       c->cmsg_len >= CMSG_LEN(sizeof(uint32_t)) && rx->kernel_drops != NULL && feed >= 0 &&
+                       feed < LBF_FEEDS) {
+                uint32_t drops;
+                memcpy(&drops, CMSG_DATA(c), sizeof drops);
+                rx->kernel_drops[feed] = drops;
             }
         }
         rx->length[i] = (int32_t)len;
@@ -189,11 +181,325 @@ static int blocks_fill_packet(const uint8_t *p, int32_t length, uint32_t count)
     return off == length;
 }
 
-static inline void pair_arrivals(lbf_arb_t *arb, int64_t winner_arrival, int64_t arrival, int32_t feed)
+int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count)
 {
-    /* the winner came from the other live feed: record arrival(A) - arrival(B) */
+    return packet != NULL && length >= MOLD_HEADER_LENGTH && blocks_fill_packet(packet, length, count);
+}
+
+/* ==== the arbitration engine ====
+ *
+ * The whole stream state of src/logbuf/feed/spec.py (the executable specification; read it for the rules)
+ * in C, function for function: intake and validation, sessions, unconfirmed jumps, the per-message walk,
+ * the out-of-order queue and its coverage, the wait for the first undeclared hole and the per-feed packet
+ * counts past it, gap declaration (resolved at once with recovery off, declare-and-re-request with recovery on),
+ * giving holes up, closing gaps, end of session. Only the re-request pacing (a randomised, rate-limited
+ * timer) stays in Python: the engine stops and asks for it (LBF_NEED_RECOVERY) exactly when the pacing could
+ * have something to say — the declared holes changed, an answer came, or its deadline passed — so a packet
+ * costs the same whether or not a hole is pending.
+ *
+ * Containers: the queue is a binary heap of copied datagrams ordered by (first sequence, arrival order);
+ * the coverage is a sorted array of disjoint, non-adjacent inclusive intervals of queued sequences; open gaps
+ * are a FIFO. Outputs (events, deliveries, copied message bytes) are growable arrays read by Python after each
+ * call. Every length comes from a validated datagram; allocation failures are reported, never ignored.
+ */
+
+#define ENG_MAX_HELD LBF_FEEDS /* one unconfirmed jump per feed */
+
+typedef struct q_entry {
+    uint64_t first;
+    uint64_t order;
+    uint32_t count;
+    int32_t feed;
+    int64_t arrival_ns;
+    uint8_t *data;
+    int32_t length;
+} q_entry_t;
+
+typedef struct gap {
+    uint64_t first;
+    uint64_t last;
+    int32_t lost;
+} gap_t;
+
+typedef struct held {
+    int32_t feed;
+    uint64_t position;
+    uint64_t first;
+    uint32_t count;
+    int32_t marker;
+    int64_t arrival_ns;
+    uint8_t *data;
+    int32_t length;
+} held_t;
+
+typedef struct eng_impl {
+    q_entry_t *heap;
+    int64_t heap_n, heap_cap;
+    uint64_t order;
+    uint64_t *cov_start, *cov_end;
+    int64_t cov_n, cov_cap;
+    gap_t *gaps;
+    int64_t gap_head, gap_n, gap_cap; /* gaps[gap_head .. gap_head + gap_n) */
+    uint8_t (*retired)[10];
+    int64_t retired_n, retired_cap;
+    held_t held[ENG_MAX_HELD];
+    int32_t held_n;
+    uint64_t wait_hole;
+    int64_t ahead[LBF_FEEDS];
+    uint64_t declared_upto;
+    int32_t has_pending_eos;
+    uint64_t pending_eos;
+    int32_t eos_emitted;
+    int32_t progress;
+    int32_t recovery_dirty;
+    int32_t has_last_answer;
+    int64_t last_answer_ns;
+    int64_t events_cap, out_cap, bytes_cap;
+    int32_t oom;
+} eng_impl_t;
+
+#define IMPL(e) ((eng_impl_t *)(e)->impl)
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t size)
+{
+    if (need <= *cap)
+        return 1;
+    int64_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, (size_t)c * size);
+    if (q == NULL)
+        return 0;
+    *p = q;
+    *cap = c;
+    return 1;
+}
+
+static lbf_event_t *emit(lbf_eng_t *e, int32_t kind, int32_t reason, uint64_t a, uint64_t b)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!grow((void **)&e->events, &im->events_cap, e->event_count + 1, sizeof(lbf_event_t))) {
+        im->oom = 1;
+        return NULL;
+    }
+    lbf_event_t *ev = &e->events[e->event_count++];
+    memset(ev, 0, sizeof *ev);
+    ev->kind = kind;
+    ev->reason = reason;
+    ev->a = a;
+    ev->b = b;
+    memcpy(ev->session, e->session, sizeof ev->session);
+    return ev;
+}
+
+static int out_room(lbf_eng_t *e, int64_t n)
+{
+    eng_impl_t *im = IMPL(e);
+    int64_t need = e->out_count + n, cap = im->out_cap;
+    if (need <= cap)
+        return 1;
+    int64_t c0 = cap;
+    int ok = grow((void **)&e->out_seq, &c0, need, sizeof(uint64_t));
+    c0 = cap;
+    ok = ok && grow((void **)&e->out_offset, &c0, need, sizeof(int64_t));
+    c0 = cap;
+    ok = ok && grow((void **)&e->out_length, &c0, need, sizeof(int32_t));
+    c0 = cap;
+    ok = ok && grow((void **)&e->out_src, &c0, need, sizeof(int32_t));
+    c0 = cap;
+    ok = ok && grow((void **)&e->out_feed, &c0, need, sizeof(uint8_t));
+    c0 = cap;
+    ok = ok && grow((void **)&e->out_arrival, &c0, need, sizeof(int64_t));
+    if (!ok) {
+        im->oom = 1;
+        return 0;
+    }
+    im->out_cap = c0;
+    return 1;
+}
+
+/* ---- coverage: sorted, disjoint, non-adjacent inclusive intervals of queued sequences ---- */
+
+static int64_t cov_lower_end(eng_impl_t *im, uint64_t v) /* first i with end[i] >= v */
+{
+    int64_t lo = 0, hi = im->cov_n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (im->cov_end[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int64_t cov_upper_start(eng_impl_t *im, uint64_t v) /* first i with start[i] > v */
+{
+    int64_t lo = 0, hi = im->cov_n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (im->cov_start[mid] <= v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int cov_add(eng_impl_t *im, uint64_t first, uint64_t last)
+{
+    int64_t i = cov_lower_end(im, first == 0 ? 0 : first - 1);            /* touching from below */
+    int64_t j = cov_upper_start(im, last == UINT64_MAX ? last : last + 1); /* one past touching from above */
+    if (i < j) {
+        if (im->cov_start[i] < first)
+            first = im->cov_start[i];
+        if (im->cov_end[j - 1] > last)
+            last = im->cov_end[j - 1];
+        memmove(im->cov_start + i, im->cov_start + j, (size_t)(im->cov_n - j) * sizeof(uint64_t));
+        memmove(im->cov_end + i, im->cov_end + j, (size_t)(im->cov_n - j) * sizeof(uint64_t));
+        im->cov_n -= j - i;
+    }
+    int64_t c0 = im->cov_cap;
+    if (!grow((void **)&im->cov_start, &c0, im->cov_n + 1, sizeof(uint64_t)))
+        return 0;
+    c0 = im->cov_cap;
+    if (!grow((void **)&im->cov_end, &c0, im->cov_n + 1, sizeof(uint64_t)))
+        return 0;
+    im->cov_cap = c0;
+    memmove(im->cov_start + i + 1, im->cov_start + i, (size_t)(im->cov_n - i) * sizeof(uint64_t));
+    memmove(im->cov_end + i + 1, im->cov_end + i, (size_t)(im->cov_n - i) * sizeof(uint64_t));
+    im->cov_start[i] = first;
+    im->cov_end[i] = last;
+    im->cov_n++;
+    return 1;
+}
+
+static int cov_covers(eng_impl_t *im, uint64_t first, uint64_t last)
+{
+    int64_t i = cov_upper_start(im, first) - 1;
+    return i >= 0 && im->cov_end[i] >= last;
+}
+
+static void cov_trim_below(eng_impl_t *im, uint64_t seq)
+{
+    int64_t i = cov_lower_end(im, seq);
+    if (i) {
+        memmove(im->cov_start, im->cov_start + i, (size_t)(im->cov_n - i) * sizeof(uint64_t));
+        memmove(im->cov_end, im->cov_end + i, (size_t)(im->cov_n - i) * sizeof(uint64_t));
+        im->cov_n -= i;
+    }
+    if (im->cov_n && im->cov_start[0] < seq)
+        im->cov_start[0] = seq;
+}
+
+/* up to `limit` uncovered ranges of [first, last], lowest first */
+static int64_t cov_holes(eng_impl_t *im, uint64_t first, uint64_t last, uint64_t *hf, uint64_t *hl, int64_t limit)
+{
+    int64_t n = 0;
+    uint64_t cur = first;
+    int done = 0; /* cur passed UINT64_MAX */
+    for (int64_t k = cov_lower_end(im, first); k < im->cov_n && n < limit; k++) {
+        uint64_t s = im->cov_start[k];
+        if (s > last)
+            break;
+        if (s > cur) {
+            hf[n] = cur;
+            hl[n] = s - 1;
+            n++;
+            if (n >= limit)
+                return n;
+        }
+        if (im->cov_end[k] >= cur) {
+            if (im->cov_end[k] == UINT64_MAX) {
+                done = 1;
+                break;
+            }
+            cur = im->cov_end[k] + 1;
+        }
+    }
+    if (!done && n < limit && cur <= last) {
+        hf[n] = cur;
+        hl[n] = last;
+        n++;
+    }
+    return n;
+}
+
+/* ---- the queue: a binary heap by (first, order) ---- */
+
+static int q_less(const q_entry_t *a, const q_entry_t *b)
+{
+    return a->first < b->first || (a->first == b->first && a->order < b->order);
+}
+
+static int q_push(eng_impl_t *im, q_entry_t entry)
+{
+    if (!grow((void **)&im->heap, &im->heap_cap, im->heap_n + 1, sizeof(q_entry_t)))
+        return 0;
+    int64_t i = im->heap_n++;
+    while (i > 0) {
+        int64_t parent = (i - 1) / 2;
+        if (!q_less(&entry, &im->heap[parent]))
+            break;
+        im->heap[i] = im->heap[parent];
+        i = parent;
+    }
+    im->heap[i] = entry;
+    return 1;
+}
+
+static q_entry_t q_pop(eng_impl_t *im)
+{
+    q_entry_t top = im->heap[0];
+    q_entry_t last = im->heap[--im->heap_n];
+    int64_t i = 0, n = im->heap_n;
+    while (n > 0) {
+        int64_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && q_less(&im->heap[c + 1], &im->heap[c]))
+            c++;
+        if (!q_less(&im->heap[c], &last))
+            break;
+        im->heap[i] = im->heap[c];
+        i = c;
+    }
+    if (n > 0)
+        im->heap[i] = last;
+    return top;
+}
+
+static void q_clear(eng_impl_t *im)
+{
+    for (int64_t i = 0; i < im->heap_n; i++)
+        free(im->heap[i].data);
+    im->heap_n = 0;
+}
+
+/* ---- state helpers (names follow spec.py) ---- */
+
+static int64_t *fstats(lbf_eng_t *e, int32_t feed) { return e->feed_stats + (int64_t)feed * LBF_FS_COUNT; }
+
+static int eng_holes(lbf_eng_t *e, uint64_t *hf, uint64_t *hl, int64_t limit, int64_t *n)
+{
+    *n = 0;
+    if (!e->has_expected || e->highest < e->expected)
+        return 0;
+    *n = cov_holes(IMPL(e), e->expected, e->highest, hf, hl, limit);
+    return *n > 0;
+}
+
+static int has_hole(lbf_eng_t *e)
+{
+    uint64_t f, l;
+    int64_t n;
+    return eng_holes(e, &f, &l, 1, &n);
+}
+
+static void pair_eng(lbf_eng_t *e, int64_t winner_arrival, int64_t arrival, int32_t feed)
+{
     int64_t delay = feed == LBF_FEED_B ? winner_arrival - arrival : arrival - winner_arrival;
-    int64_t *d = arb->delay_stats;
+    int64_t *d = e->delay_stats;
     d[LBF_DELAY_COUNT] += 1;
     d[LBF_DELAY_SUM_NS] += delay;
     if (delay < d[LBF_DELAY_MIN_NS])
@@ -202,155 +508,743 @@ static inline void pair_arrivals(lbf_arb_t *arb, int64_t winner_arrival, int64_t
         d[LBF_DELAY_MAX_NS] = delay;
 }
 
-int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count)
+/* deliveries [begin, end) as a DELIVER event: extends the last one when it ends at `begin`, has the same source
+ * kind and was not read by Python yet */
+static void append_run(lbf_eng_t *e, int64_t begin, int64_t end, int32_t from_ring)
 {
-    return packet != NULL && length >= MOLD_HEADER_LENGTH && blocks_fill_packet(packet, length, count);
+    if (begin == end)
+        return;
+    if (e->event_count > e->event_sealed) {
+        lbf_event_t *last = &e->events[e->event_count - 1];
+        if (last->kind == LBF_EV_DELIVER && last->b == (uint64_t)begin && last->reason == from_ring) {
+            last->b = (uint64_t)end;
+            return;
+        }
+    }
+    emit(e, LBF_EV_DELIVER, from_ring, (uint64_t)begin, (uint64_t)end);
 }
 
-/* The per-message walk of a data packet that does not start past `expected`: duplicates counted (and paired),
- * fresh messages emitted, `expected` advanced. Counts delivered/duplicates only (intake counters are the
- * caller's). Python's Arbiter._walk_python is the same walk. */
-static int32_t walk(lbf_arb_t *arb, const uint8_t *p, int32_t feed, int64_t arrival_ns, int64_t base_offset,
-                    int32_t slot, lbf_out_t *out, int32_t fresh_allowed)
+/* the per-message walk of a validated data packet with first <= expected (spec.py _walk_python) */
+static void eng_walk(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                     int64_t arrival_ns, int32_t slot, int64_t base_offset)
 {
-    uint32_t count = be16(p + MOLD_COUNT_OFFSET);
-    uint64_t first = be64(p + MOLD_SEQUENCE_OFFSET);
-    uint64_t expected = arb->expected;
-    uint64_t end = first + count; /* exclusive; the caller checked it does not overflow */
+    eng_impl_t *im = IMPL(e);
+    uint64_t expected = e->expected;
+    uint64_t end = first + count;
     uint64_t fresh = end > expected ? end - expected : 0;
-    if (fresh && !fresh_allowed)
-        return LBF_SLOW;
-    if (fresh > (uint64_t)(out->capacity - out->count))
-        return LBF_OUT_FULL;
-    int64_t *st = arb->feed_stats + (int64_t)feed * LBF_FS_COUNT;
+    if (fresh && (!out_room(e, (int64_t)fresh) ||
+                  (slot < 0 && !grow((void **)&e->out_bytes, &im->bytes_cap, e->out_bytes_length + length,
+                                     1)))) {
+        im->oom = 1;
+        return;
+    }
+    int64_t *st = fstats(e, feed);
     const int live = feed != LBF_FEED_RETRANSMIT;
-    const uint8_t ring_tag = live ? (uint8_t)feed : (uint8_t)LBF_RING_NO_FEED;
-    const uint64_t mask = arb->ring_mask;
-    uint64_t *ring_seq = arb->ring_seq;
-    int64_t *ring_arrival = arb->ring_arrival;
-    uint8_t *ring_feed = arb->ring_feed;
-    int32_t n = out->count;
-    int64_t duplicates = 0;
-    int64_t off = MOLD_HEADER_LENGTH;
+    const uint8_t tag = live ? (uint8_t)feed : (uint8_t)LBF_RING_NO_FEED;
+    /* locals: with -fno-strict-aliasing every store through a pointer would reload the struct's fields */
+    const uint64_t mask = e->ring_mask;
+    uint64_t *ring_seq = e->ring_seq, *out_seq = e->out_seq;
+    int64_t *ring_arrival = e->ring_arrival, *out_offset = e->out_offset, *out_arrival = e->out_arrival;
+    uint8_t *ring_feed = e->ring_feed, *out_feed = e->out_feed, *bytes = e->out_bytes;
+    int32_t *out_length = e->out_length, *out_src = e->out_src;
+    int64_t n = e->out_count, first_out = n, bytes_length = e->out_bytes_length;
+    int64_t duplicates = 0, off = MOLD_HEADER_LENGTH;
     uint64_t seq = first;
     for (uint32_t i = 0; i < count; i++, seq++) {
-        int32_t len = be16(p + off); /* validated by blocks_fill_packet */
+        int32_t len = be16(p + off);
         off += MOLD_BLOCK_LENGTH_SIZE;
         uint64_t s = seq & mask;
         if (seq < expected) {
             duplicates++;
             if (live && ring_seq[s] == seq && ring_feed[s] != LBF_RING_NO_FEED && ring_feed[s] != (uint8_t)feed) {
-                pair_arrivals(arb, ring_arrival[s], arrival_ns, feed);
+                pair_eng(e, ring_arrival[s], arrival_ns, feed);
                 ring_feed[s] = LBF_RING_NO_FEED;
             }
         } else {
-            out->seq[n] = seq;
-            out->offset[n] = base_offset + off;
-            out->length[n] = len;
-            out->slot[n] = slot;
+            out_seq[n] = seq;
+            out_length[n] = len;
+            out_src[n] = slot;
+            out_feed[n] = (uint8_t)feed;
+            out_arrival[n] = arrival_ns;
+            if (slot >= 0) {
+                out_offset[n] = base_offset + off;
+            } else {
+                out_offset[n] = bytes_length;
+                memcpy(bytes + bytes_length, p + off, (size_t)len);
+                bytes_length += len;
+            }
             n++;
             ring_seq[s] = seq;
             ring_arrival[s] = arrival_ns;
-            ring_feed[s] = ring_tag;
+            ring_feed[s] = tag;
         }
         off += len;
     }
-    out->count = n;
+    e->out_bytes_length = bytes_length;
+    e->out_count = n;
+    append_run(e, first_out, n, slot >= 0);
     st[LBF_FS_DELIVERED] += (int64_t)fresh;
     st[LBF_FS_DUPLICATES] += duplicates;
-    if (fresh)
-        arb->expected = end;
-    return LBF_DONE;
+    if (end > expected) {
+        e->expected = end;
+        im->progress = 1;
+        if (e->recovering)
+            im->recovery_dirty = 1;
+    }
 }
 
-int32_t lbf_arb_walk(lbf_arb_t *arb, const uint8_t *packet, int32_t length, int32_t feed, int64_t arrival_ns,
-                     int64_t base_offset, int32_t slot, lbf_out_t *out)
+static void eng_drain(lbf_eng_t *e)
 {
-    if (packet == NULL || length < MOLD_HEADER_LENGTH || feed < 0 || feed >= LBF_FEEDS)
-        return LBF_INVALID;
-    uint32_t count = be16(packet + MOLD_COUNT_OFFSET);
-    uint64_t first = be64(packet + MOLD_SEQUENCE_OFFSET);
-    if (!blocks_fill_packet(packet, length, count) || count == MOLD_HEARTBEAT || count == MOLD_END_OF_SESSION || first == 0 || first > UINT64_MAX - count)
-        return LBF_INVALID;
-    if (first > arb->expected)
-        return LBF_SLOW;
-    return walk(arb, packet, feed, arrival_ns, base_offset, slot, out, 1);
+    eng_impl_t *im = IMPL(e);
+    while (im->heap_n && im->heap[0].first <= e->expected && !im->oom) {
+        q_entry_t q = q_pop(im);
+        eng_walk(e, q.feed, q.data, q.length, q.first, q.count, q.arrival_ns, -1, 0);
+        free(q.data);
+    }
+    e->queued_packets = im->heap_n;
+    cov_trim_below(im, e->expected);
 }
 
-int32_t lbf_arb_packet(lbf_arb_t *arb, const uint8_t *p, int32_t length, int32_t feed, int32_t flags,
-                       int64_t arrival_ns, int64_t base_offset, int32_t slot, lbf_out_t *out)
+static int first_undeclared_hole(lbf_eng_t *e, uint64_t *hole)
 {
-    const int32_t mode = arb->fast;
-    if (mode == LBF_FAST_OFF || feed < 0 || feed >= LBF_FEEDS)
-        return LBF_SLOW;
-    if (mode != LBF_FAST_IN_ORDER && (mode != LBF_FAST_DUPLICATES || arrival_ns >= arb->deadline_ns))
-        return LBF_SLOW;
-    int64_t *st = arb->feed_stats + (int64_t)feed * LBF_FS_COUNT;
-    if (length < 0)
-        length = 0;
-    if (!(arb->feed_mask & (1 << feed))) {
-        st[LBF_FS_PACKETS] += 1;
-        st[LBF_FS_BYTES] += length;
-        st[LBF_FS_IGNORED] += 1;
-        return LBF_DONE;
+    eng_impl_t *im = IMPL(e);
+    if (!e->has_expected)
+        return 0;
+    uint64_t start = e->expected > im->declared_upto + 1 ? e->expected : im->declared_upto + 1;
+    if (e->highest < start)
+        return 0;
+    uint64_t f, l;
+    if (cov_holes(im, start, e->highest, &f, &l, 1) == 0)
+        return 0;
+    *hole = f;
+    return 1;
+}
+
+static void update_wait(lbf_eng_t *e, int64_t now_ns, int has, uint64_t hole)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!has) {
+        e->waiting = 0;
+    } else if (!e->waiting || hole != im->wait_hole) {
+        e->waiting = 1;
+        e->wait_started_ns = now_ns;
+        im->wait_hole = hole;
+        memset(im->ahead, 0, sizeof im->ahead);
     }
-    if ((flags & LBF_RX_TRUNCATED) || length < MOLD_HEADER_LENGTH) {
-        st[LBF_FS_PACKETS] += 1;
-        st[LBF_FS_BYTES] += length;
-        st[LBF_FS_DECODE_ERRORS] += 1;
-        return LBF_DONE;
+}
+
+static void note_ahead(lbf_eng_t *e, int32_t feed, uint64_t position, int64_t arrival_ns)
+{
+    uint64_t hole = 0;
+    int has = first_undeclared_hole(e, &hole);
+    update_wait(e, arrival_ns, has, hole);
+    if (has && position > hole && feed != LBF_FEED_RETRANSMIT)
+        IMPL(e)->ahead[feed]++;
+}
+
+static void open_gap(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason, int32_t lost)
+{
+    eng_impl_t *im = IMPL(e);
+    e->counters[LBF_C_GAPS_DETECTED] += 1;
+    emit(e, LBF_EV_GAP_DETECTED, reason, first, last);
+    if (im->gap_head + im->gap_n + 1 > im->gap_cap && im->gap_head) { /* compact before growing */
+        memmove(im->gaps, im->gaps + im->gap_head, (size_t)im->gap_n * sizeof(gap_t));
+        im->gap_head = 0;
     }
-    if (memcmp(p + MOLD_SESSION_OFFSET, arb->session, MOLD_SESSION_LENGTH) != 0)
-        return LBF_SLOW;
-    uint32_t count = be16(p + MOLD_COUNT_OFFSET);
-    if (count == MOLD_HEARTBEAT || count == MOLD_END_OF_SESSION)
-        return LBF_SLOW;
-    uint64_t first = be64(p + MOLD_SEQUENCE_OFFSET);
-    if (first > arb->expected)
-        return LBF_SLOW;
-    /* sequence 0 is not a message; first + count must stay representable as the next expected sequence */
-    if (first == 0 || first > UINT64_MAX - count || !blocks_fill_packet(p, length, count)) {
-        st[LBF_FS_PACKETS] += 1;
-        st[LBF_FS_BYTES] += length;
-        st[LBF_FS_DECODE_ERRORS] += 1;
-        if (arrival_ns > arb->last_arrival_ns)
-            arb->last_arrival_ns = arrival_ns;
-        return LBF_DONE;
+    if (!grow((void **)&im->gaps, &im->gap_cap, im->gap_head + im->gap_n + 1, sizeof(gap_t))) {
+        im->oom = 1;
+        return;
     }
-    int32_t r = walk(arb, p, feed, arrival_ns, base_offset, slot, out, mode == LBF_FAST_IN_ORDER);
-    if (r != LBF_DONE)
-        return r; /* nothing was changed */
+    gap_t *g = &im->gaps[im->gap_head + im->gap_n++];
+    g->first = first;
+    g->last = last;
+    g->lost = lost;
+}
+
+static void unrecoverable(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason)
+{
+    e->counters[LBF_C_GAPS_UNRECOVERABLE] += 1;
+    /* saturates: a confirmed jump may name nearly 2^64 sequences, the counter is an int64 */
+    uint64_t lost = last - first + 1, have = (uint64_t)e->counters[LBF_C_MESSAGES_UNRECOVERABLE];
+    e->counters[LBF_C_MESSAGES_UNRECOVERABLE] = lost > (uint64_t)INT64_MAX - have ? INT64_MAX : (int64_t)(have + lost);
+    emit(e, LBF_EV_GAP_UNRECOVERABLE, reason, first, last);
+}
+
+static void close_gaps(lbf_eng_t *e)
+{
+    eng_impl_t *im = IMPL(e);
+    while (im->gap_n && im->gaps[im->gap_head].last < e->expected) {
+        gap_t g = im->gaps[im->gap_head++];
+        im->gap_n--;
+        if (!g.lost) {
+            e->counters[LBF_C_GAPS_RECOVERED] += 1;
+            emit(e, LBF_EV_GAP_RECOVERED, 0, g.first, g.last);
+        }
+    }
+    if (!im->gap_n)
+        im->gap_head = 0;
+}
+
+static void eng_abandon(lbf_eng_t *e, int64_t n, int32_t reason, int64_t now_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    if (n <= 0)
+        return;
+    uint64_t *hf = malloc((size_t)n * sizeof(uint64_t)), *hl = malloc((size_t)n * sizeof(uint64_t));
+    if (hf == NULL || hl == NULL) {
+        free(hf);
+        free(hl);
+        im->oom = 1;
+        return;
+    }
+    int64_t count;
+    eng_holes(e, hf, hl, n, &count);
+    for (int64_t k = 0; k < count; k++) {
+        uint64_t first = hf[k], last = hl[k];
+        close_gaps(e);
+        for (int64_t g = 0; g < im->gap_n; g++) {
+            gap_t *gap = &im->gaps[im->gap_head + g];
+            if (gap->first > last)
+                break;
+            gap->lost = 1;
+        }
+        if (last > im->declared_upto) {
+            open_gap(e, first > im->declared_upto + 1 ? first : im->declared_upto + 1, last, reason, 1);
+            im->declared_upto = last;
+        }
+        unrecoverable(e, first, last, reason);
+        e->expected = last + 1;
+        im->progress = 1;
+        eng_drain(e);
+    }
+    free(hf);
+    free(hl);
+    close_gaps(e);
+    if (e->recovering)
+        im->recovery_dirty = 1;
+}
+
+static void declare(lbf_eng_t *e, int32_t reason, int64_t now_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    e->waiting = 0;
+    if (!e->config.recovery) { /* recovery off: [expected, head of the most recent run - 1], lost at once */
+        uint64_t first = e->expected;
+        uint64_t head = im->cov_n ? im->cov_start[im->cov_n - 1] : e->highest + 1;
+        open_gap(e, first, head - 1, reason, 1);
+        unrecoverable(e, first, head - 1, LBF_REASON_RECOVERY_OFF);
+        while (im->heap_n && im->heap[0].first < head) { /* older queued packets are dropped */
+            q_entry_t q = q_pop(im);
+            free(q.data);
+            e->counters[LBF_C_DROPPED_PACKETS] += 1;
+        }
+        cov_trim_below(im, head);
+        e->expected = head;
+        im->progress = 1;
+        eng_drain(e);
+        close_gaps(e);
+        return;
+    }
+    uint64_t start = e->expected > im->declared_upto + 1 ? e->expected : im->declared_upto + 1;
+    /* every hole not declared yet, up to the highest sequence seen, is declared */
+    for (;;) {
+        uint64_t f, l;
+        if (start > e->highest || cov_holes(im, start, e->highest, &f, &l, 1) == 0)
+            break;
+        open_gap(e, f, l, reason, 0);
+        if (l == UINT64_MAX)
+            break;
+        start = l + 1;
+    }
+    im->declared_upto = e->highest;
+    im->recovery_dirty = 1;
+    if (!e->recovering) {
+        e->recovering = 1;
+        lbf_event_t *ev = emit(e, LBF_EV_RECOVERY_START, 0, 0, 0);
+        if (ev)
+            ev->t = now_ns;
+    }
+}
+
+static void check_detection(lbf_eng_t *e, int64_t now_ns)
+{
+    if (!e->waiting)
+        return;
+    int all = 1;
+    for (int32_t f = 0; f < LBF_FEED_RETRANSMIT; f++)
+        if ((e->config.live_mask & (1 << f)) && IMPL(e)->ahead[f] < e->config.out_of_order_max_interval)
+            all = 0;
+    if (all)
+        declare(e, LBF_REASON_SEQUENCE_THRESHOLD, now_ns);
+    else if (now_ns - e->wait_started_ns >= e->config.lost_packet_wait_ns)
+        declare(e, LBF_REASON_WAIT_TIMEOUT, now_ns);
+}
+
+static void emit_end_of_session(lbf_eng_t *e)
+{
+    eng_impl_t *im = IMPL(e);
+    if (im->has_pending_eos && !im->eos_emitted && e->has_expected && e->expected >= im->pending_eos) {
+        im->eos_emitted = 1;
+        emit(e, LBF_EV_END_OF_SESSION, 0, im->pending_eos, 0);
+    }
+}
+
+static void join(lbf_eng_t *e, uint64_t next_sequence)
+{
+    e->has_expected = 1;
+    e->expected = next_sequence;
+    e->highest = next_sequence - 1;
+    lbf_event_t *ev = emit(e, LBF_EV_SESSION_CHANGED, 0, next_sequence, 0);
+    (void)ev;
+}
+
+static void free_held(eng_impl_t *im)
+{
+    for (int32_t i = 0; i < im->held_n; i++)
+        free(im->held[i].data);
+    im->held_n = 0;
+}
+
+static int retired(eng_impl_t *im, const uint8_t *session)
+{
+    for (int64_t i = 0; i < im->retired_n; i++)
+        if (memcmp(im->retired[i], session, MOLD_SESSION_LENGTH) == 0)
+            return 1;
+    return 0;
+}
+
+static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    uint8_t old[MOLD_SESSION_LENGTH];
+    memcpy(old, e->session, sizeof old);
+    while (has_hole(e) && !im->oom)
+        eng_abandon(e, 1, LBF_REASON_SESSION_CHANGE, now_ns);
+    close_gaps(e);
+    emit_end_of_session(e);
+    im->progress = 0;
+    if (!grow((void **)&im->retired, &im->retired_cap, im->retired_n + 1, sizeof *im->retired)) {
+        im->oom = 1;
+        return;
+    }
+    memcpy(im->retired[im->retired_n++], old, sizeof old);
+    if (e->recovering) {
+        e->recovering = 0;
+        emit(e, LBF_EV_RECOVERY_STOP, 0, 0, 0);
+    }
+    q_clear(im);
+    e->queued_packets = 0;
+    free_held(im);
+    im->cov_n = 0;
+    im->gap_head = im->gap_n = 0;
+    im->declared_upto = 0;
+    e->waiting = 0;
+    im->has_pending_eos = 0;
+    im->eos_emitted = 0;
+    memset(e->ring_feed, LBF_RING_NO_FEED, (size_t)(e->ring_mask + 1)); /* sequences restart */
+    memcpy(e->session, session, MOLD_SESSION_LENGTH);
+    e->has_expected = 1;
+    e->expected = 1;
+    e->highest = 0;
+    e->counters[LBF_C_SESSION_CHANGES] += 1;
+    lbf_event_t *ev = emit(e, LBF_EV_SESSION_CHANGED, 1, 1, 0);
+    if (ev)
+        memcpy(ev->previous, old, sizeof old);
+}
+
+static int accept_session(lbf_eng_t *e, const uint8_t *session, int64_t arrival_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    if (retired(im, session) ||
+        (e->config.pinned && memcmp(session, e->config.session, MOLD_SESSION_LENGTH) != 0))
+        return 0;
+    if (!e->has_session) {
+        e->has_session = 1;
+        memcpy(e->session, session, MOLD_SESSION_LENGTH);
+        e->counters[LBF_C_SESSION_CHANGES] += 1;
+        if (e->config.start_sequence)
+            join(e, e->config.start_sequence);
+        return 1;
+    }
+    int complete = im->has_pending_eos && !has_hole(e);
+    if (!complete && arrival_ns - e->last_session_arrival_ns < e->config.session_change_idle_ns)
+        return 0;
+    switch_session(e, session, arrival_ns);
+    return 1;
+}
+
+static void marker(lbf_eng_t *e, int32_t feed, uint64_t next_sequence, int end, int64_t arrival_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    fstats(e, feed)[end ? LBF_FS_END_OF_SESSION : LBF_FS_HEARTBEATS] += 1;
+    if (!e->has_expected)
+        join(e, next_sequence);
+    if (end && !im->has_pending_eos) {
+        im->has_pending_eos = 1;
+        im->pending_eos = next_sequence;
+    }
+    if (next_sequence - 1 >= e->expected) {
+        if (next_sequence - 1 > e->highest)
+            e->highest = next_sequence - 1;
+        note_ahead(e, feed, next_sequence, arrival_ns);
+    }
+}
+
+static void enqueue(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                    int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t last = first + count - 1;
+    if (last > e->highest)
+        e->highest = last;
+    if (cov_covers(im, first, last)) {
+        fstats(e, feed)[LBF_FS_DUPLICATES] += count;
+    } else {
+        int64_t capacity = e->config.max_queue_packets;
+        int answering = e->config.recovery && e->recovering && im->has_last_answer &&
+                        arrival_ns - im->last_answer_ns < e->config.retry_interval_ns;
+        if (im->heap_n >= (answering ? 2 * capacity : capacity)) {
+            e->counters[LBF_C_QUEUE_OVERFLOWS] += 1;
+            emit(e, LBF_EV_QUEUE_OVERFLOW, 0, (uint64_t)im->heap_n, (uint64_t)capacity);
+            while (im->heap_n > capacity / 2 && has_hole(e) && !im->oom)
+                eng_abandon(e, 1, LBF_REASON_QUEUE_OVERFLOW, arrival_ns);
+            if (first <= e->expected) { /* giving up moved the stream up to (or past) this packet */
+                eng_walk(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
+                eng_drain(e);
+                return;
+            }
+        }
+        uint8_t *copy = malloc((size_t)length);
+        if (copy == NULL) {
+            im->oom = 1;
+            return;
+        }
+        memcpy(copy, p, (size_t)length);
+        q_entry_t q = {first, im->order++, count, feed, arrival_ns, copy, length};
+        if (!q_push(im, q) || !cov_add(im, first, last)) {
+            im->oom = 1;
+            return;
+        }
+        e->queued_packets = im->heap_n;
+        if (e->recovering && first <= im->declared_upto)
+            im->recovery_dirty = 1;
+    }
+    note_ahead(e, feed, first, arrival_ns);
+}
+
+static void data(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                 int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    if (!e->has_expected)
+        join(e, first);
+    if (first > e->expected) {
+        fstats(e, feed)[LBF_FS_OUT_OF_ORDER] += 1;
+        enqueue(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
+        return;
+    }
+    eng_walk(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
+    eng_drain(e);
+}
+
+static void intake(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                   int is_marker, int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    if (is_marker) {
+        marker(e, feed, first, count == MOLD_END_OF_SESSION, arrival_ns);
+        return;
+    }
+    if (feed == LBF_FEED_RETRANSMIT && e->config.recovery) {
+        eng_impl_t *im = IMPL(e);
+        im->has_last_answer = 1;
+        im->last_answer_ns = arrival_ns;
+        im->recovery_dirty = 1;
+        lbf_event_t *ev = emit(e, LBF_EV_RECOVERY_ANSWER, 0, first, count);
+        if (ev)
+            ev->t = arrival_ns;
+    }
+    data(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
+}
+
+/* hold back a packet announcing sequences more than max_jump past everything known until a second one
+ * confirms the jump (spec.py _unconfirmed_jump); 1 when the packet was held or processed here */
+static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first,
+                            uint32_t count, int is_marker, int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t bound = e->config.max_jump;
+    if (!bound || !e->has_expected)
+        return 0;
+    uint64_t position = is_marker ? first - 1 : first;
+    uint64_t base = e->highest + 1 > e->expected ? e->highest + 1 : e->expected;
+    if (position <= base || position - base <= bound)
+        return 0;
+    held_t confirmed[ENG_MAX_HELD];
+    int32_t nc = 0, kept = 0;
+    for (int32_t i = 0; i < im->held_n; i++) {
+        held_t *h = &im->held[i];
+        uint64_t d = h->position > position ? h->position - position : position - h->position;
+        if (d <= bound)
+            confirmed[nc++] = *h;
+        else
+            im->held[kept++] = *h;
+    }
+    im->held_n = kept;
+    if (nc == 0) {
+        uint8_t *copy = malloc((size_t)length);
+        if (copy == NULL) {
+            im->oom = 1;
+            return 1;
+        }
+        memcpy(copy, p, (size_t)length);
+        kept = 0;
+        for (int32_t i = 0; i < im->held_n; i++) {
+            if (im->held[i].feed == feed)
+                free(im->held[i].data);
+            else
+                im->held[kept++] = im->held[i];
+        }
+        held_t h = {feed, position, first, count, is_marker, arrival_ns, copy, length};
+        im->held[kept++] = h;
+        im->held_n = kept;
+        e->counters[LBF_C_JUMPS_HELD] += 1;
+        return 1;
+    }
+    e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
+    for (int32_t i = 1; i < nc; i++) { /* stable insertion sort by position */
+        held_t h = confirmed[i];
+        int32_t j = i - 1;
+        while (j >= 0 && confirmed[j].position > h.position) {
+            confirmed[j + 1] = confirmed[j];
+            j--;
+        }
+        confirmed[j + 1] = h;
+    }
+    for (int32_t i = 0; i < nc; i++) {
+        held_t *h = &confirmed[i];
+        intake(e, h->feed, h->data, h->length, h->first, h->count, h->marker, h->arrival_ns, -1, 0);
+        free(h->data);
+    }
+    intake(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
+    return 1;
+}
+
+static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t feed, int32_t truncated,
+                              int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    int64_t *st = fstats(e, feed);
+    if (n < 0)
+        n = 0;
     st[LBF_FS_PACKETS] += 1;
-    st[LBF_FS_BYTES] += length;
-    st[LBF_FS_MESSAGES] += count;
-    if (arrival_ns > arb->last_arrival_ns)
-        arb->last_arrival_ns = arrival_ns;
-    return LBF_DONE;
+    st[LBF_FS_BYTES] += n;
+    if (!(e->config.feed_mask & (1 << feed))) {
+        st[LBF_FS_IGNORED] += 1;
+        return;
+    }
+    if (truncated || n < MOLD_HEADER_LENGTH) {
+        st[LBF_FS_DECODE_ERRORS] += 1;
+        return;
+    }
+    uint64_t first = be64(p + MOLD_SEQUENCE_OFFSET);
+    uint32_t count = be16(p + MOLD_COUNT_OFFSET);
+    int is_marker = count == MOLD_HEARTBEAT || count == MOLD_END_OF_SESSION;
+    int valid = is_marker ? (n == MOLD_HEADER_LENGTH && first >= 1)
+                          : (first >= 1 && first <= UINT64_MAX - count && blocks_fill_packet(p, n, count));
+    if (!valid) {
+        st[LBF_FS_DECODE_ERRORS] += 1;
+        return;
+    }
+    const uint8_t *session = p + MOLD_SESSION_OFFSET;
+    int same = e->has_session && memcmp(session, e->session, MOLD_SESSION_LENGTH) == 0;
+    if (!same && !accept_session(e, session, arrival_ns)) {
+        st[LBF_FS_FOREIGN_SESSION] += 1;
+        return;
+    }
+    if (arrival_ns > e->last_session_arrival_ns)
+        e->last_session_arrival_ns = arrival_ns;
+    if (!is_marker)
+        st[LBF_FS_MESSAGES] += count;
+    if (unconfirmed_jump(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset))
+        return;
+    intake(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset);
 }
 
-int32_t lbf_arb_process(lbf_arb_t *arb, const lbf_rx_t *rx, int32_t start, int32_t end, lbf_out_t *out,
-                        int32_t *status)
+int32_t lbf_eng_settle(lbf_eng_t *e, int64_t now_ns)
 {
-    *status = LBF_DONE;
-    if (start < 0)
-        start = 0;
-    if (end > rx->capacity)
-        end = rx->capacity;
+    eng_impl_t *im = IMPL(e);
+    for (;;) {
+        if (im->progress) {
+            im->progress = 0;
+            close_gaps(e);
+        }
+        if (!e->has_expected || e->highest < e->expected) {
+            e->waiting = 0;
+            break;
+        }
+        uint64_t hole = 0;
+        int has = first_undeclared_hole(e, &hole);
+        update_wait(e, now_ns, has, hole);
+        check_detection(e, now_ns);
+        if (im->progress)
+            continue;
+        if (e->recovering && (im->recovery_dirty || now_ns >= e->recovery_deadline_ns))
+            return im->oom ? -ENOMEM : LBF_NEED_RECOVERY;
+        break;
+    }
+    return im->oom ? -ENOMEM : 0;
+}
+
+void lbf_eng_settle_end(lbf_eng_t *e, int64_t now_ns)
+{
+    if (e->recovering && (!e->has_expected || e->highest < e->expected)) {
+        e->recovering = 0; /* caught up */
+        emit(e, LBF_EV_RECOVERY_STOP, 0, 0, 0);
+    }
+    emit_end_of_session(e);
+}
+
+void lbf_eng_recovery_polled(lbf_eng_t *e, int64_t deadline_ns)
+{
+    IMPL(e)->recovery_dirty = 0;
+    e->recovery_deadline_ns = deadline_ns;
+}
+
+void lbf_eng_abandon(lbf_eng_t *e, int64_t n, int32_t reason, int64_t now_ns) { eng_abandon(e, n, reason, now_ns); }
+
+int64_t lbf_eng_holes(lbf_eng_t *e, int32_t declared, uint64_t *first, uint64_t *last, int64_t limit)
+{
+    eng_impl_t *im = IMPL(e);
+    if (limit <= 0 || !e->has_expected)
+        return 0;
+    uint64_t upto = e->highest;
+    if (declared) {
+        if (im->declared_upto < e->expected)
+            return 0;
+        if (im->declared_upto < upto)
+            upto = im->declared_upto;
+    }
+    if (upto < e->expected)
+        return 0;
+    return cov_holes(im, e->expected, upto, first, last, limit);
+}
+
+int64_t lbf_eng_wait_deadline(lbf_eng_t *e)
+{
+    return e->waiting ? e->wait_started_ns + e->config.lost_packet_wait_ns : INT64_MAX;
+}
+
+int32_t lbf_eng_packet(lbf_eng_t *e, const uint8_t *packet, int32_t length, int32_t feed, int32_t truncated,
+                       int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    if (e == NULL || e->impl == NULL || feed < 0 || feed >= LBF_FEEDS || (packet == NULL && length > 0))
+        return -EINVAL;
+    eng_intake_packet(e, packet, length, feed, truncated, arrival_ns, slot, base_offset);
+    int32_t r = lbf_eng_settle(e, arrival_ns);
+    if (r == 0)
+        lbf_eng_settle_end(e, arrival_ns);
+    return IMPL(e)->oom ? -ENOMEM : r;
+}
+
+int32_t lbf_eng_process(lbf_eng_t *e, const lbf_rx_t *rx, int32_t start, int32_t end, int32_t *status)
+{
+    *status = 0;
+    if (e == NULL || e->impl == NULL || rx == NULL || start < 0 || end > rx->capacity) {
+        *status = -EINVAL;
+        return start;
+    }
     int32_t i = start;
-    for (; i < end; i++) {
+    while (i < end) {
         int32_t length = rx->length[i];
-        int32_t flags = rx->flags[i];
-        if (length < 0 || length > rx->slot_size) { /* not something lbf_rx_recv wrote: never read past the slot */
+        int32_t truncated = (rx->flags[i] & LBF_RX_TRUNCATED) != 0;
+        if (length < 0 || length > rx->slot_size) {
             length = length < 0 ? 0 : rx->slot_size;
-            flags |= LBF_RX_TRUNCATED;
+            truncated = 1;
         }
         int64_t base = (int64_t)i * rx->slot_size;
-        int32_t r = lbf_arb_packet(arb, rx->slab + base, length, rx->feed[i], flags, rx->arrival_ns[i], base, i,
-                                   out);
-        if (r != LBF_DONE) {
+        int32_t feed = rx->feed[i];
+        int32_t r = lbf_eng_packet(e, rx->slab + base, length, feed < LBF_FEEDS ? feed : LBF_FEED_A, truncated,
+                                   rx->arrival_ns[i], i, base);
+        i++;
+        if (r != 0) {
             *status = r;
             break;
         }
     }
     return i;
+}
+
+void lbf_eng_clear_output(lbf_eng_t *e)
+{
+    e->event_count = 0;
+    e->event_sealed = 0;
+    e->out_count = 0;
+    e->out_bytes_length = 0;
+}
+
+int32_t lbf_eng_init(lbf_eng_t *e)
+{
+    if (e == NULL || e->feed_stats == NULL || e->delay_stats == NULL || e->counters == NULL ||
+        e->ring_seq == NULL || e->ring_arrival == NULL || e->ring_feed == NULL)
+        return -EINVAL;
+    e->impl = calloc(1, sizeof(eng_impl_t));
+    if (e->impl == NULL)
+        return -ENOMEM;
+    e->recovery_deadline_ns = INT64_MAX;
+    return 0;
+}
+
+void lbf_eng_destroy(lbf_eng_t *e)
+{
+    if (e == NULL || e->impl == NULL)
+        return;
+    eng_impl_t *im = IMPL(e);
+    q_clear(im);
+    free_held(im);
+    free(im->heap);
+    free(im->cov_start);
+    free(im->cov_end);
+    free(im->gaps);
+    free(im->retired);
+    free(im);
+    e->impl = NULL;
+    free(e->events);
+    free(e->out_seq);
+    free(e->out_offset);
+    free(e->out_length);
+    free(e->out_src);
+    free(e->out_feed);
+    free(e->out_arrival);
+    free(e->out_bytes);
+    e->events = NULL;
+    e->out_seq = NULL;
+    e->out_offset = NULL;
+    e->out_length = NULL;
+    e->out_src = NULL;
+    e->out_feed = NULL;
+    e->out_arrival = NULL;
+    e->out_bytes = NULL;
+}
+
+int64_t lbf_eng_offer(lbf_eng_t *e, int64_t event_index, int64_t skip, const uint8_t *slab, int64_t slab_length,
+                      void *publication, int32_t exclusive, int32_t *appended)
+{
+    *appended = 0;
+    if (e == NULL || publication == NULL || event_index < 0 || event_index >= e->event_count || skip < 0)
+        return -EINVAL;
+    const lbf_event_t *ev = &e->events[event_index];
+    if (ev->kind != LBF_EV_DELIVER || ev->b > (uint64_t)e->out_count || ev->a + (uint64_t)skip > ev->b)
+        return -EINVAL;
+    int64_t first = (int64_t)ev->a + skip;
+    int64_t count = (int64_t)ev->b - first;
+    if (count == 0)
+        return 0;
+    if (count > INT32_MAX)
+        count = INT32_MAX;
+    const uint8_t *data = ev->reason ? slab : e->out_bytes;
+    int64_t data_length = ev->reason ? slab_length : e->out_bytes_length;
+    if (data == NULL)
+        return -EINVAL;
+    /* out_seq holds u64 sequences; the reserved value is the same 64 bits (read back as u64) */
+    return lb_offer_batch((lb_publication_t *)publication, exclusive, (const char *)data, data_length,
+                          e->out_offset + first, e->out_length + first, (const int64_t *)(e->out_seq + first),
+                          (int32_t)count, appended);
 }

@@ -1,10 +1,6 @@
 /*
- * logbuf feed handler hot path: batched MoldUDP64 receive and per-message arbitration of in-order packets
- * (see native/feed.c). Parsed by cffi's cdef: declarations and integer #defines only.
- *
- * Python (src/logbuf/feed/arbiter.py) owns the stream state and every slow case: out-of-order packets,
- * gaps, recovery, heartbeats, sessions. It says in `fast` what C may decide alone; C returns LBF_SLOW at the
- * first packet it must not decide.
+ * logbuf feed handler: batched MoldUDP64 receive and the arbitration engine (see native/feed.c). Parsed by
+ * cffi's cdef: declarations and integer #defines only. The rules are those of src/logbuf/feed/spec.py.
  */
 
 /* Feeds (index the per-feed statistics rows). */
@@ -13,7 +9,7 @@
 #define LBF_FEED_RETRANSMIT 2
 #define LBF_FEEDS 3
 
-/* Per-feed statistics: int64 feed_stats[LBF_FEEDS][LBF_FS_COUNT] (arbiter.py FS_*). */
+/* Per-feed statistics: int64 feed_stats[LBF_FEEDS][LBF_FS_COUNT] (stats.py FS_*). */
 #define LBF_FS_PACKETS 0
 #define LBF_FS_BYTES 1
 #define LBF_FS_MESSAGES 2
@@ -27,7 +23,7 @@
 #define LBF_FS_IGNORED 10
 #define LBF_FS_COUNT 11
 
-/* A-B arrival delay: int64 delay_stats[4] (arbiter.py DELAY_*). */
+/* A-B arrival delay: int64 delay_stats[4] (stats.py DELAY_*). */
 #define LBF_DELAY_COUNT 0
 #define LBF_DELAY_SUM_NS 1
 #define LBF_DELAY_MIN_NS 2
@@ -36,18 +32,6 @@
 /* ring_feed value of a slot that must not be paired (empty, retransmitted, already paired). */
 #define LBF_RING_NO_FEED 255
 
-/* lbf_arb_t.fast: what C may decide without Python. */
-#define LBF_FAST_OFF 0              /* nothing: every packet goes to Python */
-#define LBF_FAST_IN_ORDER 1         /* no hole: in-order packets (fresh messages and duplicates) */
-#define LBF_FAST_DUPLICATES 2       /* a hole is pending: only packets that change nothing but counters
-                                       (all-duplicate, malformed, ignored feed) arriving before deadline_ns */
-
-/* lbf_arb_packet / lbf_arb_process outcome. */
-#define LBF_DONE 0
-#define LBF_SLOW 1
-#define LBF_OUT_FULL 2
-#define LBF_INVALID -1
-
 /* lbf_rx_recv modes. */
 #define LBF_RECV_NONBLOCK 0
 #define LBF_RECV_WAIT_FOR_ONE 1
@@ -55,22 +39,6 @@
 /* Per-slot receive flags. */
 #define LBF_RX_TRUNCATED 1
 #define LBF_RX_KERNEL_TIMESTAMP 2
-
-/* Arbitration state shared with Python. The arrays are owned by Python (numpy) and outlive this struct. */
-typedef struct lbf_arb {
-    uint64_t expected;          /* next sequence to deliver */
-    int64_t last_arrival_ns;    /* latest arrival of a current-session packet handled here */
-    int64_t *feed_stats;        /* [LBF_FEEDS * LBF_FS_COUNT] */
-    int64_t *delay_stats;       /* [4] */
-    uint64_t *ring_seq;         /* last deliveries, slot = seq & ring_mask: for A-B pairing */
-    int64_t *ring_arrival;
-    uint8_t *ring_feed;
-    uint64_t ring_mask;
-    int64_t deadline_ns;        /* LBF_FAST_DUPLICATES: Python's next deadline (its timers may fire at it) */
-    int32_t fast;               /* LBF_FAST_* */
-    int32_t feed_mask;          /* bit f set: feed f is arbitrated; other feeds are counted as ignored */
-    uint8_t session[10];        /* the current MoldUDP64 session */
-} lbf_arb_t;
 
 /* A preallocated ring of receive slots. Arrays owned by Python; `impl` by lbf_rx_init / lbf_rx_destroy. */
 typedef struct lbf_rx {
@@ -82,17 +50,9 @@ typedef struct lbf_rx {
     int32_t capacity;
     int32_t slot_size;
     void *impl;
+    int64_t *kernel_drops;      /* [LBF_FEEDS] or NULL: the socket's SO_RXQ_OVFL count (datagrams the kernel
+                                   dropped for a full receive buffer), latest value seen per feed */
 } lbf_rx_t;
-
-/* Messages to deliver: message i is slab[offset[i] .. offset[i] + length[i]) with sequence seq[i]. */
-typedef struct lbf_out {
-    uint64_t *seq;
-    int64_t *offset;
-    int32_t *length;
-    int32_t *slot;
-    int32_t capacity;
-    int32_t count;              /* entries filled; appended to, the caller resets it */
-} lbf_out_t;
 
 /* Receive: 0 or -errno from init; destroy is idempotent. */
 int32_t lbf_rx_init(lbf_rx_t *rx);
@@ -102,18 +62,137 @@ void lbf_rx_destroy(lbf_rx_t *rx);
 int32_t lbf_rx_recv(lbf_rx_t *rx, int32_t fd, int32_t feed, int32_t start, int32_t max, int32_t mode);
 int64_t lbf_monotonic_ns(void);
 
-/* One packet: LBF_DONE (handled: delivered, duplicate, ignored or decode error), LBF_SLOW (Python must
- * decide; nothing was changed) or LBF_OUT_FULL (no room for its messages; nothing was changed).
- * Deliveries get offset base_offset + (offset in the packet) and slot `slot`. */
-int32_t lbf_arb_packet(lbf_arb_t *arb, const uint8_t *packet, int32_t length, int32_t feed, int32_t flags,
-                       int64_t arrival_ns, int64_t base_offset, int32_t slot, lbf_out_t *out);
 /* 1 when `count` message blocks fill packet[20 .. length) exactly (every length checked), else 0. */
 int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count);
-/* The message walk alone, for packets Python has already taken in (counted, session checked), e.g. when it
- * drains its out-of-order queue: LBF_DONE, LBF_SLOW (starts past expected), LBF_OUT_FULL, or LBF_INVALID
- * (not a well-formed data packet; nothing read past `length`). Ignores `fast`. */
-int32_t lbf_arb_walk(lbf_arb_t *arb, const uint8_t *packet, int32_t length, int32_t feed, int64_t arrival_ns,
-                     int64_t base_offset, int32_t slot, lbf_out_t *out);
-/* Slots start..end-1 of `rx` in order; returns the first slot not handled, *status says why it stopped. */
-int32_t lbf_arb_process(lbf_arb_t *arb, const lbf_rx_t *rx, int32_t start, int32_t end, lbf_out_t *out,
-                        int32_t *status);
+
+/* ==== the arbitration engine: the whole per-session stream state in C (src/logbuf/feed/arbiter.py is its
+ * facade, src/logbuf/feed/spec.py the executable specification it is tested against) ==== */
+
+/* Stream counters: int64 counters[LBF_C_COUNT] (stats.py C_*). */
+#define LBF_C_GAPS_DETECTED 0
+#define LBF_C_GAPS_RECOVERED 1
+#define LBF_C_GAPS_UNRECOVERABLE 2
+#define LBF_C_MESSAGES_UNRECOVERABLE 3
+#define LBF_C_DROPPED_PACKETS 4
+#define LBF_C_RECOVERY_REQUESTS 5
+#define LBF_C_QUEUE_OVERFLOWS 6
+#define LBF_C_SESSION_CHANGES 7
+#define LBF_C_JUMPS_HELD 8
+#define LBF_C_JUMPS_CONFIRMED 9
+#define LBF_C_COUNT 10
+
+/* Event kinds (lbf_event_t.kind). */
+#define LBF_EV_DELIVER 1            /* deliveries [a, b) */
+#define LBF_EV_GAP_DETECTED 2       /* [a, b], reason */
+#define LBF_EV_GAP_RECOVERED 3      /* [a, b] */
+#define LBF_EV_GAP_UNRECOVERABLE 4  /* [a, b], reason */
+#define LBF_EV_SESSION_CHANGED 5    /* a = next sequence; previous valid when reason = 1 */
+#define LBF_EV_END_OF_SESSION 6     /* a = next sequence */
+#define LBF_EV_QUEUE_OVERFLOW 7     /* a = queued packets, b = capacity */
+#define LBF_EV_RECOVERY_START 8     /* t = now: start the re-request pacing */
+#define LBF_EV_RECOVERY_STOP 9      /* caught up or session changed */
+#define LBF_EV_RECOVERY_ANSWER 10   /* a = first, b = count, t = arrival of a retransmitted packet */
+
+/* Gap reasons (events.py GapReason). */
+#define LBF_REASON_SEQUENCE_THRESHOLD 1
+#define LBF_REASON_WAIT_TIMEOUT 2
+#define LBF_REASON_RECOVERY_OFF 3
+#define LBF_REASON_GIVE_UP 4
+#define LBF_REASON_QUEUE_OVERFLOW 5
+#define LBF_REASON_SESSION_CHANGE 6
+
+/* lbf_eng_process / lbf_eng_packet / lbf_eng_settle: the re-request pacing (Python) must run now. */
+#define LBF_NEED_RECOVERY 1
+
+typedef struct lbf_event {
+    int32_t kind;
+    int32_t reason;
+    uint64_t a;
+    uint64_t b;
+    int64_t t;
+    uint8_t session[10];
+    uint8_t previous[10];
+} lbf_event_t;
+
+typedef struct lbf_eng_config {
+    int32_t feed_mask;                  /* bit f: packets of feed f are processed (RETRANSMIT always) */
+    int32_t live_mask;                  /* bit f: live feed f is arbitrated (A and/or B) */
+    int64_t out_of_order_max_interval;  /* packets per live feed past the hole */
+    int64_t lost_packet_wait_ns;
+    uint64_t start_sequence;            /* 0: join wherever the first packet is */
+    int32_t pinned;                     /* 1: only `session` may be joined */
+    uint8_t session[10];
+    int64_t max_queue_packets;
+    int64_t session_change_idle_ns;
+    uint64_t max_jump;                  /* 0: no confirmation */
+    int32_t recovery;                   /* 1: gaps are re-requested (else lost at once) */
+    int64_t retry_interval_ns;          /* recovery's: an answer this recent means "being answered" */
+} lbf_eng_config_t;
+
+/* Engine state Python may read (and the outputs of the last calls). The containers are behind `impl`. */
+typedef struct lbf_eng {
+    lbf_eng_config_t config;
+    int64_t *feed_stats;        /* [LBF_FEEDS * LBF_FS_COUNT], owned by Python */
+    int64_t *delay_stats;       /* [4] */
+    int64_t *counters;          /* [LBF_C_COUNT] */
+    uint64_t *ring_seq;         /* A-B pairing ring, slot = seq & ring_mask */
+    int64_t *ring_arrival;
+    uint8_t *ring_feed;
+    uint64_t ring_mask;
+    int32_t has_session;
+    uint8_t session[10];
+    int32_t has_expected;
+    uint64_t expected;          /* next sequence to deliver */
+    uint64_t highest;           /* highest sequence known to exist */
+    int64_t last_session_arrival_ns;
+    int32_t waiting;            /* the wait for the first undeclared hole runs since wait_started_ns */
+    int64_t wait_started_ns;
+    int64_t queued_packets;
+    int32_t recovering;         /* re-request pacing active */
+    int64_t recovery_deadline_ns; /* set by Python: when the pacing next has something to say */
+    /* outputs, appended to until lbf_eng_clear_output; valid until the next call */
+    lbf_event_t *events;
+    int64_t event_count;
+    int64_t event_sealed;       /* events below this index were read by Python: never extended */
+    uint64_t *out_seq;
+    int64_t *out_offset;        /* into the ring slab (out_src >= 0: that ring slot) or out_bytes (-1) */
+    int32_t *out_length;
+    int32_t *out_src;
+    uint8_t *out_feed;
+    int64_t *out_arrival;
+    int64_t out_count;
+    uint8_t *out_bytes;
+    int64_t out_bytes_length;
+    void *impl;
+} lbf_eng_t;
+
+/* 0 or -ENOMEM; `eng` zeroed by the caller with config and the Python-owned arrays set. */
+int32_t lbf_eng_init(lbf_eng_t *eng);
+void lbf_eng_destroy(lbf_eng_t *eng);
+void lbf_eng_clear_output(lbf_eng_t *eng);
+/* One datagram (copied if slot < 0; else message bytes stay at base_offset in the ring slab), then the
+ * stream settles at arrival_ns: 0, LBF_NEED_RECOVERY (call lbf_eng_settle_end after the pacing) or -ENOMEM. */
+int32_t lbf_eng_packet(lbf_eng_t *eng, const uint8_t *packet, int32_t length, int32_t feed, int32_t truncated,
+                       int64_t arrival_ns, int32_t slot, int64_t base_offset);
+/* Slots start..end-1 of `rx`; returns the next slot to process; *status = LBF_NEED_RECOVERY when it stopped
+ * after a packet for the pacing (then call lbf_eng_settle_end before going on), else 0 (or -ENOMEM). */
+int32_t lbf_eng_process(lbf_eng_t *eng, const lbf_rx_t *rx, int32_t start, int32_t end, int32_t *status);
+/* The settle loop up to the pacing: LBF_NEED_RECOVERY when Python must poll its pacing now. */
+int32_t lbf_eng_settle(lbf_eng_t *eng, int64_t now_ns);
+/* After the pacing (or when none was needed): stop it when caught up, end of session. */
+void lbf_eng_settle_end(lbf_eng_t *eng, int64_t now_ns);
+/* The pacing ran: its next deadline (INT64_MAX: none). */
+void lbf_eng_recovery_polled(lbf_eng_t *eng, int64_t deadline_ns);
+/* Give up the first n holes (declared or not) with `reason`. */
+void lbf_eng_abandon(lbf_eng_t *eng, int64_t n, int32_t reason, int64_t now_ns);
+/* Up to `limit` missing ranges: declared ones (declared = 1: what recovery works on) or all of
+ * [expected, highest]; returns how many were written. */
+int64_t lbf_eng_holes(lbf_eng_t *eng, int32_t declared, uint64_t *first, uint64_t *last, int64_t limit);
+/* When the lost-packet wait expires (INT64_MAX: no wait running). */
+int64_t lbf_eng_wait_deadline(lbf_eng_t *eng);
+/* Append deliveries [a + skip, b) of DELIVER event `event_index` to a logbuf publication (an
+ * lb_publication_t *, see logbuf.h) with lb_offer_batch: one frame per message, the sequence as the reserved
+ * value. `slab` is the receive ring's slab (runs of ring packets); copied runs use the engine's own bytes.
+ * Returns lb_offer_batch's result (or -EINVAL); *appended says how many went in. */
+int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const uint8_t *slab, int64_t slab_length,
+                      void *publication, int32_t exclusive, int32_t *appended);

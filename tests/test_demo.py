@@ -12,9 +12,20 @@ import pytest
 
 from logbuf.demo import DROP_BOTH
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+@pytest.mark.parametrize("args", [["--speed", "fast"], ["--speed", "0"], ["--messages", "1000"],
+                                  ["--timeout", "-1"]])
+def test_bad_arguments_fail_at_once_with_one_error_line(args: list[str], tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "logbuf.cli", "demo", *args, "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing was started or written
 
 
+@pytest.mark.spark
+@pytest.mark.timeout(600)
 def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     from logbuf.pipeline.spark import find_java_home
@@ -28,6 +39,10 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=560,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # one closing summary, no line per gap
+    assert "delivered:        60,000 of 60,000 messages" in proc.stderr
+    assert "lost:             0 messages" in proc.stderr
+    assert "gap-detected" not in proc.stderr and "gap-recovered" not in proc.stderr
     assert f"report:    {tmp_path / 'report' / 'report.md'}" in proc.stdout
     feed = json.loads((tmp_path / "feed-summary.json").read_text())
     assert feed["published"] == 60000 and feed["gaps_unrecoverable"] == 0

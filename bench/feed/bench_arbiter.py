@@ -6,16 +6,16 @@ Packets are built once (ITCH 5.0 message-size mix of the open, greedy 1400-byte 
 laid out in one big receive ring, so only arbitration is timed, in windows of ``--window`` slots (one recvmmsg
 batch each). Rows:
 
-- ``C core``: ``lbf_arb_process`` called once per window (what the socket loop's inner step costs, minus the
-  event objects);
-- ``NativeArbiter``: the same through the Python wrapper, which returns one ``DeliverBatch`` per window;
-- ``pure Python``: ``Arbiter.on_packet`` per packet (the slow path's cost per message, for scale);
+- ``C engine``: ``Arbiter.process`` once per window (the C engine; the Python cost is per window: the
+  ``DeliverBatch`` objects);
+- ``specification``: ``SpecArbiter.on_packet`` per packet (the pure-Python statement of the rules, for scale);
 - ``A+B``: both feeds, packed differently, B two packets behind (half the wire messages are duplicates);
-- ``A+B, A loses 1%``: B 32 packets behind, so every A loss opens a hole for ~32 packets; ahead-packets are
-  queued in Python until B fills the hole (the out-of-order slow path).
+- ``A+B, A loses 1%``: B 32 packets behind, so every A loss opens a hole for ~32 packets; the packets ahead
+  are queued (in C) until B fills the hole.
 
-msg/s counts *delivered* messages; "wire" counts every message received on either feed. Medians of ``--runs``;
-the machine has 2 noisy vCPUs (see /work/shared/reference/benchmarking.md): expect +-20-40 % between runs.
+msg/s counts *delivered* messages per CPU second (process time: the machine is shared); "wire" counts every
+message received on either feed. Medians of ``--runs``;
+the machine has 2 noisy vCPUs: expect +-20-40 % between runs.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from logbuf.feed import moldudp64  # noqa: E402
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig  # noqa: E402
 from logbuf.feed.events import DeliverBatch, Feed, FeedMode  # noqa: E402
-from logbuf.feed.feed_native import NativeArbiter, RecvRing, ffi, lib  # noqa: E402
+from logbuf.feed.feed_native import RecvRing  # noqa: E402
+from logbuf.feed.spec import SpecArbiter  # noqa: E402
 
 SESSION = "BENCH0001"
 SLOT = 2048
@@ -82,50 +83,31 @@ def load_ring(packets: list[tuple[Feed, bytes]]) -> RecvRing:
     return ring
 
 
-def fresh_arbiter(mode: FeedMode) -> Arbiter:
-    arb = Arbiter(ArbiterConfig(mode=mode, session=SESSION))
+def fresh_arbiter(mode: FeedMode, spec: bool = False) -> Arbiter | SpecArbiter:
+    config = ArbiterConfig(mode=mode, session=SESSION, out_of_order_max_interval=1_000)
+    arb = SpecArbiter(config) if spec else Arbiter(config)
     arb.on_packet(Feed.A if mode != FeedMode.B_ONLY else Feed.B, moldudp64.encode_heartbeat(SESSION, 1), 0)
-    return arb  # joined: the first data packet goes straight to C
+    return arb  # joined
 
 
-def run_c_core(ring: RecvRing, mode: FeedMode, window: int) -> tuple[float, int]:
+def run_engine(ring: RecvRing, mode: FeedMode, window: int) -> tuple[float, int]:
     arb = fresh_arbiter(mode)
-    native = NativeArbiter(arb, ring)
-    c, out, status = native._c, native._out, ffi.new("int32_t *")
-    native._sync_in()
     delivered, n = 0, ring.capacity
-    started = time.perf_counter_ns()
+    started = time.process_time_ns()
     for start in range(0, n, window):
-        out.count = 0
-        end = min(start + window, n)
-        i = lib.lbf_arb_process(c, ring.c, start, end, out, status)
-        if i != end:
-            raise RuntimeError("the C core stopped: the benchmark traffic must be in order")
-        delivered += out.count
-    return (time.perf_counter_ns() - started) / 1e9, delivered
-
-
-def run_wrapper(ring: RecvRing, mode: FeedMode, window: int) -> tuple[float, int]:
-    arb = fresh_arbiter(mode)
-    native = NativeArbiter(arb, ring)
-    delivered, n = 0, ring.capacity
-    started = time.perf_counter_ns()
-    for start in range(0, n, window):
-        for event in native.process(start, min(start + window, n)):
+        for event in arb.process(ring, start, min(start + window, n)):
             if isinstance(event, DeliverBatch):
                 delivered += len(event)
-            elif type(event).__name__ == "Deliver":
-                delivered += 1
-    return (time.perf_counter_ns() - started) / 1e9, delivered
+    return (time.process_time_ns() - started) / 1e9, delivered
 
 
 def run_pure(packets: list[tuple[Feed, bytes]], mode: FeedMode) -> tuple[float, int]:
-    arb = fresh_arbiter(mode)
+    arb = fresh_arbiter(mode, spec=True)
     delivered = 0
-    started = time.perf_counter_ns()
+    started = time.process_time_ns()
     for k, (feed, data) in enumerate(packets):
         delivered += sum(1 for e in arb.on_packet(feed, data, k * 1_000) if type(e).__name__ == "Deliver")
-    return (time.perf_counter_ns() - started) / 1e9, delivered
+    return (time.process_time_ns() - started) / 1e9, delivered
 
 
 def median_rate(fn: Callable[[], tuple[float, int]], runs: int) -> tuple[float, int]:
@@ -150,21 +132,16 @@ def main() -> None:
           f"median of {args.runs}; load average {os.getloadavg()[0]:.2f} at start")
     rows = []
     ring_one, ring_two, ring_lossy = load_ring(one), load_ring(two), load_ring(lossy)
-    for label, ring, mode in (("A", ring_one, FeedMode.A_ONLY), ("A+B", ring_two, FeedMode.A_AND_B)):
-        rate, got = median_rate(lambda r=ring, m=mode: run_c_core(r, m, args.window), args.runs)
+    for label, ring, mode in (("A", ring_one, FeedMode.A_ONLY), ("A+B", ring_two, FeedMode.A_AND_B),
+                              ("A+B, A loses 1%", ring_lossy, FeedMode.A_AND_B)):
+        rate, got = median_rate(lambda r=ring, m=mode: run_engine(r, m, args.window), args.runs)
         assert got == n, (label, got)
-        rows.append((f"C core, {label}", rate, got))
-        rate, got = median_rate(lambda r=ring, m=mode: run_wrapper(r, m, args.window), args.runs)
-        assert got == n, (label, got)
-        rows.append((f"NativeArbiter, {label}", rate, got))
-    rate, got = median_rate(lambda: run_wrapper(ring_lossy, FeedMode.A_AND_B, args.window), args.runs)
-    assert got == n, ("lossy", got)
-    rows.append(("NativeArbiter, A+B, A loses 1%", rate, got))
+        rows.append((f"C engine, {label}", rate, got))
     cut = max(1, len(one) // 20)
     rate, got = median_rate(lambda: run_pure(one[:cut], FeedMode.A_ONLY), max(1, args.runs // 2))
-    rows.append(("pure Python, A (1/20 of the packets)", rate, got))
+    rows.append(("specification (pure Python), A (1/20)", rate, got))
     for label, rate, _ in rows:
-        wire = f"  ({rate * wire_two / n / 1e6:6.2f} M wire msg/s)" if "A+B" in label and "loses" not in label else ""
+        wire = f"  ({rate * wire_two / n / 1e6:6.2f} M wire msg/s)" if label.endswith("A+B") else ""
         print(f"  {label:40s} {rate / 1e6:7.2f} M msg/s delivered{wire}")
 
 

@@ -26,10 +26,27 @@ import tempfile
 import time
 from pathlib import Path
 
+from logbuf.cli_args import count
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
 
 DROP_BOTH = (20_000, 20_049)  # a range lost on A and on B: only the retransmission server has it
+FEED_COUNTER_TYPE_ID = 1100  # the feed handler's counters in cnc.dat
+PUBLICATION_LIMIT_TYPE_ID = 1  # a publication's limit counter: the handler's publications exist
+STATUS_INTERVAL_S = 0.5
+MIN_MESSAGES = 60_000
+DEFAULT_SPEED = 1000.0
+
+
+def _speed(text: str) -> float:
+    """A positive replay speed factor (the feed handler's demo needs paced A/B interleaving: no 'max')."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"speed {text!r} must be a positive number (e.g. 500)") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"speed {text!r} must be a positive number (e.g. 500)")
+    return value
 
 
 def run_transport_demo(messages: int, sizes: list[int], rtt_samples: int, out=sys.stdout) -> int:
@@ -58,6 +75,55 @@ class _Step:
     def __call__(self, text: str) -> None:
         self.n += 1
         print(f"[{self.n}/{self.total} +{time.monotonic() - self.started:5.1f}s] {text}", file=sys.stderr, flush=True)
+
+
+def _feed_counters(client: object) -> dict[str, int]:
+    """The feed handler's counters (cnc.dat type 1100) by name."""
+    return {info.key.rstrip(b"\0").decode(errors="replace"): info.value
+            for info in client.counters if info.type_id == FEED_COUNTER_TYPE_ID}  # type: ignore[attr-defined]
+
+
+class _StatusLine:
+    """One line, rewritten in place on a terminal (nothing when stderr is not a terminal)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.tty = sys.stderr.isatty()
+        self.shown = False
+
+    def update(self, values: dict[str, int]) -> None:
+        if not self.tty or not values:
+            return
+        text = (f"    {values.get('published', 0):>10,} / {self.total:,} messages published   gaps "
+                f"{values.get('gaps_detected', 0)} detected, {values.get('gaps_recovered', 0)} recovered, "
+                f"{values.get('gaps_unrecoverable', 0)} lost   retransmitted "
+                f"{values.get('RETRANSMIT.delivered', 0):,}")
+        print("\r" + text, end="", file=sys.stderr, flush=True)
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr, flush=True)
+
+
+def _summary(summary: dict, total: int) -> tuple[str, bool]:
+    """The closing summary and whether anything was lost (every fault the demo scripts is recoverable)."""
+    published = int(summary.get("published", 0))
+    lost = int(summary.get("messages_unrecoverable", 0))
+    why = ", ".join(f"{n:,} {k.split('.', 1)[1].replace('_', ' ')}" for k, n in sorted(summary.items())
+                    if k.startswith("lost.") and n)
+    drops = int(summary.get("A.kernel_drops", 0)) + int(summary.get("B.kernel_drops", 0))
+    lines = [
+        f"delivered:        {published:,} of {total:,} messages, in sequence order",
+        f"from A / B:       {summary.get('A.delivered', 0):,} / {summary.get('B.delivered', 0):,} (first copy wins)",
+        f"recovered:        {summary.get('RETRANSMIT.delivered', 0):,} messages by retransmission, in "
+        f"{summary.get('gaps_recovered', 0)} gaps ({summary.get('recovery_requests', 0)} requests)",
+        f"lost:             {lost:,} messages" + (f" ({why})" if why else ""),
+        f"kernel drops:     {drops:,} datagrams (socket buffers full)",
+        f"wire to log:      p50 {summary.get('wire_to_log_p50_ns', 0) / 1e3:,.0f} us, "
+        f"p99 {summary.get('wire_to_log_p99_ns', 0) / 1e3:,.0f} us",
+    ]
+    return "\n".join(lines), lost > 0 or published != total
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 15.0) -> int | None:
@@ -103,27 +169,37 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
         procs.append(feed)
         with logbuf.connect(driver.directory) as client:  # wait for the handler's publications
             deadline = time.monotonic() + 60
-            while not any(i.type_id == 1 for i in client.counters):
+            while not any(i.type_id == PUBLICATION_LIMIT_TYPE_ID for i in client.counters):
                 if time.monotonic() > deadline or feed.poll() is not None:
                     raise RuntimeError("the feed handler did not start")
                 time.sleep(0.05)
-        book = subprocess.Popen([*logbuf_cmd, "book", "--interval-s", "2", "-q"], env=env,
+        book = subprocess.Popen([*logbuf_cmd, "book", "--interval", "2", "-q"], env=env,
                                 stdout=subprocess.PIPE, text=True)
         procs.append(book)
-        recorder = subprocess.Popen([*logbuf_cmd, "record", str(recording), "--until-end-of-session"], env=env)
+        recorder = subprocess.Popen([*logbuf_cmd, "record", str(recording), "--until-end-of-session", "--quiet"],
+                                    env=env)
         procs.append(recorder)
         time.sleep(2.0)  # subscriptions joined before the first packet
 
-        step(f"replaying the day as feeds A and B at {args.speed}x, with faults on A (freeze + catch-up, loss) and B "
-             f"(loss, 5 ms delay), and {DROP_BOTH[0]}-{DROP_BOTH[1]} lost on both")
+        step(f"replaying the day as feeds A and B at {args.speed:g}x, with faults on A (freeze + catch-up, loss) and "
+             f"B (loss, 5 ms delay), and {DROP_BOTH[0]}-{DROP_BOTH[1]} lost on both")
         replay = subprocess.Popen(
             [*logbuf_cmd, "replay", str(day), "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
-             "--speed", args.speed, "--b-delay-ms", "5", "--b-jitter-ms", "1", "--seed", str(args.seed),
+             "--speed", f"{args.speed:g}", "--b-delay-ms", "5", "--b-jitter-ms", "1", "--seed", str(args.seed),
              "--faults-a", "loss=0.005,freeze=0.0002", "--faults-b", "loss=0.005",
              "--drop-both", f"{DROP_BOTH[0]}-{DROP_BOTH[1]}", "--retransmit", f"127.0.0.1:{r}", "--linger-s", "10",
-             "--eos-interval-s", "0.5", "--summary-json", str(workdir / "replay-summary.json")], env=env)
+             "--eos-interval-s", "0.5", "--summary-json", str(workdir / "replay-summary.json"), "-q"], env=env)
         procs.append(replay)
-        if feed.wait(args.timeout) != 0:
+        status = _StatusLine(args.messages)
+        deadline = time.monotonic() + args.timeout
+        with logbuf.connect(driver.directory) as client:
+            while feed.poll() is None and time.monotonic() < deadline:
+                status.update(_feed_counters(client))
+                time.sleep(STATUS_INTERVAL_S)
+        status.close()
+        if feed.poll() is None:
+            raise RuntimeError(f"the feed handler did not reach the end of the session within {args.timeout:g} s")
+        if feed.returncode != 0:
             raise RuntimeError(f"the feed handler failed (exit {feed.returncode})")
         if recorder.wait(120) != 0:
             raise RuntimeError(f"the recorder failed (exit {recorder.returncode})")
@@ -131,10 +207,9 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
         _stop(book)
         tob = book.stdout.read() if book.stdout else ""
         summary = json.loads((workdir / "feed-summary.json").read_text())
-        step(f"feed handler done: {summary['published']:,} messages published, {summary['gaps_detected']} gaps "
-             f"detected, {summary['gaps_recovered']} recovered, {summary['gaps_unrecoverable']} unrecoverable; "
-             f"A delivered {summary['A.delivered']:,}, B {summary['B.delivered']:,}, "
-             f"retransmission {summary['RETRANSMIT.delivered']:,}")
+        closing, lost_any = _summary(summary, args.messages)
+        step("feed handler done")
+        print(closing, file=sys.stderr, flush=True)
         if "seq " in tob:
             print("top of book, last snapshot of `logbuf book`:\n" + tob[tob.rfind("seq ") :].rstrip(), file=sys.stderr)
     finally:
@@ -149,11 +224,14 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
         print("logbuf demo: analyze failed", file=sys.stderr)
         return result.returncode
     step("done")
+    if lost_any:
+        print("logbuf demo: messages were lost beyond the scripted faults (all of them are recoverable)",
+              file=sys.stderr)
     print(f"report:    {report_dir / 'report.md'}")
     print(f"plots:     {report_dir / 'plots'}")
     print(f"tables:    {report_dir / 'tables'}")
     print(f"recording: {recording}")
-    return 0
+    return 1 if lost_any else 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -162,8 +240,12 @@ def _demo(args: argparse.Namespace) -> int:
             print("logbuf demo: --transport-messages and --rtt-samples must be positive, sizes >= 0", file=sys.stderr)
             return 2
         return run_transport_demo(args.transport_messages, args.sizes, args.rtt_samples)
-    if args.messages < 60_000:
-        print("logbuf demo: --messages must be at least 60000 (the scripted faults need room)", file=sys.stderr)
+    if args.messages < MIN_MESSAGES:
+        print(f"logbuf demo: error: --messages must be at least {MIN_MESSAGES} (the scripted faults need room)",
+              file=sys.stderr)
+        return 2
+    if args.timeout <= 0:
+        print("logbuf demo: error: --timeout must be > 0", file=sys.stderr)
         return 2
     with contextlib.suppress(KeyboardInterrupt):
         return run_market_data_demo(args)
@@ -173,14 +255,15 @@ def _demo(args: argparse.Namespace) -> int:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo", help="the end-to-end story: driver, replay with faults, feed handler, recorder, Spark report",
-        description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=300_000, help="messages in the synthetic day")
-    parser.add_argument("--speed", default="1000", help="replay speed: 1000 = the 6.5-hour day in ~25 s (max sends A entirely before B)")
-    parser.add_argument("--seed", type=int, default=7)
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--messages", type=count, default=300_000, help="messages in the synthetic day (e.g. 300k)")
+    parser.add_argument("--speed", type=_speed, default=DEFAULT_SPEED,
+                        help="replay speed factor: 1000 = the synthetic day in about a minute")
+    parser.add_argument("--seed", type=int, default=7, help="seed of the day and of the faults")
     parser.add_argument("--workdir", default=None, help="where the day, recording and report go (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the replay to finish")
     parser.add_argument("--transport", action="store_true", help="the transport-only demo instead")
-    parser.add_argument("--transport-messages", type=int, default=1_000_000)
+    parser.add_argument("--transport-messages", type=count, default=1_000_000, help="--transport messages")
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256], help="--transport payload sizes")
-    parser.add_argument("--rtt-samples", type=int, default=100_000, help="--transport ping-pong round trips")
+    parser.add_argument("--rtt-samples", type=count, default=100_000, help="--transport ping-pong round trips")
     parser.set_defaults(func=_demo)

@@ -1,5 +1,7 @@
-"""The sans-IO arbiter: seed 000's gap interval, seed 002's catch-up incident, per-feed thresholds, heartbeats,
-end of session, sessions, the bounded queue, decode errors, statistics."""
+"""The sans-IO arbiter: the classic gap interval, the catch-up incident, per-feed thresholds, heartbeats,
+end of session, sessions, the bounded queue, decode errors, statistics.
+
+Every test runs twice: against the executable specification (pure Python) and against the C engine."""
 
 from __future__ import annotations
 
@@ -7,11 +9,14 @@ import random
 
 import pytest
 
+from logbuf.feed import arbiter as native
 from logbuf.feed import moldudp64 as m
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig, Coverage
+from logbuf.feed.arbiter import ArbiterConfig
 from logbuf.feed.arbsim import Arrival, RetransmitStub, catch_up_scenario, packetise, simulate
+from logbuf.feed.coverage import Coverage
 from logbuf.feed.events import (
     Deliver,
+    DeliverBatch,
     EndOfSession,
     Feed,
     FeedMode,
@@ -24,11 +29,38 @@ from logbuf.feed.events import (
     SessionChanged,
 )
 from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.spec import SpecArbiter
 
 S1 = m.encode_session("S1")
 S2 = m.encode_session("S2")
 MS = 1_000_000
 WAIT = ArbiterConfig().lost_packet_wait_time_ns
+
+
+def _flat(events: list) -> list:
+    out = []
+    for event in events:
+        out.extend(event.delivers() if isinstance(event, DeliverBatch) else [event])
+    return out
+
+
+class NativeFlat(native.Arbiter):
+    """The C engine with its delivery batches flattened into Deliver events (as the specification emits)."""
+
+    def on_packet(self, *args: object, **kwargs: object) -> list:
+        return _flat(super().on_packet(*args, **kwargs))
+
+    def on_tick(self, now_ns: int) -> list:
+        return _flat(super().on_tick(now_ns))
+
+
+Arbiter: type = SpecArbiter  # replaced per test by the fixture below
+
+
+@pytest.fixture(autouse=True, params=["spec", "native"])
+def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setitem(globals(), "Arbiter", SpecArbiter if request.param == "spec" else NativeFlat)
+    return request.param
 
 
 def msg(seq: int) -> bytes:
@@ -52,10 +84,10 @@ def joined_at(seq: int, **config: object) -> Arbiter:
     return Arbiter(ArbiterConfig(start_sequence=seq, **config))
 
 
-# -- seed 000 --------------------------------------------------------------------------------------------------
+# -- gap interval --------------------------------------------------------------------------------------------------
 
 
-def test_seed_000_worked_example_gap_interval() -> None:
+def test_worked_example_gap_interval() -> None:
     """Last accepted 1000, queued 1002, 1005, 1007, 1008 -> gap [1001, 1006]; 1007, 1008 delivered; 1002 and
     1005 dropped (recovery off)."""
     arb = joined_at(1000, out_of_order_max_interval=100)  # only the time criterion may fire here
@@ -77,7 +109,7 @@ def test_seed_000_worked_example_gap_interval() -> None:
     assert arb.stats(Feed.B).duplicates == 2
 
 
-def test_seed_000_with_recovery_declares_and_fills_each_hole() -> None:
+def test_worked_example_with_recovery_declares_and_fills_each_hole() -> None:
     """With recovery on nothing received is dropped: each hole is declared and re-requested."""
     arb = Arbiter(ArbiterConfig(start_sequence=1000, session="S1", out_of_order_max_interval=100),
                   Recovery(RecoveryConfig(initial_backoff_ns=0)))
@@ -101,11 +133,11 @@ def test_seed_000_with_recovery_declares_and_fills_each_hole() -> None:
     out = arb.on_packet(Feed.RETRANSMIT, pk(1006), WAIT + 40)
     assert delivered(out) == [1006, 1007, 1008]
     assert others(out) == [GapRecovered(S1, 1006, 1006)]
-    assert not arb.recovering and arb.fast_path_ready
+    assert not arb.recovering and not arb.holes() and arb.queued_packets == 0
     assert arb.stats(Feed.RETRANSMIT).delivered == 4
 
 
-# -- seed 002 --------------------------------------------------------------------------------------------------
+# -- catch-up --------------------------------------------------------------------------------------------------
 
 
 def seed_002_arrivals() -> list[Arrival]:
@@ -123,7 +155,7 @@ def per_packet_handler_losses(arrivals: list[Arrival]) -> set[int]:
     return set(range(1, max(got) + 1)) - got
 
 
-def test_seed_002_catch_up_packets_deliver_their_fresh_tail() -> None:
+def test_catch_up_packets_deliver_their_fresh_tail() -> None:
     arrivals = seed_002_arrivals()
     assert per_packet_handler_losses(arrivals)  # the scenario does reproduce the incident
     arb = Arbiter(ArbiterConfig())
@@ -239,9 +271,9 @@ def test_heartbeat_reveals_tail_loss_and_never_advances_expected() -> None:
     arb = joined_at(1)
     arb.on_packet(Feed.A, pk(1, 3), 0)
     assert arb.on_packet(Feed.A, m.encode_heartbeat(S1, 4), 1) == []  # nothing missing
-    assert arb.fast_path_ready
+    assert not arb.holes()
     assert arb.on_packet(Feed.A, m.encode_heartbeat(S1, 7), 2) == []  # 4..6 exist and were lost
-    assert arb.expected == 4 and not arb.fast_path_ready
+    assert arb.expected == 4 and arb.holes()
     events = arb.on_tick(2 + WAIT)
     assert others(events) == [GapDetected(S1, 4, 6, GapReason.WAIT_TIMEOUT),
                               GapUnrecoverable(S1, 4, 6, GapReason.RECOVERY_OFF)]
@@ -368,7 +400,7 @@ def test_malformed_packets_are_counted_and_change_nothing(packet: bytes) -> None
     arb.on_packet(Feed.A, pk(1), 0)
     assert arb.on_packet(Feed.A, packet, 1) == []
     assert arb.stats(Feed.A).decode_errors == 1
-    assert arb.expected == 2 and arb.fast_path_ready
+    assert arb.expected == 2 and not arb.holes()
 
 
 def test_truncated_datagram_is_a_decode_error() -> None:
@@ -453,3 +485,24 @@ def test_recovery_fills_a_double_loss_and_reports_it_recovered() -> None:
     assert result.of_type(GapRecovered) == [GapRecovered(S1, 41, 48)]
     assert server.requests == [(41, 8), (46, 3)]  # the answer carried 5: the rest is asked for at once
     assert arb.stats(Feed.RETRANSMIT).delivered == 8
+
+
+def test_a_hole_being_answered_is_not_given_up_for_queue_pressure() -> None:
+    arb = Arbiter(ArbiterConfig(session="S1", max_queue_packets=4, out_of_order_max_interval=100),
+                  Recovery(RecoveryConfig(initial_backoff_ns=0), rng=random.Random(1)))
+    arb.on_packet(Feed.A, pk(1), 0)
+    for seq in (4, 5, 6):
+        arb.on_packet(Feed.A, pk(seq), 1)  # hole [2, 3]
+    assert others(arb.on_tick(WAIT + 1)) == [GapDetected(S1, 2, 3, GapReason.WAIT_TIMEOUT),
+                                             RecoveryRequest(S1, 2, 2)]
+    assert delivered(arb.on_packet(Feed.RETRANSMIT, pk(2), WAIT + 2)) == [2]  # the server is answering
+    events = []
+    for seq in (7, 8, 9, 10):  # past the queue's capacity of 4 (up to twice that while answers come)
+        events += arb.on_packet(Feed.A, pk(seq), WAIT + 3)
+    assert not [e for e in events if isinstance(e, QueueOverflow | GapUnrecoverable)]
+    assert arb.queued_packets == 7
+    # no answer for a retry interval: the bound holds again and the oldest hole is given up
+    events = arb.on_packet(Feed.A, pk(11), WAIT + 3 + RecoveryConfig().retry_interval_ns)
+    assert QueueOverflow(S1, 7, 4) in events
+    assert GapUnrecoverable(S1, 3, 3, GapReason.QUEUE_OVERFLOW) in events
+    assert delivered(events) == list(range(4, 12))

@@ -189,7 +189,7 @@ def test_a_range_missing_everywhere_is_named_exactly_by_the_unrecoverable_gap(
 @given(case=missing_range(), a=feed_faults, b=feed_faults, seed=st.integers(0, 2**32))
 def test_recovery_off_names_exactly_the_range_lost_on_both_feeds(
         case: tuple[int, range], a: FeedFaults, b: FeedFaults, seed: int) -> None:
-    """Recovery off (seed 000 resolution): the feeds duplicate and are delayed differently but lose nothing
+    """Recovery off (the classic resolution): the feeds duplicate and are delayed differently but lose nothing
     else and keep their order, so the only hole is the range."""
     n, gone = case
     rng = random.Random(seed)

@@ -1,5 +1,6 @@
-"""The native fast path (native/feed.c through logbuf.feed.feed_native): identical results to the pure-Python
-arbiter, robustness against malformed datagrams, recvmmsg receive with arrival timestamps."""
+"""The arbitration engine (native/feed.c behind logbuf.feed.arbiter.Arbiter): identical results to the
+executable specification (logbuf.feed.spec) on random traffic, robustness against arbitrary datagrams,
+recvmmsg receive with arrival timestamps and kernel drop counts."""
 
 from __future__ import annotations
 
@@ -13,25 +14,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logbuf.feed import moldudp64 as m
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig, parse_blocks
+from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
 from logbuf.feed.arbsim import Arrival, catch_up_scenario, simulate
+from logbuf.feed.coverage import parse_blocks
 from logbuf.feed.events import Deliver, DeliverBatch, Event, Feed, FeedMode
 from logbuf.feed.feed_native import (
     RX_KERNEL_TIMESTAMP,
     RX_TRUNCATED,
-    NativeArbiter,
     RecvRing,
+    enable_drop_counts,
     enable_kernel_timestamps,
     ffi,
     lib,
     monotonic_ns,
 )
 from logbuf.feed.recovery import Recovery
+from logbuf.feed.spec import SpecArbiter
 
 S1 = m.encode_session("NAT1")
 S2 = m.encode_session("NAT2")
 MS = 1_000_000
 SLOT = 1024
+JUMP = 200  # max_jump of the equivalence tests: small, so the traffic exercises the confirmation
 
 
 def content(seq: int) -> bytes:
@@ -115,8 +119,13 @@ def traffic(seed: int, n: int) -> list[tuple[Feed, bytes, int]]:
                 cursors = {Feed.A: 4, Feed.B: 4}
                 backlog = {Feed.A: [], Feed.B: []}
             packet, feed = data(1, 3, other), Feed.A
-        elif r < 0.98:
+        elif r < 0.955:
             packet, feed = malformed(rng, highest), rng.choice([Feed.A, Feed.B])
+        elif r < 0.98:  # a jump far ahead (forged, or real and confirmed by the next one), data or heartbeat
+            far = highest + rng.choice([JUMP + 1, 2 * JUMP, 10**9, 2**63 + 5, 2**64 - 10])
+            far = min(far, 2**64 - 4)
+            packet = data(far, 1, session) if rng.random() < 0.7 else m.encode_heartbeat(session, far)
+            feed = rng.choice([Feed.A, Feed.B])
         else:  # larger than a receive slot: truncated by the kernel
             packet, feed = data(max(1, highest - 1), 3, session) + b"\x00" * SLOT, Feed.A
         out.append((feed, packet, t))
@@ -128,8 +137,8 @@ def recovery(seed: int | None) -> Recovery | None:
 
 
 def run_pure(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: ArbiterConfig, seed: int | None
-             ) -> tuple[Arbiter, list[Event]]:
-    arb = Arbiter(config, recovery(seed))
+             ) -> tuple[SpecArbiter, list[Event]]:
+    arb = SpecArbiter(config, recovery(seed))
     events: list[Event] = []
     for k, (feed, packet, t) in enumerate(packets):
         events += arb.on_packet(feed, packet[:SLOT], t, truncated=len(packet) > SLOT)
@@ -139,10 +148,9 @@ def run_pure(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: Ar
 
 
 def run_native(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: ArbiterConfig,
-               seed: int | None, ring_slots: int) -> tuple[Arbiter, NativeArbiter, list[Event]]:
+               seed: int | None, ring_slots: int) -> tuple[Arbiter, list[Event]]:
     arb = Arbiter(config, recovery(seed))
     ring = RecvRing(ring_slots, SLOT)
-    fast = NativeArbiter(arb, ring, out_capacity=(SLOT - 20) // 2)  # small: exercises the out-full path
     events: list[Event] = []
     begin = 0
     for end in [*cuts, len(packets)]:
@@ -150,181 +158,74 @@ def run_native(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: 
             continue
         for slot, (feed, packet, t) in enumerate(packets[begin:end]):
             ring.load(slot, packet, feed, t)
-        events += flatten(fast.process(0, end - begin))  # copy out: the ring is reused
+        events += flatten(arb.process(ring, 0, end - begin))  # copy out: the ring is reused
         if end in cuts:
-            events += arb.on_tick(packets[end - 1][2])
+            events += flatten(arb.on_tick(packets[end - 1][2]))
         begin = end
-    return arb, fast, events
+    return arb, events
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32), n=st.integers(1, 150), mode=st.sampled_from(list(FeedMode)),
-       start=st.sampled_from([1, None]), batch=st.integers(1, 32), with_recovery=st.booleans())
-def test_native_path_gives_identical_results(seed: int, n: int, mode: FeedMode, start: int | None,
-                                             batch: int, with_recovery: bool) -> None:
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 200), mode=st.sampled_from(list(FeedMode)),
+       start=st.sampled_from([1, None]), batch=st.integers(1, 32), with_recovery=st.booleans(),
+       queue=st.sampled_from([4, 16_384]))
+def test_the_engine_gives_the_results_of_the_specification(seed: int, n: int, mode: FeedMode, start: int | None,
+                                                           batch: int, with_recovery: bool, queue: int) -> None:
+    """Loss, duplication, reordering, retransmissions, heartbeats, sessions, end of session, garbage, jumps,
+    both feeds, clock ticks between receive batches: the same events, deliveries, counters and state."""
     packets = traffic(seed, n)
     cuts = list(range(batch, n, batch))  # receive batches; the arbiter is ticked between them
-    config = ArbiterConfig(mode=mode, start_sequence=start, out_of_order_max_interval=3)
+    config = ArbiterConfig(mode=mode, start_sequence=start, out_of_order_max_interval=3, max_jump=JUMP,
+                           max_queue_packets=queue)
     rec = seed if with_recovery else None
     pure, pure_events = run_pure(packets, cuts, config, rec)
-    arb, fast, native_events = run_native(packets, cuts, config, rec, batch)
+    arb, native_events = run_native(packets, cuts, config, rec, batch)
     assert native_events == pure_events
     assert np.array_equal(arb.feed_stats, pure.feed_stats)
     assert np.array_equal(arb.delay_stats, pure.delay_stats)
     assert arb.counter_values() == pure.counter_values()
-    assert (arb.expected, arb.session, arb.last_session_arrival_ns) == (
-        pure.expected, pure.session, pure.last_session_arrival_ns)
+    assert (arb.expected, arb.session, arb.highest, arb.last_session_arrival_ns, arb.holes()) == (
+        pure.expected, pure.session, pure.highest, pure.last_session_arrival_ns, pure.holes())
+    assert arb.next_deadline_ns() == pure.next_deadline_ns()
 
 
-def test_the_fast_path_takes_most_of_the_traffic() -> None:
-    """Guards the equivalence test's relevance: most packets must actually go through C."""
-    fast_total = slow_total = 0
-    for seed in range(5):
-        packets = traffic(seed, 400)
-        _, fast, _ = run_native(packets, list(range(32, 400, 32)), ArbiterConfig(), None, 32)
-        fast_total += fast.fast_packets
-        slow_total += fast.slow_packets
-    assert fast_total > 2 * slow_total and slow_total > 0
-
-
-def test_seed_002_catch_up_packets_are_arbitrated_per_message_in_c() -> None:
-    """The incident's straddling catch-up packet (old messages first, fresh ones after) is handled by C."""
+def test_catch_up_packets_are_arbitrated_per_message() -> None:
+    """The incident's straddling catch-up packet (old messages first, fresh ones after) delivers its tail."""
     messages, arrivals = catch_up_scenario(S1)
-    pure = simulate(Arbiter(ArbiterConfig()), arrivals)
+    pure = simulate(SpecArbiter(ArbiterConfig()), arrivals)
     arb = Arbiter(ArbiterConfig())
     ring = RecvRing(1, SLOT)
-    fast = NativeArbiter(arb, ring)
-    straddlers = []
 
-    def through_c(arbiter: Arbiter, a: Arrival) -> list[Event]:
+    def through_ring(arbiter: Arbiter, a: Arrival) -> list[Event]:
         ring.load(0, a.data, a.feed, a.time_ns)
-        before, handled = arbiter.expected, fast.fast_packets
-        events = fast.process(0, 1)
-        p = m.decode(a.data)
-        if before is not None and p.sequence < before < p.next_sequence:
-            straddlers.append(fast.fast_packets > handled)
-        return events
+        return flatten(arbiter.process(ring, 0, 1))
 
-    native = simulate(arb, arrivals, process=through_c)
+    native = simulate(arb, arrivals, process=through_ring)
     assert [(d.seq, d.message, d.feed, d.arrival_ns) for d in native.delivered] == [
         (d.seq, d.message, d.feed, d.arrival_ns) for d in pure.delivered]
     assert [d.message for d in native.delivered] == messages and native.events == pure.events
-    assert straddlers and all(straddlers)  # every packet starting with old messages but carrying fresh ones: C
-    assert fast.fast_packets > 50 * fast.slow_packets
-
-
-# -- the C function directly ----------------------------------------------------------------------------------
-
-
-class Direct:
-    """lbf_arb_packet on raw bytes with a fresh state: fast, expecting ``expected``, session S1."""
-
-    def __init__(self, expected: int = 1, capacity: int = 64) -> None:
-        self.arbiter = Arbiter(ArbiterConfig(mode=FeedMode.A_ONLY))
-        self.native = NativeArbiter(self.arbiter, RecvRing(1, SLOT), out_capacity=max(capacity, (SLOT - 20) // 2))
-        self.c = self.native._c
-        ffi.memmove(self.c.session, S1, 10)
-        self.c.expected = expected
-        self.c.fast = lib.LBF_FAST_IN_ORDER
-        self.out = ffi.new("lbf_out_t *")
-        self.seq = np.zeros(capacity, np.uint64)
-        self.offset = np.zeros(capacity, np.int64)
-        self.length = np.zeros(capacity, np.int32)
-        self.slot = np.zeros(capacity, np.int32)
-        for name in ("seq", "offset", "length", "slot"):
-            setattr(self.out, name, ffi.cast(ffi.typeof(getattr(self.out, name)), ffi.from_buffer(getattr(self, name))))
-        self.out.capacity = capacity
-
-    def packet(self, packet: bytes, feed: Feed = Feed.A, flags: int = 0) -> int:
-        buf = ffi.from_buffer(packet)  # exactly len(packet) bytes: any over-read is outside the object
-        return lib.lbf_arb_packet(self.c, buf, len(packet), int(feed), flags, 5, 0, 0, self.out)
-
-    def messages(self, packet: bytes) -> list[tuple[int, bytes]]:
-        n = self.out.count
-        return [(int(self.seq[i]), packet[self.offset[i] : self.offset[i] + self.length[i]]) for i in range(n)]
-
-    def stat(self, name: str, feed: Feed = Feed.A) -> int:
-        return getattr(self.arbiter.stats(feed), name)
-
-
-def test_c_delivers_only_fresh_messages_and_advances() -> None:
-    d = Direct(expected=4)
-    packet = data(1, 6)
-    assert d.packet(packet) == lib.LBF_DONE
-    assert d.messages(packet) == [(s, content(s)) for s in (4, 5, 6)]
-    assert d.c.expected == 7
-    assert (d.stat("delivered"), d.stat("duplicates"), d.stat("messages"), d.stat("packets")) == (3, 3, 6, 1)
-
-
-def test_c_leaves_every_unusual_packet_to_python_untouched() -> None:
-    d = Direct(expected=4)
-    for packet in (data(5, 2), data(4, 1, S2), m.encode_heartbeat(S1, 9), m.encode_end_of_session(S1, 4)):
-        assert d.packet(packet) == lib.LBF_SLOW
-    d.c.fast = 0
-    assert d.packet(data(4, 1)) == lib.LBF_SLOW
-    assert d.out.count == 0 and d.c.expected == 4 and not d.arbiter.feed_stats.any()
-
-
-def test_c_takes_only_duplicates_while_a_hole_is_pending_and_only_before_the_deadline() -> None:
-    d = Direct(expected=10)
-    d.c.fast = lib.LBF_FAST_DUPLICATES
-    d.c.deadline_ns = 6  # the packets below arrive at 5
-    assert d.packet(data(3, 4)) == lib.LBF_DONE  # all duplicates
-    assert d.packet(data(1, 2) + b"x") == lib.LBF_DONE  # malformed
-    assert (d.stat("duplicates"), d.stat("decode_errors"), d.out.count) == (4, 1, 0)
-    assert d.packet(data(8, 3)) == lib.LBF_SLOW  # carries a fresh message: Python fills and drains
-    d.c.deadline_ns = 5  # Python's timers are due at this arrival
-    assert d.packet(data(3, 4)) == lib.LBF_SLOW
-    assert d.stat("duplicates") == 4 and d.c.expected == 10
-
-
-def test_c_out_full_changes_nothing() -> None:
-    d = Direct(expected=1, capacity=4)
-    d.out.capacity = 4
-    assert d.packet(data(1, 3)) == lib.LBF_DONE
-    assert d.packet(data(4, 2)) == lib.LBF_OUT_FULL  # one slot left, two fresh messages
-    assert d.out.count == 3 and d.c.expected == 4 and d.stat("packets") == 1
-    assert d.packet(data(1, 4)) == lib.LBF_DONE  # only one of them is fresh: fits
-    assert d.out.count == 4 and d.c.expected == 5
-
-
-def test_c_ignored_feed_and_truncation() -> None:
-    d = Direct()
-    assert d.packet(data(1, 1), Feed.B) == lib.LBF_DONE  # A_ONLY: B is ignored
-    assert d.stat("ignored", Feed.B) == 1 and d.c.expected == 1
-    assert d.packet(data(1, 1), Feed.A, lib.LBF_RX_TRUNCATED) == lib.LBF_DONE
-    assert d.stat("decode_errors") == 1 and d.c.expected == 1
 
 
 @settings(max_examples=400, deadline=None)
 @given(body=st.binary(max_size=200), count=st.integers(0, 0xFFFF), first=st.integers(0, 2**64 - 1),
-       expected=st.integers(1, 2**64 - 1))
-def test_c_survives_arbitrary_datagrams_and_agrees_with_the_codec(body: bytes, count: int, first: int,
-                                                                  expected: int) -> None:
-    """Any bytes after a header of our session: C never reads outside the datagram (it is handed a buffer of
-    exactly that size), and decides exactly what the strict Python codec decides."""
-    packet = m.encode_header(S1, first, count) + body
-    d = Direct(expected=min(expected, first) if first else expected)  # mostly in order: the interesting case
-    before = int(d.c.expected)
-    r = d.packet(packet)
-    for i in range(d.out.count):
-        assert d.offset[i] >= 20 and d.offset[i] + d.length[i] <= len(packet)
-    try:
-        decoded = m.decode(packet)
-        valid = isinstance(decoded, m.DownstreamPacket) and decoded.next_sequence <= 2**64 - 1
-    except m.MoldUDP64Error:
-        decoded, valid = None, False
-    if count in (m.HEARTBEAT_COUNT, m.END_OF_SESSION_COUNT) or first > before:
-        assert r == lib.LBF_SLOW  # heartbeats, end of session and packets ahead are Python's
-    elif valid:
-        assert r == lib.LBF_DONE
-        skip = before - decoded.sequence
-        assert [x for _, x in d.messages(packet)] == list(decoded.messages[skip:])
-        assert [s for s, _ in d.messages(packet)] == list(range(before, decoded.next_sequence))
-        assert int(d.c.expected) == max(before, decoded.next_sequence)
-    else:
-        assert r == lib.LBF_DONE
-        assert d.stat("decode_errors") == 1 and d.out.count == 0 and int(d.c.expected) == before
+       expected=st.integers(1, 2**64 - 1), session=st.sampled_from([S1, S2]))
+def test_arbitrary_datagrams_get_the_specifications_answer(body: bytes, count: int, first: int, expected: int,
+                                                           session: bytes) -> None:
+    """Any bytes after any header: the engine reads nothing outside the datagram (it gets a copy of exactly that
+    size), and decides what the specification decides — also when it arrives before the first valid packet."""
+    packet = m.encode_header(session, first, count) + body
+    for joined in (True, False):
+        config = ArbiterConfig(start_sequence=expected, max_jump=JUMP)
+        arbs = [SpecArbiter(config), Arbiter(config)]
+        results = []
+        for arb in arbs:
+            events = []
+            if joined:
+                events += flatten(arb.on_packet(Feed.A, m.encode_heartbeat(S1, expected), 0))
+            events += flatten(arb.on_packet(Feed.B, packet, 1))
+            events += flatten(arb.on_packet(Feed.A, data(1, 2), 2))
+            results.append((events, arb.counter_values(), arb.expected, arb.session))
+        assert results[0] == results[1]
 
 
 @settings(max_examples=300, deadline=None)
@@ -337,71 +238,51 @@ def test_c_block_validation_matches_python(body: bytes, count: int, cut: int) ->
     assert lib.lbf_mold_valid(ffi.from_buffer("uint8_t[]", short), len(short), count) == 0
 
 
-def test_c_walk_alone_counts_only_what_it_delivers() -> None:
-    d = Direct(expected=3)
-
-    def walk(packet: bytes) -> int:
-        return lib.lbf_arb_walk(d.c, ffi.from_buffer("uint8_t[]", packet), len(packet), 0, 5, 0, 0, d.out)
-
-    for bad in (b"", data(1, 2)[:19], data(1, 2)[:-1], m.encode_heartbeat(S1, 3),
-                m.encode_header(S1, 0, 1) + b"\x00\x01x"):
-        assert walk(bad) == lib.LBF_INVALID
-    assert walk(data(4, 1)) == lib.LBF_SLOW  # starts past expected: it belongs in the queue
-    packet = data(1, 4)
-    assert walk(packet) == lib.LBF_DONE
-    assert d.messages(packet) == [(3, content(3)), (4, content(4))]
-    assert (d.stat("delivered"), d.stat("duplicates"), d.stat("packets"), d.stat("messages")) == (2, 2, 0, 0)
-    assert d.c.expected == 5
-
-
-def test_drained_packets_come_as_batches_that_own_their_bytes() -> None:
+def test_ring_messages_are_views_and_queued_ones_copies() -> None:
     arb = Arbiter(ArbiterConfig())
     ring = RecvRing(4, SLOT)
-    fast = NativeArbiter(arb, ring)
     ring.load(0, data(1, 2), Feed.A, 0)
     ring.load(1, data(5, 3), Feed.A, 1)  # ahead of 3: queued (a copy)
     ring.load(2, data(3, 2), Feed.B, 2)  # fills the hole: the queue drains
-    events = fast.process(0, 3)
-    # all three went through Python (the join, the packet filling the hole, the drain): walked in C, each
-    # batch over its own copy of the datagram
-    assert fast.slow_packets == 3
+    events = arb.process(ring, 0, 3)
     batches = [e for e in events if isinstance(e, DeliverBatch)]
-    assert [e.seqs.tolist() for e in batches] == [[1, 2], [3, 4], [5, 6, 7]]
-    assert not any(np.shares_memory(e.buffer, ring.slab) for e in batches)
-    for slot in range(3):  # the ring is reused: the batches are unaffected
-        ring.load(slot, data(100, 3), Feed.A, 9)
+    assert [e.seqs.tolist() for e in batches] == [[1, 2, 3, 4], [5, 6, 7]]
+    assert batches[0].buffer is ring.slab and not np.shares_memory(batches[1].buffer, ring.slab)
     assert [(d.seq, d.message, d.feed, d.arrival_ns) for d in flatten(events) if isinstance(d, Deliver)] == [
         (s, content(s), feed, t) for s, feed, t in [(1, Feed.A, 0), (2, Feed.A, 0), (3, Feed.B, 2),
                                                     (4, Feed.B, 2), (5, Feed.A, 1), (6, Feed.A, 1), (7, Feed.A, 1)]]
 
 
-# -- NativeArbiter plumbing ---------------------------------------------------------------------------------
+def test_a_hole_does_not_send_packets_to_python() -> None:
+    """While a hole is pending (single-feed loss, the other feed late), the whole batch stays in C: the
+    pacing is not asked, and the batch comes back as one delivery run per source."""
+    class CountingRecovery(Recovery):
+        polls = 0
+
+        def poll(self, holes, now_ns):  # type: ignore[no-untyped-def]
+            CountingRecovery.polls += 1
+            return super().poll(holes, now_ns)
+
+    arb = Arbiter(ArbiterConfig(out_of_order_max_interval=1000), CountingRecovery(rng=random.Random(1)))
+    ring = RecvRing(64, SLOT)
+    slot = 0
+    for first in range(1, 200, 5):  # A lost 6-10; B is 30 packets late
+        if first != 6:
+            ring.load(slot, data(first, 5), Feed.A, slot)
+            slot += 1
+    ring.load(slot, data(6, 5), Feed.B, slot)
+    events = arb.process(ring, 0, slot + 1)
+    batches = [e for e in events if isinstance(e, DeliverBatch)]
+    assert len(batches) == 2  # 1-10 from the ring (A, then B's copy of 6-10); the rest drained from the queue
+    assert np.concatenate([e.seqs for e in batches]).tolist() == list(range(1, 201))
+    assert CountingRecovery.polls == 0 and arb.counters.recovery_requests == 0 and not arb.holes()
 
 
-def test_deliver_batch_views_and_out_full_copies() -> None:
-    arb = Arbiter(ArbiterConfig())
-    ring = RecvRing(8, SLOT)
-    fast = NativeArbiter(arb, ring, out_capacity=(SLOT - 20) // 2)
-    arb.on_packet(Feed.A, data(1, 1), 0)  # join (slow path)
-    big = (SLOT - 20) // 2 - 100
-    first = 2
-    for slot in range(3):
-        ring.load(slot, m.encode_downstream(S1, first, [b""] * big), Feed.B, 10 + slot)
-        first += big
-    events = fast.process(0, 3)
-    assert [type(e) for e in events] == [DeliverBatch] * 3  # out filled up twice: earlier batches were copied
-    seqs = np.concatenate([e.seqs for e in events])
-    assert seqs.tolist() == list(range(2, first))
-    assert events[1].feeds.tolist() == [Feed.B] * big and events[2].arrivals_ns.tolist() == [12] * big
-    assert not np.shares_memory(events[0].seqs, fast.out_seq)
-
-
-def test_native_arbiter_rejects_bad_arguments() -> None:
-    ring = RecvRing(4, SLOT)
+def test_the_engine_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError):
-        NativeArbiter(Arbiter(), ring, out_capacity=10)
+        Arbiter().process(RecvRing(4, SLOT), 0, 5)
     with pytest.raises(ValueError):
-        NativeArbiter(Arbiter(), ring).process(0, 5)
+        Arbiter().on_packet(7, data(1, 1), 0)
     with pytest.raises(ValueError):
         RecvRing(0)
     with pytest.raises(ValueError):
@@ -457,7 +338,7 @@ def test_recvmmsg_on_loopback_feeds_the_arbiter(udp_pair) -> None:
     assert bytes(ring.packet(0)) == data(1, 3) and bytes(ring.packet(10)) == data(1, 5)
     assert np.all((before <= ring.arrivals[:16]) & (ring.arrivals[:16] <= after))
     arb = Arbiter(ArbiterConfig())
-    events = flatten(NativeArbiter(arb, ring).process(0, 16))
+    events = flatten(arb.process(ring, 0, 16))
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 31))
     assert arb.stats(Feed.A).delivered == 30 and arb.stats(Feed.B).duplicates == 30
 
@@ -476,7 +357,7 @@ def test_kernel_timestamps_and_truncation(udp_pair) -> None:
     # the kernel stamp, moved to CLOCK_MONOTONIC, lies between the send and the receive (1 ms clock slack)
     assert np.all((before - MS <= ring.arrivals[:2]) & (ring.arrivals[:2] <= after))
     arb = Arbiter(ArbiterConfig())
-    events = flatten(NativeArbiter(arb, ring).process(0, 2))
+    events = flatten(arb.process(ring, 0, 2))
     assert [e.seq for e in events if isinstance(e, Deliver)] == [1, 2]
     assert arb.stats(Feed.A).decode_errors == 1
 
@@ -492,3 +373,30 @@ def test_blocking_wait_and_errors(udp_pair) -> None:
         ring.receive(rx, Feed.A, start=5)
     ring.close()
     ring.close()  # idempotent
+
+
+def test_kernel_drops_are_counted_per_feed(udp_pair) -> None:
+    rx, tx = udp_pair()
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel's minimum: a few datagrams
+    enable_drop_counts(rx)
+    for first in range(1, 2001):
+        tx.send(data(first, 1) + b"x" * 1000)
+    ring = RecvRing(64, 2048)
+    while ring.receive(rx, Feed.B):  # what fitted the buffer was queued before the drops: no count yet
+        pass
+    tx.send(data(2001, 1))  # queued after the drops: the kernel attaches its drop count
+    assert receive_all(ring, rx, Feed.B, 1) == 1
+    assert ring.kernel_drops[Feed.B] > 0 and ring.kernel_drops[Feed.A] == 0
+
+
+def test_delivery_runs_stay_in_the_engine_and_expire_with_the_next_call() -> None:
+    arb = Arbiter(ArbiterConfig())
+    ring = RecvRing(4, SLOT)
+    ring.load(0, data(1, 3), Feed.A, 7)
+    ring.load(1, data(4, 2), Feed.B, 8)
+    run = next(e for e in arb.process(ring, 0, 2, runs=True) if isinstance(e, DeliverRun))
+    assert len(run) == 5 and run.from_ring and run.first_arrival_ns() == 7
+    assert [d.seq for d in run.batch().delivers()] == [1, 2, 3, 4, 5]
+    arb.on_tick(9)  # the engine's output is reset: the run must not be used any more
+    with pytest.raises(ValueError):
+        run.batch()

@@ -164,3 +164,26 @@ def test_the_injected_rng_makes_runs_reproducible() -> None:
         arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(42)))
         runs.append([(d.seq, d.arrival_ns) for d in simulate(arb, arrivals, RetransmitStub(S1, messages)).delivered])
     assert runs[0] == runs[1]
+
+
+# -- recovery that outpaces loss: answer-sized chunks, several in flight, paced -------------------------------
+
+
+def test_answers_set_the_request_size_and_several_chunks_of_a_hole_fly_at_once() -> None:
+    r = started(RecoveryConfig(initial_backoff_ns=0, max_outstanding=8))
+    assert r.poll([(1, 1000)], 0) == [(1, 1000)]  # nothing known yet: the whole hole
+    r.on_answer(1, MS, count=40)  # one answer packet carries 40 messages: that is what a request brings back
+    requests = r.poll([(41, 1000)], MS)
+    assert requests == [(41 + 40 * k, 40) for k in range(8)]  # eight answer-sized chunks in flight
+
+
+def test_requests_stay_under_the_rate_and_resume_as_tokens_come_back() -> None:
+    config = RecoveryConfig(initial_backoff_ns=0, max_request_count=10, max_outstanding=1000, request_rate=1000.0,
+                            request_burst=5)
+    r = started(config)
+    holes = [(s, s + 4) for s in range(1, 10_000, 10)]  # a thousand holes
+    assert len(r.poll(holes, 0)) == 5  # the burst
+    assert r.next_deadline_ns() == 1 * MS + 1  # the next token
+    assert len(r.poll(holes, 1 * MS + 1)) == 1
+    assert len(r.poll(holes, 11 * MS + 1)) == 5  # 10 ms later: refilled up to the burst, no more
+    assert r.requests_sent == 11 and r.requests_paced >= 3

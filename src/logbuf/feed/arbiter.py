@@ -1,68 +1,32 @@
-"""Per-message A/B arbitration and gap detection for MoldUDP64 feeds: a sans-IO state machine.
+"""Per-message A/B arbitration and gap detection for MoldUDP64 feeds: the sans-IO façade over the C engine.
 
-Fed packets (raw bytes or decoded :mod:`~logbuf.feed.moldudp64` tuples) with their feed and arrival time, and
-clock ticks; returns :mod:`~logbuf.feed.events` in stream order. No sockets, no clock, no threads.
+:class:`Arbiter` is fed datagrams (one at a time with :meth:`~Arbiter.on_packet`, or a whole receive ring with
+:meth:`~Arbiter.process`) and clock ticks, and returns :mod:`~logbuf.feed.events` in stream order. No sockets,
+no clock, no threads. The rules are those of :mod:`logbuf.feed.spec` (the executable specification, in pure
+Python); the state machine runs in C (``native/feed.c``), which owns every piece of stream state: the session,
+the expected sequence, the out-of-order queue, the holes and declared gaps, the waits and the held jumps. A
+packet costs the same whether or not a hole is pending.
 
-**Per-message arbitration** (seed 002). Messages are processed by sequence number across feeds; a packet
-``[first, first + count)`` delivers every message ``>= expected`` and counts the rest as duplicates — a catch-up
-packet that starts with already-delivered messages still delivers its fresh tail.
+Only the re-request pacing (:class:`~logbuf.feed.recovery.Recovery`: randomised back-off, retries, rate limit,
+give-up) stays in Python: the engine stops after a packet exactly when the pacing may have something to say
+(the declared holes changed, an answer arrived, or its deadline passed), Python asks it, and the engine goes on.
 
-**Out-of-order queue and gap detection** (seed 000). A packet starting past ``expected`` is queued. The first
-hole not yet declared becomes a *gap* when either criterion holds — they are independent:
-
-- sequence: every arbitrated live feed has delivered ``out_of_order_max_interval`` packets (data or heartbeat)
-  past the hole since the wait for it began — checked per feed, so under A+B arbitrage a fast feed alone never
-  declares a gap that the slower feed is about to fill. (MoldUDP64 numbers messages, not packets, and packets
-  carry 1–70 messages; counting packets keeps the threshold's meaning, "N packets later", independent of
-  batching. For a single-message-per-packet feed it is exactly seed 000's ``seq > lastAccepted + interval``.)
-- time: ``lost_packet_wait_time`` has passed since the wait began (the hole appeared, or was partly filled from
-  its front).
-
-*Recovery off* — seed 000 exactly. The gap is ``[expected, H - 1]`` where ``H`` is the head of the most recent
-contiguous run of queued messages; ``GapDetected`` and ``GapUnrecoverable`` name it, older queued packets are
-dropped and the run is delivered::
-
-    expected=1001   queued: 1002 | 1005 | 1007 1008          ->  gap [1001, 1006]
-                            drop   drop   accept (the run)       1007, 1008 delivered
-
-*Recovery on* (:class:`~logbuf.feed.recovery.Recovery`) — nothing received is dropped. Every hole of
-``[expected, highest seen]`` not declared yet is declared (one ``GapDetected`` per hole: [1001], [1003, 1004],
-[1006] above) and re-requested; answers, fed in as feed ``RETRANSMIT``, fill the stream in order and a filled
-gap gets its ``GapRecovered``. A hole the server does not answer for ``give_up`` becomes a ``GapUnrecoverable``
-and everything received after it is still delivered. Holes that appear meanwhile wait for the criteria like the
-first one. The stream stays in recovery until it has caught up (no hole left).
-
-**Heartbeats and end of session** carry the next sequence: a value past ``expected`` reveals tail loss (it joins
-the hole like a zero-length packet) and never advances ``expected``. ``EndOfSession`` is emitted once the stream
-reached it. **Sessions**: the first session seen is joined; another session is switched to only once the current
-one has ended with nothing of it missing, or has been silent for ``session_change_idle``; until then its packets
-are counted as foreign and ignored (a stray packet must not hijack the stream; what was ignored is re-requested
-after the switch, since the new session is expected from sequence 1). Packets of retired sessions are always
-ignored.
-
-**Bounded queue**: at ``max_queue_packets`` a ``QueueOverflow`` is emitted and the oldest holes are given up
-until the queue is half empty.
-
-**Statistics** live in numpy arrays shared with the native fast path (``native/feed.c``): per feed
-``feed_stats[feed, FS_*]`` and the A−B arrival delay ``delay_stats[DELAY_*]`` over messages seen on both live
-feeds (arrival on A minus arrival on B, paired through a ring of the last ``2**delay_window_bits`` deliveries).
+Deliveries come as :class:`~logbuf.feed.events.DeliverBatch` runs: views into the receive ring's slab for
+messages of ring packets (valid until the next receive), copies for messages of queued or copied packets.
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
-import itertools
-import struct
-from collections import deque
-from dataclasses import dataclass
-from typing import Protocol
+import errno
+import weakref
+from typing import Any
 
 import numpy as np
 
 from logbuf.feed import moldudp64
+from logbuf.feed.coverage import Hole
 from logbuf.feed.events import (
-    Deliver,
+    DeliverBatch,
     EndOfSession,
     Event,
     Feed,
@@ -75,668 +39,342 @@ from logbuf.feed.events import (
     RecoveryRequest,
     SessionChanged,
 )
-from logbuf.feed.moldudp64 import (
-    BLOCK_LENGTH_SIZE,
-    END_OF_SESSION_COUNT,
-    HEADER_LENGTH,
-    HEARTBEAT_COUNT,
-    MAX_SEQUENCE,
+from logbuf.feed.feed_native import RecvRing
+from logbuf.feed.recovery import Recovery
+from logbuf.feed.spec import DEFAULT_MAX_JUMP, ArbiterConfig
+from logbuf.feed.stats import (
+    C_COUNT,
+    C_RECOVERY_REQUESTS,
+    DELAY_STAT_COUNT,
+    FS_COUNT,
+    RING_NO_FEED,
+    Counters,
+    FeedStats,
+    counter_values,
+    new_delay_stats,
 )
-from logbuf.feed.recovery import Hole, Recovery
 
-NANOS_PER_MILLI = 1_000_000
-NANOS_PER_SECOND = 1_000_000_000
+try:
+    from logbuf._native import ffi, lib
+except ImportError as exc:  # pragma: no cover - depends on how the package was installed
+    raise ImportError("logbuf's native shim (logbuf._native) is not built; see logbuf.native") from exc
 
-# Per-feed statistics: columns of ``Arbiter.feed_stats`` (rows are Feed values). Mirrors LBF_FS_* in feed.h.
-FS_PACKETS = 0  # datagrams received on the feed (every kind, malformed included)
-FS_BYTES = 1  # their bytes
-FS_MESSAGES = 2  # messages carried by well-formed data packets of the current session
-FS_DELIVERED = 3  # messages this feed delivered first ("wins")
-FS_DUPLICATES = 4  # messages already delivered when this feed's copy was processed
-FS_OUT_OF_ORDER = 5  # data packets that arrived ahead of the expected sequence (queued)
-FS_HEARTBEATS = 6
-FS_END_OF_SESSION = 7
-FS_DECODE_ERRORS = 8  # malformed packets (short, lengths running past the end, trailing bytes, truncated, ...)
-FS_FOREIGN_SESSION = 9  # packets of another (or a retired) session, ignored
-FS_IGNORED = 10  # packets of a live feed the mode does not arbitrate
-FS_COUNT = 11
-FEED_STAT_NAMES = ("packets", "bytes", "messages", "delivered", "duplicates", "out_of_order", "heartbeats",
-                   "end_of_session", "decode_errors", "foreign_session", "ignored")
+__all__ = ["DEFAULT_MAX_JUMP", "Arbiter", "ArbiterConfig", "FeedStats"]
 
-# A−B arrival delay over messages seen on both live feeds. Mirrors LBF_DELAY_* in feed.h.
-DELAY_COUNT = 0
-DELAY_SUM_NS = 1
-DELAY_MIN_NS = 2
-DELAY_MAX_NS = 3
-DELAY_STAT_COUNT = 4
-RING_NO_FEED = 0xFF  # ring slot not pairable (empty, retransmitted, or already paired)
+if (FS_COUNT, C_COUNT, DELAY_STAT_COUNT, RING_NO_FEED, len(Feed)) != (
+        lib.LBF_FS_COUNT, lib.LBF_C_COUNT, 4, lib.LBF_RING_NO_FEED, lib.LBF_FEEDS):
+    raise ImportError("native/feed.h and logbuf.feed.stats disagree on the statistics layout: rebuild the shim")
 
-_HEADER = struct.Struct(">10sQH")
-_I64_MAX = np.iinfo(np.int64).max
-_I64_MIN = np.iinfo(np.int64).min
+_NO_DEADLINE = 2**63 - 1
+_SESSION_LENGTH = moldudp64.SESSION_LENGTH
+_HOLE_BUFFER = 1 << 12  # holes fetched from C per call at most (recovery asks for max_outstanding)
 
 
-@dataclass(frozen=True)
-class ArbiterConfig:
-    """Arbitration and gap-detection settings (seed 000's published defaults: 3 packets, 100 ms)."""
-
-    mode: FeedMode = FeedMode.A_AND_B
-    out_of_order_max_interval: int = 3  # packets per live feed past the hole
-    lost_packet_wait_time_ns: int = 100 * NANOS_PER_MILLI
-    start_sequence: int | None = 1  # None: join wherever the first packet is
-    session: str | bytes | None = None  # pin the session; None: join the first seen
-    max_queue_packets: int = 16_384
-    session_change_idle_ns: int = 3 * NANOS_PER_SECOND
-    delay_window_bits: int = 16
-
-    def __post_init__(self) -> None:
-        FeedMode(self.mode)
-        if self.out_of_order_max_interval < 1:
-            raise ValueError("out_of_order_max_interval must be >= 1 packet")
-        if self.lost_packet_wait_time_ns <= 0:
-            raise ValueError("lost_packet_wait_time_ns must be > 0")
-        if self.start_sequence is not None and not 1 <= self.start_sequence <= MAX_SEQUENCE:
-            raise ValueError("start_sequence must be a MoldUDP64 sequence (>= 1) or None")
-        if self.max_queue_packets < 2:
-            raise ValueError("max_queue_packets must be >= 2")
-        if self.session_change_idle_ns <= 0:
-            raise ValueError("session_change_idle_ns must be > 0")
-        if not 4 <= self.delay_window_bits <= 24:
-            raise ValueError("delay_window_bits must be within 4..24")
-        if self.session is not None:
-            moldudp64.encode_session(self.session)
+def _ptr(ctype: str, array: np.ndarray) -> Any:
+    return ffi.cast(ctype, ffi.from_buffer(array, require_writable=True))
 
 
-@dataclass
-class ArbiterCounters:
-    """Stream-level counters (per-feed ones are in ``Arbiter.feed_stats``)."""
+class DeliverRun(Event):
+    """A run of deliveries still inside the engine (``Arbiter.process(..., runs=True)``): publish it with
+    :meth:`Arbiter.offer_run` (C appends straight into the log) or turn it into a :class:`DeliverBatch` with
+    :meth:`batch`. Valid until the arbiter's next call."""
 
-    gaps_detected: int = 0
-    gaps_recovered: int = 0
-    gaps_unrecoverable: int = 0  # GapUnrecoverable events
-    messages_unrecoverable: int = 0  # sequences they named
-    dropped_packets: int = 0  # queued packets dropped by a seed-000 gap resolution (recovery off)
-    recovery_requests: int = 0
-    queue_overflows: int = 0
-    session_changes: int = 0  # joins included
+    __slots__ = ("_arbiter", "_call", "index", "count", "from_ring")
 
-
-class FeedStats:
-    """Named, read-only view of one feed's row of ``Arbiter.feed_stats``."""
-
-    __slots__ = ("_row",)
-
-    def __init__(self, row: np.ndarray) -> None:
-        self._row = row
-
-    def __getattr__(self, name: str) -> int:
-        try:
-            return int(self._row[FEED_STAT_NAMES.index(name)])
-        except ValueError:
-            raise AttributeError(name) from None
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(zip(FEED_STAT_NAMES, (int(v) for v in self._row), strict=True))
-
-    def __repr__(self) -> str:
-        return f"FeedStats({self.as_dict()})"
-
-
-class _Queued:
-    """A data packet waiting ahead of the expected sequence (a copy of the datagram)."""
-
-    __slots__ = ("first", "count", "feed", "arrival_ns", "data")
-
-    def __init__(self, first: int, count: int, feed: Feed, arrival_ns: int, data: bytes) -> None:
-        self.first = first
+    def __init__(self, arbiter: Arbiter, index: int, count: int, from_ring: bool) -> None:
+        self._arbiter = arbiter
+        self._call = arbiter._call  # the arbiter call that made it: valid only until the next one
+        self.index = index  # the engine's event index
         self.count = count
-        self.feed = feed
-        self.arrival_ns = arrival_ns
-        self.data = data
-
-
-class PacketBackend(Protocol):
-    """How the arbiter checks and walks a data packet's message blocks. The default is pure Python;
-    :class:`~logbuf.feed.feed_native.NativeArbiter` installs one in C (same results, see its tests)."""
-
-    def valid(self, packet: memoryview, count: int) -> bool:
-        """``count`` blocks fill ``packet`` after the header exactly."""
-
-    def walk(self, arbiter: Arbiter, feed: Feed, packet: bytes | memoryview, first: int, count: int,
-             arrival_ns: int, out: list[Event]) -> None:
-        """For a valid packet with ``first <= arbiter.expected``: deliver (append events for) the messages at or
-        past ``expected``, count the rest as duplicates (pairing A/B arrivals), advance ``expected``."""
-
-
-class Coverage:
-    """Sorted, disjoint, non-adjacent inclusive intervals of queued sequence numbers (the inverse of the holes)."""
-
-    __slots__ = ("starts", "ends")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def __bool__(self) -> bool:
-        return bool(self.starts)
+        self.from_ring = from_ring
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return self.count
 
-    def add(self, first: int, last: int) -> None:
-        starts, ends = self.starts, self.ends
-        i = bisect.bisect_left(ends, first - 1)  # first interval touching from below
-        j = bisect.bisect_right(starts, last + 1)  # one past the last interval touching from above
-        if i < j:
-            first = min(first, starts[i])
-            last = max(last, ends[j - 1])
-            del starts[i:j]
-            del ends[i:j]
-        starts.insert(i, first)
-        ends.insert(i, last)
+    def first_arrival_ns(self) -> int:
+        self._arbiter._check_run(self)
+        e = self._arbiter._c
+        return int(e.out_arrival[int(e.events[self.index].a)])
 
-    def covers(self, first: int, last: int) -> bool:
-        i = bisect.bisect_right(self.starts, first) - 1
-        return i >= 0 and self.ends[i] >= last
-
-    def trim_below(self, seq: int) -> None:
-        i = bisect.bisect_left(self.ends, seq)
-        if i:
-            del self.starts[:i]
-            del self.ends[:i]
-        if self.starts and self.starts[0] < seq:
-            self.starts[0] = seq
-
-    def last_start(self) -> int:
-        return self.starts[-1]
-
-    def holes(self, first: int, last: int, limit: int) -> list[Hole]:
-        """Up to ``limit`` uncovered ranges of ``[first, last]``, lowest first."""
-        out: list[Hole] = []
-        cur = first
-        starts, ends = self.starts, self.ends
-        for k in range(bisect.bisect_left(ends, first), len(starts)):
-            s = starts[k]
-            if s > last:
-                break
-            if s > cur:
-                out.append((cur, s - 1))
-                if len(out) >= limit:
-                    return out
-            cur = max(cur, ends[k] + 1)
-        if cur <= last:
-            out.append((cur, last))
-        return out
-
-
-class _OpenGap:
-    __slots__ = ("first", "last", "lost")
-
-    def __init__(self, first: int, last: int) -> None:
-        self.first = first
-        self.last = last
-        self.lost = False  # part of it was given up: it closes without GapRecovered
-
-
-def parse_blocks(buf: memoryview, count: int) -> list[tuple[int, int]] | None:
-    """``(offset, length)`` of each of ``count`` message blocks after the header, or None if the packet is
-    malformed (a length running past the end, or bytes left over) — the same checks as ``lbf_mold_valid``."""
-    end = len(buf)
-    off = HEADER_LENGTH
-    out: list[tuple[int, int]] = []
-    for _ in range(count):
-        if off + BLOCK_LENGTH_SIZE > end:
-            return None
-        length = (buf[off] << 8) | buf[off + 1]
-        off += BLOCK_LENGTH_SIZE
-        if length > end - off:
-            return None
-        out.append((off, length))
-        off += length
-    return out if off == end else None
+    def batch(self) -> DeliverBatch:
+        self._arbiter._check_run(self)
+        ev = self._arbiter._c.events[self.index]
+        return self._arbiter._batch(int(ev.a), int(ev.b), self.from_ring)
 
 
 class Arbiter:
-    """The sans-IO arbiter: ``on_packet`` / ``on_tick`` return events (see the module doc)."""
+    """The arbitration engine (C) with the re-request pacing (Python): see the module doc."""
 
     def __init__(self, config: ArbiterConfig | None = None, recovery: Recovery | None = None) -> None:
         cfg = self.config = config or ArbiterConfig()
         self.recovery = recovery
         self.mode = FeedMode(cfg.mode)
         self.live_feeds: tuple[Feed, ...] = self.mode.feeds
-        self.feed_mask = (1 << Feed.RETRANSMIT) | int(self.mode)  # bit f: packets of feed f are processed
-        self.pinned_session = None if cfg.session is None else moldudp64.encode_session(cfg.session)
-        self.counters = ArbiterCounters()
-        # shared with the native fast path (see feed_native.py): do not rebind these arrays
+        self.feed_mask = (1 << Feed.RETRANSMIT) | int(self.mode)
         self.feed_stats = np.zeros((len(Feed), FS_COUNT), dtype=np.int64)
-        self.delay_stats = np.array([0, 0, _I64_MAX, _I64_MIN], dtype=np.int64)
+        self.counter_array = np.zeros(C_COUNT, dtype=np.int64)
+        self.counters = Counters(self.counter_array)
+        self.delay_stats = new_delay_stats()
         size = 1 << cfg.delay_window_bits
-        self.ring_mask = size - 1
         self.ring_seq = np.zeros(size, dtype=np.uint64)
         self.ring_arrival = np.zeros(size, dtype=np.int64)
         self.ring_feed = np.full(size, RING_NO_FEED, dtype=np.uint8)
+        e = self._c = ffi.new("lbf_eng_t *")
+        c = e.config
+        c.feed_mask = self.feed_mask
+        c.live_mask = int(self.mode)
+        c.out_of_order_max_interval = cfg.out_of_order_max_interval
+        c.lost_packet_wait_ns = cfg.lost_packet_wait_time_ns
+        c.start_sequence = cfg.start_sequence or 0
+        if cfg.session is not None:
+            c.pinned = 1
+            ffi.memmove(c.session, moldudp64.encode_session(cfg.session), _SESSION_LENGTH)
+        c.max_queue_packets = cfg.max_queue_packets
+        c.session_change_idle_ns = cfg.session_change_idle_ns
+        c.max_jump = cfg.max_jump or 0
+        c.recovery = 1 if recovery is not None else 0
+        c.retry_interval_ns = recovery.config.retry_interval_ns if recovery is not None else 0
+        e.feed_stats = _ptr("int64_t *", self.feed_stats)
+        e.delay_stats = _ptr("int64_t *", self.delay_stats)
+        e.counters = _ptr("int64_t *", self.counter_array)
+        e.ring_seq = _ptr("uint64_t *", self.ring_seq)
+        e.ring_arrival = _ptr("int64_t *", self.ring_arrival)
+        e.ring_feed = _ptr("uint8_t *", self.ring_feed)
+        e.ring_mask = size - 1
+        rc = lib.lbf_eng_init(e)
+        if rc < 0:
+            raise MemoryError("lbf_eng_init failed")
+        self._finalizer = weakref.finalize(self, lib.lbf_eng_destroy, e)
+        self._status = ffi.new("int32_t *")
+        self._hole_first = np.zeros(_HOLE_BUFFER, dtype=np.uint64)
+        self._hole_last = np.zeros(_HOLE_BUFFER, dtype=np.uint64)
+        self._consumed = 0
+        self._ring: RecvRing | None = None
+        self._runs = False
+        self._appended = ffi.new("int32_t *")
+        self._call = 0  # counts the calls that reset the engine's output
+        self._sessions: dict[bytes, bytes] = {}
 
-        self.session: bytes | None = None
-        self.expected: int | None = None  # next sequence to deliver (last accepted + 1)
-        self.highest = 0  # highest sequence known to exist (queued data, heartbeat/end-of-session marker)
-        self.last_session_arrival_ns = 0  # last packet of the current session on any feed
-        self._retired: set[bytes] = set()
-        self._queue: list[tuple[int, int, _Queued]] = []  # heap by (first, arrival order)
-        self._order = itertools.count()
-        self._coverage = Coverage()
-        self._wait_started_ns: int | None = None  # the wait for the first undeclared hole began
-        self._wait_hole = 0  # first sequence of that hole
-        self._ahead = [0] * len(Feed)  # packets per feed past that hole since the wait began
-        self._gaps: deque[_OpenGap] = deque()  # declared gaps the stream has not passed yet (recovery on)
-        self._declared_upto = 0  # every hole up to here has been declared (recovery on)
-        self._pending_eos: int | None = None
-        self._eos_emitted = False
-        self._progress = False
-        self._backend: PacketBackend = PythonBackend()
-
-    # -- public API -------------------------------------------------------------------------------------------
+    # -- inputs -----------------------------------------------------------------------------------------------
 
     def on_packet(self, feed: Feed | int, packet: bytes | bytearray | memoryview | moldudp64.Packet,
                   arrival_ns: int, truncated: bool = False) -> list[Event]:
         """Process one datagram of ``feed`` received at ``arrival_ns``; returns the events it caused, in order.
-
-        ``packet`` is the UDP payload (or a decoded moldudp64 tuple); ``truncated`` says the receive buffer was
-        too small for it (a decode error). Message bytes are copied out: the buffer may be reused afterwards.
-        """
+        ``truncated`` says the receive buffer was too small for it (a decode error). The datagram is copied."""
         feed = Feed(feed)
         if isinstance(packet, moldudp64.DownstreamPacket | moldudp64.Heartbeat | moldudp64.EndOfSession):
             packet = moldudp64.encode(packet)
+        data = bytes(packet)
+        self._begin()
+        self._runs = False
+        r = lib.lbf_eng_packet(self._c, ffi.from_buffer("uint8_t[]", data), len(data), int(feed),
+                               1 if truncated else 0, arrival_ns, -1, 0)
+        return self._finish(r, arrival_ns)
+
+    def process(self, ring: RecvRing, start: int, end: int, runs: bool = False) -> list[Event]:
+        """Arbitrate receive-ring slots ``start..end-1`` in order (the whole batch in C, Python only where the
+        re-request pacing must answer); returns the events in stream order. ``runs``: deliveries come as
+        :class:`DeliverRun` (nothing copied; publish with :meth:`offer_run`) instead of ``DeliverBatch``."""
+        if not 0 <= start <= end <= ring.capacity:
+            raise ValueError(f"slots {start}..{end} are outside the ring of {ring.capacity}")
+        self._begin()
+        self._ring = ring
+        self._runs = runs
         out: list[Event] = []
-        self._packet(feed, memoryview(packet).cast("B"), arrival_ns, truncated, out)
-        self._settle(arrival_ns, out)
+        i = start
+        while i < end:
+            i = lib.lbf_eng_process(self._c, ring.c, i, end, self._status)
+            status = self._status[0]
+            if status < 0:
+                raise MemoryError(f"the arbitration engine failed ({status})")
+            if status == lib.LBF_NEED_RECOVERY:
+                self._pace(int(ring.arrivals[i - 1]), out)
+        self._collect(out)
         return out
+
+    def offer_run(self, run: DeliverRun, skip: int, publication: Any) -> tuple[int, int]:
+        """Append the messages of ``run`` from its ``skip``-th on to ``publication`` (a logbuf publication) in
+        one native call, the sequence as each frame's reserved value; returns (appended, result) like
+        ``Publication.offer_batch`` (call again with ``skip + appended`` for the rest)."""
+        self._check_run(run)
+        ring = self._ring
+        slab = ring.slab if ring is not None else np.zeros(0, np.uint8)
+        result = lib.lbf_eng_offer(self._c, run.index, skip, ffi.cast("uint8_t *", slab.ctypes.data), slab.size,
+                                   publication._pub, publication._exclusive, self._appended)
+        if result == -errno.EINVAL:
+            raise ValueError(f"run {run.index} (skip {skip}) is not a delivery run of the last call")
+        return int(self._appended[0]), int(result)
 
     def on_tick(self, now_ns: int) -> list[Event]:
         """Let time pass: the wait criterion, recovery rounds and give-ups. Call at least every few ms while
         :meth:`next_deadline_ns` is not None (or exactly then)."""
-        out: list[Event] = []
-        self._settle(now_ns, out)
-        return out
+        self._begin()
+        self._runs = False
+        r = lib.lbf_eng_settle(self._c, now_ns)
+        if r == 0:
+            lib.lbf_eng_settle_end(self._c, now_ns)
+        return self._finish(r, now_ns)
 
     def next_deadline_ns(self) -> int | None:
         """When :meth:`on_tick` next has something to do (None: nothing until the next packet)."""
         deadlines = []
-        if self._wait_started_ns is not None:
-            deadlines.append(self._wait_started_ns + self.config.lost_packet_wait_time_ns)
+        wait = lib.lbf_eng_wait_deadline(self._c)
+        if wait != _NO_DEADLINE:
+            deadlines.append(wait)
         if self.recovery is not None and self.recovery.active:
             d = self.recovery.next_deadline_ns()
             if d is not None:
                 deadlines.append(d)
         return min(deadlines) if deadlines else None
 
+    # -- state ------------------------------------------------------------------------------------------------
+
     @property
-    def fast_path_ready(self) -> bool:
-        """True when an in-order packet of the current session needs nothing but the per-message walk: the
-        native fast path may handle packets while this holds (no hole, nothing queued, session joined)."""
-        return self.session is not None and self.expected is not None and self.highest < self.expected
+    def session(self) -> bytes | None:
+        return self._session_bytes(self._c.session) if self._c.has_session else None
+
+    @property
+    def expected(self) -> int | None:
+        """The next sequence to deliver (None before a session was joined)."""
+        return int(self._c.expected) if self._c.has_expected else None
+
+    @property
+    def highest(self) -> int:
+        return int(self._c.highest)
+
+    @property
+    def last_session_arrival_ns(self) -> int:
+        return int(self._c.last_session_arrival_ns)
 
     @property
     def queued_packets(self) -> int:
-        return len(self._queue)
+        return int(self._c.queued_packets)
 
     @property
     def recovering(self) -> bool:
         return self.recovery is not None and self.recovery.active
 
-    def holes(self, limit: int = 1 << 30) -> list[Hole]:
-        """Missing ranges of ``[expected, highest]`` (what recovery asks for), lowest first."""
-        if self.expected is None or self.highest < self.expected:
-            return []
-        return self._coverage.holes(self.expected, self.highest, limit)
-
-    def install_backend(self, backend: PacketBackend) -> None:
-        """Use ``backend`` to check and walk data packets (the native one is installed by NativeArbiter)."""
-        self._backend = backend
+    def holes(self, limit: int = _HOLE_BUFFER) -> list[Hole]:
+        """Missing ranges of ``[expected, highest]`` (at most ``limit``, and at most 4096), lowest first."""
+        return self._holes(0, limit)
 
     def stats(self, feed: Feed | int) -> FeedStats:
         return FeedStats(self.feed_stats[int(feed)])
 
     def counter_values(self) -> dict[str, int]:
-        """Every counter by name (``A.packets``, ..., ``gaps_detected``, ``ab_delay_count``, ...) for the
-        socket layer to copy into cnc.dat counters."""
-        values: dict[str, int] = {}
-        for feed in Feed:
-            for name, value in self.stats(feed).as_dict().items():
-                values[f"{feed.name}.{name}"] = value
-        values.update(vars(self.counters))
-        count = int(self.delay_stats[DELAY_COUNT])
-        values["ab_delay_count"] = count
-        values["ab_delay_sum_ns"] = int(self.delay_stats[DELAY_SUM_NS])
-        values["ab_delay_min_ns"] = int(self.delay_stats[DELAY_MIN_NS]) if count else 0
-        values["ab_delay_max_ns"] = int(self.delay_stats[DELAY_MAX_NS]) if count else 0
-        values["queued_packets"] = len(self._queue)
-        return values
+        """Every counter by name (``A.packets``, ..., ``gaps_detected``, ``ab_delay_count``, ...)."""
+        return counter_values(self.feed_stats, self.counter_array, self.delay_stats, self.queued_packets)
 
-    # -- packet intake (the canonical order of checks; native/feed.c follows it) ------------------------------
+    def close(self) -> None:
+        self._finalizer()
 
-    def _packet(self, feed: Feed, buf: memoryview, arrival_ns: int, truncated: bool, out: list[Event]) -> None:
-        st = self.feed_stats[feed]
-        n = len(buf)
-        st[FS_PACKETS] += 1
-        st[FS_BYTES] += n
-        if not self.feed_mask & (1 << feed):
-            st[FS_IGNORED] += 1
-            return
-        if truncated or n < HEADER_LENGTH:
-            st[FS_DECODE_ERRORS] += 1
-            return
-        session, first, count = _HEADER.unpack_from(buf, 0)
-        if session != self.session and not self._accept_session(session, arrival_ns, out):
-            st[FS_FOREIGN_SESSION] += 1
-            return
-        if arrival_ns > self.last_session_arrival_ns:
-            self.last_session_arrival_ns = arrival_ns
-        if count in (HEARTBEAT_COUNT, END_OF_SESSION_COUNT):
-            if n != HEADER_LENGTH:
-                st[FS_DECODE_ERRORS] += 1
-                return
-            self._marker(feed, first, count == END_OF_SESSION_COUNT, arrival_ns, out)
-            return
-        # sequence 0 is not a message; first + count must stay a representable next sequence (u64)
-        if not 1 <= first <= MAX_SEQUENCE - count or not self._backend.valid(buf, count):
-            st[FS_DECODE_ERRORS] += 1
-            return
-        st[FS_MESSAGES] += count
-        if feed == Feed.RETRANSMIT and self.recovery is not None:
-            self.recovery.on_answer(first, arrival_ns)
-        self._data(feed, buf, first, count, arrival_ns, out)
+    # -- internals --------------------------------------------------------------------------------------------
 
-    def _accept_session(self, session: bytes, arrival_ns: int, out: list[Event]) -> bool:
-        if session in self._retired or (self.pinned_session is not None and session != self.pinned_session):
-            return False
-        if self.session is None:
-            self.session = session
-            self.counters.session_changes += 1
-            if self.config.start_sequence is not None:
-                self._join(self.config.start_sequence, out)
-            return True  # the packet itself fixes expected when joining wherever the stream is
-        # switch once the current session has ended and nothing of it is missing any more (a hole is resolved
-        # within lost_packet_wait_time + give_up at most), or once it has gone silent
-        complete = self._pending_eos is not None and not self.holes(1)
-        if not complete and arrival_ns - self.last_session_arrival_ns < self.config.session_change_idle_ns:
-            return False
-        self._switch_session(session, arrival_ns, out)
-        return True
+    def _holes(self, declared: int, limit: int) -> list[Hole]:
+        limit = max(0, min(limit, _HOLE_BUFFER))
+        n = lib.lbf_eng_holes(self._c, declared, ffi.cast("uint64_t *", self._hole_first.ctypes.data),
+                              ffi.cast("uint64_t *", self._hole_last.ctypes.data), limit)
+        return list(zip(self._hole_first[:n].tolist(), self._hole_last[:n].tolist(), strict=True))
 
-    def _join(self, next_sequence: int, out: list[Event]) -> None:
-        self.expected = next_sequence
-        self.highest = next_sequence - 1
-        out.append(SessionChanged(None, self.session, next_sequence))
+    def _begin(self) -> None:
+        lib.lbf_eng_clear_output(self._c)
+        self._consumed = 0
+        self._call += 1
 
-    def _switch_session(self, session: bytes, now_ns: int, out: list[Event]) -> None:
-        old = self.session
-        while self.holes(1):
-            self._abandon(1, GapReason.SESSION_CHANGE, now_ns, out)
-        self._close_gaps(out)
-        self._emit_end_of_session(out)
-        self._progress = False
-        self._retired.add(old)
-        if self.recovery is not None:
-            self.recovery.stop()
-        self._queue.clear()
-        self._coverage = Coverage()
-        self._gaps.clear()
-        self._declared_upto = 0
-        self._wait_started_ns = None
-        self._pending_eos = None
-        self._eos_emitted = False
-        self.ring_feed.fill(RING_NO_FEED)  # sequences restart: old slots must not pair with new messages
-        self.session = session
-        self.expected = 1  # a MoldUDP64 session numbers its messages from 1
-        self.highest = 0
-        self.counters.session_changes += 1
-        out.append(SessionChanged(old, session, 1))
+    def _check_run(self, run: DeliverRun) -> None:
+        if run._call != self._call:
+            raise ValueError("a DeliverRun is valid only until the arbiter's next call (publish it first)")
 
-    def _marker(self, feed: Feed, next_sequence: int, end: bool, arrival_ns: int, out: list[Event]) -> None:
-        self.feed_stats[feed, FS_END_OF_SESSION if end else FS_HEARTBEATS] += 1
-        if self.expected is None:
-            self._join(next_sequence, out)
-        if end and self._pending_eos is None:
-            self._pending_eos = next_sequence
-        if next_sequence - 1 >= self.expected:  # messages up to next_sequence - 1 exist and are not here
-            self.highest = max(self.highest, next_sequence - 1)
-            self._note_ahead(feed, next_sequence, arrival_ns)
+    def _finish(self, r: int, now_ns: int) -> list[Event]:
+        if r < 0:
+            raise MemoryError(f"the arbitration engine failed ({r})")
+        out: list[Event] = []
+        if r == lib.LBF_NEED_RECOVERY:
+            self._pace(now_ns, out)
+        self._collect(out)
+        return out
 
-    def _data(self, feed: Feed, buf: memoryview, first: int, count: int, arrival_ns: int, out: list[Event]) -> None:
-        if self.expected is None:
-            self._join(first, out)
-        if first > self.expected:
-            self.feed_stats[feed, FS_OUT_OF_ORDER] += 1
-            self._enqueue(feed, first, count, bytes(buf), arrival_ns, out)
-            return
-        self._walk(feed, buf, first, count, arrival_ns, out)
-        self._drain(out)
-
-    # -- delivery ---------------------------------------------------------------------------------------------
-
-    def _walk(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
-              out: list[Event]) -> None:
-        before = self.expected
-        self._backend.walk(self, feed, packet, first, count, arrival_ns, out)
-        if self.expected > before:
-            self._progress = True
-
-    def _walk_python(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
-                     out: list[Event]) -> None:
-        """The per-message walk (the same as ``walk`` in native/feed.c)."""
-        expected = self.expected
-        st = self.feed_stats[feed]
-        live = feed != Feed.RETRANSMIT
-        mask = self.ring_mask
-        ring_seq, ring_arrival, ring_feed = self.ring_seq, self.ring_arrival, self.ring_feed
-        delivered = duplicates = 0
-        for i, (offset, length) in enumerate(parse_blocks(memoryview(packet), count)):
-            seq = first + i
-            slot = seq & mask
-            if seq < expected:
-                duplicates += 1
-                if live and ring_seq[slot] == seq and ring_feed[slot] != RING_NO_FEED and ring_feed[slot] != feed:
-                    self._pair(int(ring_arrival[slot]), arrival_ns, feed)
-                    ring_feed[slot] = RING_NO_FEED
-                continue
-            delivered += 1
-            ring_seq[slot] = seq
-            ring_arrival[slot] = arrival_ns
-            ring_feed[slot] = feed if live else RING_NO_FEED
-            out.append(Deliver(seq, bytes(packet[offset : offset + length]), feed, arrival_ns))
-        st[FS_DELIVERED] += delivered
-        st[FS_DUPLICATES] += duplicates
-        if first + count > expected:
-            self.expected = first + count
-
-    def _pair(self, winner_arrival_ns: int, arrival_ns: int, feed: Feed) -> None:
-        # the winner came from the other live feed; record arrival(A) - arrival(B)
-        delay = winner_arrival_ns - arrival_ns if feed == Feed.B else arrival_ns - winner_arrival_ns
-        d = self.delay_stats
-        d[DELAY_COUNT] += 1
-        d[DELAY_SUM_NS] += delay
-        if delay < d[DELAY_MIN_NS]:
-            d[DELAY_MIN_NS] = delay
-        if delay > d[DELAY_MAX_NS]:
-            d[DELAY_MAX_NS] = delay
-
-    def _drain(self, out: list[Event]) -> None:
-        queue = self._queue
-        while queue and queue[0][0] <= self.expected:
-            _, _, entry = heapq.heappop(queue)
-            self._walk(entry.feed, entry.data, entry.first, entry.count, entry.arrival_ns, out)
-        self._coverage.trim_below(self.expected)
-
-    # -- the out-of-order queue and gaps ----------------------------------------------------------------------
-
-    def _enqueue(self, feed: Feed, first: int, count: int, data: bytes, arrival_ns: int, out: list[Event]) -> None:
-        last = first + count - 1
-        self.highest = max(self.highest, last)
-        if self._coverage.covers(first, last):  # every message already queued: a duplicate, keep nothing
-            self.feed_stats[feed, FS_DUPLICATES] += count
-        else:
-            capacity = self.config.max_queue_packets
-            if len(self._queue) >= capacity:
-                self.counters.queue_overflows += 1
-                out.append(QueueOverflow(self.session, len(self._queue), capacity))
-                while len(self._queue) > capacity // 2 and self.holes(1):
-                    self._abandon(1, GapReason.QUEUE_OVERFLOW, arrival_ns, out)
-                if first <= self.expected:  # giving up moved the stream up to (or past) this packet
-                    self._walk(feed, data, first, count, arrival_ns, out)
-                    self._drain(out)
-                    return
-            heapq.heappush(self._queue, (first, next(self._order), _Queued(first, count, feed, arrival_ns, data)))
-            self._coverage.add(first, last)
-        self._note_ahead(feed, first, arrival_ns)
-
-    def _first_undeclared_hole(self) -> int | None:
-        """First missing sequence past everything already declared (the hole the criteria are watching)."""
-        if self.expected is None:
-            return None
-        start = max(self.expected, self._declared_upto + 1)
-        if self.highest < start:
-            return None
-        holes = self._coverage.holes(start, self.highest, 1)
-        return holes[0][0] if holes else None
-
-    def _update_wait(self, now_ns: int, hole: int | None) -> None:
-        if hole is None:
-            self._wait_started_ns = None
-        elif self._wait_started_ns is None or hole != self._wait_hole:
-            # a new hole, or the watched one was partly filled from the front: the wait (re)starts
-            self._wait_started_ns = now_ns
-            self._wait_hole = hole
-            self._ahead = [0] * len(Feed)
-
-    def _note_ahead(self, feed: Feed, position: int, arrival_ns: int) -> None:
-        """A packet landed past ``expected`` (``position``: its first sequence, or a marker's next sequence)."""
-        hole = self._first_undeclared_hole()
-        self._update_wait(arrival_ns, hole)
-        if hole is not None and position > hole and feed != Feed.RETRANSMIT:
-            self._ahead[feed] += 1
-
-    def _check_detection(self, now_ns: int, out: list[Event]) -> None:
-        if self._wait_started_ns is None:
-            return
-        interval = self.config.out_of_order_max_interval
-        if all(self._ahead[f] >= interval for f in self.live_feeds):
-            self._declare(GapReason.SEQUENCE_THRESHOLD, now_ns, out)
-        elif now_ns - self._wait_started_ns >= self.config.lost_packet_wait_time_ns:
-            self._declare(GapReason.WAIT_TIMEOUT, now_ns, out)
-
-    def _declare(self, reason: GapReason, now_ns: int, out: list[Event]) -> None:
-        self._wait_started_ns = None
-        if self.recovery is None:  # seed 000: [expected, head of the most recent run - 1], lost at once
-            first = self.expected
-            head = self._coverage.last_start() if self._coverage else self.highest + 1
-            self._open(first, head - 1, reason, out, lost=True)
-            self._unrecoverable(first, head - 1, GapReason.RECOVERY_OFF, out)
-            queue = self._queue
-            while queue and queue[0][0] < head:  # older queued packets are dropped
-                heapq.heappop(queue)
-                self.counters.dropped_packets += 1
-            self._coverage.trim_below(head)
-            self.expected = head
-            self._progress = True
-            self._drain(out)
-            self._close_gaps(out)
-            return
-        # recovery: every hole not declared yet, up to the highest sequence seen, is declared and re-requested
-        start = max(self.expected, self._declared_upto + 1)
-        for first, last in self._coverage.holes(start, self.highest, 1 << 62):
-            self._open(first, last, reason, out)
-        self._declared_upto = self.highest
-        self.recovery.start(now_ns)
-
-    def _open(self, first: int, last: int, reason: GapReason, out: list[Event], lost: bool = False) -> None:
-        self.counters.gaps_detected += 1
-        out.append(GapDetected(self.session, first, last, reason))
-        gap = _OpenGap(first, last)
-        gap.lost = lost
-        self._gaps.append(gap)
-
-    def _unrecoverable(self, first: int, last: int, reason: GapReason, out: list[Event]) -> None:
-        self.counters.gaps_unrecoverable += 1
-        self.counters.messages_unrecoverable += last - first + 1
-        out.append(GapUnrecoverable(self.session, first, last, reason))
-
-    def _declared_holes(self, limit: int) -> list[Hole]:
-        """The holes recovery works on: those inside declared gaps."""
-        if self.expected is None or self._declared_upto < self.expected:
-            return []
-        return self._coverage.holes(self.expected, min(self.highest, self._declared_upto), limit)
-
-    def _abandon(self, n: int, reason: GapReason, now_ns: int, out: list[Event]) -> None:
-        """Give up the first ``n`` holes: each becomes a GapUnrecoverable (declared first if it was not) and the
-        stream moves past it, delivering everything queued in between."""
-        for first, last in self.holes(n):
-            self._close_gaps(out)
-            for gap in self._gaps:
-                if gap.first > last:
-                    break
-                gap.lost = True
-            if last > self._declared_upto:
-                self._open(max(first, self._declared_upto + 1), last, reason, out, lost=True)
-                self._declared_upto = last
-            self._unrecoverable(first, last, reason, out)
-            self.expected = last + 1
-            self._progress = True
-            self._drain(out)
-        self._close_gaps(out)
-
-    def _close_gaps(self, out: list[Event]) -> None:
-        gaps = self._gaps
-        while gaps and gaps[0].last < self.expected:
-            gap = gaps.popleft()
-            if not gap.lost:
-                self.counters.gaps_recovered += 1
-                out.append(GapRecovered(self.session, gap.first, gap.last))
-
-    def _settle(self, now_ns: int, out: list[Event]) -> None:
-        """After any input: close passed gaps, watch the first undeclared hole, detect, drive recovery, end of
-        session. Loops only after progress past a hole, so at most once per hole."""
+    def _pace(self, now_ns: int, out: list[Event]) -> None:
+        """The recovery step of the settle loop (spec.py ``_settle``), then its end."""
+        e, recovery = self._c, self.recovery
+        assert recovery is not None
         while True:
-            if self._progress:
-                self._progress = False
-                self._close_gaps(out)
-            if self.expected is None or self.highest < self.expected:
-                self._wait_started_ns = None
-                break
-            self._update_wait(now_ns, self._first_undeclared_hole())
-            self._check_detection(now_ns, out)
-            if self._progress:
-                continue
-            if self.recovering:
-                recovery = self.recovery
-                limit = recovery.config.max_outstanding
-                expired = recovery.expired(self._declared_holes(limit), now_ns)
-                if expired:
-                    self._abandon(expired, GapReason.GIVE_UP, now_ns, out)
+            self._collect(out)  # applies RECOVERY_START/STOP/ANSWER to the pacing, in order
+            holes = self._holes(1, recovery.config.max_outstanding)
+            expired = recovery.expired(holes, now_ns)
+            if expired:
+                lib.lbf_eng_abandon(e, expired, int(GapReason.GIVE_UP), now_ns)
+                r = lib.lbf_eng_settle(e, now_ns)
+                if r < 0:
+                    raise MemoryError(f"the arbitration engine failed ({r})")
+                if r == lib.LBF_NEED_RECOVERY:
                     continue
-                requests = recovery.poll(self._declared_holes(limit), now_ns)
-                self.counters.recovery_requests += len(requests)
-                out.extend(RecoveryRequest(self.session, seq, count) for seq, count in requests)
+                break
+            requests = recovery.poll(holes, now_ns)
+            self.counter_array[C_RECOVERY_REQUESTS] += len(requests)
+            session = self.session
+            out.extend(RecoveryRequest(session, seq, count) for seq, count in requests)
+            deadline = recovery.next_deadline_ns()
+            lib.lbf_eng_recovery_polled(e, _NO_DEADLINE if deadline is None else min(deadline, _NO_DEADLINE))
             break
-        if self.recovering:
-            if self.expected is None or self.highest < self.expected:
-                self.recovery.stop()  # caught up
-            else:
-                self.recovery.forget_below(self.expected)
-        self._emit_end_of_session(out)
+        lib.lbf_eng_settle_end(e, now_ns)
+        self._collect(out)
+        if recovery.active and self.expected is not None:
+            recovery.forget_below(self.expected)
 
-    def _emit_end_of_session(self, out: list[Event]) -> None:
-        eos = self._pending_eos
-        if eos is not None and not self._eos_emitted and self.expected is not None and self.expected >= eos:
-            self._eos_emitted = True
-            out.append(EndOfSession(self.session, eos))
+    def _session_bytes(self, cdata: Any) -> bytes:
+        raw = bytes(ffi.buffer(cdata, _SESSION_LENGTH))
+        return self._sessions.setdefault(raw, raw)
 
+    def _collect(self, out: list[Event]) -> None:
+        e = self._c
+        n = e.event_count
+        for k in range(self._consumed, n):
+            ev = e.events[k]
+            kind = ev.kind
+            if kind == lib.LBF_EV_DELIVER:
+                if self._runs:
+                    out.append(DeliverRun(self, k, int(ev.b) - int(ev.a), bool(ev.reason)))
+                else:
+                    out.append(self._batch(int(ev.a), int(ev.b), bool(ev.reason)))
+            elif kind == lib.LBF_EV_GAP_DETECTED:
+                out.append(GapDetected(self._session_bytes(ev.session), int(ev.a), int(ev.b), GapReason(ev.reason)))
+            elif kind == lib.LBF_EV_GAP_RECOVERED:
+                out.append(GapRecovered(self._session_bytes(ev.session), int(ev.a), int(ev.b)))
+            elif kind == lib.LBF_EV_GAP_UNRECOVERABLE:
+                out.append(GapUnrecoverable(self._session_bytes(ev.session), int(ev.a), int(ev.b),
+                                            GapReason(ev.reason)))
+            elif kind == lib.LBF_EV_SESSION_CHANGED:
+                previous = self._session_bytes(ev.previous) if ev.reason else None
+                out.append(SessionChanged(previous, self._session_bytes(ev.session), int(ev.a)))
+            elif kind == lib.LBF_EV_END_OF_SESSION:
+                out.append(EndOfSession(self._session_bytes(ev.session), int(ev.a)))
+            elif kind == lib.LBF_EV_QUEUE_OVERFLOW:
+                out.append(QueueOverflow(self._session_bytes(ev.session), int(ev.a), int(ev.b)))
+            elif self.recovery is not None:
+                if kind == lib.LBF_EV_RECOVERY_START:
+                    self.recovery.start(int(ev.t))
+                elif kind == lib.LBF_EV_RECOVERY_STOP:
+                    self.recovery.stop()
+                elif kind == lib.LBF_EV_RECOVERY_ANSWER:
+                    self.recovery.on_answer(int(ev.a), int(ev.t), int(ev.b))
+        self._consumed = n
+        e.event_sealed = n  # C must not extend a delivery run Python has already turned into a batch
 
-class PythonBackend:
-    """The pure-Python :class:`PacketBackend`."""
-
-    def valid(self, packet: memoryview, count: int) -> bool:
-        return parse_blocks(packet, count) is not None
-
-    def walk(self, arbiter: Arbiter, feed: Feed, packet: bytes | memoryview, first: int, count: int,
-             arrival_ns: int, out: list[Event]) -> None:
-        arbiter._walk_python(feed, packet, first, count, arrival_ns, out)
+    def _batch(self, a: int, b: int, from_ring: bool) -> DeliverBatch:
+        e = self._c
+        n = b - a
+        seqs = np.frombuffer(ffi.buffer(e.out_seq + a, 8 * n), np.uint64).copy()
+        offsets = np.frombuffer(ffi.buffer(e.out_offset + a, 8 * n), np.int64).copy()
+        lengths = np.frombuffer(ffi.buffer(e.out_length + a, 4 * n), np.int32).copy()
+        feeds = np.frombuffer(ffi.buffer(e.out_feed + a, n), np.uint8).copy()
+        arrivals = np.frombuffer(ffi.buffer(e.out_arrival + a, 8 * n), np.int64).copy()
+        if from_ring:
+            assert self._ring is not None
+            buffer = self._ring.slab
+        else:
+            begin = int(offsets[0])
+            end = int(offsets[-1]) + int(lengths[-1])
+            buffer = np.frombuffer(ffi.buffer(e.out_bytes + begin, end - begin), np.uint8).copy()
+            offsets -= begin
+        return DeliverBatch(seqs, offsets, lengths, np.arange(n, dtype=np.int32), buffer, feeds, arrivals)

@@ -2,7 +2,7 @@
 
 For tests, benchmarks and what-if tuning of the gap-detection and recovery settings without sockets: build
 packets with :func:`packetise`, give them arrival times and feeds (:class:`Arrival`), and :func:`simulate` feeds
-them to an :class:`~logbuf.feed.arbiter.Arbiter` in time order (optionally through the native fast path),
+them to an :class:`~logbuf.feed.arbiter.Arbiter` (or its specification) in time order,
 ticks it at its deadlines, and answers its ``RecoveryRequest`` s from a :class:`RetransmitStub` after a
 round-trip time. The stub answers the way ``logbuf.feed.retransmit.RetransmitCore`` does: one packet from the
 requested first sequence, as many messages as fit the budget, nothing at all when that first sequence is not
@@ -20,6 +20,7 @@ from logbuf.feed import moldudp64
 from logbuf.feed.arbiter import Arbiter
 from logbuf.feed.events import Deliver, DeliverBatch, Event, Feed, RecoveryRequest
 from logbuf.feed.moldudp64 import BLOCK_LENGTH_SIZE, DEFAULT_PAYLOAD_BUDGET, HEADER_LENGTH
+from logbuf.feed.spec import SpecArbiter
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Arrival:
 def catch_up_scenario(session: str | bytes = "CATCHUP", n: int = 3000, freeze_after: int = 1000,
                       freeze_ns: int = 30_000_000, interval_ns: int = 20_000, b_delay_ns: int = 3_000_000
                       ) -> tuple[list[bytes], list[Arrival]]:
-    """Seed 002's incident: A and B carry the same ``n`` messages (one every ``interval_ns``) packed differently
+    """The catch-up incident: A and B carry the same ``n`` messages (one every ``interval_ns``) packed differently
     (A ~5 per packet, B 3/4/6), B ``b_delay_ns`` behind A. A's head end freezes after message ``freeze_after``
     for ``freeze_ns`` and then catches up with ~70-message packets sent 1 us apart, overtaking B: one of them
     starts with messages B already delivered and carries fresh ones. Returns (messages, arrivals)."""
@@ -116,14 +117,14 @@ class SimResult:
         return [e for e in self.events if isinstance(e, kind)]
 
 
-def simulate(arbiter: Arbiter, arrivals: Iterable[Arrival], server: RetransmitStub | None = None,
+def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server: RetransmitStub | None = None,
              rtt_ns: int = 200_000, until_ns: int | None = None,
-             process: Callable[[Arbiter, Arrival], list[Event]] | None = None) -> SimResult:
+             process: Callable[[Arbiter | SpecArbiter, Arrival], list[Event]] | None = None) -> SimResult:
     """Run ``arrivals`` (any order; sorted by time, ties in the given order) through ``arbiter``.
 
     Between arrivals the arbiter is ticked at its ``next_deadline_ns``; requests it emits are answered by
     ``server`` ``rtt_ns`` later (as feed RETRANSMIT). Stops when nothing is left to happen or at ``until_ns``.
-    ``process`` replaces ``arbiter.on_packet`` (e.g. to go through the native fast path)."""
+    ``process`` replaces ``arbiter.on_packet`` (e.g. to go through a receive ring)."""
     order = itertools.count()
     queue: list[tuple[int, int, Arrival]] = [(a.time_ns, next(order), a) for a in arrivals]
     heapq.heapify(queue)

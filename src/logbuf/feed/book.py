@@ -118,9 +118,9 @@ def run_top_of_book(args: argparse.Namespace) -> int:
     gaps: list[out.FeedEvent] = []
     with connect(args.dir) as client:
         messages = client.add_subscription(args.channel, args.stream)
-        events = client.add_subscription(args.channel, out.EVENTS_STREAM)
-        deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
-        next_print = time.monotonic() + args.interval_s
+        events = client.add_subscription(args.channel, args.events_stream)
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        next_print = time.monotonic() + args.interval
         on_message = book.on_message
 
         def handler(buffer: memoryview, header: object) -> None:
@@ -130,7 +130,8 @@ def run_top_of_book(args: argparse.Namespace) -> int:
             event = out.FeedEvent.decode(buffer)
             if event.kind in (out.GAP_DETECTED, out.GAP_UNRECOVERABLE, out.GAP_RECOVERED):
                 gaps.append(event)
-                print(f"{event.name} [{event.first}, {event.last}]", file=sys.stderr)
+                if args.verbose:
+                    print(f"{event.name} [{event.first}, {event.last}]", file=sys.stderr)
 
         try:
             while deadline is None or time.monotonic() < deadline:
@@ -138,7 +139,7 @@ def run_top_of_book(args: argparse.Namespace) -> int:
                 if not work:
                     messages.wait(0.05)
                 if time.monotonic() >= next_print:
-                    next_print += args.interval_s
+                    next_print += args.interval
                     if not args.quiet:
                         print(book.format(symbols), flush=True)
         except KeyboardInterrupt:

@@ -493,6 +493,11 @@ def _cmd_feed(args: argparse.Namespace) -> int:
     from logbuf.feed.recovery import RecoveryConfig
 
     mode = {"ab": FeedMode.A_AND_B, "a": FeedMode.A_ONLY, "b": FeedMode.B_ONLY}[args.mode]
+    for name in ("lost_packet_wait_ms", "initial_backoff_ms", "retry_interval_ms", "give_up", "request_rate"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be > 0")
+    if not 0 <= args.batch_wait_us <= _MAX_BATCH_WAIT_US:
+        raise UsageError(f"--batch-wait-us must be within 0..{_MAX_BATCH_WAIT_US}")
     config = FeedHandlerConfig(
         feed_a=args.feed_a,
         feed_b=args.feed_b,
@@ -507,16 +512,22 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         arbiter=ArbiterConfig(
             mode=mode,
             out_of_order_max_interval=args.out_of_order_max_interval,
-            lost_packet_wait_time_ns=int(args.lost_packet_wait_ms * 1e6),
+            lost_packet_wait_time_ns=int(args.lost_packet_wait_ms * _NANOS_PER_MILLI),
+            max_queue_packets=args.queue_packets,
+            max_jump=args.max_jump,
         ),
         recovery=RecoveryConfig(
-            initial_backoff_ns=int(args.initial_backoff_ms * 1e6),
-            retry_interval_ns=int(args.retry_interval_ms * 1e6),
-            give_up_ns=int(args.give_up_s * 1e9),
+            initial_backoff_ns=int(args.initial_backoff_ms * _NANOS_PER_MILLI),
+            retry_interval_ns=int(args.retry_interval_ms * _NANOS_PER_MILLI),
+            give_up_ns=int(args.give_up * _NANOS_PER_SECOND),
+            request_rate=args.request_rate,
+            max_outstanding=args.max_outstanding,
         ),
         seed=args.seed,
+        rcvbuf=args.rcvbuf,
+        batch_wait_s=args.batch_wait_us / 1e6,
         stop_at_end_of_session=args.until_end_of_session,
-        wait_for_subscriber_s=args.wait_for_subscriber_s,
+        wait_for_subscriber_s=args.wait_for_subscriber,
     )
     try:
         handler = FeedHandler(config)
@@ -529,68 +540,117 @@ def _cmd_feed(args: argparse.Namespace) -> int:
             print(f"logbuf feed: A={args.feed_a} B={args.feed_b} mode={args.mode} "
                   f"recovery={'off' if config.retransmit is None else config.retransmit} -> {args.channel} "
                   f"stream {args.stream}", file=sys.stderr, flush=True)
-        handler.run(duration_s=args.duration_s)
+        try:
+            handler.run(duration_s=args.duration)
+        except LogbufError as exc:
+            print(f"logbuf feed: error: {exc}", file=sys.stderr)
+            return 1
         values = handler.counter_values()
         latency = handler.latency_percentiles_ns()
         stop.set()
     summary = {k: v for k, v in values.items() if not k.startswith("RETRANSMIT.") or v}
     summary.update({f"wire_to_log_{k}_ns": v for k, v in latency.items()})
+    received = sum(values.get(f"{feed}.packets", 0) for feed in ("A", "B", "RETRANSMIT"))
+    summary["cpu_ns_per_packet"] = round(values["cpu_us"] * 1_000 / received, 1) if received else 0.0
     if args.summary_json:
-        with open(args.summary_json, "w") as fh:
-            json.dump(summary, fh, indent=2)
+        _write_json_atomically(args.summary_json, summary)
     if not args.quiet:
         keys = ("published", "gaps_detected", "gaps_recovered", "gaps_unrecoverable", "recovery_requests",
-                "A.packets", "B.packets", "A.delivered", "B.delivered", "A.duplicates", "B.duplicates")
+                "A.packets", "B.packets", "A.delivered", "B.delivered", "A.duplicates", "B.duplicates",
+                "A.kernel_drops", "B.kernel_drops")
         print("logbuf feed: " + ", ".join(f"{k}={summary.get(k, 0)}" for k in keys), file=sys.stderr)
     return 0
 
 
+_NANOS_PER_MILLI = 1_000_000
+_NANOS_PER_SECOND = 1_000_000_000
+_MAX_BATCH_WAIT_US = 100_000
+
+
+def _write_json_atomically(path: str, value: object) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(value, fh, indent=2)
+    os.replace(tmp, path)
+
+
 def _cmd_book(args: argparse.Namespace) -> int:
+    from logbuf.errors import LogbufError
     from logbuf.feed.book import run_top_of_book
 
-    return run_top_of_book(args)
+    if args.interval <= 0 or (args.duration is not None and args.duration <= 0):
+        raise UsageError("--interval and --duration must be > 0")
+    try:
+        return run_top_of_book(args)
+    except LogbufError as exc:  # no driver, a bad channel, ...: one line, no traceback
+        print(f"logbuf book: error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
+    from logbuf.feed.arbiter import DEFAULT_MAX_JUMP
+    from logbuf.feed.handler import DEFAULT_BATCH_WAIT_S, DEFAULT_RCVBUF
+    from logbuf.feed.recovery import DEFAULT_REQUEST_RATE
+
+    d = argparse.ArgumentDefaultsHelpFormatter
     p = subparsers.add_parser(
         "feed", help="feed handler: arbitrate MoldUDP64 A/B, recover gaps, publish ITCH into logbuf",
+        formatter_class=d,
         description="Receives the A and B MoldUDP64 feeds, arbitrates them per message, detects gaps, recovers "
         "them from a retransmission server, and publishes every ITCH message in sequence order into a logbuf "
         "publication (reserved value = sequence); gap and session events go on the events stream.")
     p.add_argument("--feed-a", type=_host_port, default=("127.0.0.1", 30001), metavar="HOST:PORT|off",
                    help="feed A address to bind (a multicast group joins it on --interface)")
-    p.add_argument("--feed-b", type=_host_port, default=("127.0.0.1", 30002), metavar="HOST:PORT|off")
+    p.add_argument("--feed-b", type=_host_port, default=("127.0.0.1", 30002), metavar="HOST:PORT|off",
+                   help="feed B address to bind")
     p.add_argument("--interface", default="0.0.0.0", help="interface address for multicast joins")
     p.add_argument("--mode", choices=("ab", "a", "b"), default="ab", help="arbitrate A+B, A only or B only")
     p.add_argument("--retransmit", type=_host_port, default=None, metavar="HOST:PORT",
                    help="retransmission server (recovery is off without one)")
-    p.add_argument("--no-recovery", action="store_true", help="declare gaps lost at once (seed 000's behaviour)")
+    p.add_argument("--no-recovery", action="store_true", help="declare gaps lost at once")
     p.add_argument("--dir", help="driver directory (default $LOGBUF_DIR or /dev/shm/logbuf-<user>)")
-    p.add_argument("--channel", default="aeron:ipc")
+    p.add_argument("--channel", default="aeron:ipc", help="channel of the publications")
     p.add_argument("--stream", type=int, default=1001, help="messages stream id")
-    p.add_argument("--events-stream", type=int, default=1002)
+    p.add_argument("--events-stream", type=int, default=1002, help="gap/session events stream id")
     p.add_argument("--capture", action="store_true", help="publish packet/delivery capture rows for the recorder")
-    p.add_argument("--capture-stream", type=int, default=1003)
-    p.add_argument("--out-of-order-max-interval", type=int, default=3, help="packets per feed past a hole")
-    p.add_argument("--lost-packet-wait-ms", type=float, default=100.0)
-    p.add_argument("--initial-backoff-ms", type=float, default=50.0)
-    p.add_argument("--retry-interval-ms", type=float, default=200.0)
-    p.add_argument("--give-up-s", type=float, default=10.0)
+    p.add_argument("--capture-stream", type=int, default=1003, help="capture stream id")
+    p.add_argument("--out-of-order-max-interval", type=count, default=3,
+                   help="packets per feed past a hole that declare it a gap")
+    p.add_argument("--lost-packet-wait-ms", type=float, default=100.0,
+                   help="arrival time past a hole that declares it a gap")
+    p.add_argument("--queue-packets", type=count, default=16_384,
+                   help="out-of-order queue size (packets) before holes are given up")
+    p.add_argument("--max-jump", type=count, default=DEFAULT_MAX_JUMP,
+                   help="a packet this many messages past everything known waits for a confirming second packet")
+    p.add_argument("--rcvbuf", type=count, default=DEFAULT_RCVBUF, help="receive buffer per feed socket (bytes)")
+    p.add_argument("--batch-wait-us", type=float, default=DEFAULT_BATCH_WAIT_S * 1e6,
+                   help="after a wake-up, let datagrams gather this long (fewer, larger rounds; adds latency)")
+    p.add_argument("--request-rate", type=float, default=DEFAULT_REQUEST_RATE,
+                   help="re-requests per second at most (stay under the server's per-client limit)")
+    p.add_argument("--max-outstanding", type=count, default=64, help="re-requests in flight at most")
+    p.add_argument("--initial-backoff-ms", type=float, default=50.0, help="first re-request after a gap")
+    p.add_argument("--retry-interval-ms", type=float, default=200.0, help="re-request again after no answer")
+    p.add_argument("--give-up", type=float, default=10.0, help="seconds without an answer before a gap is lost")
     p.add_argument("--seed", type=int, default=None, help="seed of the re-request back-off jitter")
     p.add_argument("--until-end-of-session", action="store_true", help="exit after the session's end")
-    p.add_argument("--duration-s", type=float, default=None)
-    p.add_argument("--wait-for-subscriber-s", type=float, default=0.0,
-                   help="before reading the feeds, wait up to this long for a subscriber")
-    p.add_argument("--summary-json", default=None, metavar="PATH")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--wait-for-subscriber", type=float, default=0.0,
+                   help="before reading the feeds, wait up to this many seconds for a subscriber")
+    p.add_argument("--summary-json", default=None, metavar="PATH", help="write the final counters as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="no start line and no summary")
     p.set_defaults(func=_guard(_cmd_feed))
 
-    p = subparsers.add_parser("book", help="example subscriber: top of book from the feed handler's stream")
-    p.add_argument("--dir", help="driver directory")
-    p.add_argument("--channel", default="aeron:ipc")
-    p.add_argument("--stream", type=int, default=1001)
+    p = subparsers.add_parser(
+        "book", help="example subscriber: top of book from the feed handler's stream", formatter_class=d,
+        description="Subscribes to the feed handler's messages and events streams, builds every symbol's "
+        "order book from the ITCH messages and prints the top of book of the most active (or chosen) symbols.")
+    p.add_argument("--dir", help="driver directory (default $LOGBUF_DIR or /dev/shm/logbuf-<user>)")
+    p.add_argument("--channel", default="aeron:ipc", help="channel of the feed handler's publications")
+    p.add_argument("--stream", type=int, default=1001, help="messages stream id")
+    p.add_argument("--events-stream", type=int, default=1002, help="gap/session events stream id")
     p.add_argument("--symbols", default=None, help="comma-separated symbols to show (default: the most active)")
-    p.add_argument("--interval-s", type=float, default=1.0, help="print the book this often")
-    p.add_argument("--duration-s", type=float, default=None)
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--interval", type=float, default=1.0, help="print the book every this many seconds")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the final book")
+    p.add_argument("--verbose", "-v", action="store_true", help="print every gap event")
     p.set_defaults(func=_guard(_cmd_book))

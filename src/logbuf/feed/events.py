@@ -1,7 +1,7 @@
 """What the feed handler's sans-IO cores say: feeds, gap reasons, and the small typed events they return.
 
-The arbiter (:mod:`logbuf.feed.arbiter`) and its native fast path (:mod:`logbuf.feed.feed_native`) return a
-list of events per call, in stream order: a :class:`GapUnrecoverable` always comes right before the delivery
+The arbiter (:mod:`logbuf.feed.arbiter`, the C engine) and its specification (:mod:`logbuf.feed.spec`) return
+a list of events per call, in stream order: a :class:`GapUnrecoverable` always comes right before the delivery
 that jumps over its range, so a consumer that publishes events in list order never skips silently.
 
 Contract a consumer can rely on (one session):
@@ -77,22 +77,20 @@ class Deliver(Event):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DeliverBatch(Event):
-    """Messages arbitrated by the native fast path: message ``i`` is ``buffer[offsets[i]:offsets[i]+lengths[i]]``
-    with sequence ``seqs[i]``, received in receive-ring slot ``slots[i]``.
+    """Arbitrated messages in sequence order: message ``i`` is ``buffer[offsets[i]:offsets[i]+lengths[i]]`` with
+    sequence ``seqs[i]``; ``slots[i]`` indexes ``ring_feeds``/``ring_arrivals`` (its feed and arrival).
 
-    A batch from the fast path is a view (of the wrapper's output arrays and of the receive ring's slab and
-    per-slot arrays), valid only until the next ``process``/``receive`` call on that ring: publish (or copy) it
-    before receiving again. A batch of a packet the Python arbiter handled (queued, filling a hole, ...) owns
-    copies (``buffer`` is that datagram, ``slots`` are 0).
+    From the engine, ``buffer`` is the receive ring's slab for messages of ring packets (a view, valid until the
+    next receive: publish or copy it first) or a copy for messages of queued or copied packets.
     """
 
     seqs: np.ndarray  # uint64
     offsets: np.ndarray  # int64, into buffer
     lengths: np.ndarray  # int32
-    slots: np.ndarray  # int32, receive-ring slot of each message
-    buffer: np.ndarray  # uint8, the receive ring's slab
-    ring_feeds: np.ndarray  # uint8 per ring slot (Feed values)
-    ring_arrivals: np.ndarray  # int64 per ring slot
+    slots: np.ndarray  # int32, index of each message into ring_feeds / ring_arrivals
+    buffer: np.ndarray  # uint8: the receive ring's slab, or a copy
+    ring_feeds: np.ndarray  # uint8 Feed values, indexed by slots
+    ring_arrivals: np.ndarray  # int64 arrival times, indexed by slots
 
     def __len__(self) -> int:
         return int(self.seqs.size)

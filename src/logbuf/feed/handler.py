@@ -3,16 +3,19 @@
 The sans-IO cores (:class:`~logbuf.feed.arbiter.Arbiter`, :class:`~logbuf.feed.recovery.Recovery`) decide;
 this module owns the sockets, the clock and the publications::
 
-    feed A ─┐  recvmmsg into one receive ring   ┌──────────────────┐  DeliverBatch → offer_batch ─▶ messages
-    feed B ─┼──(per-packet arbitration in C)───▶│ Arbiter/Recovery │  gap/session events ──────────▶ events
+    feed A ─┐  recvmmsg into one receive ring   ┌──────────────────┐  delivery runs, appended by C ─▶ messages
+    feed B ─┼──(arbitration engine in C)───────▶│ Arbiter/Recovery │  gap/session events ──────────▶ events
     answers ┘  (retransmission server, unicast) └──────────────────┘  re-requests ─▶ retransmission server
                                                                        packet/delivery rows ───────▶ capture
 
-One thread, no spinning: when no socket had data it blocks in ``poll(2)`` until a datagram or the arbiter's
-next deadline (at most ``max_block``).  Nothing is skipped silently: messages are published in sequence order
-exactly once; a jump is always preceded by a GAP_UNRECOVERABLE record on the events stream; back-pressure
-blocks the handler (the subscribers are slower than the feed) rather than dropping.  Counters are copied into
-cnc.dat every 100 ms (``logbuf stat --type feed``).
+One thread, no spinning, Python's cost per round (not per packet): when every socket has been read to the end
+it blocks in ``poll(2)`` until a datagram or the arbiter's next deadline (at most ``max_block``), then lets
+``batch_wait`` more traffic gather. The arbiter's waits run on kernel arrival stamps; while a socket still
+holds datagrams, time only advances to the newest stamp processed. Nothing is skipped silently: messages are
+published in sequence order exactly once; a jump is always preceded by a GAP_UNRECOVERABLE record on the events
+stream; back-pressure blocks the handler (the subscribers are slower than the feed) rather than dropping. An
+unreachable retransmission server is counted and retried with back-off. Counters (kernel drops per feed
+socket included) are copied into cnc.dat every 100 ms (``logbuf stat --type feed``).
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ import numpy as np
 
 from logbuf.client.client import Client, Counter, connect
 from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
+from logbuf.errors import LogbufError
 from logbuf.feed import published as out
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig
+from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
 from logbuf.feed.events import (
     Deliver,
     DeliverBatch,
@@ -41,26 +45,48 @@ from logbuf.feed.events import (
     Feed,
     FeedMode,
     GapDetected,
+    GapReason,
     GapRecovered,
     GapUnrecoverable,
     QueueOverflow,
     RecoveryRequest,
     SessionChanged,
 )
-from logbuf.feed.feed_native import NativeArbiter, RecvRing, enable_kernel_timestamps, monotonic_ns
+from logbuf.feed.feed_native import (
+    RecvRing,
+    enable_drop_counts,
+    enable_kernel_timestamps,
+    lib,
+    monotonic_ns,
+)
+from logbuf.feed.moldudp64 import COUNT_OFFSET, HEADER_LENGTH, SEQUENCE_OFFSET
 from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
 
 FEED_COUNTER_TYPE_ID = 1100
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
 LATENCY_SAMPLES = 1 << 16
+DEFAULT_BATCH_WAIT_S = 0.0003  # a few packets per round at the open's rate; well under the latency budget
+DEFAULT_RCVBUF = 32 << 20  # bytes per feed socket: ~1 s of the busiest open (20k packets/s x 1.4 kB)
+RETRANSMIT_SLOTS = 8  # receive slots kept for retransmission answers per cycle
+UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause after ECONNREFUSED
+NANOS_PER_SECOND = 1_000_000_000
+NANOS_PER_MILLI = 1_000_000
+NANOS_PER_MICRO = 1_000
+INVALID_BATCH = lib.LB_INVALID_BATCH  # lb_offer_batch: a message longer than the publication's maximum
 _SEQ = np.dtype(">u8")
 _COUNT = np.dtype(">u2")
 _LETTERS = np.array([ord("A"), ord("B"), ord("R")], dtype=np.uint8)
 
 
-class FeedHandlerError(RuntimeError):
+class FeedHandlerError(LogbufError):
     """The feed handler cannot run (bad configuration, its publications were closed, ...)."""
+
+
+def reserved_value(seq: int) -> int:
+    """A u64 MoldUDP64 sequence as a frame's int64 reserved value (the same 64 bits; read it back as u64)."""
+    return seq - (1 << 64) if seq >= 1 << 63 else seq
 
 
 @dataclass
@@ -78,9 +104,10 @@ class FeedHandlerConfig:
     arbiter: ArbiterConfig = field(default_factory=ArbiterConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     seed: int | None = None  # recovery back-off jitter (None: random)
-    rcvbuf: int = 8 << 20
+    rcvbuf: int = DEFAULT_RCVBUF
     ring_slots: int = 64
     max_block_s: float = 0.01  # longest poll(2) sleep (a stop request is noticed within this)
+    batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # after a wake-up, let this much traffic gather (0: none)
     kernel_timestamps: bool = True
     stop_at_end_of_session: bool = False
     wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber
@@ -139,7 +166,6 @@ class FeedHandler:
             arbiter_config = _replace(arbiter_config, mode=cfg.mode)
         self.arbiter = Arbiter(arbiter_config, recovery=recovery)
         self.ring = RecvRing(capacity=cfg.ring_slots)
-        self.fast = NativeArbiter(self.arbiter, self.ring)
         for feed, address in ((Feed.A, cfg.feed_a), (Feed.B, cfg.feed_b)):
             if feed in cfg.mode.feeds and address is not None:
                 self.sockets[feed] = _open_feed_socket(address, cfg.interface, cfg.rcvbuf)
@@ -151,9 +177,13 @@ class FeedHandler:
         if cfg.kernel_timestamps:
             for sock in self.sockets.values():
                 enable_kernel_timestamps(sock)
+        for sock in self.sockets.values():
+            with contextlib.suppress(OSError):  # not every kernel reports drops; the counter then stays 0
+                enable_drop_counts(sock)
         # slots per socket per receive: A and B share fairly, answers get what is left
         live = [f for f in self.sockets if f != Feed.RETRANSMIT]
-        per_live = max(1, (cfg.ring_slots - (8 if Feed.RETRANSMIT in self.sockets else 0)) // max(1, len(live)))
+        reserved = RETRANSMIT_SLOTS if Feed.RETRANSMIT in self.sockets else 0
+        per_live = max(1, (cfg.ring_slots - reserved) // max(1, len(live)))
         self._slots = {f: per_live for f in live}
         if Feed.RETRANSMIT in self.sockets:
             self._slots[Feed.RETRANSMIT] = cfg.ring_slots - per_live * len(live)
@@ -176,11 +206,20 @@ class FeedHandler:
         self.end_of_session = False
         self._idle = BackoffIdleStrategy(max_spins=100, max_yields=50, max_park_ns=100_000)
         self._next_counters_ns = 0
+        # the retransmission server refused (ECONNREFUSED: nothing listens there): requests pause, then retry
+        self.retransmit_unreachable = 0
+        self.cpu_ns = 0  # CPU time of the receive/arbitrate/publish loop
+        self.rounds = 0  # receive/arbitrate/publish rounds that received something
+        self.lost_by_reason = dict.fromkeys(GapReason, 0)  # messages declared unrecoverable, by why
+        self.drained = True  # the last round read every feed socket to the end
+        self._answers_waiting = False  # poll(2) saw the retransmission socket readable
+        self._unreachable_until_ns = 0
+        self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
         # wire-to-log latency: packet arrival (kernel stamp) to its messages committed in the log, sampled
         # once per published batch into a ring (the first message of the batch: the longest wait in it)
         self.latency_samples_ns = np.zeros(LATENCY_SAMPLES, dtype=np.int64)
         self.latency_count = 0
-        for name in [*self.arbiter.counter_values(), "published", "unpublished", "back_pressure_waits"]:
+        for name in self.counter_values():
             self.counters[name] = client.add_counter(FEED_COUNTER_TYPE_ID, f"feed: {name}", name.encode()[:100])
 
     # -- the loop --------------------------------------------------------------------------------------
@@ -195,42 +234,97 @@ class FeedHandler:
             until = time.monotonic() + cfg.wait_for_subscriber_s
             while not self.messages.is_connected and time.monotonic() < until and not self._stop.is_set():
                 time.sleep(0.005)
-        while not self._stop.is_set():
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            work = self.do_work()
-            if self.end_of_session and cfg.stop_at_end_of_session:
-                break
-            if not work:
-                self._block()
+        cpu_started = time.process_time_ns()  # the process CPU (rusage) while the loop runs
+        try:
+            while not self._stop.is_set():
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                work = self.do_work()
+                if self.end_of_session and cfg.stop_at_end_of_session:
+                    break
+                if not work or self.drained:  # every socket read to the end: wait for more
+                    self._block()
+        finally:
+            self.cpu_ns += time.process_time_ns() - cpu_started
         self.publish_counters()
 
     def do_work(self) -> int:
         """One receive/arbitrate/publish cycle; returns packets received + events handled."""
         n = 0
+        drained = True
         for feed, sock in self.sockets.items():
-            n += self.ring.receive(sock, feed, start=n, max_packets=self._slots[feed])
-        events: list[Event] = self.fast.process(0, n) if n else []
-        now = monotonic_ns()
-        next_deadline = self.arbiter.next_deadline_ns()
-        if next_deadline is not None and now >= next_deadline:
-            events += self.arbiter.on_tick(now)
+            if feed == Feed.RETRANSMIT and not (self.arbiter.recovering or self._answers_waiting):
+                continue  # answers only come while recovering (a late one waits for the next round)
+            want = self._slots[feed]
+            got = self._receive(sock, feed, n, want)
+            if got == want and feed != Feed.RETRANSMIT:
+                drained = False  # more may be waiting on this feed
+            n += got
+        self._answers_waiting = False
+        self.drained = drained
+        self.rounds += 1 if n else 0
+        events: list[Event] = self.arbiter.process(self.ring, 0, n, runs=True) if n else []
         if n and self.capture is not None:
             self._capture_packets(n)
-        if events:
+        if events:  # delivery runs live in the engine until its next call: publish them first
             self._handle(events)
+        handled = len(events)
+        now = monotonic_ns()
+        # One clock: the arbiter's waits run on arrival stamps. While a feed socket still holds datagrams, time
+        # is only known up to the newest stamp processed — a lagging handler must not declare holes whose other
+        # copy is waiting in a socket. Once every feed socket is drained, everything before `now` was seen.
+        clock = now if drained or not n else min(now, int(self.ring.arrivals[:n].max()))
+        next_deadline = self.arbiter.next_deadline_ns()
+        if next_deadline is not None and clock >= next_deadline:
+            events = self.arbiter.on_tick(clock)
+            handled += len(events)
+            if events:
+                self._handle(events)
         if now >= self._next_counters_ns:
             self._next_counters_ns = now + COUNTER_PUBLISH_INTERVAL_NS
             self.publish_counters()
-        return n + len(events)
+        return n + handled
+
+    def _receive(self, sock: socket.socket, feed: Feed, start: int, want: int) -> int:
+        try:
+            return self.ring.receive(sock, feed, start=start, max_packets=want)
+        except ConnectionRefusedError:  # an ICMP port unreachable for a request on the connected socket
+            if feed != Feed.RETRANSMIT:
+                raise
+            self._note_unreachable()
+            return 0
+
+    def _note_unreachable(self) -> None:
+        self.retransmit_unreachable += 1
+        now = monotonic_ns()
+        if now >= self._unreachable_until_ns:
+            self._unreachable_until_ns = now + self._unreachable_backoff_ns
+            self._unreachable_backoff_ns = min(2 * self._unreachable_backoff_ns, UNREACHABLE_BACKOFF_NS[1])
+
+    def _send_request(self, event: RecoveryRequest) -> None:
+        sock = self.sockets.get(Feed.RETRANSMIT)
+        if sock is None or monotonic_ns() < self._unreachable_until_ns:
+            return  # paused after a refusal: recovery asks again at its next retry
+        try:
+            sock.send(event.encode())
+            self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
+        except BlockingIOError:
+            pass
+        except ConnectionRefusedError:
+            self._note_unreachable()
 
     def _block(self) -> None:
-        """Sleep in poll(2) until a datagram arrives or the arbiter's next deadline (bounded)."""
-        timeout_ns = int(self.config.max_block_s * 1e9)
+        """Sleep in poll(2) until a datagram arrives or the arbiter's next deadline (bounded); then, when data
+        came, let ``batch_wait_s`` more arrive, so one receive/arbitrate/publish round serves many packets."""
+        timeout_ns = int(self.config.max_block_s * NANOS_PER_SECOND)
         next_deadline = self.arbiter.next_deadline_ns()
         if next_deadline is not None:
             timeout_ns = max(0, min(timeout_ns, next_deadline - monotonic_ns()))
-        self._poller.poll(max(0, -(-timeout_ns // 1_000_000)))  # ms, rounded up
+        ready = self._poller.poll(max(0, -(-timeout_ns // NANOS_PER_MILLI)))  # ms, rounded up
+        if any(self._fd_feed.get(fd) == Feed.RETRANSMIT for fd, _ in ready):
+            self._answers_waiting = True
+        if ready and self.config.batch_wait_s > 0:
+            time.sleep(self.config.batch_wait_s)
 
     # -- events ----------------------------------------------------------------------------------------
 
@@ -240,21 +334,23 @@ class FeedHandler:
         slow_feeds: list[int] = []
         slow_arrivals: list[int] = []
         for event in events:
-            if isinstance(event, DeliverBatch):
+            if isinstance(event, DeliverRun):
+                if self.capture is not None:
+                    batch = event.batch()
+                    delivered.append((batch.seqs, batch.feeds, batch.arrivals_ns))
+                self._publish_run(event)
+            elif isinstance(event, DeliverBatch):
                 self._publish_batch(event)
                 if self.capture is not None:
                     delivered.append((event.seqs, event.feeds, event.arrivals_ns))
             elif isinstance(event, Deliver):
-                self._offer(self.messages, event.message, event.seq)
+                self._offer(self.messages, event.message, reserved_value(event.seq))
                 if self.capture is not None:
                     slow_seqs.append(event.seq)
                     slow_feeds.append(int(event.feed))
                     slow_arrivals.append(event.arrival_ns)
             elif isinstance(event, RecoveryRequest):
-                sock = self.sockets.get(Feed.RETRANSMIT)
-                if sock is not None:
-                    with contextlib.suppress(BlockingIOError, ConnectionRefusedError):
-                        sock.send(event.encode())
+                self._send_request(event)
             else:
                 if self.capture is not None:  # keep capture rows in stream order with the events
                     self._flush_delivered(delivered, slow_seqs, slow_feeds, slow_arrivals)
@@ -270,6 +366,7 @@ class FeedHandler:
             record = out.FeedEvent(out.GAP_RECOVERED, 0, event.first, event.last, now, event.session)
         elif isinstance(event, GapUnrecoverable):
             record = out.FeedEvent(out.GAP_UNRECOVERABLE, int(event.reason), event.first, event.last, now, event.session)
+            self.lost_by_reason[event.reason] = min(I64_MAX, self.lost_by_reason[event.reason] + event.count)
         elif isinstance(event, SessionChanged):
             self._session = event.session
             record = out.FeedEvent(out.SESSION_CHANGED, 0, event.next_sequence, 0, now, event.session)
@@ -280,7 +377,7 @@ class FeedHandler:
             record = out.FeedEvent(out.QUEUE_OVERFLOW, 0, event.queued_packets, event.capacity, now, event.session)
         else:  # pragma: no cover - every event type is handled above
             return
-        self._offer(self.events, record.encode(), self.arbiter_next_sequence())
+        self._offer(self.events, record.encode(), reserved_value(self.arbiter_next_sequence()))
 
     def arbiter_next_sequence(self) -> int:
         return int(self.arbiter.expected or 0)
@@ -301,6 +398,33 @@ class FeedHandler:
                 return
             if result == CLOSED:
                 raise FeedHandlerError("publication closed (the driver went away?)")
+            if result == BACK_PRESSURED:
+                self.back_pressure_waits += 1
+            self._idle.idle(0)
+
+    def _publish_run(self, run: DeliverRun) -> None:
+        """A run of the engine's deliveries, appended by C straight from the receive ring into the log."""
+        count = len(run)
+        done = 0
+        pub = self.messages
+        while done < count:
+            appended, result = self.arbiter.offer_run(run, done, pub)
+            if appended:
+                if done == 0:
+                    slot = self.latency_count % LATENCY_SAMPLES
+                    self.latency_samples_ns[slot] = monotonic_ns() - run.first_arrival_ns()
+                    self.latency_count += 1
+                done += appended
+                self.published += appended
+                self._idle.reset()
+                continue
+            if result == NOT_CONNECTED:
+                self.unpublished += count - done
+                return
+            if result == CLOSED:
+                raise FeedHandlerError("publication closed (the driver went away?)")
+            if result == INVALID_BATCH:
+                raise FeedHandlerError("a message is longer than the publication's maximum message length")
             if result == BACK_PRESSURED:
                 self.back_pressure_waits += 1
             self._idle.idle(0)
@@ -343,9 +467,9 @@ class FeedHandler:
         rows["feed"] = _LETTERS[ring.feeds[:n]]
         rows["bytes"] = lengths
         rows["arrival_ns"] = ring.arrivals[:n] + self._epoch_offset_ns
-        valid = lengths >= 20
-        seq = np.ascontiguousarray(slab[:, 10:18]).view(_SEQ).reshape(n).astype(np.int64)
-        count = np.ascontiguousarray(slab[:, 18:20]).view(_COUNT).reshape(n).astype(np.int32)
+        valid = lengths >= HEADER_LENGTH
+        seq = np.ascontiguousarray(slab[:, SEQUENCE_OFFSET:COUNT_OFFSET]).view(_SEQ).reshape(n).astype(np.int64)
+        count = np.ascontiguousarray(slab[:, COUNT_OFFSET:HEADER_LENGTH]).view(_COUNT).reshape(n).astype(np.int32)
         rows["sequence"] = np.where(valid, seq, -1)
         rows["count"] = np.where(valid, count, -1)
         self._offer_rows(rows, out.CAPTURE_PACKETS)
@@ -362,7 +486,7 @@ class FeedHandler:
         for batch_seqs, batch_feeds, batch_arrivals in delivered:
             parts.append(out.delivered_runs(batch_seqs, batch_feeds, batch_arrivals))
         if seqs:
-            parts.append(out.delivered_runs(np.array(seqs, np.int64), np.array(feeds, np.uint8),
+            parts.append(out.delivered_runs(np.array(seqs, np.uint64), np.array(feeds, np.uint8),
                                             np.array(arrivals, np.int64)))
         delivered.clear()
         seqs.clear()
@@ -390,6 +514,13 @@ class FeedHandler:
         values["published"] = self.published
         values["unpublished"] = self.unpublished
         values["back_pressure_waits"] = self.back_pressure_waits
+        values["retransmit_unreachable"] = self.retransmit_unreachable
+        values["cpu_us"] = self.cpu_ns // NANOS_PER_MICRO
+        values["rounds"] = self.rounds
+        for reason, lost in self.lost_by_reason.items():
+            values[f"lost.{reason.name.lower()}"] = lost
+        for feed in Feed:  # datagrams the kernel dropped for a full socket buffer (SO_RXQ_OVFL)
+            values[f"{feed.name}.kernel_drops"] = int(self.ring.kernel_drops[feed])
         return values
 
     def publish_counters(self) -> None:

@@ -55,6 +55,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from logbuf.errors import LogbufError
+
 TYPE_OFFSET = 0
 STOCK_LOCATE_OFFSET = 1
 TRACKING_NUMBER_OFFSET = 3
@@ -72,7 +74,7 @@ _TIMESTAMP_LOW_BITS = 32
 _TIMESTAMP_LOW_MASK = (1 << _TIMESTAMP_LOW_BITS) - 1
 
 
-class ItchError(ValueError):
+class ItchError(LogbufError, ValueError):
     """An ITCH message (or a value to put in one) is malformed: unknown type, wrong length, bad field."""
 
 

@@ -27,6 +27,8 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
+from logbuf.errors import LogbufError
+
 SESSION_OFFSET = 0
 SESSION_LENGTH = 10
 SEQUENCE_OFFSET = 10
@@ -51,7 +53,7 @@ _BLOCK_LENGTH = struct.Struct(">H")
 _PAD = b" "
 
 
-class MoldUDP64Error(ValueError):
+class MoldUDP64Error(LogbufError, ValueError):
     """A MoldUDP64 packet (or a value to put in one) is malformed; the message says which field and why."""
 
 

@@ -12,7 +12,7 @@ stream (published before the jump), so subscribers always know.
 
     0      1         8              16             24             32            42
     +------+---------+--------------+--------------+--------------+-------------+
-    | kind | reason  | first i64    | last i64     | time_ns i64  | session     |
+    | kind | reason  | first u64    | last u64     | time_ns i64  | session     |
     | u8   | u8 +pad | (or next seq)|              | epoch ns     | 10 B ASCII  |
     +------+---------+--------------+--------------+--------------+-------------+
 
@@ -69,7 +69,7 @@ EVENT_TIME_OFFSET = 24
 EVENT_SESSION_OFFSET = 32
 SESSION_LENGTH = 10
 EVENT_LENGTH = 48  # 42 bytes used, padded to 8
-_EVENT = struct.Struct("<BB6xqqq10s6x")
+_EVENT = struct.Struct("<BB6xQQq10s6x")  # first/last: MoldUDP64 sequences are u64
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ retransmission server for them and when to give up. It is told the current holes
 ranges inside ``[next expected, highest seen]``, head first) and the time, and answers with the requests due::
 
     gap declared ─► start(now): first round after a randomised back-off
-                       │          initial_backoff × U(jitter)         (seed 001: 50 ms × 0.5..1.5)
+                       │          initial_backoff × U(jitter)         (default 50 ms × 0.5..1.5)
                        ▼
     poll(holes, now) ─► one request per hole chunk without an outstanding request
                        │   chunk = [start, start + max_request_count − 1]   (MoldUDP64 counts ≤ 0xFFFE)
@@ -13,8 +13,8 @@ ranges inside ``[next expected, highest seen]``, head first) and the time, and a
                        ├─ an answer fills the front of a hole ─► the rest starts at a new sequence with
                        │       no request in flight, so the next poll asks for it without waiting
                        │       (an answer is one packet: "clients re-request the rest")
-                       ├─ no answer for retry_interval ─► asked again         (seed 001: 200 ms)
-                       └─ a missing message first requested give_up ago ─► expired() > 0  (seed 001: 10 s)
+                       ├─ no answer for retry_interval ─► asked again         (default 200 ms)
+                       └─ a missing message first requested give_up ago ─► expired() > 0  (default 10 s)
     stop() when caught up (no hole left).
 
 Give-up is per message, by age: ``expired`` counts the leading holes whose first message was first requested
@@ -35,18 +35,23 @@ NANOS_PER_MILLI = 1_000_000
 NANOS_PER_SECOND = 1_000_000_000
 
 Hole = tuple[int, int]  # inclusive (first, last) sequence range
+# Pacing: under the 1,000 requests/s per client a retransmission server typically allows, with room for a burst.
+DEFAULT_REQUEST_RATE = 800.0
+DEFAULT_REQUEST_BURST = 64
 
 
 @dataclass(frozen=True)
 class RecoveryConfig:
-    """Re-request pacing; defaults are seed 001's (initial back-off 50 ms × 0.5–1.5, retry 200 ms, give up 10 s)."""
+    """Re-request pacing; defaults as in a common NAK scheme (initial back-off 50 ms × 0.5–1.5, retry 200 ms, give up 10 s)."""
 
     initial_backoff_ns: int = 50 * NANOS_PER_MILLI
     backoff_jitter: tuple[float, float] = (0.5, 1.5)
     retry_interval_ns: int = 200 * NANOS_PER_MILLI
     give_up_ns: int = 10 * NANOS_PER_SECOND
     max_request_count: int = MAX_MESSAGE_COUNT
-    max_outstanding: int = 8
+    max_outstanding: int = 64
+    request_rate: float = DEFAULT_REQUEST_RATE  # requests per second (kept under the server's per-client limit)
+    request_burst: int = DEFAULT_REQUEST_BURST  # requests that may go out at once after a quiet period
 
     def __post_init__(self) -> None:
         low, high = self.backoff_jitter
@@ -60,13 +65,16 @@ class RecoveryConfig:
             raise ValueError(f"max_request_count must be within 1..{MAX_MESSAGE_COUNT} (MoldUDP64 request count)")
         if self.max_outstanding < 1:
             raise ValueError("max_outstanding must be >= 1")
+        if self.request_rate <= 0 or self.request_burst < 1:
+            raise ValueError("request_rate must be > 0 and request_burst >= 1")
 
 
 class Recovery:
     """Decides which ``(seq, count)`` re-requests to send and when to give up (pure; see the module doc)."""
 
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_bp_seq", "_bp_ns", "_requested_upto",
-                 "requests_sent", "answers")
+                 "requests_sent", "answers", "_chunk", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
+                 "requests_paced", "_asked")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | None = None) -> None:
         self.config = config or RecoveryConfig()
@@ -79,6 +87,13 @@ class Recovery:
         self._requested_upto = 0  # highest sequence any request has covered
         self.requests_sent = 0
         self.answers = 0
+        self._chunk = self.config.max_request_count  # messages per request: learned from the answers' size
+        self._asked: dict[int, int] = {}  # first sequence of a request sent -> the count it asked for
+        self._tokens = float(self.config.request_burst)
+        self._tokens_ns: int | None = None
+        self._paced = False  # the last poll held requests back for want of tokens
+        self.last_answer_ns: int | None = None
+        self.requests_paced = 0  # polls that held requests back to stay under request_rate
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 
@@ -98,14 +113,30 @@ class Recovery:
         self._bp_seq.clear()
         self._bp_ns.clear()
         self._requested_upto = 0
+        self._asked.clear()
+        self._paced = False
 
     # -- inputs -----------------------------------------------------------------------------------------------
 
-    def on_answer(self, first: int, now_ns: int) -> None:
-        """A retransmitted packet starting at ``first`` arrived: the request it answers is no longer in flight
-        (counted in ``answers``; what is still missing is asked for by the next :meth:`poll`)."""
+    def on_answer(self, first: int, now_ns: int, count: int | None = None) -> None:
+        """A retransmitted packet starting at ``first`` (``count`` messages) arrived: the request it answers is
+        no longer in flight (counted in ``answers``; what is still missing is asked for by the next
+        :meth:`poll`). An answer is one packet, so its size is what later requests ask for: several answer-sized
+        requests go out per hole instead of one request per answer."""
+        self.last_answer_ns = now_ns
         if self._outstanding.pop(first, None) is not None:
             self.answers += 1
+        asked = self._asked.pop(first, None)
+        if asked is not None and count is not None and count >= 1:
+            if count < asked:  # the answer packet was full: that is what one request brings back
+                self._chunk = count
+            elif count == asked == self._chunk:  # maybe more fits: probe upwards
+                self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
+
+    def answering(self, now_ns: int) -> bool:
+        """An answer arrived within the retry interval: the server is filling the holes right now."""
+        return (self.active and self.last_answer_ns is not None
+                and now_ns - self.last_answer_ns < self.config.retry_interval_ns)
 
     def poll(self, holes: Sequence[Hole], now_ns: int) -> list[tuple[int, int]]:
         """The ``(seq, count)`` requests to send now for ``holes`` (head first, inclusive ranges)."""
@@ -116,7 +147,9 @@ class Recovery:
                 return []
             self._ready_ns = None
         cfg = self.config
-        chunk = cfg.max_request_count
+        chunk = self._chunk
+        self._refill(now_ns)
+        self._paced = False
         old = self._outstanding
         kept: dict[int, int] = {}
         out: list[tuple[int, int]] = []
@@ -128,18 +161,41 @@ class Recovery:
                 count = min(chunk, last - seq + 1)
                 sent = old.get(seq)
                 if sent is None or now_ns - sent >= cfg.retry_interval_ns:
+                    if self._tokens < 1.0:  # paced: the rest goes out as tokens come back
+                        self._paced = True
+                        if sent is None:
+                            break
+                        kept[seq] = sent
+                        seq += count
+                        continue
+                    self._tokens -= 1.0
+                    self._asked[seq] = count
                     out.append((seq, count))
                     sent = now_ns
                     self._note_requested(seq + count - 1, now_ns)
                 kept[seq] = sent
                 seq += count
+            if self._paced and seq <= last:
+                break
             if len(kept) >= cfg.max_outstanding:
                 break
         # requests for chunks that no longer start a hole (filled meanwhile) are forgotten: an answer to them
         # still fills the stream, and a retry would only ask for data already here
         self._outstanding = kept
+        if len(self._asked) > 4 * cfg.max_outstanding:  # answers that never came: keep the table bounded
+            self._asked = {seq: n for seq, n in self._asked.items() if seq in kept}
         self.requests_sent += len(out)
+        if self._paced:
+            self.requests_paced += 1
         return out
+
+    def _refill(self, now_ns: int) -> None:
+        cfg = self.config
+        if self._tokens_ns is not None and now_ns > self._tokens_ns:
+            self._tokens = min(float(cfg.request_burst),
+                               self._tokens + (now_ns - self._tokens_ns) * cfg.request_rate / NANOS_PER_SECOND)
+        if self._tokens_ns is None or now_ns > self._tokens_ns:
+            self._tokens_ns = now_ns
 
     def expired(self, holes: Sequence[Hole], now_ns: int) -> int:
         """How many of the leading ``holes`` have been requested for ``give_up_ns`` without being filled."""
@@ -164,6 +220,10 @@ class Recovery:
             candidates.append(min(self._outstanding.values()) + self.config.retry_interval_ns)
         if self._bp_ns:
             candidates.append(self._bp_ns[0] + self.config.give_up_ns)
+        if self._paced and self._tokens_ns is not None:
+            # requests are waiting for a token: the next one is the next thing to happen (nothing due can go
+            # out before it; a give-up falls due at most one token interval late)
+            return self._tokens_ns + int(NANOS_PER_SECOND / self.config.request_rate) + 1
         return min(candidates) if candidates else None
 
     def forget_below(self, seq: int) -> None:

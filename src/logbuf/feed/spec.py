@@ -1,0 +1,629 @@
+"""The executable specification of A/B arbitration and gap detection for MoldUDP64 feeds (pure Python).
+
+The feed handler runs the same state machine in C (``native/feed.c``, behind :class:`logbuf.feed.arbiter.Arbiter`);
+property tests feed both the same random packet streams and require identical events, deliveries and counters.
+This module is the readable statement of the rules; it is not on the hot path.
+
+Fed packets (raw bytes or decoded :mod:`~logbuf.feed.moldudp64` tuples) with their feed and arrival time, and
+clock ticks; returns :mod:`~logbuf.feed.events` in stream order. No sockets, no clock, no threads.
+
+**Per-message arbitration** (arbitrating per packet instead loses the fresh tail of a catch-up packet). Messages are processed by sequence number across feeds; a packet
+``[first, first + count)`` delivers every message ``>= expected`` and counts the rest as duplicates — a catch-up
+packet that starts with already-delivered messages still delivers its fresh tail.
+
+**Out-of-order queue and gap detection** (the usual feed-handler rules). A packet starting past ``expected`` is queued. The first
+hole not yet declared becomes a *gap* when either criterion holds — they are independent:
+
+- sequence: every arbitrated live feed has delivered ``out_of_order_max_interval`` packets (data or heartbeat)
+  past the hole since the wait for it began — checked per feed, so under A+B arbitrage a fast feed alone never
+  declares a gap that the slower feed is about to fill. (MoldUDP64 numbers messages, not packets, and packets
+  carry 1–70 messages; counting packets keeps the threshold's meaning, "N packets later", independent of
+  batching. For a single-message-per-packet feed it is exactly ``seq > lastAccepted + interval``.)
+- time: ``lost_packet_wait_time`` has passed since the wait began (the hole appeared, or was partly filled from
+  its front).
+
+*Recovery off* — the classic resolution. The gap is ``[expected, H - 1]`` where ``H`` is the head of the most recent
+contiguous run of queued messages; ``GapDetected`` and ``GapUnrecoverable`` name it, older queued packets are
+dropped and the run is delivered::
+
+    expected=1001   queued: 1002 | 1005 | 1007 1008          ->  gap [1001, 1006]
+                            drop   drop   accept (the run)       1007, 1008 delivered
+
+*Recovery on* (:class:`~logbuf.feed.recovery.Recovery`) — nothing received is dropped. Every hole of
+``[expected, highest seen]`` not declared yet is declared (one ``GapDetected`` per hole: [1001], [1003, 1004],
+[1006] above) and re-requested; answers, fed in as feed ``RETRANSMIT``, fill the stream in order and a filled
+gap gets its ``GapRecovered``. A hole the server does not answer for ``give_up`` becomes a ``GapUnrecoverable``
+and everything received after it is still delivered. Holes that appear meanwhile wait for the criteria like the
+first one. The stream stays in recovery until it has caught up (no hole left).
+
+**Heartbeats and end of session** carry the next sequence: a value past ``expected`` reveals tail loss (it joins
+the hole like a zero-length packet) and never advances ``expected``. ``EndOfSession`` is emitted once the stream
+reached it. **Sessions**: the first session seen is joined; another session is switched to only once the current
+one has ended with nothing of it missing, or has been silent for ``session_change_idle``; until then its packets
+are counted as foreign and ignored (a stray packet must not hijack the stream; what was ignored is re-requested
+after the switch, since the new session is expected from sequence 1). Packets of retired sessions are always
+ignored.
+
+**Bounded queue**: at ``max_queue_packets`` a ``QueueOverflow`` is emitted and the oldest holes are given up
+until the queue is half empty.
+
+**Validation first**: a datagram is checked completely (length, sequence, every message block) before it may
+choose or switch the session. **Unconfirmed jumps**: a packet or heartbeat more than ``max_jump`` messages past
+everything known is held back until a second one within ``max_jump`` of it confirms the jump (the other feed's
+copy, or the next packet); a lone forged datagram never declares a gap.
+
+**Statistics** use the layout of :mod:`logbuf.feed.stats` (shared with C).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import struct
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from logbuf.feed import moldudp64
+from logbuf.feed.coverage import Coverage, Hole, OpenGap, parse_blocks
+from logbuf.feed.events import (
+    Deliver,
+    EndOfSession,
+    Event,
+    Feed,
+    FeedMode,
+    GapDetected,
+    GapReason,
+    GapRecovered,
+    GapUnrecoverable,
+    QueueOverflow,
+    RecoveryRequest,
+    SessionChanged,
+)
+from logbuf.feed.moldudp64 import (
+    END_OF_SESSION_COUNT,
+    HEADER_LENGTH,
+    HEARTBEAT_COUNT,
+    MAX_SEQUENCE,
+)
+from logbuf.feed.recovery import Recovery
+from logbuf.feed.stats import (
+    C_COUNT,
+    DELAY_COUNT,
+    DELAY_MAX_NS,
+    DELAY_MIN_NS,
+    DELAY_SUM_NS,
+    FS_BYTES,
+    FS_COUNT,
+    FS_DECODE_ERRORS,
+    FS_DELIVERED,
+    FS_DUPLICATES,
+    FS_END_OF_SESSION,
+    FS_FOREIGN_SESSION,
+    FS_HEARTBEATS,
+    FS_IGNORED,
+    FS_MESSAGES,
+    FS_OUT_OF_ORDER,
+    FS_PACKETS,
+    I64_MAX,
+    RING_NO_FEED,
+    Counters,
+    FeedStats,
+    counter_values,
+    new_delay_stats,
+)
+
+NANOS_PER_MILLI = 1_000_000
+NANOS_PER_SECOND = 1_000_000_000
+# A packet more than this many messages past everything known needs a confirmation before it counts: at the
+# busiest open (~800k messages/s) this is over a second of loss on both feeds.
+DEFAULT_MAX_JUMP = 1_000_000
+_HEADER = struct.Struct(">10sQH")
+
+
+@dataclass(frozen=True)
+class ArbiterConfig:
+    """Arbitration and gap-detection settings (common published defaults: 3 packets, 100 ms)."""
+
+    mode: FeedMode = FeedMode.A_AND_B
+    out_of_order_max_interval: int = 3  # packets per live feed past the hole
+    lost_packet_wait_time_ns: int = 100 * NANOS_PER_MILLI
+    start_sequence: int | None = 1  # None: join wherever the first packet is
+    session: str | bytes | None = None  # pin the session; None: join the first seen
+    max_queue_packets: int = 16_384
+    session_change_idle_ns: int = 3 * NANOS_PER_SECOND
+    delay_window_bits: int = 16
+    max_jump: int | None = DEFAULT_MAX_JUMP  # messages past everything known that need a confirmation
+
+    def __post_init__(self) -> None:
+        FeedMode(self.mode)
+        if self.out_of_order_max_interval < 1:
+            raise ValueError("out_of_order_max_interval must be >= 1 packet")
+        if self.lost_packet_wait_time_ns <= 0:
+            raise ValueError("lost_packet_wait_time_ns must be > 0")
+        if self.start_sequence is not None and not 1 <= self.start_sequence <= MAX_SEQUENCE:
+            raise ValueError("start_sequence must be a MoldUDP64 sequence (>= 1) or None")
+        if self.max_queue_packets < 2:
+            raise ValueError("max_queue_packets must be >= 2")
+        if self.session_change_idle_ns <= 0:
+            raise ValueError("session_change_idle_ns must be > 0")
+        if not 4 <= self.delay_window_bits <= 24:
+            raise ValueError("delay_window_bits must be within 4..24")
+        if self.session is not None:
+            moldudp64.encode_session(self.session)
+        if self.max_jump is not None and self.max_jump < 1:
+            raise ValueError("max_jump must be >= 1 message (or None: no confirmation)")
+
+
+class _Queued:
+    """A data packet waiting ahead of the expected sequence (a copy of the datagram)."""
+
+    __slots__ = ("first", "count", "feed", "arrival_ns", "data")
+
+    def __init__(self, first: int, count: int, feed: Feed, arrival_ns: int, data: bytes) -> None:
+        self.first = first
+        self.count = count
+        self.feed = feed
+        self.arrival_ns = arrival_ns
+        self.data = data
+
+
+class SpecArbiter:
+    """The sans-IO arbiter in pure Python: ``on_packet`` / ``on_tick`` return events (see the module doc)."""
+
+    def __init__(self, config: ArbiterConfig | None = None, recovery: Recovery | None = None) -> None:
+        cfg = self.config = config or ArbiterConfig()
+        self.recovery = recovery
+        self.mode = FeedMode(cfg.mode)
+        self.live_feeds: tuple[Feed, ...] = self.mode.feeds
+        self.feed_mask = (1 << Feed.RETRANSMIT) | int(self.mode)  # bit f: packets of feed f are processed
+        self.pinned_session = None if cfg.session is None else moldudp64.encode_session(cfg.session)
+        self.counter_array = np.zeros(C_COUNT, dtype=np.int64)
+        self.counters = Counters(self.counter_array)
+        # the statistics layout of logbuf.feed.stats (the same as the C engine's)
+        self.feed_stats = np.zeros((len(Feed), FS_COUNT), dtype=np.int64)
+        self.delay_stats = new_delay_stats()
+        size = 1 << cfg.delay_window_bits
+        self.ring_mask = size - 1
+        self.ring_seq = np.zeros(size, dtype=np.uint64)
+        self.ring_arrival = np.zeros(size, dtype=np.int64)
+        self.ring_feed = np.full(size, RING_NO_FEED, dtype=np.uint8)
+
+        self.session: bytes | None = None
+        self.expected: int | None = None  # next sequence to deliver (last accepted + 1)
+        self.highest = 0  # highest sequence known to exist (queued data, heartbeat/end-of-session marker)
+        self.last_session_arrival_ns = 0  # last packet of the current session on any feed
+        self._retired: set[bytes] = set()
+        self._queue: list[tuple[int, int, _Queued]] = []  # heap by (first, arrival order)
+        self._order = itertools.count()
+        self._coverage = Coverage()
+        self._wait_started_ns: int | None = None  # the wait for the first undeclared hole began
+        self._wait_hole = 0  # first sequence of that hole
+        self._ahead = [0] * len(Feed)  # packets per feed past that hole since the wait began
+        self._gaps: deque[OpenGap] = deque()  # declared gaps the stream has not passed yet (recovery on)
+        self._declared_upto = 0  # every hole up to here has been declared (recovery on)
+        self._pending_eos: int | None = None
+        self._eos_emitted = False
+        self._progress = False
+        # packets held back for announcing an unconfirmed jump: (feed, bytes, position, first, count, marker,
+        # arrival)
+        self._held: list[tuple[Feed, bytes, int, int, int, bool, int]] = []
+
+    # -- public API -------------------------------------------------------------------------------------------
+
+    def on_packet(self, feed: Feed | int, packet: bytes | bytearray | memoryview | moldudp64.Packet,
+                  arrival_ns: int, truncated: bool = False) -> list[Event]:
+        """Process one datagram of ``feed`` received at ``arrival_ns``; returns the events it caused, in order.
+
+        ``packet`` is the UDP payload (or a decoded moldudp64 tuple); ``truncated`` says the receive buffer was
+        too small for it (a decode error). Message bytes are copied out: the buffer may be reused afterwards.
+        """
+        feed = Feed(feed)
+        if isinstance(packet, moldudp64.DownstreamPacket | moldudp64.Heartbeat | moldudp64.EndOfSession):
+            packet = moldudp64.encode(packet)
+        out: list[Event] = []
+        self._packet(feed, memoryview(packet).cast("B"), arrival_ns, truncated, out)
+        self._settle(arrival_ns, out)
+        return out
+
+    def on_tick(self, now_ns: int) -> list[Event]:
+        """Let time pass: the wait criterion, recovery rounds and give-ups. Call at least every few ms while
+        :meth:`next_deadline_ns` is not None (or exactly then)."""
+        out: list[Event] = []
+        self._settle(now_ns, out)
+        return out
+
+    def next_deadline_ns(self) -> int | None:
+        """When :meth:`on_tick` next has something to do (None: nothing until the next packet)."""
+        deadlines = []
+        if self._wait_started_ns is not None:
+            deadlines.append(self._wait_started_ns + self.config.lost_packet_wait_time_ns)
+        if self.recovery is not None and self.recovery.active:
+            d = self.recovery.next_deadline_ns()
+            if d is not None:
+                deadlines.append(d)
+        return min(deadlines) if deadlines else None
+
+    @property
+    def queued_packets(self) -> int:
+        return len(self._queue)
+
+    @property
+    def recovering(self) -> bool:
+        return self.recovery is not None and self.recovery.active
+
+    def holes(self, limit: int = 1 << 30) -> list[Hole]:
+        """Missing ranges of ``[expected, highest]`` (what recovery asks for), lowest first."""
+        if self.expected is None or self.highest < self.expected:
+            return []
+        return self._coverage.holes(self.expected, self.highest, limit)
+
+    def stats(self, feed: Feed | int) -> FeedStats:
+        return FeedStats(self.feed_stats[int(feed)])
+
+    def counter_values(self) -> dict[str, int]:
+        """Every counter by name (``A.packets``, ..., ``gaps_detected``, ``ab_delay_count``, ...) for the
+        socket layer to copy into cnc.dat counters."""
+        return counter_values(self.feed_stats, self.counter_array, self.delay_stats, len(self._queue))
+
+    # -- packet intake (the canonical order of checks; native/feed.c follows it) ------------------------------
+
+    def _packet(self, feed: Feed, buf: memoryview, arrival_ns: int, truncated: bool, out: list[Event]) -> None:
+        st = self.feed_stats[feed]
+        n = len(buf)
+        st[FS_PACKETS] += 1
+        st[FS_BYTES] += n
+        if not self.feed_mask & (1 << feed):
+            st[FS_IGNORED] += 1
+            return
+        if truncated or n < HEADER_LENGTH:
+            st[FS_DECODE_ERRORS] += 1
+            return
+        session, first, count = _HEADER.unpack_from(buf, 0)
+        marker = count in (HEARTBEAT_COUNT, END_OF_SESSION_COUNT)
+        # the whole datagram is validated before it may choose (or switch) the session: a garbage datagram
+        # must never be joined. Sequence 0 is not a message (nor a next sequence); first + count must stay a
+        # representable next sequence (u64).
+        if marker:
+            valid = n == HEADER_LENGTH and 1 <= first <= MAX_SEQUENCE
+        else:
+            valid = 1 <= first <= MAX_SEQUENCE - count and parse_blocks(buf, count) is not None
+        if not valid:
+            st[FS_DECODE_ERRORS] += 1
+            return
+        if session != self.session and not self._accept_session(session, arrival_ns, out):
+            st[FS_FOREIGN_SESSION] += 1
+            return
+        if arrival_ns > self.last_session_arrival_ns:
+            self.last_session_arrival_ns = arrival_ns
+        if not marker:
+            st[FS_MESSAGES] += count
+        if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
+            return
+        self._intake(feed, buf, first, count, marker, arrival_ns, out)
+
+    def _intake(self, feed: Feed, buf: memoryview | bytes, first: int, count: int, marker: bool, arrival_ns: int,
+                out: list[Event]) -> None:
+        if marker:
+            self._marker(feed, first, count == END_OF_SESSION_COUNT, arrival_ns, out)
+            return
+        if feed == Feed.RETRANSMIT and self.recovery is not None:
+            self.recovery.on_answer(first, arrival_ns, count)
+        self._data(feed, memoryview(buf), first, count, arrival_ns, out)
+
+    def _unconfirmed_jump(self, feed: Feed, buf: memoryview, first: int, count: int, marker: bool,
+                          arrival_ns: int, out: list[Event]) -> bool:
+        """Hold back a packet (or marker) announcing sequences more than ``max_jump`` past everything known,
+        until a second such packet (the other feed's copy, or the next packet) confirms the jump: one stray
+        datagram must not declare a gap of a billion messages. True when the packet was held back."""
+        bound = self.config.max_jump
+        if bound is None or self.expected is None:
+            return False
+        position = first - 1 if marker else first  # the first sequence it says exists
+        base = max(self.expected, self.highest + 1)
+        if position <= base + bound:
+            return False
+        held = self._held
+        confirmed = [h for h in held if abs(h[2] - position) <= bound]
+        if not confirmed:
+            # keep the newest candidate per feed; older unconfirmed candidates are dropped
+            self._held = [h for h in held if h[0] != feed] + [(feed, bytes(buf), position, first, count, marker,
+                                                                arrival_ns)]
+            self.counters.jumps_held += 1
+            return True
+        self._held = [h for h in held if h not in confirmed]
+        self.counters.jumps_confirmed += 1
+        for h_feed, h_buf, _pos, h_first, h_count, h_marker, h_arrival in sorted(confirmed, key=lambda h: h[2]):
+            self._intake(h_feed, h_buf, h_first, h_count, h_marker, h_arrival, out)
+        self._intake(feed, buf, first, count, marker, arrival_ns, out)
+        return True
+
+    def _accept_session(self, session: bytes, arrival_ns: int, out: list[Event]) -> bool:
+        if session in self._retired or (self.pinned_session is not None and session != self.pinned_session):
+            return False
+        if self.session is None:
+            self.session = session
+            self.counters.session_changes += 1
+            if self.config.start_sequence is not None:
+                self._join(self.config.start_sequence, out)
+            return True  # the packet itself fixes expected when joining wherever the stream is
+        # switch once the current session has ended and nothing of it is missing any more (a hole is resolved
+        # within lost_packet_wait_time + give_up at most), or once it has gone silent
+        complete = self._pending_eos is not None and not self.holes(1)
+        if not complete and arrival_ns - self.last_session_arrival_ns < self.config.session_change_idle_ns:
+            return False
+        self._switch_session(session, arrival_ns, out)
+        return True
+
+    def _join(self, next_sequence: int, out: list[Event]) -> None:
+        self.expected = next_sequence
+        self.highest = next_sequence - 1
+        out.append(SessionChanged(None, self.session, next_sequence))
+
+    def _switch_session(self, session: bytes, now_ns: int, out: list[Event]) -> None:
+        old = self.session
+        while self.holes(1):
+            self._abandon(1, GapReason.SESSION_CHANGE, now_ns, out)
+        self._close_gaps(out)
+        self._emit_end_of_session(out)
+        self._progress = False
+        self._retired.add(old)
+        if self.recovery is not None:
+            self.recovery.stop()
+        self._queue.clear()
+        self._held.clear()
+        self._coverage = Coverage()
+        self._gaps.clear()
+        self._declared_upto = 0
+        self._wait_started_ns = None
+        self._pending_eos = None
+        self._eos_emitted = False
+        self.ring_feed.fill(RING_NO_FEED)  # sequences restart: old slots must not pair with new messages
+        self.session = session
+        self.expected = 1  # a MoldUDP64 session numbers its messages from 1
+        self.highest = 0
+        self.counters.session_changes += 1
+        out.append(SessionChanged(old, session, 1))
+
+    def _marker(self, feed: Feed, next_sequence: int, end: bool, arrival_ns: int, out: list[Event]) -> None:
+        self.feed_stats[feed, FS_END_OF_SESSION if end else FS_HEARTBEATS] += 1
+        if self.expected is None:
+            self._join(next_sequence, out)
+        if end and self._pending_eos is None:
+            self._pending_eos = next_sequence
+        if next_sequence - 1 >= self.expected:  # messages up to next_sequence - 1 exist and are not here
+            self.highest = max(self.highest, next_sequence - 1)
+            self._note_ahead(feed, next_sequence, arrival_ns)
+
+    def _data(self, feed: Feed, buf: memoryview, first: int, count: int, arrival_ns: int, out: list[Event]) -> None:
+        if self.expected is None:
+            self._join(first, out)
+        if first > self.expected:
+            self.feed_stats[feed, FS_OUT_OF_ORDER] += 1
+            self._enqueue(feed, first, count, bytes(buf), arrival_ns, out)
+            return
+        self._walk(feed, buf, first, count, arrival_ns, out)
+        self._drain(out)
+
+    # -- delivery ---------------------------------------------------------------------------------------------
+
+    def _walk(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
+              out: list[Event]) -> None:
+        before = self.expected
+        self._walk_python(feed, packet, first, count, arrival_ns, out)
+        if self.expected > before:
+            self._progress = True
+
+    def _walk_python(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
+                     out: list[Event]) -> None:
+        """The per-message walk (``eng_walk`` in native/feed.c)."""
+        expected = self.expected
+        st = self.feed_stats[feed]
+        live = feed != Feed.RETRANSMIT
+        mask = self.ring_mask
+        ring_seq, ring_arrival, ring_feed = self.ring_seq, self.ring_arrival, self.ring_feed
+        delivered = duplicates = 0
+        for i, (offset, length) in enumerate(parse_blocks(memoryview(packet), count)):
+            seq = first + i
+            slot = seq & mask
+            if seq < expected:
+                duplicates += 1
+                if live and ring_seq[slot] == seq and ring_feed[slot] != RING_NO_FEED and ring_feed[slot] != feed:
+                    self._pair(int(ring_arrival[slot]), arrival_ns, feed)
+                    ring_feed[slot] = RING_NO_FEED
+                continue
+            delivered += 1
+            ring_seq[slot] = seq
+            ring_arrival[slot] = arrival_ns
+            ring_feed[slot] = feed if live else RING_NO_FEED
+            out.append(Deliver(seq, bytes(packet[offset : offset + length]), feed, arrival_ns))
+        st[FS_DELIVERED] += delivered
+        st[FS_DUPLICATES] += duplicates
+        if first + count > expected:
+            self.expected = first + count
+
+    def _pair(self, winner_arrival_ns: int, arrival_ns: int, feed: Feed) -> None:
+        # the winner came from the other live feed; record arrival(A) - arrival(B)
+        delay = winner_arrival_ns - arrival_ns if feed == Feed.B else arrival_ns - winner_arrival_ns
+        d = self.delay_stats
+        d[DELAY_COUNT] += 1
+        d[DELAY_SUM_NS] += delay
+        if delay < d[DELAY_MIN_NS]:
+            d[DELAY_MIN_NS] = delay
+        if delay > d[DELAY_MAX_NS]:
+            d[DELAY_MAX_NS] = delay
+
+    def _drain(self, out: list[Event]) -> None:
+        queue = self._queue
+        while queue and queue[0][0] <= self.expected:
+            _, _, entry = heapq.heappop(queue)
+            self._walk(entry.feed, entry.data, entry.first, entry.count, entry.arrival_ns, out)
+        self._coverage.trim_below(self.expected)
+
+    # -- the out-of-order queue and gaps ----------------------------------------------------------------------
+
+    def _enqueue(self, feed: Feed, first: int, count: int, data: bytes, arrival_ns: int, out: list[Event]) -> None:
+        last = first + count - 1
+        self.highest = max(self.highest, last)
+        if self._coverage.covers(first, last):  # every message already queued: a duplicate, keep nothing
+            self.feed_stats[feed, FS_DUPLICATES] += count
+        else:
+            capacity = self.config.max_queue_packets
+            # a hole the server is answering right now is not given up for queue pressure: the queue may grow
+            # to twice its size while answers keep coming
+            answering = self.recovery is not None and self.recovery.answering(arrival_ns)
+            if len(self._queue) >= (2 * capacity if answering else capacity):
+                self.counters.queue_overflows += 1
+                out.append(QueueOverflow(self.session, len(self._queue), capacity))
+                while len(self._queue) > capacity // 2 and self.holes(1):
+                    self._abandon(1, GapReason.QUEUE_OVERFLOW, arrival_ns, out)
+                if first <= self.expected:  # giving up moved the stream up to (or past) this packet
+                    self._walk(feed, data, first, count, arrival_ns, out)
+                    self._drain(out)
+                    return
+            heapq.heappush(self._queue, (first, next(self._order), _Queued(first, count, feed, arrival_ns, data)))
+            self._coverage.add(first, last)
+        self._note_ahead(feed, first, arrival_ns)
+
+    def _first_undeclared_hole(self) -> int | None:
+        """First missing sequence past everything already declared (the hole the criteria are watching)."""
+        if self.expected is None:
+            return None
+        start = max(self.expected, self._declared_upto + 1)
+        if self.highest < start:
+            return None
+        holes = self._coverage.holes(start, self.highest, 1)
+        return holes[0][0] if holes else None
+
+    def _update_wait(self, now_ns: int, hole: int | None) -> None:
+        if hole is None:
+            self._wait_started_ns = None
+        elif self._wait_started_ns is None or hole != self._wait_hole:
+            # a new hole, or the watched one was partly filled from the front: the wait (re)starts
+            self._wait_started_ns = now_ns
+            self._wait_hole = hole
+            self._ahead = [0] * len(Feed)
+
+    def _note_ahead(self, feed: Feed, position: int, arrival_ns: int) -> None:
+        """A packet landed past ``expected`` (``position``: its first sequence, or a marker's next sequence)."""
+        hole = self._first_undeclared_hole()
+        self._update_wait(arrival_ns, hole)
+        if hole is not None and position > hole and feed != Feed.RETRANSMIT:
+            self._ahead[feed] += 1
+
+    def _check_detection(self, now_ns: int, out: list[Event]) -> None:
+        if self._wait_started_ns is None:
+            return
+        interval = self.config.out_of_order_max_interval
+        if all(self._ahead[f] >= interval for f in self.live_feeds):
+            self._declare(GapReason.SEQUENCE_THRESHOLD, now_ns, out)
+        elif now_ns - self._wait_started_ns >= self.config.lost_packet_wait_time_ns:
+            self._declare(GapReason.WAIT_TIMEOUT, now_ns, out)
+
+    def _declare(self, reason: GapReason, now_ns: int, out: list[Event]) -> None:
+        self._wait_started_ns = None
+        if self.recovery is None:  # recovery off: [expected, head of the most recent run - 1], lost at once
+            first = self.expected
+            head = self._coverage.last_start() if self._coverage else self.highest + 1
+            self._open(first, head - 1, reason, out, lost=True)
+            self._unrecoverable(first, head - 1, GapReason.RECOVERY_OFF, out)
+            queue = self._queue
+            while queue and queue[0][0] < head:  # older queued packets are dropped
+                heapq.heappop(queue)
+                self.counters.dropped_packets += 1
+            self._coverage.trim_below(head)
+            self.expected = head
+            self._progress = True
+            self._drain(out)
+            self._close_gaps(out)
+            return
+        # recovery: every hole not declared yet, up to the highest sequence seen, is declared and re-requested
+        start = max(self.expected, self._declared_upto + 1)
+        for first, last in self._coverage.holes(start, self.highest, 1 << 62):
+            self._open(first, last, reason, out)
+        self._declared_upto = self.highest
+        self.recovery.start(now_ns)
+
+    def _open(self, first: int, last: int, reason: GapReason, out: list[Event], lost: bool = False) -> None:
+        self.counters.gaps_detected += 1
+        out.append(GapDetected(self.session, first, last, reason))
+        gap = OpenGap(first, last)
+        gap.lost = lost
+        self._gaps.append(gap)
+
+    def _unrecoverable(self, first: int, last: int, reason: GapReason, out: list[Event]) -> None:
+        self.counters.gaps_unrecoverable += 1
+        # saturates: a confirmed jump may name nearly 2**64 sequences, the counter is an int64
+        self.counters.messages_unrecoverable = min(I64_MAX, self.counters.messages_unrecoverable + last - first + 1)
+        out.append(GapUnrecoverable(self.session, first, last, reason))
+
+    def _declared_holes(self, limit: int) -> list[Hole]:
+        """The holes recovery works on: those inside declared gaps."""
+        if self.expected is None or self._declared_upto < self.expected:
+            return []
+        return self._coverage.holes(self.expected, min(self.highest, self._declared_upto), limit)
+
+    def _abandon(self, n: int, reason: GapReason, now_ns: int, out: list[Event]) -> None:
+        """Give up the first ``n`` holes: each becomes a GapUnrecoverable (declared first if it was not) and the
+        stream moves past it, delivering everything queued in between."""
+        for first, last in self.holes(n):
+            self._close_gaps(out)
+            for gap in self._gaps:
+                if gap.first > last:
+                    break
+                gap.lost = True
+            if last > self._declared_upto:
+                self._open(max(first, self._declared_upto + 1), last, reason, out, lost=True)
+                self._declared_upto = last
+            self._unrecoverable(first, last, reason, out)
+            self.expected = last + 1
+            self._progress = True
+            self._drain(out)
+        self._close_gaps(out)
+
+    def _close_gaps(self, out: list[Event]) -> None:
+        gaps = self._gaps
+        while gaps and gaps[0].last < self.expected:
+            gap = gaps.popleft()
+            if not gap.lost:
+                self.counters.gaps_recovered += 1
+                out.append(GapRecovered(self.session, gap.first, gap.last))
+
+    def _settle(self, now_ns: int, out: list[Event]) -> None:
+        """After any input: close passed gaps, watch the first undeclared hole, detect, drive recovery, end of
+        session. Loops only after progress past a hole, so at most once per hole."""
+        while True:
+            if self._progress:
+                self._progress = False
+                self._close_gaps(out)
+            if self.expected is None or self.highest < self.expected:
+                self._wait_started_ns = None
+                break
+            self._update_wait(now_ns, self._first_undeclared_hole())
+            self._check_detection(now_ns, out)
+            if self._progress:
+                continue
+            if self.recovering:
+                recovery = self.recovery
+                limit = recovery.config.max_outstanding
+                expired = recovery.expired(self._declared_holes(limit), now_ns)
+                if expired:
+                    self._abandon(expired, GapReason.GIVE_UP, now_ns, out)
+                    continue
+                requests = recovery.poll(self._declared_holes(limit), now_ns)
+                self.counters.recovery_requests += len(requests)
+                out.extend(RecoveryRequest(self.session, seq, count) for seq, count in requests)
+            break
+        if self.recovering:
+            if self.expected is None or self.highest < self.expected:
+                self.recovery.stop()  # caught up
+            else:
+                self.recovery.forget_below(self.expected)
+        self._emit_end_of_session(out)
+
+    def _emit_end_of_session(self, out: list[Event]) -> None:
+        eos = self._pending_eos
+        if eos is not None and not self._eos_emitted and self.expected is not None and self.expected >= eos:
+            self._eos_emitted = True
+            out.append(EndOfSession(self.session, eos))
