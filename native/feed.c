@@ -498,7 +498,8 @@ static int has_hole(lbf_eng_t *e)
 
 static void pair_eng(lbf_eng_t *e, int64_t winner_arrival, int64_t arrival, int32_t feed)
 {
-    int64_t delay = feed == LBF_FEED_B ? winner_arrival - arrival : arrival - winner_arrival;
+    /* B - A, as the analytics report it: > 0 means A came first */
+    int64_t delay = feed == LBF_FEED_B ? arrival - winner_arrival : winner_arrival - arrival;
     int64_t *d = e->delay_stats;
     d[LBF_DELAY_COUNT] += 1;
     d[LBF_DELAY_SUM_NS] += delay;

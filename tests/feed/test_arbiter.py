@@ -410,7 +410,7 @@ def test_truncated_datagram_is_a_decode_error() -> None:
     assert arb.stats(Feed.A).decode_errors == 1 and arb.expected == 2
 
 
-def test_per_feed_statistics_and_a_minus_b_delay() -> None:
+def test_per_feed_statistics_and_b_minus_a_delay() -> None:
     arb = joined_at(1)
     arb.on_packet(Feed.A, pk(1, 4), 1_000)
     arb.on_packet(Feed.B, pk(1, 2), 1_700)  # B 700 ns later
@@ -423,8 +423,8 @@ def test_per_feed_statistics_and_a_minus_b_delay() -> None:
     assert a.bytes == len(pk(1, 4)) + len(pk(5, 2)) + len(pk(5, 1))
     values = arb.counter_values()
     assert values["ab_delay_count"] == 6
-    assert values["ab_delay_sum_ns"] == -700 * 2 - 900 * 2 + 100 * 2
-    assert (values["ab_delay_min_ns"], values["ab_delay_max_ns"]) == (-900, 100)
+    assert values["ab_delay_sum_ns"] == 700 * 2 + 900 * 2 - 100 * 2  # B - A: positive when A came first
+    assert (values["ab_delay_min_ns"], values["ab_delay_max_ns"]) == (-100, 900)
 
 
 def test_decoded_packets_are_accepted_too() -> None:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from logbuf.errors import LogCorruptedError, MessageTooLargeError
+from logbuf.errors import ClosedError, LogCorruptedError, MessageTooLargeError
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.native import client, ffi, lib
 from logbuf.position import Position
@@ -106,6 +106,14 @@ class Publication(client.Publication):
 
     # -- appending (offer and try_claim are native) ---------------------------------------------------
 
+    def native_struct(self) -> Any:
+        """The ``lb_publication_t *`` (cffi) of this open publication, for native code that appends through
+        ``logbuf._native`` (``lb_offer_batch``, the feed engine).  Valid while the publication is open; raises
+        ClosedError once it is closed."""
+        if self.is_closed:
+            raise ClosedError(f"{type(self).__name__} is closed")
+        return ffi.cast("lb_publication_t *", self._struct_address)
+
     def offer_batch(
         self,
         messages: Sequence[bytes] | Any,
@@ -147,11 +155,8 @@ class Publication(client.Publication):
             if len(offsets) != count:
                 raise ValueError("offsets needs one value per message")
             offsets_ptr = ffi.from_buffer("int64_t[]", offsets)
-        # the native publication's own lb_publication_t (valid while open: checked above, and nothing in
-        # between can close it)
-        pub = ffi.cast("lb_publication_t *", self._struct_address)
         result = lib.lb_offer_batch(
-            pub, self._exclusive, buf, len(buf), offsets_ptr, ffi.from_buffer("int32_t[]", lengths), rv_ptr,
+            self.native_struct(), self._exclusive, buf, len(buf), offsets_ptr, ffi.from_buffer("int32_t[]", lengths), rv_ptr,
             count, self._appended,
         )
         if result == lib.LB_INVALID_BATCH:

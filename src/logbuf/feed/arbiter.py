@@ -200,7 +200,7 @@ class Arbiter:
         ring = self._ring
         slab = ring.slab if ring is not None else np.zeros(0, np.uint8)
         result = lib.lbf_eng_offer(self._c, run.index, skip, ffi.cast("uint8_t *", slab.ctypes.data), slab.size,
-                                   publication._pub, publication._exclusive, self._appended)
+                                   publication.native_struct(), publication._exclusive, self._appended)
         if result == -errno.EINVAL:
             raise ValueError(f"run {run.index} (skip {skip}) is not a delivery run of the last call")
         return int(self._appended[0]), int(result)

@@ -445,7 +445,7 @@ class SpecArbiter:
 
     def _pair(self, winner_arrival_ns: int, arrival_ns: int, feed: Feed) -> None:
         # the winner came from the other live feed; record arrival(A) - arrival(B)
-        delay = winner_arrival_ns - arrival_ns if feed == Feed.B else arrival_ns - winner_arrival_ns
+        delay = arrival_ns - winner_arrival_ns if feed == Feed.B else winner_arrival_ns - arrival_ns  # B - A
         d = self.delay_stats
         d[DELAY_COUNT] += 1
         d[DELAY_SUM_NS] += delay
