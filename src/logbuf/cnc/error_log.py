@@ -90,7 +90,7 @@ class DistinctErrorLog:
 
 
 class ErrorObservation(NamedTuple):
-    count: int
+    count: int  # type: ignore[assignment]  # Aeron's name for the field; shadows tuple.count on purpose
     first_timestamp_ms: int
     last_timestamp_ms: int
     text: str

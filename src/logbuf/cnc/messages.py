@@ -228,9 +228,9 @@ class SubscriptionMessage(_Message):
     @classmethod
     def decode(cls, data: Buffer) -> SubscriptionMessage:
         reader = _Reader(data, cls.__name__)
-        fields = reader.fixed(_SUBSCRIPTION, 0)
+        client_id, correlation_id, registration_correlation_id, stream_id = reader.fixed(_SUBSCRIPTION, 0)
         channel, _ = reader.string(_SUBSCRIPTION.size, "channel")
-        return cls(*fields, channel)
+        return cls(client_id, correlation_id, registration_correlation_id, stream_id, channel)
 
 
 _REMOVE = struct.Struct("<qqq")
@@ -329,9 +329,11 @@ class PublicationReady(_Message):
     @classmethod
     def decode(cls, data: Buffer) -> PublicationReady:
         reader = _Reader(data, cls.__name__)
-        fields = reader.fixed(_PUBLICATION_READY, 0)
+        (correlation_id, registration_id, session_id, stream_id, position_limit_counter_id,
+         channel_status_indicator_id) = reader.fixed(_PUBLICATION_READY, 0)
         log_file_name, _ = reader.string(_PUBLICATION_READY.size, "logFileName")
-        return cls(*fields, log_file_name)
+        return cls(correlation_id, registration_id, session_id, stream_id, position_limit_counter_id,
+                   channel_status_indicator_id, log_file_name)
 
 
 _SUBSCRIPTION_READY = struct.Struct("<qi")
@@ -380,10 +382,12 @@ class AvailableImage(_Message):
     @classmethod
     def decode(cls, data: Buffer) -> AvailableImage:
         reader = _Reader(data, cls.__name__)
-        fields = reader.fixed(_AVAILABLE_IMAGE, 0)
+        correlation_id, session_id, stream_id, subscription_registration_id, subscriber_position_id = (
+            reader.fixed(_AVAILABLE_IMAGE, 0))
         log_file_name, end = reader.string(_AVAILABLE_IMAGE.size, "logFileName")
         source_identity, _ = reader.string(_align4(end), "sourceIdentity")
-        return cls(*fields, log_file_name, source_identity)
+        return cls(correlation_id, session_id, stream_id, subscription_registration_id, subscriber_position_id,
+                   log_file_name, source_identity)
 
 
 _UNAVAILABLE_IMAGE = struct.Struct("<qqi")
@@ -406,9 +410,9 @@ class UnavailableImage(_Message):
     @classmethod
     def decode(cls, data: Buffer) -> UnavailableImage:
         reader = _Reader(data, cls.__name__)
-        fields = reader.fixed(_UNAVAILABLE_IMAGE, 0)
+        correlation_id, subscription_registration_id, stream_id = reader.fixed(_UNAVAILABLE_IMAGE, 0)
         channel, _ = reader.string(_UNAVAILABLE_IMAGE.size, "channel")
-        return cls(*fields, channel)
+        return cls(correlation_id, subscription_registration_id, stream_id, channel)
 
 
 _I64 = struct.Struct("<q")

@@ -182,7 +182,7 @@ class DriverConductor:
         work = self.ipc.on_timer(now_ns)
         work += self._check_client_liveness(now_ms)
         work += self._check_blocked_commands(now_ns)
-        publications = (*self.ipc.publications, *self.network.publications)
+        publications: list[Publication] = [*self.ipc.publications, *self.network.publications]
         for publication in [p for p in publications if p.state == PublicationState.DRAINING]:
             if publication.is_drained(now_ns):
                 self._close_publication(publication)

@@ -12,14 +12,19 @@ from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
 
+# Read-only members (properties), so an endpoint whose attributes have narrower types still matches.
 class _Transport(Protocol):
-    recv_fd: int
-    send_impairment: object
-    receive_impairment: object
+    @property
+    def recv_fd(self) -> int: ...
+    @property
+    def send_impairment(self) -> object: ...
+    @property
+    def receive_impairment(self) -> object: ...
 
 
 class _Endpoint(Protocol):
-    transport: _Transport
+    @property
+    def transport(self) -> _Transport: ...
 
 
 E = TypeVar("E", bound=_Endpoint)

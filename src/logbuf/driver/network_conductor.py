@@ -527,9 +527,9 @@ class NetworkConductor:
                     os.unlink(image.log.path)
             self.receiver.remove_endpoint(endpoint)
             endpoint.close()
-        for endpoint in list(self.send_endpoints.values()):
-            self.sender.remove_endpoint(endpoint)
-            endpoint.close()
+        for send_endpoint in list(self.send_endpoints.values()):
+            self.sender.remove_endpoint(send_endpoint)
+            send_endpoint.close()
         for publication in self.publications:
             publication.log.close()
             with contextlib.suppress(FileNotFoundError):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from logbuf.driver.network_counters import NetworkCounters
 from logbuf.driver.publication_image import PublicationImage
-from logbuf.driver.udp import CreateImage, ImageRemoved, ImageState, ReceiverDispatcher, Reply
+from logbuf.driver.udp import CreateImage, ImageReceiver, ImageRemoved, ImageState, ReceiverDispatcher, Reply
 from logbuf.driver.udp_channel import UdpChannel
 from logbuf.driver.udp_transport import DATA, HEARTBEAT, MALFORMED, NOT_DATA, Received, UdpTransport
 from logbuf.logbuffer.frame import HEADER_STRUCT
@@ -203,10 +203,10 @@ class ReceiveChannelEndpoint:
                                  default=now_ns + 1_000_000_000)
         return len(events)
 
-    def _consumption_position(self, receiver: object) -> int:
-        image = self.images.get((receiver.session_id, receiver.stream_id))  # type: ignore[attr-defined]
+    def _consumption_position(self, receiver: ImageReceiver) -> int:
+        image = self.images.get((receiver.session_id, receiver.stream_id))
         if image is None:
-            return receiver.rebuild_position  # type: ignore[attr-defined]
+            return receiver.rebuild_position
         return image.consumption_position()
 
     def _handle(self, events: list, now_ns: int) -> None:

@@ -91,7 +91,8 @@ class UdpTransport:
             raise
         self.recv_fd = self._recv_socket.fileno()
         self.send_fd = self._send_socket.fileno()
-        self.local_address = SocketAddress(*self._send_socket.getsockname()[:2], family=channel.data.family)
+        local_host, local_port = self._send_socket.getsockname()[:2]
+        self.local_address = SocketAddress(local_host, local_port, family=channel.data.family)
         self.send_errors = 0  # sends refused for a reason other than a full socket buffer
         self.receive_errors = 0
         self.last_error: str | None = None

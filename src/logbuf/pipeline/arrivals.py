@@ -188,13 +188,13 @@ def summarize(table: pa.Table, params: Params) -> list[pa.RecordBatch]:
     block = _Block(table, params)
     if params.refine:
         d = block.delays()
-        out = []
+        refined: list[pa.RecordBatch] = []
         for index, (lo, hi) in enumerate(params.refine):
             inside = d[(d >= lo) & (d <= hi)]
             if inside.size:
                 sub, counts = np.unique(sub_bin_of(inside, lo, hi, params.split), return_counts=True)
-                out.append(_rows(HIST, -1, sub, counts, index))
-        return out
+                refined.append(_rows(HIST, -1, sub, counts, index))
+        return refined
     if params.select:
         d = block.delays()
         keep = np.zeros(d.size, bool)

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -128,24 +129,32 @@ def _data_packets(packets):
 def read_domain(bins: pd.DataFrame) -> Domain:
     """Sequence domain and per-feed counts, from the collected per-bin aggregates of :func:`freezes.feed_bins`."""
     feeds = {}
+    live: list[tuple[int, int, int, int]] = []  # (first, last, start_ns, end_ns) of each feed with data packets
+    control_lasts: list[int] = []
     for feed, g in bins.groupby("feed"):
         data = g[g["packets"] > 0]
         control = g["control_last"].dropna()
+        span = None
+        if len(data):
+            span = (int(data["min_first"].min()), int(data["max_last"].max()), int(data["min_arrival"].min()),
+                    int(data["max_arrival"].max()))
+            live.append(span)
+        control_last = int(control.max()) if len(control) else None
+        if control_last:
+            control_lasts.append(control_last)
         feeds[feed] = {
             "data_packets": int(g["packets"].sum()), "control_packets": int(g["control_packets"].sum()),
             "messages": int(g["messages"].sum()), "bytes": int(g["bytes"].sum()),
-            "first": int(data["min_first"].min()) if len(data) else None,
-            "last": int(data["max_last"].max()) if len(data) else None,
-            "control_last": int(control.max()) if len(control) else None,
-            "start_ns": int(data["min_arrival"].min()) if len(data) else None,
-            "end_ns": int(data["max_arrival"].max()) if len(data) else None,
+            "first": span[0] if span else None,
+            "last": span[1] if span else None,
+            "control_last": control_last,
+            "start_ns": span[2] if span else None,
+            "end_ns": span[3] if span else None,
         }
-    live = [f for f in feeds.values() if f["first"] is not None]
     if not live:
         raise schema.RecordingFormatError("the recording has no data packets for this session")
-    lasts = [f["last"] for f in live] + [f["control_last"] for f in feeds.values() if f["control_last"]]
-    return Domain(first=min(f["first"] for f in live), last=max(lasts),
-                  start_ns=min(f["start_ns"] for f in live), end_ns=max(f["end_ns"] for f in live), feeds=feeds)
+    return Domain(first=min(s[0] for s in live), last=max([s[1] for s in live] + control_lasts),
+                  start_ns=min(s[2] for s in live), end_ns=max(s[3] for s in live), feeds=feeds)
 
 
 def sequence_pieces(packets, bucket_size: int, partitions: int):
@@ -238,7 +247,7 @@ class Analysis:
         self.progress = progress or StageProgress(list(STAGES), spark, mode="off")
         self.src = sources.load(spark, self.recording, self.session)
         self.summary: dict = {"session": self.session, "recording": str(self.recording.resolve())}
-        self.tables: dict[str, object] = {}
+        self.tables: dict[str, pd.DataFrame] = {}
         self.detail: dict = {}
 
     # -- stages
@@ -373,17 +382,18 @@ class Analysis:
         params = self.config.freeze
         found = candidates(self.bins, self.t0, params)
         self.freeze_candidates_truncated = len(found) > params.max_freezes
-        rows = [{k: v if k == "feed" else int(v) for k, v in r.items()}
-                for r in found.head(params.max_freezes).to_dict("records")]
+        # the feed letter stays a str, every other column becomes an exact int
+        rows: list[dict[str, Any]] = [{k: v if k == "feed" else int(v) for k, v in r.items()}
+                                      for r in found.head(params.max_freezes).to_dict("records")]
         self.freeze_candidates = len(rows)
         freezes: list[Freeze] = []
         windows: list[dict] = []
         if rows:
-            cond = None
-            for r in rows:
-                c = ((F.col("arrival_ns") >= r["silence_start"] - params.pre_ns)
-                     & (F.col("arrival_ns") <= r["resume"] + params.post_ns))
-                cond = c if cond is None else (cond | c)
+            spans = [(F.col("arrival_ns") >= r["silence_start"] - params.pre_ns)
+                     & (F.col("arrival_ns") <= r["resume"] + params.post_ns) for r in rows]
+            cond = spans[0]
+            for span in spans[1:]:
+                cond = cond | span
             hours = sorted({schema.hour_label(t) for r in rows
                             for t in (r["silence_start"] - params.pre_ns, r["resume"] + params.post_ns)})
             near = (_arrow(_data_packets(self.src.packets)

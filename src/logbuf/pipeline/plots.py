@@ -119,15 +119,15 @@ def freeze_closeup(freeze_window: dict, path: Path, index: int) -> Path:
     # around the end of the catch-up: where feed X is level with feed Y again
     span = max(2.0, 0.1 * f.silence_ms)
     right.set_xlim(end_ms - 2 * span, end_ms + span)
-    ys = []
+    ranges: list[np.ndarray] = []
     for feed in (f.feed, other):
         p = packets.get(feed)
         if p is None:
             continue
         x = (p.arrival - t_ref) / _NS_PER_MS
         sel = (x >= end_ms - 2 * span) & (x <= end_ms + span)
-        ys += [p.first[sel], p.last[sel]]
-    ys = np.concatenate(ys) if ys else np.array([0])
+        ranges += [p.first[sel], p.last[sel]]
+    ys = np.concatenate(ranges) if ranges else np.array([0])
     if ys.size:
         right.set_ylim(ys.min() - 2, ys.max() + 2)
     if f.catch_up_ms < _MIN_CATCH_UP_MS:

@@ -122,10 +122,16 @@ class ScenarioConfig:
         if self.both_lost is None:
             first = max(1, int(self.messages * 0.6))
             return first, min(self.messages, first + 24)
-        return None if self.both_lost == (0, 0) else tuple(self.both_lost)
+        if self.both_lost == (0, 0):
+            return None
+        first, last = self.both_lost
+        return first, last
 
     def unrecovered_range(self) -> tuple[int, int] | None:
-        return None if self.unrecovered in (None, (0, 0)) else tuple(self.unrecovered)
+        if self.unrecovered is None or self.unrecovered == (0, 0):
+            return None
+        first, last = self.unrecovered
+        return first, last
 
     def lost_ranges(self) -> list[tuple[int, int]]:
         return [r for r in (self.both_lost_range(), self.unrecovered_range()) if r is not None]
@@ -309,7 +315,7 @@ class ScenarioGenerator:
     def _build(chunks: list[tuple[np.ndarray, int]], first_sequence: int) -> _Segment:
         buf = np.concatenate([c[0] for c in chunks]) if len(chunks) > 1 else chunks[0][0]
         total = sum(c[1] for c in chunks)
-        frames, end = scan_frames(memoryview(buf), 0, total)
+        frames, end = scan_frames(buf.data, 0, total)
         if frames.size != total or end != buf.size:
             raise PipelineError("synthetic chunk does not frame cleanly")
         ts = itch.decode_headers(buf, frames + LENGTH_PREFIX_SIZE).timestamp.astype(np.int64)
@@ -598,8 +604,8 @@ def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def _last_timestamp(frames: np.ndarray) -> int:
     """ITCH timestamp of the last message of a chunk (the chunk is scanned from its start: frames chain)."""
-    offsets, _ = scan_frames(memoryview(frames), 0, 1 << 62)
-    return itch.timestamp_of(memoryview(frames), int(offsets[-1]) + LENGTH_PREFIX_SIZE)
+    offsets, _ = scan_frames(frames.data, 0, 1 << 62)
+    return itch.timestamp_of(frames.data, int(offsets[-1]) + LENGTH_PREFIX_SIZE)
 
 
 def _catch_up(seg: _Segment, spec: FreezeSpec, cuts: np.ndarray) -> tuple[tuple[np.ndarray, ...], bool]:
@@ -613,7 +619,9 @@ def _catch_up(seg: _Segment, spec: FreezeSpec, cuts: np.ndarray) -> tuple[tuple[
     ends = np.cumsum(seg.frame_len)
     room = spec.catch_up_budget - MOLD_HEADER
     t = spec.at_ns + spec.duration_ns
-    starts, counts, sends = [], [], []
+    starts: list[int] = []
+    counts: list[int] = []
+    sends: list[int] = []
     cut_list = np.sort(cuts)
     while q < n:
         available = int(np.searchsorted(seg.ts, t, "right"))

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from logbuf.recording import schema
 from logbuf.recording.reader import complete_files, read_marker
 from logbuf.recording.schema import RecordingFormatError
+
+if TYPE_CHECKING:  # pyspark is imported lazily: only the analyze job needs it
+    from pyspark.sql import DataFrame
 
 _SPARK_TYPES = {"int64": "BIGINT", "int32": "INT", "string": "STRING"}
 
@@ -72,9 +76,9 @@ def check_files(root: str | os.PathLike, session: str) -> int:
 @dataclass
 class Sources:
     session: str
-    packets: object  # pyspark DataFrame
-    messages: object
-    gaps: object
+    packets: DataFrame
+    messages: DataFrame
+    gaps: DataFrame
 
 
 def load(spark, root: str | os.PathLike, session: str) -> Sources:

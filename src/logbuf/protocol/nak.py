@@ -83,7 +83,8 @@ class Nak(NamedTuple):
             raise MalformedFrameError(f"frame type {frame_type:#x} is not NAK", offset)
         available = (len(buffer) if length is None else length) - offset
         check_frame_length("NAK", frame_length, NAK_LENGTH, available, offset, exact=True)
-        nak = cls(*_STRUCT.unpack_from(buffer, offset)[4:], flags=flags)
+        _, _, _, _, session_id, stream_id, term_id, term_offset, nak_length = _STRUCT.unpack_from(buffer, offset)
+        nak = cls(session_id, stream_id, term_id, term_offset, nak_length, flags)
         problem = _problem(nak)
         if problem:
             raise MalformedFrameError(f"NAK: {problem}", offset)

@@ -88,4 +88,6 @@ class RttMeasurement(NamedTuple):
             raise MalformedFrameError(f"frame type {frame_type:#x} is not RTTM", offset)
         available = (len(buffer) if length is None else length) - offset
         check_frame_length("RTTM", frame_length, RTTM_LENGTH, available, offset, exact=True)
-        return cls(*_STRUCT.unpack_from(buffer, offset)[4:], flags=flags)
+        _, _, _, _, session_id, stream_id, echo_timestamp_ns, reception_delta_ns, receiver_id = (
+            _STRUCT.unpack_from(buffer, offset))
+        return cls(session_id, stream_id, echo_timestamp_ns, reception_delta_ns, receiver_id, flags)

@@ -107,8 +107,10 @@ class SetupFrame(NamedTuple):
             raise MalformedFrameError(f"frame type {frame_type:#x} is not SETUP", offset)
         available = (len(buffer) if length is None else length) - offset
         check_frame_length("SETUP", frame_length, SETUP_LENGTH, available, offset, exact=True)
-        fields = _STRUCT.unpack_from(buffer, offset)[4:]
-        frame = cls(*fields, flags=flags)
+        (_, _, _, _, term_offset, session_id, stream_id, initial_term_id, active_term_id, term_length, mtu,
+         ttl) = _STRUCT.unpack_from(buffer, offset)
+        frame = cls(term_offset, session_id, stream_id, initial_term_id, active_term_id, term_length, mtu, ttl,
+                    flags)
         problem = _problem(frame)
         if problem:
             raise MalformedFrameError(f"SETUP: {problem}", offset)

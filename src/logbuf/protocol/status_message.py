@@ -123,9 +123,11 @@ class StatusMessage(NamedTuple):
             raise MalformedFrameError(f"frame type {frame_type:#x} is not SM", offset)
         available = (len(buffer) if length is None else length) - offset
         check_frame_length("SM", frame_length, STATUS_MESSAGE_LENGTH, available, offset)
-        fields = _STRUCT.unpack_from(buffer, offset)[4:]
+        (_, _, _, _, session_id, stream_id, consumption_term_id, consumption_term_offset, receiver_window,
+         receiver_id) = _STRUCT.unpack_from(buffer, offset)
         feedback = bytes(buffer[offset + STATUS_MESSAGE_LENGTH : offset + frame_length])
-        sm = cls(*fields, flags=flags, feedback=feedback)
+        sm = cls(session_id, stream_id, consumption_term_id, consumption_term_offset, receiver_window,
+                 receiver_id, flags, feedback)
         if sm.consumption_term_offset < 0:
             raise MalformedFrameError(f"SM consumption term offset {sm.consumption_term_offset} < 0", offset)
         if sm.receiver_window < 0:

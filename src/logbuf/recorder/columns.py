@@ -77,6 +77,13 @@ def concat_rows(chunks: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
         position += size
     return out
 
+def _field_names(code: bytes) -> tuple[str, ...]:
+    """The field names of an ITCH message type's (structured) dtype."""
+    names = itch.message_dtype(code).names
+    assert names is not None  # message dtypes are structured
+    return names
+
+
 # column -> {type byte: ITCH field name}
 _FIELD_OF: dict[str, dict[bytes, str]] = {
     "order_ref": {**{t: "order_ref" for t in (b"A", b"F", b"E", b"C", b"X", b"D", b"P")}, b"U": "original_order_ref"},
@@ -85,7 +92,7 @@ _FIELD_OF: dict[str, dict[bytes, str]] = {
     "shares": {**{t: "shares" for t in (b"A", b"F", b"P", b"Q", b"U")}, b"E": "executed_shares",
                b"C": "executed_shares", b"X": "cancelled_shares"},
     "price": {**{t: "price" for t in (b"A", b"F", b"P", b"U")}, b"C": "execution_price", b"Q": "cross_price"},
-    "stock": {t: "stock" for t in itch.MESSAGE_TYPES if "stock" in itch.message_dtype(t).names},
+    "stock": {t: "stock" for t in itch.MESSAGE_TYPES if "stock" in _field_names(t)},
 }
 _INT_COLUMNS = ("order_ref", "new_order_ref", "shares", "price")
 
@@ -99,11 +106,11 @@ for _column, _fields in _FIELD_OF.items():
 
 def _widened(code: bytes) -> np.dtype:
     """The type's big-endian layout in a 64-byte record: a row of IN_FLIGHT ``raw`` viewed in place."""
-    base = itch.message_dtype(code)
-    fields = base.fields
-    assert fields is not None
-    return np.dtype({"names": list(base.names), "formats": [fields[n][0] for n in base.names],
-                     "offsets": [fields[n][1] for n in base.names], "itemsize": RAW_BYTES})
+    fields = itch.message_dtype(code).fields
+    assert fields is not None  # message dtypes are structured
+    names = _field_names(code)
+    return np.dtype({"names": list(names), "formats": [fields[n][0] for n in names],
+                     "offsets": [fields[n][1] for n in names], "itemsize": RAW_BYTES})
 
 
 _WIDE: dict[int, np.dtype] = {t[0]: _widened(t) for t in itch.MESSAGE_TYPES}

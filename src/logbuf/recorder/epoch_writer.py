@@ -86,12 +86,14 @@ class _SealingDatasetWriter(DatasetWriter):
     """A DatasetWriter whose completed files are sealed (closed, fsync'ed, left hidden) instead of renamed,
     and written with :func:`parquet_options`."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, root: str | os.PathLike, dataset: str, *, rows_per_file: int, row_group_rows: int,
+                 compression: str) -> None:
+        super().__init__(root, dataset, rows_per_file=rows_per_file, row_group_rows=row_group_rows,
+                         compression=compression)
         self.sealed: list[SealedFile] = []
         self.parquet_options = parquet_options(self.schema)
 
-    def _file(self, key: tuple[str, str], first_ns: int) -> object:
+    def _file(self, key: tuple[str, str], first_ns: int) -> dataset_writer._OpenFile:
         handle = self._open.get(key)
         if handle is None:
             handle = super()._file(key, first_ns)
@@ -134,8 +136,8 @@ class EpochWriter:
         self.files_published = 0
         self.bytes_published = 0
 
-    def write(self, dataset: str, session: str, table: object) -> None:
-        self.writers[dataset].write(session, table)  # type: ignore[arg-type]
+    def write(self, dataset: str, session: str, table: pa.Table | pa.RecordBatch) -> None:
+        self.writers[dataset].write(session, table)
 
     def rows_written(self, dataset: str) -> int:
         return self.writers[dataset].rows_written

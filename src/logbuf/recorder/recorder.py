@@ -176,9 +176,9 @@ class Recorder:
 
     def _poll_messages(self) -> int:
         stream = self.streams.get(MESSAGES)
-        state = stream.active if stream else None
+        state = stream.active if stream is not None else None
         self._messages_drained = True
-        if state is None or not self._events_ready():
+        if stream is None or state is None or not self._events_ready():
             return 0
         image = state.image
         total = 0
@@ -212,9 +212,9 @@ class Recorder:
         multiple of 32 (MTU - header), so each fragment holds whole rows: no reassembly, and a restart may
         resume at any fragment."""
         stream = self.streams.get(CAPTURE)
-        state = stream.active if stream else None
+        state = stream.active if stream is not None else None
         self._capture_drained = True
-        if state is None:
+        if stream is None or state is None:
             return 0
         image = state.image
         total = 0

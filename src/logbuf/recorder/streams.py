@@ -161,8 +161,9 @@ class StreamSet(Mapping[str, Stream]):
         aligned = None
         if not self._alignment_decided and self._checkpoint() is not None:
             pair = [self.active(r) for r in (MESSAGES, CAPTURE) if r in self._streams]
-            if len(pair) == 2 and all(p is not None for p in pair):
-                aligned = all(p.resumed_exactly for p in pair)  # type: ignore[union-attr]
+            active = [p for p in pair if p is not None]
+            if len(active) == 2:
+                aligned = all(p.resumed_exactly for p in active)
                 self._alignment_decided = True
         if not self._missing_checked and time.monotonic() - self._started >= IMAGE_GRACE_S:
             self._missing_checked = True

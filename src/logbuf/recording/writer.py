@@ -151,7 +151,10 @@ class DatasetWriter:
 class RecordingWriter:
     """The three datasets of one recording plus its format marker (written first)."""
 
-    def __init__(self, root: str | os.PathLike, **options: object) -> None:
+    def __init__(self, root: str | os.PathLike, *, writer_id: str | None = None,
+                 rows_per_file: int = DEFAULT_ROWS_PER_FILE, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+                 compression: str = "zstd") -> None:
+        """Options as for :class:`DatasetWriter`, applied to each dataset."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         marker = self.root / schema.MARKER_FILE
@@ -161,7 +164,11 @@ class RecordingWriter:
             tmp = self.root / (schema.MARKER_FILE + ".tmp")
             tmp.write_text(json.dumps({"format": schema.FORMAT_NAME, "version": schema.FORMAT_VERSION}) + "\n")
             os.replace(tmp, marker)
-        self.writers = {name: DatasetWriter(self.root, name, **options) for name in schema.DATASETS}
+        self.writers = {
+            name: DatasetWriter(self.root, name, writer_id=writer_id, rows_per_file=rows_per_file,
+                                row_group_rows=row_group_rows, compression=compression)
+            for name in schema.DATASETS
+        }
 
     def write(self, dataset: str, session: str, table: pa.Table | pa.RecordBatch) -> None:
         self.writers[dataset].write(session, table)

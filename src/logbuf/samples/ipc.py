@@ -20,7 +20,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -34,7 +34,7 @@ from logbuf.client.publication import (
 from logbuf.driver.ipc_publication import IpcPublicationDuty
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.logbuffer.log_buffers import LogBuffers
-from logbuf.position import SharedPositions
+from logbuf.position import Position, SharedPositions
 
 CTX = multiprocessing.get_context("spawn")
 DEFAULT_TERM_LENGTH = 16 * 1024 * 1024
@@ -236,6 +236,11 @@ def _ponger(directory: str, count: int, results: Any) -> None:
 # -- the rig ------------------------------------------------------------------------------------------
 
 
+def _only(position: Position) -> Callable[[], Sequence[Position]]:
+    """A duty's subscriber positions when there is exactly one, fixed subscriber."""
+    return lambda: [position]
+
+
 @contextmanager
 def _rig(logs: int, term_length: int) -> Iterator[tuple[str, list[IpcPublicationDuty]]]:
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -251,7 +256,7 @@ def _rig(logs: int, term_length: int) -> Iterator[tuple[str, list[IpcPublication
             )
             opened.append(log)
             limit, sub_pos, pub_pos = (positions.position(_SLOTS * i + k) for k in range(_SLOTS))
-            duties.append(IpcPublicationDuty(log, pub_pos, limit, lambda s=sub_pos: [s]))
+            duties.append(IpcPublicationDuty(log, pub_pos, limit, _only(sub_pos)))
         yield directory, duties
     finally:
         positions.close()

@@ -228,7 +228,7 @@ class ImageReceiver:
     def next_deadline_ns(self) -> int:
         """The earliest time a timer (SM, NAK, give-up, liveness) needs a poll."""
         deadline = min(self.last_packet_ns + self.liveness_timeout_ns, self.sm.next_deadline_ns())
-        loss = self.loss.next_deadline_ns() if self.loss.active is not None else None
+        loss = self.loss.next_deadline_ns()  # None while no gap is active
         return deadline if loss is None else min(deadline, loss)
 
     def _clean(self, target: int) -> None:

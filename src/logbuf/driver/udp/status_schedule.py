@@ -48,6 +48,6 @@ class StatusMessageSchedule:
         self.last_sm_ns = now_ns
         self.last_sm_position = max(self.last_sm_position, consumption_position)
 
-    def next_deadline_ns(self) -> int | None:
+    def next_deadline_ns(self) -> int:
         """When the next SM falls due by time alone (0: due now)."""
         return 0 if self._forced or self.last_sm_ns is None else self.last_sm_ns + self.sm_timeout_ns
