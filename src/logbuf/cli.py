@@ -94,7 +94,7 @@ def _add_common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         if "-v" not in taken and "--verbose" not in taken:
             parser.add_argument(
                 "-v", "--verbose", action="count", dest="sub_verbose", default=argparse.SUPPRESS,
-                help="log more (INFO; -vv: DEBUG)",
+                help="log more: INFO (-vv: DEBUG); default warnings",
             )
         if "-q" not in taken and "--quiet" not in taken:
             parser.add_argument(
