@@ -16,7 +16,6 @@ semaphore handle is closed only when the last of them has left ``wait``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -69,11 +68,13 @@ class Subscription:
         self._on_close = on_close
         self._wake_name = wake_semaphore
         self._check_client = check_client
-        # guards _closed, _images, _waiters and _semaphore; never held while calling out (callbacks, client)
+        # guards _closed, _images, entering _waiters and _semaphore; never held while calling out
         self._lock = threading.Lock()
         self._semaphore: posix_ipc.Semaphore | None = None
         self._semaphore_retry_at = 0.0
-        self._waiters = 0  # threads of this process inside wait(): close() wakes them, the last one closes
+        # one entry per thread of this process inside wait(): close() wakes them, the last one out closes the
+        # semaphore.  A list because append/pop are atomic: leaving wait() (the wake-up path) takes no lock.
+        self._waiters: list[int] = []
         self._images: tuple[Image, ...] = ()
         self._round_robin = 0
         self._closed = False
@@ -202,56 +203,45 @@ class Subscription:
         :class:`~logbuf.errors.DriverTimeout` (or ``ClientTimeoutError``) when the client lost its driver,
         also while waiting.
         """
-        self._raise_if_client_failed()
+        if self._check_client is not None:
+            self._check_client()
         if self._closed:
             raise ClosedError(f"subscription {self.registration_id} ({self.channel}, {self.stream_id}) is closed")
-        if self.is_data_available():
-            return True
+        for image in self._images:
+            if image.is_data_available():
+                return True
         return self._wait(timeout)
 
     def _wait(self, timeout: float | None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._lock:
             if self._closed:
                 return False
-            semaphore = self._semaphore_locked()
+            semaphore = self._semaphore if self._semaphore is not None else self._semaphore_locked()
             images = self._images
-            self._waiters += 1
+            self._waiters.append(1)
+        declared = 0
         try:
             if semaphore is None:
-                return self._idle_until_data(deadline)
-            return self._sleep_until_data(semaphore, images, deadline)
-        finally:
-            with self._lock:
-                self._waiters -= 1
-                if self._closed and self._waiters == 0:
-                    self._close_semaphore_locked()
-            self._raise_if_client_failed()
-
-    def _sleep_until_data(
-        self, semaphore: posix_ipc.Semaphore, images: tuple[Image, ...], deadline: float | None
-    ) -> bool:
-        declared: list[Image] = []
-        try:
+                return self._idle_until_data(None if timeout is None else time.monotonic() + max(0.0, timeout))
             for image in images:
                 image._declare_waiting()
-                declared.append(image)
+                declared += 1
             # declared, then re-checked: a publisher that appended before our declaration is seen here, one
             # that appends after it sees the declaration and posts (the C side fences between the two)
-            if any(image.is_data_available() for image in images):
-                return True
+            for image in images:
+                if image.is_data_available():
+                    return True
+            # sleep in slices (no clock reads: each timed-out slice slept at least its length)
+            remaining = WAIT_SLICE_S if timeout is None else timeout
             while True:
-                if deadline is None:
-                    slice_s = WAIT_SLICE_S
-                else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return self.is_data_available()
-                    slice_s = min(WAIT_SLICE_S, remaining)
+                slice_s = remaining if remaining < WAIT_SLICE_S else WAIT_SLICE_S
+                if slice_s <= 0:
+                    return self.is_data_available()
                 try:
                     semaphore.acquire(slice_s)
                 except posix_ipc.BusyError:
-                    pass  # this slice ran out: look again
+                    if timeout is not None:
+                        remaining -= slice_s  # this slice ran out: look again
                 except posix_ipc.SignalError:  # a signal handler ran (Ctrl-C, SIGTERM): the caller re-checks
                     return self.is_data_available()
                 else:
@@ -262,9 +252,18 @@ class Subscription:
                     return True  # new images are declared on the caller's next wait
                 self._raise_if_client_failed()
         finally:
-            for image in declared:
-                with contextlib.suppress(LogbufError):
-                    image._undeclare_waiting()
+            for i in range(declared):
+                try:  # noqa: SIM105 - the wake-up path: no context manager object per image
+                    images[i]._undeclare_waiting()
+                except LogbufError:
+                    pass  # closed meanwhile: its count no longer matters
+            self._waiters.pop()
+            if self._closed:  # set under the lock, before close() looks at the waiters: take it to decide
+                with self._lock:
+                    if not self._waiters:
+                        self._close_semaphore_locked()
+            if self._check_client is not None:
+                self._check_client()
 
     def _idle_until_data(self, deadline: float | None) -> bool:
         idle = BackoffIdleStrategy(max_park_ns=_NO_SEMAPHORE_MAX_PARK_NS)
@@ -302,8 +301,8 @@ class Subscription:
     def wake(self) -> None:
         """Wakes the threads of this process blocked in :meth:`wait` (they return True: poll, then wait)."""
         with self._lock:
-            if self._waiters > 0 and self._semaphore is not None:
-                for _ in range(self._waiters):
+            if self._waiters and self._semaphore is not None and not self._closed:
+                for _ in range(len(self._waiters)):
                     self._semaphore.release()
 
     def _close_semaphore_locked(self) -> None:
@@ -328,12 +327,12 @@ class Subscription:
                 return
             self._closed = True
             images, self._images = self._images, ()
-            if self._waiters == 0:
+            if not self._waiters:
                 self._close_semaphore_locked()
             elif self._semaphore is not None:
                 # one post per waiter of ours; should another process's waiter take one, ours sees the
                 # close within WAIT_SLICE_S.  The last waiter to leave closes the semaphore.
-                for _ in range(self._waiters):
+                for _ in range(len(self._waiters)):
                     self._semaphore.release()
         for image in images:
             image.close()
