@@ -140,3 +140,38 @@ def test_every_public_method_of_the_client_modules_is_documented(cls: type) -> N
     ]
     assert missing == [], f"{cls.__name__}: {missing}"
     assert connect.__doc__
+
+
+def _mappings(path: str) -> int:
+    """How many times this process maps ``path`` (the embedded driver maps it too)."""
+    with open("/proc/self/maps") as maps:
+        return sum(1 for line in maps if line.rstrip("\n").endswith(path))
+
+
+def test_a_log_stays_mapped_while_used_and_goes_with_its_last_user(client: Client) -> None:
+    import gc
+
+    pub = client.add_publication("aeron:ipc", STREAM)
+    first = client.add_subscription("aeron:ipc", STREAM)
+    second = client.add_subscription("aeron:ipc", STREAM)
+    deadline = time.monotonic() + 10
+    while not (first.images and second.images):
+        assert time.monotonic() < deadline, "no images"
+        time.sleep(0.002)
+    path = str(pub.log.path)
+    drivers = _mappings(path) - 1  # the client maps a log once for its publications and images
+    assert drivers >= 1
+    first.close()  # the same log, as the publication and the other image: still mapped for them
+    assert pub.offer(b"still here") > 0
+    got: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while not got:
+        assert time.monotonic() < deadline, "nothing polled"
+        second.poll(lambda b, h: got.append(bytes(b)), 10)
+    assert got == [b"still here"]
+    second.close()
+    pub.close()
+    assert _mappings(path) == drivers + 1  # `pub` (closed) still holds it
+    del pub, first, second
+    gc.collect()
+    assert _mappings(path) == drivers  # the client kept no reference of its own

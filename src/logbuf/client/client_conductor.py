@@ -132,7 +132,10 @@ class ClientConductor:
         self._publications: dict[int, Publication] = {}
         self._counter_objects: dict[int, Counter] = {}
         self._logs: dict[str, _MappedLog] = {}
-        self._log_of: dict[int, str] = {}  # publication registration id / image correlation id -> log file
+        # the log file each publication (by registration id) and image (by subscription registration id and
+        # correlation id: an IPC image's correlation id is its publication's registration id) maps
+        self._publication_logs: dict[int, str] = {}
+        self._image_logs: dict[tuple[int, int], str] = {}
         self._heartbeat_counter_id: int | None = None
         self._last_keepalive_ms = 0
         self._error: LogbufError | None = None
@@ -323,19 +326,30 @@ class ClientConductor:
                 subscription_registration_id=msg.subscription_registration_id,
                 source_identity=msg.source_identity,
             )
-        except BaseException:
+        except Exception as exc:  # a log we cannot read: this image is lost, the client goes on
             self._release_log(msg.log_file_name)
-            raise
-        self._log_of[msg.correlation_id] = msg.log_file_name
-        if not subscription._add_image(image):
-            self._release_log_of(msg.correlation_id)
+            with contextlib.suppress(Exception):
+                self.error_handler(exc)
+            return
+        self._image_logs[msg.subscription_registration_id, msg.correlation_id] = msg.log_file_name
+        try:
+            if not subscription._add_image(image):
+                self._release_log_of(self._image_logs, (msg.subscription_registration_id, msg.correlation_id))
+        except Exception as exc:  # the application's callback: its error goes to the error handler
+            with contextlib.suppress(Exception):
+                self.error_handler(exc)
 
     def _on_unavailable_image(self, msg: UnavailableImage) -> None:
         subscription = self._subscriptions.get(msg.subscription_registration_id)
         if subscription is None:
             return
-        if subscription._remove_image(msg.correlation_id) is not None:
-            self._release_log_of(msg.correlation_id)
+        try:
+            subscription._remove_image(msg.correlation_id)
+        except Exception as exc:  # the application's callback
+            with contextlib.suppress(Exception):
+                self.error_handler(exc)
+        finally:
+            self._release_log_of(self._image_logs, (msg.subscription_registration_id, msg.correlation_id))
 
     # -- logs ------------------------------------------------------------------------------------------
 
@@ -357,8 +371,8 @@ class ClientConductor:
             # another thread) still holds it, and goes with the last of them
             del self._logs[file_name]
 
-    def _release_log_of(self, correlation_id: int) -> None:
-        file_name = self._log_of.pop(correlation_id, None)
+    def _release_log_of(self, table: dict[Any, str], key: object) -> None:
+        file_name = table.pop(key, None)
         if file_name is not None:
             self._release_log(file_name)
 
@@ -470,7 +484,7 @@ class ClientConductor:
                 self._release_log(ready.log_file_name)
                 raise
             self._publications[registration_id] = publication
-            self._log_of[registration_id] = ready.log_file_name
+            self._publication_logs[registration_id] = ready.log_file_name
         return publication
 
     def _on_publication_close(self, publication: Publication) -> None:
@@ -478,7 +492,7 @@ class ClientConductor:
         with self._lock:
             if self._publications.pop(registration_id, None) is None:
                 return
-            self._release_log_of(registration_id)
+            self._release_log_of(self._publication_logs, registration_id)
         self._remove(ControlCommand.REMOVE_PUBLICATION, registration_id, f"remove publication {registration_id}")
 
     # -- subscriptions ---------------------------------------------------------------------------------
@@ -526,7 +540,7 @@ class ClientConductor:
         with self._lock:
             self._subscriptions.pop(subscription.registration_id, None)
             for image in subscription.images:
-                self._release_log_of(image.correlation_id)
+                self._release_log_of(self._image_logs, (subscription.registration_id, image.correlation_id))
         subscription._on_close = None
         subscription.close()
 
@@ -536,7 +550,7 @@ class ClientConductor:
             if self._subscriptions.pop(registration_id, None) is None:
                 return
             for image in images:
-                self._release_log_of(image.correlation_id)
+                self._release_log_of(self._image_logs, (subscription.registration_id, image.correlation_id))
         self._remove(ControlCommand.REMOVE_SUBSCRIPTION, registration_id, f"remove subscription {registration_id}")
 
     # -- counters --------------------------------------------------------------------------------------
@@ -589,7 +603,8 @@ class ClientConductor:
             self._subscriptions.clear()
             self._counter_objects.clear()
             self._logs.clear()
-            self._log_of.clear()
+            self._publication_logs.clear()
+            self._image_logs.clear()
             self._responses.clear()
             # no munmap here: positions and counters handed out point into cnc.dat and keep it mapped
             self._counters = None
