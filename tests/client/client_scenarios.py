@@ -89,7 +89,7 @@ def use_after_close(directory: str) -> None:
         assert pub.offer(b"before close") > 0
         client.close()
         results = {
-            "offer": outcome(lambda: pub.offer(b"after close")),
+            "offer": outcome(lambda: int(pub.offer(b"after close"))),
             "position": outcome(lambda: pub.position),
             "repr": outcome(lambda: repr(pub)),
             "position_limit_value": outcome(lambda: pub.position_limit_value),
@@ -167,7 +167,7 @@ def driver_dies_while_waiting(directory: str, asynchronous: str) -> None:
     thread.join(30)
     emit(
         waiter=result[0] if result else "still blocked",
-        offer=outcome(lambda: pub.offer(b"x")),
+        offer=outcome(lambda: int(pub.offer(b"x"))),
         add=outcome(lambda: client.add_publication("aeron:ipc", STREAM)),
     )
     client.close()

@@ -214,11 +214,15 @@ class Subscription:
 
     def _wait(self, timeout: float | None) -> bool:
         with self._lock:
-            if self._closed:
-                return False
-            semaphore = self._semaphore if self._semaphore is not None else self._semaphore_locked()
-            images = self._images
-            self._waiters.append(1)
+            closed = self._closed
+            if not closed:
+                semaphore = self._semaphore if self._semaphore is not None else self._semaphore_locked()
+                images = self._images
+                self._waiters.append(1)
+        if closed:  # closed between two slices of wait_async, or since wait() looked
+            if self._check_client is not None:
+                self._check_client()  # the client lost its driver: say so rather than just False
+            return False
         declared = 0
         try:
             if semaphore is None:
@@ -296,6 +300,7 @@ class Subscription:
             if await loop.run_in_executor(None, self._wait, remaining):
                 return True
             if self._closed:
+                self._raise_if_client_failed()
                 return False
 
     def wake(self) -> None:
