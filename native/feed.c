@@ -252,8 +252,7 @@ typedef struct eng_impl {
     int32_t eos_emitted;
     int32_t progress;
     int32_t recovery_dirty;
-    int32_t has_last_answer;
-    int64_t last_answer_ns;
+    int32_t shedding; /* the queue is full and packets past it are being shed (recovery on) */
     int64_t events_cap, out_cap, bytes_cap;
     int32_t oom;
 } eng_impl_t;
@@ -842,6 +841,7 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
     e->waiting = 0;
     im->has_pending_eos = 0;
     im->eos_emitted = 0;
+    im->shedding = 0;
     memset(e->ring_feed, LBF_RING_NO_FEED, (size_t)(e->ring_mask + 1)); /* sequences restart */
     memcpy(e->session, session, MOLD_SESSION_LENGTH);
     e->has_expected = 1;
@@ -902,9 +902,20 @@ static void enqueue(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length
         fstats(e, feed)[LBF_FS_DUPLICATES] += count;
     } else {
         int64_t capacity = e->config.max_queue_packets;
-        int answering = e->config.recovery && e->recovering && im->has_last_answer &&
-                        arrival_ns - im->last_answer_ns < e->config.retry_interval_ns;
-        if (im->heap_n >= (answering ? 2 * capacity : capacity)) {
+        if (im->heap_n >= capacity) {
+            if (e->config.recovery) {
+                /* shed, never abandon: the packet is not queued, its range stays a hole that recovery fetches
+                 * again; only the server's refusal or give-up loses messages */
+                e->counters[LBF_C_SHED_PACKETS] += 1;
+                if (!im->shedding) { /* one overflow per episode of a full queue */
+                    im->shedding = 1;
+                    e->counters[LBF_C_QUEUE_OVERFLOWS] += 1;
+                    emit(e, LBF_EV_QUEUE_OVERFLOW, 0, (uint64_t)im->heap_n, (uint64_t)capacity);
+                }
+                note_ahead(e, feed, first, arrival_ns);
+                return;
+            }
+            /* recovery off: nothing can be fetched again; the oldest holes are given up */
             e->counters[LBF_C_QUEUE_OVERFLOWS] += 1;
             emit(e, LBF_EV_QUEUE_OVERFLOW, 0, (uint64_t)im->heap_n, (uint64_t)capacity);
             while (im->heap_n > capacity / 2 && has_hole(e) && !im->oom)
@@ -915,6 +926,7 @@ static void enqueue(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length
                 return;
             }
         }
+        im->shedding = 0;
         uint8_t *copy = malloc((size_t)length);
         if (copy == NULL) {
             im->oom = 1;
@@ -956,8 +968,6 @@ static void intake(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length,
     }
     if (feed == LBF_FEED_RETRANSMIT && e->config.recovery) {
         eng_impl_t *im = IMPL(e);
-        im->has_last_answer = 1;
-        im->last_answer_ns = arrival_ns;
         im->recovery_dirty = 1;
         lbf_event_t *ev = emit(e, LBF_EV_RECOVERY_ANSWER, 0, first, count);
         if (ev)

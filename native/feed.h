@@ -79,7 +79,8 @@ int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count);
 #define LBF_C_SESSION_CHANGES 7
 #define LBF_C_JUMPS_HELD 8
 #define LBF_C_JUMPS_CONFIRMED 9
-#define LBF_C_COUNT 10
+#define LBF_C_SHED_PACKETS 10 /* packets not queued for a full queue (recovery on): fetched again */
+#define LBF_C_COUNT 11
 
 /* Event kinds (lbf_event_t.kind). */
 #define LBF_EV_DELIVER 1            /* deliveries [a, b) */
@@ -126,7 +127,6 @@ typedef struct lbf_eng_config {
     int64_t session_change_idle_ns;
     uint64_t max_jump;                  /* 0: no confirmation */
     int32_t recovery;                   /* 1: gaps are re-requested (else lost at once) */
-    int64_t retry_interval_ns;          /* recovery's: an answer this recent means "being answered" */
 } lbf_eng_config_t;
 
 /* Engine state Python may read (and the outputs of the last calls). The containers are behind `impl`. */

@@ -365,9 +365,8 @@ def test_pinned_session_never_switches() -> None:
 # -- bounded queue ------------------------------------------------------------------------------------------------
 
 
-def test_queue_overflow_gives_up_the_oldest_holes() -> None:
-    arb = Arbiter(ArbiterConfig(session="S1", max_queue_packets=4, out_of_order_max_interval=100),
-                  Recovery())
+def test_queue_overflow_with_recovery_off_gives_up_the_oldest_holes() -> None:
+    arb = Arbiter(ArbiterConfig(session="S1", max_queue_packets=4, out_of_order_max_interval=100))
     for seq in (3, 5, 7, 9):  # holes 1..2, 4, 6, 8
         assert arb.on_packet(Feed.A, pk(seq), seq) == [SessionChanged(None, S1, 1)] * (seq == 3)
     events = arb.on_packet(Feed.A, pk(11), 11)
@@ -487,7 +486,9 @@ def test_recovery_fills_a_double_loss_and_reports_it_recovered() -> None:
     assert arb.stats(Feed.RETRANSMIT).delivered == 8
 
 
-def test_a_hole_being_answered_is_not_given_up_for_queue_pressure() -> None:
+def test_queue_pressure_sheds_packets_and_recovery_fetches_them_again() -> None:
+    """A full queue never makes a recoverable message unrecoverable: what does not fit is not queued, its range
+    stays a hole, and the server's answers fill it."""
     arb = Arbiter(ArbiterConfig(session="S1", max_queue_packets=4, out_of_order_max_interval=100),
                   Recovery(RecoveryConfig(initial_backoff_ns=0), rng=random.Random(1)))
     arb.on_packet(Feed.A, pk(1), 0)
@@ -495,14 +496,19 @@ def test_a_hole_being_answered_is_not_given_up_for_queue_pressure() -> None:
         arb.on_packet(Feed.A, pk(seq), 1)  # hole [2, 3]
     assert others(arb.on_tick(WAIT + 1)) == [GapDetected(S1, 2, 3, GapReason.WAIT_TIMEOUT),
                                              RecoveryRequest(S1, 2, 2)]
-    assert delivered(arb.on_packet(Feed.RETRANSMIT, pk(2), WAIT + 2)) == [2]  # the server is answering
     events = []
-    for seq in (7, 8, 9, 10):  # past the queue's capacity of 4 (up to twice that while answers come)
-        events += arb.on_packet(Feed.A, pk(seq), WAIT + 3)
-    assert not [e for e in events if isinstance(e, QueueOverflow | GapUnrecoverable)]
-    assert arb.queued_packets == 7
-    # no answer for a retry interval: the bound holds again and the oldest hole is given up
-    events = arb.on_packet(Feed.A, pk(11), WAIT + 3 + RecoveryConfig().retry_interval_ns)
-    assert QueueOverflow(S1, 7, 4) in events
-    assert GapUnrecoverable(S1, 3, 3, GapReason.QUEUE_OVERFLOW) in events
-    assert delivered(events) == list(range(4, 12))
+    for seq in (7, 8, 9, 10):  # 7 fills the queue; 8, 9, 10 are shed
+        events += arb.on_packet(Feed.A, pk(seq), WAIT + 2)
+    assert events == [QueueOverflow(S1, 4, 4)]  # one per episode of a full queue, and nothing given up
+    assert (arb.queued_packets, arb.counters.shed_packets, arb.counters.queue_overflows) == (4, 3, 1)
+    assert arb.holes() == [(2, 3), (8, 10)]
+    events = arb.on_packet(Feed.RETRANSMIT, pk(2, 2), WAIT + 3)
+    assert delivered(events) == [2, 3, 4, 5, 6, 7]
+    assert GapRecovered(S1, 2, 3) in events
+    # the shed range is a hole like any other: declared after the wait and re-requested
+    assert others(arb.on_tick(2 * WAIT + 2)) == [GapDetected(S1, 8, 10, GapReason.WAIT_TIMEOUT),
+                                                 RecoveryRequest(S1, 8, 3)]
+    events = arb.on_packet(Feed.RETRANSMIT, pk(8, 3), 2 * WAIT + 3)
+    assert delivered(events) == [8, 9, 10]
+    assert GapRecovered(S1, 8, 10) in events
+    assert arb.counters.gaps_unrecoverable == 0 and arb.holes() == []

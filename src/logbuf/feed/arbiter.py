@@ -133,7 +133,6 @@ class Arbiter:
         c.session_change_idle_ns = cfg.session_change_idle_ns
         c.max_jump = cfg.max_jump or 0
         c.recovery = 1 if recovery is not None else 0
-        c.retry_interval_ns = recovery.config.retry_interval_ns if recovery is not None else 0
         e.feed_stats = _ptr("int64_t *", self.feed_stats)
         e.delay_stats = _ptr("int64_t *", self.delay_stats)
         e.counters = _ptr("int64_t *", self.counter_array)

@@ -619,7 +619,8 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lost-packet-wait-ms", type=float, default=100.0,
                    help="arrival time past a hole that declares it a gap")
     p.add_argument("--queue-packets", type=count, default=16_384,
-                   help="out-of-order queue size (packets) before holes are given up")
+                   help="out-of-order queue size (packets); past it packets are shed and re-requested (--no-recovery: "
+                        "the oldest holes are given up)")
     p.add_argument("--max-jump", type=count, default=DEFAULT_MAX_JUMP,
                    help="a packet this many messages past everything known waits for a confirming second packet")
     p.add_argument("--rcvbuf", type=count, default=DEFAULT_RCVBUF, help="receive buffer per feed socket (bytes)")
@@ -632,7 +633,8 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--retry-interval-ms", type=float, default=200.0, help="re-request again after no answer")
     p.add_argument("--give-up", type=float, default=10.0, help="seconds without an answer before a gap is lost")
     p.add_argument("--seed", type=int, default=None, help="seed of the re-request back-off jitter")
-    p.add_argument("--until-end-of-session", action="store_true", help="exit after the session's end")
+    p.add_argument("--until-end-of-session", action="store_true",
+                   help="exit after the session's end, once every hole of it is recovered or given up")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--wait-for-subscriber", type=float, default=0.0,
                    help="before reading the feeds, wait up to this many seconds for a subscriber")

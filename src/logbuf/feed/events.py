@@ -190,8 +190,10 @@ class EndOfSession(Event):
 
 @dataclass(frozen=True, slots=True)
 class QueueOverflow(Event):
-    """The out-of-order/recovery queue reached ``capacity`` packets; the oldest holes are given up
-    (``GapUnrecoverable`` with reason ``QUEUE_OVERFLOW`` follows) until it is back to ``capacity // 2``."""
+    """The out-of-order queue reached ``capacity`` packets. With recovery on, packets that do not fit are shed
+    (re-requested later; nothing is given up), one event per episode of a full queue; with recovery off the
+    oldest holes are given up (``GapUnrecoverable`` with reason ``QUEUE_OVERFLOW`` follows) until it is back to
+    ``capacity // 2``."""
 
     session: bytes
     queued_packets: int

@@ -240,7 +240,9 @@ class FeedHandler:
                 if deadline is not None and time.monotonic() >= deadline:
                     break
                 work = self.do_work()
-                if self.end_of_session and cfg.stop_at_end_of_session:
+                # the session has ended once the stream reached its end and no hole is being recovered (the
+                # give-up timeout bounds that)
+                if self.end_of_session and cfg.stop_at_end_of_session and not self.arbiter.recovering:
                     break
                 if not work or self.drained:  # every socket read to the end: wait for more
                     self._block()

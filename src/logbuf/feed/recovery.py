@@ -133,11 +133,6 @@ class Recovery:
             elif count == asked == self._chunk:  # maybe more fits: probe upwards
                 self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
 
-    def answering(self, now_ns: int) -> bool:
-        """An answer arrived within the retry interval: the server is filling the holes right now."""
-        return (self.active and self.last_answer_ns is not None
-                and now_ns - self.last_answer_ns < self.config.retry_interval_ns)
-
     def poll(self, holes: Sequence[Hole], now_ns: int) -> list[tuple[int, int]]:
         """The ``(seq, count)`` requests to send now for ``holes`` (head first, inclusive ranges)."""
         if not self.active:

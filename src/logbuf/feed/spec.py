@@ -44,8 +44,11 @@ are counted as foreign and ignored (a stray packet must not hijack the stream; w
 after the switch, since the new session is expected from sequence 1). Packets of retired sessions are always
 ignored.
 
-**Bounded queue**: at ``max_queue_packets`` a ``QueueOverflow`` is emitted and the oldest holes are given up
-until the queue is half empty.
+**Bounded queue**: at ``max_queue_packets`` a ``QueueOverflow`` is emitted. With recovery on, queue pressure
+never costs a recoverable message: a packet that does not fit is *shed* (not queued, counted in
+``shed_packets``) and its range stays a hole that recovery fetches again — so only the server's refusal or
+give-up loses messages. One ``QueueOverflow`` per episode (until a packet fits again). With recovery off nothing
+can be fetched again: the oldest holes are given up until the queue is half empty.
 
 **Validation first**: a datagram is checked completely (length, sequence, every message block) before it may
 choose or switch the session. **Unconfirmed jumps**: a packet or heartbeat more than ``max_jump`` messages past
@@ -206,6 +209,7 @@ class SpecArbiter:
         self._pending_eos: int | None = None
         self._eos_emitted = False
         self._progress = False
+        self._shedding = False  # the queue is full and packets past it are being shed (recovery on)
         # packets held back for announcing an unconfirmed jump: (feed, bytes, position, first, count, marker,
         # arrival)
         self._held: list[tuple[Feed, bytes, int, int, int, bool, int]] = []
@@ -379,6 +383,7 @@ class SpecArbiter:
         self._wait_started_ns = None
         self._pending_eos = None
         self._eos_emitted = False
+        self._shedding = False
         self.ring_feed.fill(RING_NO_FEED)  # sequences restart: old slots must not pair with new messages
         self.session = session
         self.expected = 1  # a MoldUDP64 session numbers its messages from 1
@@ -470,10 +475,19 @@ class SpecArbiter:
             self.feed_stats[feed, FS_DUPLICATES] += count
         else:
             capacity = self.config.max_queue_packets
-            # a hole the server is answering right now is not given up for queue pressure: the queue may grow
-            # to twice its size while answers keep coming
-            answering = self.recovery is not None and self.recovery.answering(arrival_ns)
-            if len(self._queue) >= (2 * capacity if answering else capacity):
+            if len(self._queue) >= capacity:
+                if self.recovery is not None:
+                    # shed, never abandon: the packet is not queued, its range stays a hole and is fetched again
+                    # (declared like any hole, or already inside a declared one); only the server's refusal or
+                    # give-up loses messages
+                    self.counters.shed_packets += 1
+                    if not self._shedding:  # one overflow per episode of a full queue
+                        self._shedding = True
+                        self.counters.queue_overflows += 1
+                        out.append(QueueOverflow(self.session, len(self._queue), capacity))
+                    self._note_ahead(feed, first, arrival_ns)
+                    return
+                # recovery off: nothing can be fetched again; the oldest holes are given up
                 self.counters.queue_overflows += 1
                 out.append(QueueOverflow(self.session, len(self._queue), capacity))
                 while len(self._queue) > capacity // 2 and self.holes(1):
@@ -482,6 +496,7 @@ class SpecArbiter:
                     self._walk(feed, data, first, count, arrival_ns, out)
                     self._drain(out)
                     return
+            self._shedding = False
             heapq.heappush(self._queue, (first, next(self._order), _Queued(first, count, feed, arrival_ns, data)))
             self._coverage.add(first, last)
         self._note_ahead(feed, first, arrival_ns)

@@ -35,14 +35,15 @@ C_GAPS_UNRECOVERABLE = 2  # GapUnrecoverable events
 C_MESSAGES_UNRECOVERABLE = 3  # sequences they named
 C_DROPPED_PACKETS = 4  # queued packets dropped when a gap is resolved with recovery off
 C_RECOVERY_REQUESTS = 5
-C_QUEUE_OVERFLOWS = 6
+C_QUEUE_OVERFLOWS = 6  # overflow episodes (recovery on: until a packet fits again)
 C_SESSION_CHANGES = 7  # joins included
 C_JUMPS_HELD = 8  # packets announcing a jump past max_jump, held until confirmed
 C_JUMPS_CONFIRMED = 9  # jumps confirmed by a second packet (the other feed's, or the next one)
-C_COUNT = 10
+C_SHED_PACKETS = 10  # packets not queued for a full queue (recovery on): their range is fetched again
+C_COUNT = 11
 COUNTER_NAMES = ("gaps_detected", "gaps_recovered", "gaps_unrecoverable", "messages_unrecoverable",
                  "dropped_packets", "recovery_requests", "queue_overflows", "session_changes", "jumps_held",
-                 "jumps_confirmed")
+                 "jumps_confirmed", "shed_packets")
 
 # A−B arrival delay (LBF_DELAY_*).
 DELAY_COUNT = 0
