@@ -1,4 +1,4 @@
-"""Head-end freezes and catch-up bursts (seed 002): a feed silent while the other carries on, then a burst.
+"""Head-end freezes and catch-up bursts: a feed silent while the other carries on, then a burst.
 
 Detection is two-stage:
 

@@ -5,7 +5,7 @@ the generator computes, per feed, what a recorder on the receiving side would ha
 arrival times, the delivered messages and the handler's gap events - with these faults injected on purpose::
 
     feed A  packets: budget 1400 B, flushed after 50 us of feed-time quiet; arrival = send + latency + jitter
-    feed B  packets: budget 1200 B, flushed after 80 us (batched differently, as in seed 002);
+    feed B  packets: budget 1200 B, flushed after 80 us (batched differently, as real B feeds are);
             arrival = send + latency + b_delay + jitter
     jitter  uniform [0, jitter_ns) per packet; a feed never overtakes itself (FIFO: running max)
     freeze  feed A stops sending at ITCH time ``at_ns`` for ``duration_ns``, then sends everything it held
