@@ -27,12 +27,11 @@ import time
 from pathlib import Path
 
 from logbuf.cli_args import count
+from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID, PUBLISHER_LIMIT_TYPE_ID
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
 
 DROP_BOTH = (20_000, 20_049)  # a range lost on A and on B: only the retransmission server has it
-FEED_COUNTER_TYPE_ID = 1100  # the feed handler's counters in cnc.dat
-PUBLICATION_LIMIT_TYPE_ID = 1  # a publication's limit counter: the handler's publications exist
 STATUS_INTERVAL_S = 0.5
 MIN_MESSAGES = 60_000
 DEFAULT_SPEED = 1000.0
@@ -80,7 +79,7 @@ class _Step:
 def _feed_counters(client: object) -> dict[str, int]:
     """The feed handler's counters (cnc.dat type 1100) by name."""
     return {info.key.rstrip(b"\0").decode(errors="replace"): info.value
-            for info in client.counters if info.type_id == FEED_COUNTER_TYPE_ID}  # type: ignore[attr-defined]
+            for info in client.counters if info.type_id == FEED_HANDLER_COUNTER_TYPE_ID}  # type: ignore[attr-defined]
 
 
 class _StatusLine:
@@ -169,7 +168,7 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
         procs.append(feed)
         with logbuf.connect(driver.directory) as client:  # wait for the handler's publications
             deadline = time.monotonic() + 60
-            while not any(i.type_id == PUBLICATION_LIMIT_TYPE_ID for i in client.counters):
+            while not any(i.type_id == PUBLISHER_LIMIT_TYPE_ID for i in client.counters):
                 if time.monotonic() > deadline or feed.poll() is not None:
                     raise RuntimeError("the feed handler did not start")
                 time.sleep(0.05)

@@ -175,3 +175,17 @@ def test_a_log_stays_mapped_while_used_and_goes_with_its_last_user(client: Clien
     del pub, first, second
     gc.collect()
     assert _mappings(path) == drivers  # the client kept no reference of its own
+
+
+def test_the_client_finishes_its_heartbeat_label_as_aeron_clients_do(client: Client) -> None:
+    from logbuf.cnc import counters as c
+
+    deadline = time.monotonic() + 10
+    while True:
+        labels = [i.label for i in client.counters if i.type_id == c.CLIENT_HEARTBEAT_TYPE_ID
+                  and i.registration_id == client.client_id]
+        if labels and " name=" in labels[0]:
+            break
+        assert time.monotonic() < deadline, f"heartbeat label not finished: {labels}"
+        time.sleep(0.01)
+    assert labels == [c.client_heartbeat_label(client.client_id) + c.client_heartbeat_label_suffix()]

@@ -18,10 +18,10 @@ import pytest
 from recorder_rig import Day, FeedPublisher, FeedScript, expected_columns, make_script, synth_day
 
 import logbuf
+from logbuf.cnc.counters import RECORDER_COUNTER_TYPE_ID
 from logbuf.feed import published as out
 from logbuf.recorder import Recorder, RecorderConfig, RecorderDataLoss, RecorderError
 from logbuf.recorder.config import RecorderConfigError
-from logbuf.recorder.recorder import RECORDER_COUNTER_TYPE_ID
 from logbuf.recording import schema
 from logbuf.recording.reader import complete_files, read_dataset
 

@@ -262,6 +262,10 @@ class ClientConductor:
         self._last_keepalive_ms = now_ms
         if self._heartbeat_counter_id is None:
             self._heartbeat_counter_id = self._find_heartbeat_counter()
+            if self._heartbeat_counter_id is not None:
+                # as Aeron's clients do, finish the counter's label: " name=<client name> version=..."
+                with contextlib.suppress(c.CounterStateError):  # freed meanwhile (we timed out)
+                    self._counters.append_to_label(self._heartbeat_counter_id, c.client_heartbeat_label_suffix())
         if self._heartbeat_counter_id is not None:
             # Aeron clients store the time into their heartbeat counter: no command, no ring traffic
             self._counters.values_buffer.put_i64_release(

@@ -79,6 +79,10 @@ CLIENT_HEARTBEAT_TYPE_ID = 11
 PUBLISHER_POSITION_TYPE_ID = 12
 SENDER_BPE_TYPE_ID = 13
 
+# Application counter type ids of logbuf's own components (Aeron leaves 1000+ to applications)
+FEED_HANDLER_COUNTER_TYPE_ID = 1100  # logbuf feed: per feed packets, gaps, recovery, A-B delay
+RECORDER_COUNTER_TYPE_ID = 1200  # logbuf record: rows, files, lag
+
 # -- system counters (type 0): ids and labels, Aeron's order ------------------------------------------
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from logbuf.client.client import Client, Counter, connect
 from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
+from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID
 from logbuf.errors import LogbufError
 from logbuf.feed import published as out
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
@@ -64,7 +65,6 @@ from logbuf.feed.recovery import Recovery, RecoveryConfig
 from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
 
-FEED_COUNTER_TYPE_ID = 1100
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
 LATENCY_SAMPLES = 1 << 16
 DEFAULT_BATCH_WAIT_S = 0.0003  # a few packets per round at the open's rate; well under the latency budget
@@ -220,7 +220,7 @@ class FeedHandler:
         self.latency_samples_ns = np.zeros(LATENCY_SAMPLES, dtype=np.int64)
         self.latency_count = 0
         for name in self.counter_values():
-            self.counters[name] = client.add_counter(FEED_COUNTER_TYPE_ID, f"feed: {name}", name.encode()[:100])
+            self.counters[name] = client.add_counter(FEED_HANDLER_COUNTER_TYPE_ID, f"feed: {name}", name.encode()[:100])
 
     # -- the loop --------------------------------------------------------------------------------------
 

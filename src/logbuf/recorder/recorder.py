@@ -39,6 +39,7 @@ import numpy as np
 import posix_ipc
 
 from logbuf.client.client import Client, Counter, connect
+from logbuf.cnc.counters import RECORDER_COUNTER_TYPE_ID
 from logbuf.errors import LogbufError
 from logbuf.feed import published as pub
 from logbuf.logbuffer.frame import UNFRAGMENTED
@@ -55,7 +56,6 @@ from logbuf.recorder.sessions import SessionTimeline
 from logbuf.recorder.streams import CAPTURE, EVENTS, IMAGE_GRACE_S, MESSAGES, RecordedImage, StreamSet
 from logbuf.recording import schema
 
-RECORDER_COUNTER_TYPE_ID = 1200
 LOCK_FILE = "_recorder.lock"
 COUNTER_NAMES = ("messages rows", "packets rows", "gaps rows", "files completed", "bytes completed",
                  "held bytes", "lag bytes", "commits", "losses")

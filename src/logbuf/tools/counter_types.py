@@ -125,8 +125,8 @@ def decode_key(type_id: int, key: bytes) -> dict[str, object]:
         return {}
 
 
-FEED_HANDLER_TYPE_ID = 1100  # logbuf.feed.handler.FEED_COUNTER_TYPE_ID
-RECORDER_TYPE_ID = 1200  # logbuf.recorder
+FEED_HANDLER_TYPE_ID = c.FEED_HANDLER_COUNTER_TYPE_ID
+RECORDER_TYPE_ID = c.RECORDER_COUNTER_TYPE_ID
 
 
 def _raw(key: bytes) -> dict[str, object]:
