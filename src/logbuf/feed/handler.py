@@ -27,6 +27,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -406,15 +407,28 @@ class FeedHandler:
 
     def _publish_run(self, run: DeliverRun) -> None:
         """A run of the engine's deliveries, appended by C straight from the receive ring into the log."""
-        count = len(run)
-        done = 0
         pub = self.messages
+        self._publish(len(run), run.first_arrival_ns(), lambda done: self.arbiter.offer_run(run, done, pub))
+
+    def _publish_batch(self, batch: DeliverBatch) -> None:
+        """All of a native batch, in order, with the MoldUDP64 sequence as each frame's reserved value."""
+        seqs = batch.seqs.view(np.int64)
+        pub = self.messages
+        self._publish(
+            len(batch), int(batch.ring_arrivals[batch.slots[0]]) if len(batch) else 0,
+            lambda done: pub.offer_batch(batch.buffer, batch.lengths[done:], seqs[done:], batch.offsets[done:]),
+        )
+
+    def _publish(self, count: int, first_arrival_ns: int, append: Callable[[int], tuple[int, int]]) -> None:
+        """Appends ``count`` messages through ``append(done) -> (appended, result)``, one native call per try,
+        idling with back-off while the log is back-pressured."""
+        done = 0
         while done < count:
-            appended, result = self.arbiter.offer_run(run, done, pub)
+            appended, result = append(done)
             if appended:
                 if done == 0:
                     slot = self.latency_count % LATENCY_SAMPLES
-                    self.latency_samples_ns[slot] = monotonic_ns() - run.first_arrival_ns()
+                    self.latency_samples_ns[slot] = monotonic_ns() - first_arrival_ns
                     self.latency_count += 1
                 done += appended
                 self.published += appended
@@ -427,34 +441,6 @@ class FeedHandler:
                 raise FeedHandlerError("publication closed (the driver went away?)")
             if result == INVALID_BATCH:
                 raise FeedHandlerError("a message is longer than the publication's maximum message length")
-            if result == BACK_PRESSURED:
-                self.back_pressure_waits += 1
-            self._idle.idle(0)
-
-    def _publish_batch(self, batch: DeliverBatch) -> None:
-        """All of a native batch, in order, with the MoldUDP64 sequence as each frame's reserved value."""
-        count = len(batch)
-        seqs = batch.seqs.view(np.int64)
-        done = 0
-        pub = self.messages
-        while done < count:
-            appended, result = pub.offer_batch(
-                batch.buffer, batch.lengths[done:], seqs[done:], batch.offsets[done:]
-            )
-            if appended:
-                if done == 0:
-                    slot = self.latency_count % LATENCY_SAMPLES
-                    self.latency_samples_ns[slot] = monotonic_ns() - int(batch.ring_arrivals[batch.slots[0]])
-                    self.latency_count += 1
-                done += appended
-                self.published += appended
-                self._idle.reset()
-                continue
-            if result == NOT_CONNECTED:
-                self.unpublished += count - done
-                return
-            if result == CLOSED:
-                raise FeedHandlerError("publication closed (the driver went away?)")
             if result == BACK_PRESSURED:
                 self.back_pressure_waits += 1
             self._idle.idle(0)
