@@ -183,7 +183,7 @@ def test_requests_stay_under_the_rate_and_resume_as_tokens_come_back() -> None:
     r = started(config)
     holes = [(s, s + 4) for s in range(1, 10_000, 10)]  # a thousand holes
     assert len(r.poll(holes, 0)) == 5  # the burst
-    assert r.next_deadline_ns() == 1 * MS + 1  # the next token
+    assert r.next_deadline_ns() == 1 * MS  # the next token, whole at exactly 1 ms
     assert len(r.poll(holes, 1 * MS + 1)) == 1
     assert len(r.poll(holes, 11 * MS + 1)) == 5  # 10 ms later: refilled up to the burst, no more
     assert r.requests_sent == 11 and r.requests_paced >= 3

@@ -33,6 +33,8 @@ from logbuf.feed.moldudp64 import MAX_MESSAGE_COUNT
 
 NANOS_PER_MILLI = 1_000_000
 NANOS_PER_SECOND = 1_000_000_000
+_MILLI = 1_000  # request rates are kept to a thousandth of a request per second
+_TOKEN = NANOS_PER_SECOND * _MILLI  # one request in the bucket's units (rate_units are added per ns)
 
 Hole = tuple[int, int]  # inclusive (first, last) sequence range
 # Pacing: under the 1,000 requests/s per client a retransmission server typically allows, with room for a burst.
@@ -73,7 +75,7 @@ class Recovery:
     """Decides which ``(seq, count)`` re-requests to send and when to give up (pure; see the module doc)."""
 
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_bp_seq", "_bp_ns", "_requested_upto",
-                 "requests_sent", "answers", "_chunk", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
+                 "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
                  "requests_paced", "_asked")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | None = None) -> None:
@@ -89,7 +91,10 @@ class Recovery:
         self.answers = 0
         self._chunk = self.config.max_request_count  # messages per request: learned from the answers' size
         self._asked: dict[int, int] = {}  # first sequence of a request sent -> the count it asked for
-        self._tokens = float(self.config.request_burst)
+        # the token bucket in exact integer units (_TOKEN per request; _rate_units added per ns): where it stands
+        # at a given time does not depend on when it was last refilled, so neither does the next deadline
+        self._rate_units = max(1, round(self.config.request_rate * _MILLI))
+        self._tokens = self.config.request_burst * _TOKEN
         self._tokens_ns: int | None = None
         self._paced = False  # the last poll held requests back for want of tokens
         self.last_answer_ns: int | None = None
@@ -156,14 +161,14 @@ class Recovery:
                 count = min(chunk, last - seq + 1)
                 sent = old.get(seq)
                 if sent is None or now_ns - sent >= cfg.retry_interval_ns:
-                    if self._tokens < 1.0:  # paced: the rest goes out as tokens come back
+                    if self._tokens < _TOKEN:  # paced: the rest goes out as tokens come back
                         self._paced = True
                         if sent is None:
                             break
                         kept[seq] = sent
                         seq += count
                         continue
-                    self._tokens -= 1.0
+                    self._tokens -= _TOKEN
                     self._asked[seq] = count
                     out.append((seq, count))
                     sent = now_ns
@@ -187,8 +192,7 @@ class Recovery:
     def _refill(self, now_ns: int) -> None:
         cfg = self.config
         if self._tokens_ns is not None and now_ns > self._tokens_ns:
-            self._tokens = min(float(cfg.request_burst),
-                               self._tokens + (now_ns - self._tokens_ns) * cfg.request_rate / NANOS_PER_SECOND)
+            self._tokens = min(cfg.request_burst * _TOKEN, self._tokens + (now_ns - self._tokens_ns) * self._rate_units)
         if self._tokens_ns is None or now_ns > self._tokens_ns:
             self._tokens_ns = now_ns
 
@@ -216,9 +220,9 @@ class Recovery:
         if self._bp_ns:
             candidates.append(self._bp_ns[0] + self.config.give_up_ns)
         if self._paced and self._tokens_ns is not None:
-            # requests are waiting for a token: the next one is the next thing to happen (nothing due can go
-            # out before it; a give-up falls due at most one token interval late)
-            return self._tokens_ns + int(NANOS_PER_SECOND / self.config.request_rate) + 1
+            # requests are waiting for a token: the moment it is whole is the next thing to happen (nothing due
+            # can go out before it; a give-up falls due at most one token interval late)
+            return self._tokens_ns + -(-(_TOKEN - self._tokens) // self._rate_units)
         return min(candidates) if candidates else None
 
     def forget_below(self, seq: int) -> None:
