@@ -22,6 +22,7 @@ from logbuf.cnc.messages import (
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink
 from logbuf.driver.services import DriverServices
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 
 IPC_SOURCE_IDENTITY = "aeron:ipc"
 
@@ -43,7 +44,7 @@ def parse_resume_positions(uri: ChannelUri) -> dict[int, int]:
             raise CommandError(
                 ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}={text!r}: expected sessionId:position[,...]"
             ) from None
-        if not sep or pos < 0 or pos % 32:
+        if not sep or pos < 0 or pos % FRAME_ALIGNMENT:
             raise CommandError(ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}: bad position in {item!r}")
         resume[session_id] = pos
     return resume

@@ -105,17 +105,7 @@ class NetworkConductor:
 
     def __init__(self, services: DriverServices) -> None:
         self.services = services
-        self.ctx = services.ctx
-        self.counters = services.counters
         self.network_counters = NetworkCounters(services.counters, services.system)
-        self.respond = services.respond
-        self.record_error = services.record_error
-        self.next_correlation_id = services.next_correlation_id
-        self.ensure_wake_semaphore = services.ensure_wake_semaphore
-        self.bytes_mapped = services.bytes_mapped
-        self.images_dir = services.images_dir
-        self.loss_report = services.loss_report
-        self.epoch_ms = services.epoch_ms
         self.sender = Sender()
         self.receiver = Receiver()
         self.publications: list[NetworkPublication] = []
@@ -136,7 +126,7 @@ class NetworkConductor:
             raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
 
     def _transport(self, channel: UdpChannel, role: TransportRole) -> UdpTransport:
-        ctx = self.ctx
+        ctx = self.services.ctx
         index = self._transports_opened
         self._transports_opened += 1
         options = TransportOptions(
@@ -157,17 +147,17 @@ class NetworkConductor:
                          registration_id: int) -> tuple[int, int]:
         """A channel endpoint's status counter and its local socket address counter, as Aeron labels them
         (``snd-channel: <channel> <address>``, ``snd-local-sockaddr: <status id> <address>``)."""
-        status = self.counters.allocate(type_id, c.channel_status_label(name, channel, address),
+        status = self.services.counters.allocate(type_id, c.channel_status_label(name, channel, address),
                                         c.channel_status_key(channel), registration_id=registration_id)
-        self.counters.set_counter_value(status, CHANNEL_STATUS_ACTIVE)
+        self.services.counters.set_counter_value(status, CHANNEL_STATUS_ACTIVE)
         try:
-            sockaddr = self.counters.allocate(c.LOCAL_SOCKADDR_TYPE_ID,
+            sockaddr = self.services.counters.allocate(c.LOCAL_SOCKADDR_TYPE_ID,
                                               c.local_sockaddr_label(sockaddr_name, status, address),
                                               c.local_sockaddr_key(status, address), registration_id=registration_id)
         except BaseException:
-            self.counters.free(status)
+            self.services.counters.free(status)
             raise
-        self.counters.set_counter_value(sockaddr, CHANNEL_STATUS_ACTIVE)
+        self.services.counters.set_counter_value(sockaddr, CHANNEL_STATUS_ACTIVE)
         return status, sockaddr
 
     def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int) -> SendChannelEndpoint:
@@ -190,8 +180,8 @@ class NetworkConductor:
     def _close_send_endpoint(self, endpoint: SendChannelEndpoint) -> None:
         self.send_endpoints.pop(endpoint.key, None)
         self.sender.remove_endpoint(endpoint)
-        self.counters.free(endpoint.local_sockaddr_counter_id)
-        self.counters.free(endpoint.status_counter_id)
+        self.services.counters.free(endpoint.local_sockaddr_counter_id)
+        self.services.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
     def _receive_endpoint(self, channel: UdpChannel, uri: ChannelUri,
@@ -227,8 +217,8 @@ class NetworkConductor:
         for image in list(endpoint.images.values()):
             self._close_image(image, notify=True)
         endpoint.images.clear()
-        self.counters.free(endpoint.local_sockaddr_counter_id)
-        self.counters.free(endpoint.status_counter_id)
+        self.services.counters.free(endpoint.local_sockaddr_counter_id)
+        self.services.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
     # -- publications ----------------------------------------------------------------------------------
@@ -238,7 +228,7 @@ class NetworkConductor:
             spec = uri.flow_control()
         except InvalidChannelError as exc:
             raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
-        timeout = self.ctx.flow_control_receiver_timeout_ns
+        timeout = self.services.ctx.flow_control_receiver_timeout_ns
         if spec is not None and spec.receiver_timeout_ns is not None:
             timeout = spec.receiver_timeout_ns
         if spec is not None and spec.strategy == "min":
@@ -251,8 +241,8 @@ class NetworkConductor:
         """The stream's publication on this channel (a new one unless a shared one exists); ``client_id``
         owns a new one's pub-lmt counter."""
         channel = self.udp_channel(uri)
-        term_length = uri.term_length(self.ctx.network_term_length)
-        mtu = uri.mtu(self.ctx.mtu)
+        term_length = uri.term_length(self.services.ctx.network_term_length)
+        mtu = uri.mtu(self.services.ctx.mtu)
         try:
             d.check_term_length(term_length)
             d.check_mtu(mtu, term_length)
@@ -284,7 +274,7 @@ class NetworkConductor:
     def _new_publication(self, registration_id: int, uri: ChannelUri, channel: UdpChannel,
                          endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, term_length: int,
                          mtu: int, flow_control: FlowControl, client_id: int) -> NetworkPublication:
-        ctx = self.ctx
+        ctx = self.services.ctx
         services = self.services
         window = ctx.network_window(term_length)
         # the client's publication opens the stream's wake-up semaphore (nobody waits on it)
@@ -315,7 +305,7 @@ class NetworkConductor:
                 transport=endpoint.transport,
                 endpoint_key=endpoint.key,
                 channel_status_id=endpoint.status_counter_id,
-                positions=NetworkPublicationPositions(*(self.counters.position(i) for i in counter_ids)),
+                positions=NetworkPublicationPositions(*(self.services.counters.position(i) for i in counter_ids)),
                 window_length=window,
                 max_datagrams=ctx.send_batch,
             )
@@ -348,7 +338,7 @@ class NetworkConductor:
                          stream_id: int) -> NetworkSubscription:
         channel = self.udp_channel(uri)
         endpoint = self._receive_endpoint(channel, uri, registration_id)
-        self.ensure_wake_semaphore(stream_id)
+        self.services.ensure_wake_semaphore(stream_id)
         subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint)
         endpoint.add_subscription(stream_id)
         self.subscriptions[registration_id] = subscription
@@ -367,7 +357,7 @@ class NetworkConductor:
         for image in endpoint.images_of(subscription.stream_id):
             link = image.remove_subscriber(registration_id)
             if link is not None:
-                self.counters.free(link.counter_id)
+                self.services.counters.free(link.counter_id)
         for image in endpoint.remove_subscription(subscription.stream_id):
             self._close_image(image, notify=True)  # the stream's last subscription: its images end
         if endpoint.is_unused:
@@ -384,21 +374,21 @@ class NetworkConductor:
         try:
             d.check_mtu(setup.mtu, setup.term_length)
         except ValueError as exc:
-            self.record_error(f"SETUP from {describe_sockaddr(event.source)} refused: {exc}")
+            self.services.record_error(f"SETUP from {describe_sockaddr(event.source)} refused: {exc}")
             return
         try:
             self._create_image(endpoint, event, now_ns, subscriptions)
         except (OSError, ValueError) as exc:  # the dispatcher asks again after its pending timeout
-            self.record_error(f"cannot create an image for session {setup.session_id} stream {setup.stream_id}: "
+            self.services.record_error(f"cannot create an image for session {setup.session_id} stream {setup.stream_id}: "
                               f"{type(exc).__name__}: {exc}")
 
     def _create_image(self, endpoint: ReceiveChannelEndpoint, event: CreateImage, now_ns: int,
                       subscriptions: list[NetworkSubscription]) -> None:
-        ctx = self.ctx
+        ctx = self.services.ctx
         setup = event.setup
-        correlation_id = self.next_correlation_id()
+        correlation_id = self.services.next_correlation_id()
         window = receiver_window_length(setup.term_length, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
-        path = self.images_dir / f"{correlation_id}{LOG_SUFFIX}"
+        path = self.services.images_dir / f"{correlation_id}{LOG_SUFFIX}"
         log = LogBuffers.create(
             path,
             term_length=setup.term_length,
@@ -431,14 +421,14 @@ class NetworkConductor:
                 counters=self.network_counters.receiver,
             )
             name = endpoint.channel.uri.canonical()
-            if self.loss_report is not None:
-                receiver.on_loss = ImageLossObserver(self.loss_report, self.epoch_ms, setup.session_id,
+            if self.services.loss_report is not None:
+                receiver.on_loss = ImageLossObserver(self.services.loss_report, self.services.epoch_ms, setup.session_id,
                                                      setup.stream_id, name, describe_sockaddr(event.source))
             key = c.stream_position_key(correlation_id, setup.session_id, setup.stream_id, name)
             for type_id in (c.RECEIVER_HWM_TYPE_ID, c.RECEIVER_POSITION_TYPE_ID):
                 label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], correlation_id, setup.session_id,
                                                 setup.stream_id, name)
-                counter_ids.append(self.counters.allocate(type_id, label, key, registration_id=correlation_id))
+                counter_ids.append(self.services.counters.allocate(type_id, label, key, registration_id=correlation_id))
             image = PublicationImage(
                 correlation_id=correlation_id,
                 channel=name,
@@ -446,19 +436,19 @@ class NetworkConductor:
                 receiver=receiver,
                 source=event.source,
                 source_identity=describe_sockaddr(event.source),
-                rcv_hwm=self.counters.position(counter_ids[0]),
-                rcv_pos=self.counters.position(counter_ids[1]),
+                rcv_hwm=self.services.counters.position(counter_ids[0]),
+                rcv_pos=self.services.counters.position(counter_ids[1]),
                 waker=ImageWaker(log, wake_semaphore_name(ctx.directory, setup.stream_id)),
             )
         except BaseException:
             for counter_id in counter_ids:
-                self.counters.free(counter_id)
+                self.services.counters.free(counter_id)
             log.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             raise
         endpoint.add_image(image)
-        self.bytes_mapped(os.path.getsize(path))
+        self.services.bytes_mapped(os.path.getsize(path))
         for subscription in subscriptions:
             self._link(subscription, image, join)
 
@@ -469,15 +459,15 @@ class NetworkConductor:
                                         image.session_id, image.stream_id, subscription.channel, join)
         key = c.stream_position_key(subscription.registration_id, image.session_id, image.stream_id,
                                     subscription.channel)
-        counter_id = self.counters.allocate(c.SUBSCRIBER_POSITION_TYPE_ID, label, key,
+        counter_id = self.services.counters.allocate(c.SUBSCRIBER_POSITION_TYPE_ID, label, key,
                                             registration_id=subscription.registration_id,
                                             owner_id=subscription.client_id, reference_id=image.correlation_id)
-        position = self.counters.position(counter_id)
+        position = self.services.counters.position(counter_id)
         position.set(join)
         image.add_subscriber(
             SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
         )
-        self.respond(
+        self.services.respond(
             ControlResponse.ON_AVAILABLE_IMAGE,
             AvailableImage(image.correlation_id, image.session_id, image.stream_id, subscription.registration_id,
                            counter_id, str(image.log.path), image.source_identity),
@@ -490,19 +480,19 @@ class NetworkConductor:
     def _close_image(self, image: PublicationImage, *, notify: bool) -> None:
         for link in list(image.subscribers.values()):
             image.remove_subscriber(link.subscription_id)
-            self.counters.free(link.counter_id)
+            self.services.counters.free(link.counter_id)
             subscription = self.subscriptions.get(link.subscription_id)
             if notify:
-                self.respond(
+                self.services.respond(
                     ControlResponse.ON_UNAVAILABLE_IMAGE,
                     UnavailableImage(image.correlation_id, link.subscription_id, image.stream_id,
                                      subscription.channel if subscription is not None else image.channel),
                 )
         for counter_id in image.counter_ids():
-            self.counters.free(counter_id)
+            self.services.counters.free(counter_id)
         path = image.log.path
         with contextlib.suppress(OSError):
-            self.bytes_mapped(-os.path.getsize(path))
+            self.services.bytes_mapped(-os.path.getsize(path))
         image.close()
         # clients that still map the file keep their pages; the name is gone
         with contextlib.suppress(FileNotFoundError):

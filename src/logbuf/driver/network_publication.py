@@ -28,6 +28,7 @@ from logbuf.driver.ipc_publication import PublicationState
 from logbuf.driver.udp import Outgoing, PublicationSender
 from logbuf.driver.udp_transport import UdpTransport
 from logbuf.errors import LogCorruptedError
+from logbuf.logbuffer.descriptor import PARTITION_COUNT
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.native import ffi, lib
@@ -185,7 +186,7 @@ class NetworkPublication:
         T = planner.term_length
         term_offset = position & (T - 1)
         out = self._send_result
-        rc = lib.lbn_send_term(self._fd, planner.term_pointers[(position >> planner.position_bits) % 3], T,
+        rc = lib.lbn_send_term(self._fd, planner.term_pointers[(position >> planner.position_bits) % PARTITION_COUNT], T,
                                term_offset, sender.snd_lmt - position, planner.mtu, self.max_datagrams,
                                self._destination_handle, len(self.destination), out)
         if rc == lib.LB_CORRUPT_FRAME:

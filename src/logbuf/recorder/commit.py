@@ -89,7 +89,11 @@ class CommitProtocol:
             return "file complete"
         plan = self.release_plan()
         progress = any(entry.released > state.released for state, entry in plan.values())
-        for state, _ in plan.values():
+        for state, entry in plan.values():
+            if entry.ended and not state.ended:
+                # its last bytes may have been released before its end of stream was seen: only a commit marks
+                # it ended, and the next image of its stream (whose partner the join may be waiting on) waits
+                return "end of stream"
             held = state.held
             if not held:
                 continue

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from logbuf.driver.udp.counters import SenderCounters
 from logbuf.errors import LogCorruptedError
 from logbuf.logbuffer import descriptor as d
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_scanner import scan_for_availability
 from logbuf.native import ffi, lib
@@ -57,8 +58,8 @@ class SendPlanner:
     ) -> None:
         self.log = log
         self.mtu = log.mtu if mtu is None else mtu
-        if not 32 < self.mtu <= log.mtu or self.mtu % 32:
-            raise ValueError(f"mtu {self.mtu} must be a multiple of 32 in (32, log mtu {log.mtu}]")
+        if not HEADER_LENGTH < self.mtu <= log.mtu or self.mtu % FRAME_ALIGNMENT:
+            raise ValueError(f"mtu {self.mtu} must be a multiple of {FRAME_ALIGNMENT} in ({HEADER_LENGTH}, log mtu {log.mtu}]")
         self.term_length = log.term_length
         self.position_bits = log.position_bits
         self.initial_term_id = log.initial_term_id
