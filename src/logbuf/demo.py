@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from logbuf.cli_args import count
+from logbuf.cli_args import DefaultsHelpFormatter, count
 from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID, PUBLISHER_LIMIT_TYPE_ID
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
@@ -254,7 +254,7 @@ def _demo(args: argparse.Namespace) -> int:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo", help="the end-to-end story: driver, replay with faults, feed handler, recorder, Spark report",
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        description=__doc__.split("\n\n")[0], formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--messages", type=count, default=300_000, help="messages in the synthetic day (e.g. 300k)")
     parser.add_argument("--speed", type=_speed, default=DEFAULT_SPEED,
                         help="replay speed factor: 1000 = the synthetic day in about a minute")
