@@ -6,12 +6,19 @@ subscriber buffer holds 1024 samples, safe overflow is off and publishers use ``
 back-pressure.  Publishers ``send_copy`` (the documented way for a ready-made value); the subscriber reads the
 stamp in place through ``payload_ptr`` and polls ``receive()`` with a back-off idle strategy (it has no
 blocking receive; event-based waiting is a separate service).
+
+Each channel runs in an iceoryx2 domain of its own (a file prefix and a root directory made for it), so the
+files iceoryx2 leaves behind - its node registry in /dev/shm, node and service records under its root - are
+the channel's to remove when it closes.
 """
 
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,13 +41,21 @@ MAX_PUBLISHERS = 8
 class IceoryxSpec:
     service: str
     size: int
+    prefix: str  # file-name prefix of the channel's iceoryx2 domain
+    root: str  # its root directory (ends with "/")
 
 
-def _node() -> Any:
+SHM_DIR = "/dev/shm"
+
+
+def _node(spec: IceoryxSpec) -> Any:
     import iceoryx2 as iox2
 
     iox2.set_log_level_from_env_or(iox2.LogLevel.Error)  # no "no config file" chatter per process
-    return iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
+    config = iox2.config.default()
+    config.global_cfg.prefix = iox2.FileName.new(spec.prefix)
+    config.global_cfg.root_path = iox2.Path.new(spec.root)
+    return iox2.NodeBuilder.new().config(config).create(iox2.ServiceType.Ipc)
 
 
 def _service(node: Any, spec: IceoryxSpec, create: bool) -> Any:
@@ -62,20 +77,25 @@ class IceoryxChannel(Channel):
     """The parent creates the service and keeps it alive for the run; the children open it."""
 
     def __init__(self, size: int) -> None:
-        self.spec = IceoryxSpec(f"logbuf-bench/{os.getpid()}/{os.urandom(4).hex()}", size)
-        self._node = _node()
-        self._service = _service(self._node, self.spec, create=True)
+        tag = f"{os.getpid()}{os.urandom(4).hex()}"
+        root = tempfile.mkdtemp(prefix="logbuf-bench-iox2-")
+        self.spec = IceoryxSpec(f"logbuf-bench/{tag}", size, f"iox2lb{tag}_", root + "/")
+        self._node: Any = _node(self.spec)
+        self._service: Any = _service(self._node, self.spec, create=True)
 
     def close(self) -> None:
         self._service = None
         self._node = None
+        for path in glob.glob(os.path.join(SHM_DIR, self.spec.prefix + "*")):
+            os.unlink(path)
+        shutil.rmtree(self.spec.root, ignore_errors=True)
 
 
 class IceoryxSender:
     def __init__(self, spec: IceoryxSpec, producer: int) -> None:
         import iceoryx2 as iox2
 
-        self._node = _node()
+        self._node = _node(spec)
         self._service_port = _service(self._node, spec, create=False)
         self._publisher = (
             self._service_port.publisher_builder()
@@ -102,7 +122,7 @@ class IceoryxSender:
 
 class IceoryxReceiver:
     def __init__(self, spec: IceoryxSpec) -> None:
-        self._node = _node()
+        self._node = _node(spec)
         self._service_port = _service(self._node, spec, create=False)
         self._subscriber = self._service_port.subscriber_builder().buffer_size(BUFFER).create()
         self._offset = spec.size - STAMP_LENGTH
