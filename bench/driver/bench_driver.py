@@ -101,7 +101,9 @@ def _waiter(directory: str, count: int, results: Any) -> None:
             if sub.poll(on_fragment, 10) == 0:
                 sub.wait(1.0)
                 continue
-            latencies.append(time.clock_gettime_ns(time.CLOCK_MONOTONIC) - got[-1])
+            now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            latencies.extend(now - stamp for stamp in got)  # one sample per message, however many one poll took
+            got.clear()
         results.put(("latencies", latencies))
 
 
