@@ -50,7 +50,7 @@ def test_the_sdist_carries_the_native_builder_sources_and_headers() -> None:
     needed = {str(p.relative_to(ROOT)) for p in native.iterdir() if p.suffix in (".py", ".c", ".h")}
     assert "native/build_native.py" in needed
     assert needed <= shipped, sorted(needed - shipped)
-    assert {"setup.py", "pyproject.toml", "README.md", "src/logbuf/py.typed"} <= shipped
+    assert {"setup.py", "pyproject.toml", "README.md", "src/logbuf/py.typed", "src/logbuf/_client.pyi"} <= shipped
     assert {str(p.relative_to(ROOT)) for p in (ROOT / "scripts").glob("ensure-*.sh")} <= shipped
 
 

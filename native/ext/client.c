@@ -417,8 +417,8 @@ static void Publication_dealloc(Publication *self)
 }
 
 PyDoc_STRVAR(Publication_attach_doc,
-"_attach(log, limit_buffer, limit_offset, session_id, stream_id, initial_term_id, max_payload_length,\n"
-"        max_message_length, exclusive, wake_semaphore=None)\n--\n\n"
+"_attach($self, log, limit_buffer, limit_offset, session_id, stream_id, initial_term_id, max_payload_length,\n"
+"        max_message_length, exclusive, wake_semaphore=None, /)\n--\n\n"
 "Binds this publication to a LogMapping and its pub-lmt counter (an int64 at limit_offset of limit_buffer);\n"
 "both are held (buffer exports) until close.  wake_semaphore names the stream's semaphore to post.");
 
@@ -524,7 +524,7 @@ static PyObject *append_result(int64_t result)
 }
 
 PyDoc_STRVAR(Publication_offer_doc,
-"offer(data, reserved_value=0)\n--\n\n"
+"offer($self, data, reserved_value=0)\n--\n\n"
 "Copies data (any contiguous bytes-like object, not str) into the log, fragmenting past one frame's payload.\n"
 "Returns the new position, or a PublicationResult code (< 0); CLOSED once the publication or its log is\n"
 "closed.  Raises MessageTooLargeError past max_message_length.");
@@ -732,7 +732,7 @@ static PyTypeObject BufferClaimType = {
 };
 
 PyDoc_STRVAR(Publication_try_claim_doc,
-"try_claim(length, claim=None)\n--\n\n"
+"try_claim($self, length, claim=None)\n--\n\n"
 "Claims one frame of length payload bytes for zero-copy writing.  Returns claim (or a new BufferClaim),\n"
 "truthy when claimed; its result is the position or the PublicationResult code.  length is at most\n"
 "max_payload_length (a claim is one frame).");
@@ -934,7 +934,7 @@ static void Image_dealloc(Image *self)
 }
 
 PyDoc_STRVAR(Image_attach_doc,
-"_attach(log, sub_pos_buffer, sub_pos_offset, session_id, stream_id, initial_term_id)\n--\n\n"
+"_attach($self, log, sub_pos_buffer, sub_pos_offset, session_id, stream_id, initial_term_id, /)\n--\n\n"
 "Binds this image to a LogMapping and its sub-pos counter (an int64 at sub_pos_offset of sub_pos_buffer);\n"
 "both are held (buffer exports) until close.  The read cursor starts at the counter's value.");
 
@@ -1216,13 +1216,13 @@ static PyObject *Image_get_header(Image *self, void *c) { return Py_NewRef(self-
 static PyMethodDef Image_methods[] = {
     {"_attach", (PyCFunction)Image_attach, METH_VARARGS, Image_attach_doc},
     {"poll", (PyCFunction)(void (*)(void))Image_poll, METH_FASTCALL | METH_KEYWORDS,
-     "poll(handler, fragment_limit=10)\n--\n\n"
+     "poll($self, handler, fragment_limit=10)\n--\n\n"
      "Delivers up to fragment_limit committed fragments to handler(buffer, header): buffer is a zero-copy\n"
      "memoryview of the payload and header a flyweight, both valid only inside the call.  Returns how many\n"
      "fragments were delivered (0 once closed).  If the handler raises, the position still moves past that\n"
      "fragment (as in Aeron) and the exception propagates."},
     {"controlled_poll", (PyCFunction)(void (*)(void))Image_controlled_poll, METH_FASTCALL | METH_KEYWORDS,
-     "controlled_poll(handler, fragment_limit=10)\n--\n\n"
+     "controlled_poll($self, handler, fragment_limit=10)\n--\n\n"
      "As poll, with the handler returning a ControlledPollAction (ABORT, BREAK, COMMIT, CONTINUE)."},
     {"is_data_available", (PyCFunction)Image_is_data_available, METH_NOARGS,
      "True when a committed frame sits at this image's position."},
@@ -1507,7 +1507,7 @@ static int define_own_descriptors(PyTypeObject *cls, PyMethodDef *defs, const ch
 }
 
 PyDoc_STRVAR(specialize_doc,
-"specialize(cls)\n--\n\n"
+"specialize($module, cls, /)\n--\n\n"
 "Gives a Python subclass of Publication or Image its own method descriptors of the hot methods (offer,\n"
 "try_claim; poll, controlled_poll, is_data_available).  CPython's call specialisation requires the\n"
 "descriptor's type to be exactly the instance's type: without this, every call on a subclass instance\n"

@@ -109,14 +109,14 @@ class Client:
         _check_channel(channel)
         _check_stream_id(stream_id)
         self._conductor.ensure_open()
-        return self._conductor.add_publication(channel, stream_id, exclusive=False)  # type: ignore[return-value]
+        return self._conductor.add_publication(channel, stream_id, exclusive=False)
 
     def add_exclusive_publication(self, channel: str, stream_id: int) -> ExclusivePublication:
         """A publication with its own log and session, for one writer thread."""
         _check_channel(channel)
         _check_stream_id(stream_id)
         self._conductor.ensure_open()
-        return self._conductor.add_publication(channel, stream_id, exclusive=True)  # type: ignore[return-value]
+        return self._conductor.add_publication(channel, stream_id, exclusive=True)
 
     def add_subscription(
         self,

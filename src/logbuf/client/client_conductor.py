@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import posix_ipc
 
@@ -121,7 +121,7 @@ class ClientConductor:
         self._ring: ManyToOneRingBuffer | None = cnc.to_driver
         self._receiver: CopyBroadcastReceiver | None = cnc.copy_broadcast_receiver()
         # a new receiver starts at the latest record, which answered someone else: skip what is there
-        while self._receiver.receive(lambda msg_type_id, body: None):  # type: ignore[union-attr]
+        while self._receiver.receive(lambda msg_type_id, body: None):
             pass
         self._counters: CountersReader | None = cnc.counters_reader()
         self.client_id = cnc.to_driver.next_correlation_id()
@@ -446,6 +446,11 @@ class ClientConductor:
 
     # -- publications ----------------------------------------------------------------------------------
 
+    @overload
+    def add_publication(self, channel: str, stream_id: int, *, exclusive: Literal[False]) -> ConcurrentPublication: ...
+    @overload
+    def add_publication(self, channel: str, stream_id: int, *, exclusive: Literal[True]) -> ExclusivePublication: ...
+
     def add_publication(self, channel: str, stream_id: int, *, exclusive: bool) -> Publication:
         """Registers a publication with the driver, then maps its log."""
         command = ControlCommand.ADD_EXCLUSIVE_PUBLICATION if exclusive else ControlCommand.ADD_PUBLICATION
@@ -466,7 +471,7 @@ class ClientConductor:
         semaphore = wake_semaphore_name(self.directory, stream_id)
         # wake-ups are logbuf's extension: an Aeron driver makes no semaphore, and publications just append
         wake = semaphore if semaphore_exists(semaphore) else None
-        cls = ExclusivePublication if exclusive else ConcurrentPublication
+        cls: type[Publication] = ExclusivePublication if exclusive else ConcurrentPublication
         with self._lock:
             self.ensure_open()
             assert self._counters is not None

@@ -233,7 +233,7 @@ class Image(client.Image):
         # batch_poll's views hold the mapping too: let it go (an empty term answers batch_poll from now on)
         empty = np.empty(0, dtype=np.uint8)
         self._np_terms = [empty] * d.PARTITION_COUNT
-        self._terms = None
+        self._terms = []
 
     def __repr__(self) -> str:
         state = "closed" if self.is_closed else f"position={self.position}"

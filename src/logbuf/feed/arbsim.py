@@ -165,6 +165,7 @@ def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server
             collect(arbiter.on_tick(now), now)
             last_tick = now
             continue
+        assert next_arrival is not None  # with no arrival queued, the deadline branch above ran
         now = max(now, next_arrival)
         if until_ns is not None and now > until_ns:
             break

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from logbuf.client.client import connect
 from logbuf.feed import itch
 from logbuf.feed import published as out
+from logbuf.logbuffer.header import Header
 
 
 @dataclass
@@ -70,18 +71,18 @@ class TopOfBook:
         kind = bytes(message[:1])
         if kind not in b"RAFECXDU":
             return
-        msg = itch.decode(message)
-        if kind == b"R":
+        msg = itch.decode(message)  # its class follows from the type byte
+        if isinstance(msg, itch.StockDirectory):
             self.symbols[msg.stock_locate] = msg.stock.decode().rstrip()
-        elif kind in (b"A", b"F"):
+        elif isinstance(msg, (itch.AddOrder, itch.AddOrderMpid)):
             self._add(msg.stock_locate, msg.order_ref, msg.side == b"B", msg.price, msg.shares)
-        elif kind in (b"E", b"C"):
+        elif isinstance(msg, (itch.OrderExecuted, itch.OrderExecutedWithPrice)):
             self._reduce(msg.order_ref, msg.executed_shares)
-        elif kind == b"X":
+        elif isinstance(msg, itch.OrderCancel):
             self._reduce(msg.order_ref, msg.cancelled_shares)
-        elif kind == b"D":
+        elif isinstance(msg, itch.OrderDelete):
             self._reduce(msg.order_ref, None)
-        elif kind == b"U":
+        elif isinstance(msg, itch.OrderReplace):
             order = self.orders.get(msg.original_order_ref)
             self._reduce(msg.original_order_ref, None)
             if order is not None:
@@ -123,10 +124,10 @@ def run_top_of_book(args: argparse.Namespace) -> int:
         next_print = time.monotonic() + args.interval
         on_message = book.on_message
 
-        def handler(buffer: memoryview, header: object) -> None:
-            on_message(buffer, header.reserved_value)  # type: ignore[attr-defined]
+        def handler(buffer: memoryview, header: Header) -> None:
+            on_message(buffer, header.reserved_value)
 
-        def on_event(buffer: memoryview, header: object) -> None:
+        def on_event(buffer: memoryview, header: Header) -> None:
             event = out.FeedEvent.decode(buffer)
             if event.kind in (out.GAP_DETECTED, out.GAP_UNRECOVERABLE, out.GAP_RECOVERED):
                 gaps.append(event)

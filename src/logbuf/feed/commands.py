@@ -535,7 +535,12 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         print(f"logbuf feed: error: {exc}", file=sys.stderr)
         return 1
     with handler, _stop_on_signals() as stop:
-        threading.Thread(target=lambda: (stop.wait(), handler.stop()), daemon=True).start()
+
+        def stop_when_signalled() -> None:
+            stop.wait()
+            handler.stop()
+
+        threading.Thread(target=stop_when_signalled, daemon=True).start()
         if not args.quiet:
             print(f"logbuf feed: A={args.feed_a} B={args.feed_b} mode={args.mode} "
                   f"recovery={'off' if config.retransmit is None else config.retransmit} -> {args.channel} "
@@ -548,7 +553,7 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         values = handler.counter_values()
         latency = handler.latency_percentiles_ns()
         stop.set()
-    summary = {k: v for k, v in values.items() if not k.startswith("RETRANSMIT.") or v}
+    summary: dict[str, float] = {k: v for k, v in values.items() if not k.startswith("RETRANSMIT.") or v}
     summary.update({f"wire_to_log_{k}_ns": v for k, v in latency.items()})
     received = sum(values.get(f"{feed}.packets", 0) for feed in ("A", "B", "RETRANSMIT"))
     summary["cpu_ns_per_packet"] = round(values["cpu_us"] * 1_000 / received, 1) if received else 0.0

@@ -98,7 +98,7 @@ def scan_frames(buf: bytes | mmap.mmap | memoryview | np.ndarray, start: int, li
     partial frame is left for the caller to report.
     """
     data = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
-    plain_view = memoryview(data) if isinstance(buf, np.ndarray) else buf  # indexes to Python ints
+    plain_view = data.data if isinstance(buf, np.ndarray) else buf  # a memoryview: indexes to Python ints
     end = data.size
     parts: list[np.ndarray] = []
     found = 0
@@ -140,7 +140,7 @@ class MessageBlock(NamedTuple):
     first_index: int  # index (0-based) of the first message of the block in the file
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # the field's name; shadows tuple.count on purpose
         return int(self.frames.size)
 
     @property

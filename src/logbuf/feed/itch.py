@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -323,7 +323,7 @@ Message = (
 )
 
 # type byte -> (class, struct format of the body). The single source of truth for every layout below.
-BODY_FORMATS: dict[bytes, tuple[type, str]] = {
+BODY_FORMATS: dict[bytes, tuple[type[Message], str]] = {
     b"S": (SystemEvent, "c"),
     b"R": (StockDirectory, "8sccIcc2scccccIc"),
     b"H": (StockTradingAction, "8scc4s"),
@@ -356,7 +356,7 @@ LENGTHS: dict[bytes, int] = {
     b"I": 50, b"N": 20, b"O": 48,
 }
 MESSAGE_TYPES: tuple[bytes, ...] = tuple(BODY_FORMATS)
-TYPE_OF_CLASS: dict[type, bytes] = {cls: code for code, (cls, _) in BODY_FORMATS.items()}
+TYPE_OF_CLASS: dict[type[Message], bytes] = {cls: code for code, (cls, _) in BODY_FORMATS.items()}
 
 _FIELD_CODE = re.compile(r"(\d*)([csIQH])")
 _NUMPY_CODE = {"c": "S1", "H": ">u2", "I": ">u4", "Q": ">u8"}
@@ -372,7 +372,7 @@ class _Layout:
 
     __slots__ = ("code", "cls", "struct", "length", "alpha_widths", "dtype")
 
-    def __init__(self, code: bytes, cls: type, body_format: str) -> None:
+    def __init__(self, code: bytes, cls: type[Message], body_format: str) -> None:
         self.code = code
         self.cls = cls
         self.struct = struct.Struct(_HEADER_FORMAT + body_format)
@@ -398,7 +398,7 @@ _HEADER_FIELDS = [
 ]
 HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 _LAYOUTS: dict[bytes, _Layout] = {code: _Layout(code, cls, fmt) for code, (cls, fmt) in BODY_FORMATS.items()}
-_LAYOUT_BY_CLASS: dict[type, _Layout] = {layout.cls: layout for layout in _LAYOUTS.values()}
+_LAYOUT_BY_CLASS: dict[type[Message], _Layout] = {layout.cls: layout for layout in _LAYOUTS.values()}
 _LAYOUT_BY_BYTE: dict[int, _Layout] = {code[0]: layout for code, layout in _LAYOUTS.items()}
 
 # Lookup table byte -> message length (0 for unknown types), for vectorised validation.
@@ -432,8 +432,8 @@ def encode(message: Message) -> bytes:
     layout = _LAYOUT_BY_CLASS.get(type(message))
     if layout is None:
         raise ItchError(f"not an ITCH message tuple: {type(message).__name__}")
-    values = list(message)
-    timestamp = values[2]
+    values: list[Any] = list(message)  # fields of mixed types, in wire order; struct.pack checks each
+    timestamp = message.timestamp
     if not 0 <= timestamp <= MAX_TIMESTAMP:
         raise ItchError(f"timestamp {timestamp} does not fit in 48 bits")
     for index, width in layout.alpha_widths.items():

@@ -98,7 +98,7 @@ class RequestPacket(NamedTuple):
 
     session: bytes
     sequence: int
-    count: int
+    count: int  # type: ignore[assignment]  # MoldUDP64's name for the field; shadows tuple.count on purpose
 
 
 Packet = DownstreamPacket | Heartbeat | EndOfSession

@@ -61,7 +61,7 @@ def write_pcap(target: str | BinaryIO, datagrams: Iterable[bytes], src: tuple[st
                dst: tuple[str, int] = ("233.54.12.1", 26400), start_us: int = 0, step_us: int = 10) -> int:
     """Write every datagram as one UDP packet; returns how many were written."""
     own = isinstance(target, str)
-    f: BinaryIO = open(target, "wb") if own else target  # type: ignore[assignment]  # noqa: SIM115
+    f: BinaryIO = open(target, "wb") if isinstance(target, str) else target  # noqa: SIM115
     try:
         f.write(_FILE_HEADER.pack(PCAP_MAGIC, *PCAP_VERSION, 0, 0, SNAPLEN, LINKTYPE_ETHERNET))
         count = 0

@@ -50,8 +50,9 @@ import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -82,6 +83,12 @@ _POLL_MS = 100  # how often an idle loop looks at its stop condition
 _READY = b"ready"  # the child's first line: it serves from now on
 
 
+#: who asked, as far as the sans-IO classes care: any hashable key (the server's is the socket address)
+ClientT = TypeVar("ClientT", bound=Hashable)
+#: a UDP peer as ``recvfrom`` gives it: (host, port) for IPv4, (host, port, flowinfo, scope_id) for IPv6
+SocketAddress = tuple[str, int] | tuple[str, int, int, int]
+
+
 class RetransmitError(LogbufError, ValueError):
     """A retransmission server setting is out of range, or its child process could not start."""
 
@@ -98,7 +105,9 @@ class MessageRing:
     by default the ring owns a zeroed numpy array.
     """
 
-    def __init__(self, bits: int = DEFAULT_RING_BITS, buffer: object | None = None) -> None:
+    def __init__(
+        self, bits: int = DEFAULT_RING_BITS, buffer: mmap.mmap | bytearray | memoryview | np.ndarray | None = None
+    ) -> None:
         if not MIN_RING_BITS <= bits <= MAX_RING_BITS:
             raise RetransmitError(f"ring bits must be within {MIN_RING_BITS}..{MAX_RING_BITS}, not {bits}")
         self.bits = bits
@@ -109,7 +118,7 @@ class MessageRing:
             self._words = np.zeros(words, dtype=np.int64)
             self._words[_NEXT_WORD] = 1  # sequence numbers start at 1
         else:
-            raw = np.frombuffer(buffer, dtype=np.uint8)  # type: ignore[call-overload]
+            raw = np.frombuffer(buffer, dtype=np.uint8)
             if raw.size < words * 8:
                 raise RetransmitError(f"a ring of 2**{bits} slots needs {words * 8} bytes, the buffer has {raw.size}")
             self._words = raw[: words * 8].view(np.int64)
@@ -234,7 +243,7 @@ class RetransmitCore:
             )
         self.session = moldudp64.encode_session(session)
         self.ring = ring
-        self.view = memoryview(buffer).cast("B") if not isinstance(buffer, np.ndarray) else memoryview(buffer)
+        self.view = memoryview(buffer).cast("B") if not isinstance(buffer, np.ndarray) else buffer.data
         self.budget = budget
         self.limiter = limiter
         self.stats = RetransmitStats()
@@ -309,7 +318,7 @@ class RetransmitCore:
         return self.answer(*checked)
 
 
-class FairService:
+class FairService(Generic[ClientT]):
     """Admitted requests in one bounded queue per client, answered round-robin (sans-IO).
 
     ``receive`` checks a request and takes a token from the client's bucket before queueing it; ``next_answer``
@@ -326,8 +335,8 @@ class FairService:
         self.limiter = limiter if limiter is not None else core.limiter
         self.queue = queue
         self.max_clients = max_clients
-        self._queues: dict[object, deque[tuple[int, int]]] = {}
-        self._turns: deque[object] = deque()  # clients with something queued, in serving order
+        self._queues: dict[ClientT, deque[tuple[int, int]]] = {}
+        self._turns: deque[ClientT] = deque()  # clients with something queued, in serving order
         self.over_rate = False  # set by the last receive(): the client asks faster than it may
 
     @property
@@ -335,7 +344,7 @@ class FairService:
         """Clients waiting for an answer."""
         return len(self._turns)
 
-    def receive(self, request: bytes | memoryview, client: object, now_ns: int) -> bool:
+    def receive(self, request: bytes | memoryview, client: ClientT, now_ns: int) -> bool:
         """Queue one request; False when it was dropped (the reason is counted). :attr:`over_rate` tells
         whether the client was over its rate or its queue (the server isolates such clients)."""
         self.over_rate = False
@@ -362,7 +371,7 @@ class FairService:
         queue.append(checked)
         return True
 
-    def next_answer(self) -> tuple[object, bytes | None] | None:
+    def next_answer(self) -> tuple[ClientT, bytes | None] | None:
         """(client, answer or None when the request turned out unanswerable) of the next client in turn."""
         if not self._turns:
             return None
@@ -416,7 +425,7 @@ def bind_server_socket(host: str, port: int) -> socket.socket:
 class RetransmitServer:
     """One socket loop answering re-requests fairly; ``run`` in the calling thread or ``start`` a thread."""
 
-    def __init__(self, service: FairService, sock: socket.socket | None = None, host: str = "127.0.0.1",
+    def __init__(self, service: FairService[SocketAddress], sock: socket.socket | None = None, host: str = "127.0.0.1",
                  port: int = 0, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.service = service
         self.stats = service.stats
@@ -424,7 +433,7 @@ class RetransmitServer:
         self.sock = sock if sock is not None else bind_server_socket(host, port)
         self.sock.setblocking(False)
         self.address = self.sock.getsockname()[:2]
-        self._isolated: dict[object, tuple[socket.socket, list[int]]] = {}  # client -> (socket, [last seen])
+        self._isolated: dict[SocketAddress, tuple[socket.socket, list[int]]] = {}  # client -> (socket, [last seen])
         self._by_fd: dict[int, socket.socket] = {self.sock.fileno(): self.sock}
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
@@ -484,7 +493,7 @@ class RetransmitServer:
             elif service.over_rate and client not in self._isolated:
                 self._isolate(client, now_ns)
 
-    def _isolate(self, client: object, now_ns: int) -> None:
+    def _isolate(self, client: SocketAddress, now_ns: int) -> None:
         """Give a client that asks faster than it may a socket connected to it: its flood queues apart."""
         if len(self._isolated) >= _ISOLATE_MAX:
             return
@@ -495,7 +504,7 @@ class RetransmitServer:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind(self.sock.getsockname())
-            sock.connect(client)  # type: ignore[arg-type]
+            sock.connect(client)
             sock.setblocking(False)
         except OSError as exc:
             log.debug("cannot isolate %s: %s", client, exc)
@@ -511,7 +520,7 @@ class RetransmitServer:
             if now_ns - seen[0] > _ISOLATE_IDLE_NS:
                 self._release(client, sock)
 
-    def _release(self, client: object, sock: socket.socket) -> None:
+    def _release(self, client: SocketAddress, sock: socket.socket) -> None:
         self.stats.kernel_dropped += _kernel_drops(sock)
         self._poll.unregister(sock)
         self._by_fd.pop(sock.fileno(), None)
@@ -519,9 +528,9 @@ class RetransmitServer:
         # datagrams still queued on it are lost with it; they are counted as kernel drops of a closed socket
         sock.close()
 
-    def _send(self, client: object, answer: bytes) -> None:
+    def _send(self, client: SocketAddress, answer: bytes) -> None:
         try:
-            self.sock.sendto(answer, client)  # type: ignore[arg-type]
+            self.sock.sendto(answer, client)
         except OSError:  # buffer full or the client went away: UDP has no one to tell
             self.stats.send_failed += 1
 
@@ -598,7 +607,7 @@ class RetransmitProcess:
             self.address = self.sock.getsockname()[:2]
             self._ring_fd = os.memfd_create("logbuf-retransmit-ring")
             os.ftruncate(self._ring_fd, ring_bytes(ring_bits))
-            self._map = mmap.mmap(self._ring_fd, ring_bytes(ring_bits))
+            self._map: mmap.mmap | None = mmap.mmap(self._ring_fd, ring_bytes(ring_bits))
             self.ring = MessageRing(ring_bits, self._map)
             self.ring.reset()
         except BaseException:
@@ -672,11 +681,13 @@ class RetransmitProcess:
         if self._control_w is not None:  # never started or not stopped: the child (if any) sees end of file
             os.close(self._control_w)
             self._control_w = None
-        if getattr(self, "_map", None) is not None:
-            self.ring = None  # type: ignore[assignment]
+        mapping: mmap.mmap | None = getattr(self, "_map", None)  # absent when __init__ failed before it
+        if mapping is not None:
+            # the ring's arrays are views of the mapping: let them go first (the ring is unusable after close)
+            self.ring = None  # type: ignore[assignment]  # typed for its open life, when it is never None
             with contextlib.suppress(BufferError):
-                self._map.close()
-            self._map = None  # type: ignore[assignment]
+                mapping.close()
+            self._map = None
         if getattr(self, "_ring_fd", -1) >= 0:
             os.close(self._ring_fd)
             self._ring_fd = -1

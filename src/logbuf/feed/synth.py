@@ -438,7 +438,7 @@ class SyntheticDay:
             is_f = flow_kinds[add_idx] == ord("F")
             for code, sel in ((b"A", ~is_f), (b"F", is_f)):
                 if sel.any():
-                    cols = {
+                    cols: dict[str, np.ndarray] = {
                         "stock_locate": sym[sel] + 1, "order_ref": new[sel],
                         "side": np.where(sell[sel], b"S", b"B"), "shares": shares[sel],
                         "stock": u.names[sym[sel]], "price": price[sel],
@@ -461,7 +461,7 @@ class SyntheticDay:
                 s_price = book.price[s_slots]
                 s_idx = mod_idx[sel]
                 n = s_slots.size
-                cols: dict[str, np.ndarray] = {"stock_locate": s_sym + 1, "order_ref": s_old}
+                cols = {"stock_locate": s_sym + 1, "order_ref": s_old}
                 if code == b"D":
                     after = (np.zeros(n, bool), s_old, s_sell, s_price, np.zeros(n, np.int64))
                 elif code == b"U":
@@ -536,7 +536,7 @@ class SyntheticDay:
         t = ts[pos].astype(np.uint64)
         rows["timestamp_high"] = t >> np.uint64(32)
         rows["timestamp_low"] = t & np.uint64(0xFFFFFFFF)
-        if "match_number" in dtype.names:
+        if "match_number" in (dtype.names or ()):  # a structured dtype: names is never None
             rows["match_number"] = match[pos]
         for name, values in cols.items():
             rows[name] = values

@@ -45,7 +45,7 @@ class LogBuffers:
         self.max_message_length = d.compute_max_message_length(term_length)
         self.max_payload_length = self.mtu - f.HEADER_LENGTH
         self.max_possible_position = d.max_possible_position(term_length)
-        self._native: Any = client.LogMapping(mapping, term_length)
+        self._native: client.LogMapping | None = client.LogMapping(mapping, term_length)
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -177,7 +177,8 @@ class LogBuffers:
         if self._closed:
             return
         self._closed = True
-        self._native.close()
+        if self._native is not None:
+            self._native.close()
         self._native = None
         self.terms.release()
         self.meta.release()
@@ -191,9 +192,9 @@ class LogBuffers:
         return self._closed
 
     @property
-    def native(self) -> Any:
+    def native(self) -> client.LogMapping:
         """The :class:`logbuf._client.LogMapping` native publications and images hold; ClosedError once closed."""
-        if self._closed:
+        if self._closed or self._native is None:
             raise ClosedError(f"log buffer {self.path} is closed")
         return self._native
 
