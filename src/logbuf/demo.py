@@ -25,11 +25,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from logbuf.cli_args import DefaultsHelpFormatter, count
 from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID, PUBLISHER_LIMIT_TYPE_ID
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
+
+if TYPE_CHECKING:  # the demo imports the client only when it runs
+    from logbuf.client.client import Client
 
 DROP_BOTH = (20_000, 20_049)  # a range lost on A and on B: only the retransmission server has it
 STATUS_INTERVAL_S = 0.5
@@ -76,10 +80,10 @@ class _Step:
         print(f"[{self.n}/{self.total} +{time.monotonic() - self.started:5.1f}s] {text}", file=sys.stderr, flush=True)
 
 
-def _feed_counters(client: object) -> dict[str, int]:
+def _feed_counters(client: Client) -> dict[str, int]:
     """The feed handler's counters (cnc.dat type 1100) by name."""
     return {info.key.rstrip(b"\0").decode(errors="replace"): info.value
-            for info in client.counters if info.type_id == FEED_HANDLER_COUNTER_TYPE_ID}  # type: ignore[attr-defined]
+            for info in client.counters if info.type_id == FEED_HANDLER_COUNTER_TYPE_ID}
 
 
 class _StatusLine:
