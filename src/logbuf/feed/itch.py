@@ -54,6 +54,7 @@ import struct
 from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from logbuf.errors import LogbufError
 
@@ -412,7 +413,7 @@ def message_type(message: Message) -> bytes:
     return _LAYOUT_BY_CLASS[type(message)].code
 
 
-def message_dtype(code: bytes) -> np.dtype:
+def message_dtype(code: bytes) -> np.dtype[np.void]:
     """numpy structured dtype (big-endian) of one message type, header included."""
     try:
         return _LAYOUTS[code].dtype
@@ -469,16 +470,17 @@ def timestamp_of(buf: bytes | bytearray | memoryview, offset: int = 0) -> int:
 # ---- vectorised views ---------------------------------------------------------------------------------
 
 
-def _gather(buf: np.ndarray, offsets: np.ndarray, width: int) -> np.ndarray:
+def _gather(buf: NDArray[np.uint8], offsets: NDArray[np.int64], width: int) -> NDArray[np.uint8]:
     """Rows ``buf[offsets[i] : offsets[i] + width]`` as an (n, width) uint8 array."""
     return buf[offsets[:, None] + np.arange(width, dtype=np.int64)]
 
 
-def as_uint8(buf: bytes | bytearray | memoryview | np.ndarray) -> np.ndarray:
+def as_uint8(buf: bytes | bytearray | memoryview | NDArray[np.uint8]) -> NDArray[np.uint8]:
+    """The bytes as a uint8 array (an array is returned as it is)."""
     return buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
 
 
-def timestamps_of(headers: np.ndarray) -> np.ndarray:
+def timestamps_of(headers: NDArray[np.void]) -> NDArray[np.uint64]:
     """uint64 timestamps from a structured array with the split ``timestamp_high``/``timestamp_low`` fields."""
     return (headers["timestamp_high"].astype(np.uint64) << np.uint64(_TIMESTAMP_LOW_BITS)) | headers[
         "timestamp_low"
@@ -488,19 +490,21 @@ def timestamps_of(headers: np.ndarray) -> np.ndarray:
 class HeaderColumns(NamedTuple):
     """The common header of N messages as columns."""
 
-    type: np.ndarray  # uint8 type byte
-    stock_locate: np.ndarray  # uint16
-    tracking_number: np.ndarray  # uint16
-    timestamp: np.ndarray  # uint64 ns since midnight
+    type: NDArray[np.uint8]  # type byte
+    stock_locate: NDArray[np.uint16]
+    tracking_number: NDArray[np.uint16]
+    timestamp: NDArray[np.uint64]  # ns since midnight
 
 
-def decode_headers(buf: bytes | bytearray | memoryview | np.ndarray, offsets: np.ndarray) -> HeaderColumns:
+def decode_headers(
+    buf: bytes | bytearray | memoryview | NDArray[np.uint8], offsets: NDArray[np.integer[Any]]
+) -> HeaderColumns:
     """Decode the 11-byte header of every message starting at ``offsets`` (byte offsets of the type byte)."""
     data = as_uint8(buf)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    if offsets.size and (offsets.min() < 0 or offsets.max() + HEADER_LENGTH > data.size):
+    starts = np.asarray(offsets, dtype=np.int64)
+    if starts.size and (starts.min() < 0 or starts.max() + HEADER_LENGTH > data.size):
         raise ItchError("a message offset points outside the buffer")
-    rows = np.ascontiguousarray(_gather(data, offsets, HEADER_LENGTH)).view(HEADER_DTYPE).reshape(-1)
+    rows = np.ascontiguousarray(_gather(data, starts, HEADER_LENGTH)).view(HEADER_DTYPE).reshape(-1)
     return HeaderColumns(
         rows["type"].view(np.uint8),
         rows["stock_locate"].astype(np.uint16),
@@ -509,16 +513,18 @@ def decode_headers(buf: bytes | bytearray | memoryview | np.ndarray, offsets: np
     )
 
 
-def decode_type(buf: bytes | bytearray | memoryview | np.ndarray, offsets: np.ndarray, code: bytes) -> np.ndarray:
+def decode_type(
+    buf: bytes | bytearray | memoryview | NDArray[np.uint8], offsets: NDArray[np.integer[Any]], code: bytes
+) -> NDArray[np.void]:
     """Structured array (dtype :func:`message_dtype`) of the messages of type ``code`` at ``offsets``."""
     dtype = message_dtype(code)
     data = as_uint8(buf)
-    offsets = np.asarray(offsets, dtype=np.int64)
-    if offsets.size == 0:
+    starts = np.asarray(offsets, dtype=np.int64)
+    if starts.size == 0:
         return np.empty(0, dtype=dtype)
-    if offsets.min() < 0 or offsets.max() + dtype.itemsize > data.size:
+    if starts.min() < 0 or starts.max() + dtype.itemsize > data.size:
         raise ItchError("a message offset points outside the buffer")
-    rows = np.ascontiguousarray(_gather(data, offsets, dtype.itemsize))
+    rows = np.ascontiguousarray(_gather(data, starts, dtype.itemsize))
     if np.any(rows[:, TYPE_OFFSET] != code[0]):
         raise ItchError(f"not every message at the given offsets has type {code!r}")
     return rows.view(dtype).reshape(-1)
