@@ -32,7 +32,7 @@ from logbuf.errors import ClosedError
 
 __all__ = ["AtomicBuffer", "check_layout", "client", "ffi", "lib"]
 
-#: the CPython extension module (``logbuf._client``)
+#: the CPython extension module ``logbuf._client`` (its types: the stub ``_client.pyi`` next to it)
 client = _client
 
 
