@@ -21,11 +21,12 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except where there is none (``None``) or the help text already says it."""
+    """Shows each option's default, except where there is none (``None``), for on/off flags, and where the
+    help text already says it."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if action.default is None or "default" in text:
+        if action.default is None or action.nargs == 0 or "default" in text:
             return text
         return super()._get_help_string(action)
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from logbuf.cli_args import count
+from logbuf.cli_args import DefaultsHelpFormatter, count
 from logbuf.errors import LogbufError
 from logbuf.feed import moldudp64
 
@@ -597,7 +597,7 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
     from logbuf.feed.handler import DEFAULT_BATCH_WAIT_S, DEFAULT_RCVBUF
     from logbuf.feed.recovery import DEFAULT_REQUEST_RATE
 
-    d = argparse.ArgumentDefaultsHelpFormatter
+    d = DefaultsHelpFormatter
     p = subparsers.add_parser(
         "feed", help="feed handler: arbitrate MoldUDP64 A/B, recover gaps, publish ITCH into logbuf",
         formatter_class=d,
