@@ -102,6 +102,14 @@ class LineReader:
             if wanted in line:
                 return seen
 
+    def read_to_end(self, timeout: float = 20.0) -> list[str]:
+        """Every line left, up to the end of the pipe (which must come within ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        rest: list[str] = []
+        while (line := self.read_line(max(deadline - time.monotonic(), 0.0))) is not None:
+            rest.append(line)
+        return rest
+
     def close(self) -> None:
         self._selector.close()
 

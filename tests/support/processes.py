@@ -42,24 +42,29 @@ def _wait(proc: Stoppable, timeout: float) -> bool:
 
 
 def stop_process(proc: Stoppable, sig: int = signal.SIGTERM, timeout: float = 10.0, *,
-                 grace: float = 0.0) -> int | None:
+                 grace: float = 0.0, group: bool = False) -> int | None:
     """Stops ``proc`` (a ``subprocess.Popen`` or a ``multiprocessing`` process) by its PID; returns its exit
     status (negative: the signal that ended it).
 
     ``grace`` seconds for it to end on its own first, then ``sig``, ``timeout`` seconds to end, then SIGKILL
-    (and ``timeout`` again).  A Popen's pipes are closed.  Safe to call on a process that already ended.
+    (and ``timeout`` again).  ``group``: the signals go to the process group ``proc`` leads (a child started
+    with ``start_new_session=True``, whose own children must go too).  A Popen's pipes are closed.  Safe to
+    call on a process that already ended.
     """
     if not isinstance(proc, subprocess.Popen) and proc.pid is None:
         return None  # never started: nothing to stop
+    pid = proc.pid
+    assert pid is not None
+    send = os.killpg if group else os.kill
     try:
         if _exit_status(proc) is None and grace > 0:
             _wait(proc, grace)
         if _exit_status(proc) is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, sig)
+                send(pid, sig)
             if not _wait(proc, timeout):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
+                    send(pid, signal.SIGKILL)
                 _wait(proc, timeout)
         else:
             _wait(proc, timeout)  # reap it
