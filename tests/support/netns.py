@@ -9,8 +9,6 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 
-import pytest
-
 _NAMES = itertools.count()
 # inside the namespace: loopback up, multicast on, the multicast range routed to it
 MULTICAST_SETUP: tuple[tuple[str, ...], ...] = (
@@ -32,6 +30,8 @@ def network_namespace(purpose: str = "test",
     Skips the test, with the reason, where namespaces cannot be made (no ``ip``, not root, not permitted)
     or set up.  Only the namespace made here is ever deleted.  Run a command in it with
     ``ip netns exec NAME command...`` (which execs the command: its PID is the command's)."""
+    import pytest  # (lazily: child scripts import this package without pytest's start-up cost)
+
     if shutil.which("ip") is None:
         pytest.skip("the ip tool (iproute2) is not installed: cannot create a network namespace")
     if os.geteuid() != 0:
