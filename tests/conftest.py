@@ -1,5 +1,6 @@
 """Shared fixtures: log buffers in a private /dev/shm directory, removed after each test; clean-up of what
-SIGKILLed test drivers leave behind; tshark when the machine has it.
+SIGKILLed test drivers leave behind; tshark when the machine has it; a network namespace of the test's own.
+The helpers behind them (waiting, stopping processes, reading lines) are in ``tests/support``.
 
 Tests never install system packages: ``scripts/ensure-*.sh`` install only when ``./run`` calls them, and this
 file sets ``LOGBUF_NO_INSTALL=1`` so that a test calling one of them merely checks (and skips if absent).
@@ -19,6 +20,7 @@ import pytest
 from log_pipe import Pipe
 from logbuf import LogBuffers
 from logbuf.directory import wake_semaphore_prefix
+from support import network_namespace, require_tool
 
 os.environ.setdefault("LOGBUF_NO_INSTALL", "1")  # inherited by every script and process the tests start
 
@@ -80,10 +82,15 @@ def owned_directory() -> Callable[[str | os.PathLike[str]], str]:
 @pytest.fixture(scope="session")
 def tshark() -> str:
     """The ``tshark`` on PATH (``./run test`` installs it through scripts/ensure-tshark.sh); else skip."""
-    path = shutil.which("tshark")
-    if path is None:
-        pytest.skip("tshark is not installed (scripts/ensure-tshark.sh installs it; ./run test calls it)")
-    return path
+    return require_tool("tshark")
+
+
+@pytest.fixture
+def multicast_netns() -> Iterator[str]:
+    """A network namespace made for this test (loopback up, multicast routed on it), deleted after it; the
+    test is skipped with the reason where namespaces cannot be made."""
+    with network_namespace("mc") as name:
+        yield name
 
 
 @pytest.fixture

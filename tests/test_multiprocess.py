@@ -15,15 +15,9 @@ from logbuf import ConcurrentPublication, Image, LogBuffers
 from logbuf.driver.ipc_publication import IpcPublicationDuty
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.position import SharedPositions
+from support import stop_process
 
 CTX = multiprocessing.get_context("spawn")
-
-
-def _stop(processes) -> None:
-    for proc in processes:
-        if proc.is_alive():
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.join(timeout=10)
 
 
 @pytest.fixture
@@ -73,7 +67,8 @@ def test_four_publisher_processes_exactly_once_in_order(shared) -> None:
             proc.join(timeout=10)
             assert proc.exitcode == 0, f"{proc.name} exited with {proc.exitcode}"
     finally:
-        _stop(procs)
+        for proc in procs:
+            stop_process(proc, signal.SIGKILL)
     assert outcome["torn"] == 0
     assert outcome["out_of_order"] == 0
     assert outcome["received"] == publishers * count
@@ -101,7 +96,7 @@ def test_publisher_killed_mid_claim_is_unblocked_and_nothing_committed_is_lost(s
         victim.join(timeout=10)
         assert victim.exitcode == -signal.SIGKILL
     finally:
-        _stop([victim])
+        stop_process(victim, signal.SIGKILL)
 
     survivor = ConcurrentPublication(log, positions.position(w.LIMIT_SLOT))
     for seq in range(50):

@@ -12,13 +12,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import posix_ipc
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the support package
 
-import logbuf
-from logbuf.directory import wake_semaphore_name
-from logbuf.logbuffer import descriptor as d
+import posix_ipc  # noqa: E402
+
+import logbuf  # noqa: E402
+from logbuf.directory import wake_semaphore_name  # noqa: E402
+from logbuf.logbuffer import descriptor as d  # noqa: E402
+from support import wait_until  # noqa: E402
 
 STREAM = 11
 WAKE_TIMEOUT_S = 10.0  # how long a woken waiter may take to come back (loaded 2-core machine)
@@ -26,16 +30,6 @@ WAKE_TIMEOUT_S = 10.0  # how long a woken waiter may take to come back (loaded 2
 
 def emit(**fields: Any) -> None:
     print(json.dumps(fields), flush=True)
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    pause = 0.0005
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.01)
 
 
 def outcome(call: Callable[[], object]) -> str:

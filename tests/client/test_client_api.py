@@ -17,6 +17,7 @@ from logbuf.client.counter import Counter
 from logbuf.client.subscription import Subscription
 from logbuf.driver.media_driver import MediaDriver
 from logbuf.logbuffer import descriptor as d
+from support import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 STREAM = 31
@@ -108,17 +109,16 @@ def test_wait_sleeps_on_the_semaphore_and_an_offer_wakes_it(client: Client) -> N
     """Under a logbuf driver: the waiter declares itself in the image's log, and the offer wakes it."""
     pub = client.add_publication("aeron:ipc", STREAM)
     sub = client.add_subscription("aeron:ipc", STREAM)
-    deadline = time.monotonic() + 10
-    while not (pub.is_connected and sub.images):
-        assert time.monotonic() < deadline, "not connected"
-        sub.wait(0.01)
+    wait_until(lambda: pub.is_connected and sub.images, what="connected", poll=lambda: sub.wait(0.01))
     result: list[bool] = []
     waiter = threading.Thread(target=lambda: result.append(sub.wait(30)), daemon=True)
     waiter.start()
     meta = pub.log.meta
-    while meta.get_i32_acquire(d.LOG_WAITING_SUBSCRIBERS_OFFSET) == 0:  # declared: it is (about to be) asleep
+    def declared() -> bool:  # it is (about to be) asleep
         assert waiter.is_alive(), result
-        time.sleep(0.001)
+        return meta.get_i32_acquire(d.LOG_WAITING_SUBSCRIBERS_OFFSET) != 0
+
+    wait_until(declared, what="the waiter declared")
     assert pub.offer(b"x") > 0
     waiter.join(30)
     assert result == [True]
@@ -154,6 +154,7 @@ def test_a_log_stays_mapped_while_used_and_goes_with_its_last_user(client: Clien
     pub = client.add_publication("aeron:ipc", STREAM)
     first = client.add_subscription("aeron:ipc", STREAM)
     second = client.add_subscription("aeron:ipc", STREAM)
+    # (no closures over the subscriptions here: the test deletes them and counts the mappings left)
     deadline = time.monotonic() + 10
     while not (first.images and second.images):
         assert time.monotonic() < deadline, "no images"
@@ -180,12 +181,9 @@ def test_a_log_stays_mapped_while_used_and_goes_with_its_last_user(client: Clien
 def test_the_client_finishes_its_heartbeat_label_as_aeron_clients_do(client: Client) -> None:
     from logbuf.cnc import counters as c
 
-    deadline = time.monotonic() + 10
-    while True:
-        labels = [i.label for i in client.counters if i.type_id == c.CLIENT_HEARTBEAT_TYPE_ID
-                  and i.registration_id == client.client_id]
-        if labels and " name=" in labels[0]:
-            break
-        assert time.monotonic() < deadline, f"heartbeat label not finished: {labels}"
-        time.sleep(0.01)
-    assert labels == [c.client_heartbeat_label(client.client_id) + c.client_heartbeat_label_suffix()]
+    def labels() -> list[str]:
+        return [i.label for i in client.counters if i.type_id == c.CLIENT_HEARTBEAT_TYPE_ID
+                and i.registration_id == client.client_id]
+
+    wait_until(lambda: labels() and " name=" in labels()[0], what="the heartbeat label finished")
+    assert labels() == [c.client_heartbeat_label(client.client_id) + c.client_heartbeat_label_suffix()]

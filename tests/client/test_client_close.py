@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,39 +17,19 @@ import pytest
 import logbuf
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.directory import CNC_FILE, wake_semaphore_name
+from support import child_env, lines_of, stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).with_name("client_scenarios.py")
 STREAM = 11  # client_scenarios.STREAM
 RACE_ROUNDS = 50
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, sig)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
-            stream.close()
-
-
 def run_scenario(*args: str, timeout: float = 90.0) -> list[dict[str, object]]:
     """Runs a scenario to its end; asserts it exited 0 (a segfault is -11) and returns its JSON lines."""
     proc = subprocess.run(
-        [sys.executable, str(SCENARIOS), *args], capture_output=True, text=True, env=_env(), timeout=timeout
+        [sys.executable, str(SCENARIOS), *args], capture_output=True, text=True, env=child_env(), timeout=timeout
     )
     assert proc.returncode == 0, f"scenario {args[0]} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -59,12 +37,8 @@ def run_scenario(*args: str, timeout: float = 90.0) -> list[dict[str, object]]:
 
 def read_json_line(proc: subprocess.Popen[str], timeout: float = 30.0) -> dict[str, object]:
     assert proc.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout):
-            raise AssertionError(f"no output from {proc.args} within {timeout} s")
-        line = proc.stdout.readline()
-    if not line:
+    line = lines_of(proc.stdout, f"{proc.args}").read_line(timeout)
+    if line is None:
         stderr = proc.stderr.read() if proc.stderr else ""
         raise AssertionError(f"{proc.args} ended (status {proc.wait(10)}) without output:\n{stderr[-3000:]}")
     return json.loads(line)
@@ -78,20 +52,19 @@ def driver_process(directory: Path) -> Iterator[subprocess.Popen[str]]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=child_env(),
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
+        def up() -> bool:
             assert proc.poll() is None, f"driver exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
             with contextlib.suppress(Exception), CncFile.open(directory / CNC_FILE) as cnc:
-                if cnc.to_driver.consumer_heartbeat_time > 0 and cnc.layout.pid == proc.pid:
-                    break
-            assert time.monotonic() < deadline, "the driver did not come up"
-            time.sleep(0.02)
+                return cnc.to_driver.consumer_heartbeat_time > 0 and cnc.layout.pid == proc.pid
+            return False
+
+        wait_until(up, 30, what="the driver to come up")
         yield proc
     finally:
-        _stop(proc)
+        stop_process(proc)
         # a killed driver cannot unlink it
         with contextlib.suppress(posix_ipc.ExistentialError):
             posix_ipc.unlink_semaphore(wake_semaphore_name(directory, STREAM))
@@ -135,7 +108,7 @@ def test_a_waiter_wakes_with_driver_timeout_when_the_driver_dies(tmp_path: Path,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(),
+            env=child_env(),
         )
         try:
             assert read_json_line(client) == {"state": "waiting"}
@@ -145,6 +118,6 @@ def test_a_waiter_wakes_with_driver_timeout_when_the_driver_dies(tmp_path: Path,
             after = read_json_line(client)
             assert client.wait(30) == 0, client.stderr.read() if client.stderr else ""
         finally:
-            _stop(client, signal.SIGKILL)
+            stop_process(client, signal.SIGKILL)
     assert woken == {"waiter": "DriverTimeout", "offer": str(int(logbuf.CLOSED)), "add": "DriverTimeout"}
     assert after == {"after_close": "ClosedError"}

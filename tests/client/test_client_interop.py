@@ -17,17 +17,11 @@ from logbuf.cnc import counters as c
 from logbuf.directory import wake_semaphore_name
 from logbuf.driver.media_driver import MediaDriver
 from logbuf.errors import InvalidLogBufferError
+from support import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 STREAM = 21
 WAIT_BOUND_S = 10.0  # generous: a loaded 2-core machine
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.002)
 
 
 def semaphore_exists(directory: Path, stream_id: int) -> bool:
@@ -64,8 +58,7 @@ def driver(tmp_path: Path) -> Iterator[MediaDriver]:
 def _offer_later(pub: logbuf.Publication, ready: Callable[[], bool]) -> threading.Thread:
     def run() -> None:
         wait_until(ready, what="the waiter")
-        while pub.offer(b"wake up") < 0:
-            time.sleep(0.001)
+        wait_until(lambda: pub.offer(b"wake up") > 0, what="the offer taken")
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

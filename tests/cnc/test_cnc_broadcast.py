@@ -14,6 +14,7 @@ import pytest
 from logbuf.cnc import broadcast as bc
 from logbuf.cnc.errors import BroadcastLappedError, CncFileError
 from logbuf.native import AtomicBuffer
+from support import stop_process
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -201,10 +202,7 @@ def test_copy_receiver_never_returns_a_torn_record_under_a_racing_transmitter(tm
         while rx.receive(handler):
             pass
     finally:
-        proc.join(timeout=10)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=5)
+        stop_process(proc, grace=10)
     assert proc.exitcode == 0
     assert not torn, f"torn/out-of-order records returned: {torn[:5]}"
     assert received > 0

@@ -14,6 +14,7 @@ from logbuf.cnc import ring_buffer as rb
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.errors import CncFileError, RingBufferCorruptedError
 from logbuf.native import AtomicBuffer
+from support import stop_process
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -231,10 +232,7 @@ def test_many_producer_processes_exactly_once_in_order(tmp_path):
                 os.sched_yield()
     finally:
         for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
+            stop_process(p, grace=10)
     assert not errors, errors[:5]
     assert next_seq == [MESSAGES] * PRODUCERS
     assert all(p.exitcode == 0 for p in procs)

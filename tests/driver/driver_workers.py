@@ -9,8 +9,12 @@ from __future__ import annotations
 import sys
 import time
 import zlib
+from pathlib import Path
 
-import logbuf
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the support package
+
+import logbuf  # noqa: E402
+from support import wait_until  # noqa: E402
 
 STREAM = 1001
 
@@ -22,11 +26,7 @@ def say(*parts: object) -> None:
 def publisher(directory: str, count: int, size: int) -> None:
     with logbuf.connect(directory) as client:
         pub = client.add_publication("aeron:ipc", STREAM)
-        deadline = time.monotonic() + 10
-        while not pub.is_connected:
-            if time.monotonic() > deadline:
-                raise SystemExit("no subscriber within 10 s")
-            time.sleep(0.001)
+        wait_until(lambda: pub.is_connected, what="a subscriber")
         say("ready")
         crc = 0
         for i in range(count):
@@ -64,23 +64,19 @@ def idle_subscriber(directory: str) -> None:
     """Subscribes and never polls (a consumer that stopped): the test SIGKILLs it."""
     client = logbuf.connect(directory)
     sub = client.add_subscription("aeron:ipc", STREAM)
-    deadline = time.monotonic() + 10
-    while not sub.images and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: sub.images, what="an image")
     say("ready", len(sub.images))
-    time.sleep(120)
+    time.sleep(120)  # until the test kills it
 
 
 def claimer(directory: str) -> None:
     """Claims a frame and never commits it (the test SIGKILLs it)."""
     client = logbuf.connect(directory)
     pub = client.add_publication("aeron:ipc", STREAM)
-    deadline = time.monotonic() + 10
-    while not pub.is_connected and time.monotonic() < deadline:
-        time.sleep(0.001)
+    wait_until(lambda: pub.is_connected, what="a subscriber")
     claim = pub.try_claim(200)
     say("claimed", claim.result)
-    time.sleep(120)
+    time.sleep(120)  # until the test kills it
 
 
 def main() -> None:

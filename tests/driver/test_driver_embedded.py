@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from driver_rig import wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from logbuf.cnc.messages import (
     decode_response,
 )
 from logbuf.directory import CNC_FILE
+from support import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 STREAM = 7
@@ -65,13 +65,11 @@ class Responses:
         return self.seen
 
     def error_for(self, correlation_id: int, timeout: float = 5.0):  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for msg_type, msg in self.collect():
-                if msg_type == ControlResponse.ON_ERROR and msg.offending_correlation_id == correlation_id:  # type: ignore[attr-defined]
-                    return msg
-            time.sleep(0.005)
-        raise AssertionError(f"no ON_ERROR for {correlation_id}")
+        def found():  # type: ignore[no-untyped-def]
+            return next((msg for msg_type, msg in self.collect() if msg_type == ControlResponse.ON_ERROR
+                         and msg.offending_correlation_id == correlation_id), None)  # type: ignore[attr-defined]
+
+        return wait_until(found, timeout, what=f"ON_ERROR for {correlation_id}")
 
 
 def test_concurrent_publications_share_a_log_exclusive_ones_get_their_own(client) -> None:  # type: ignore[no-untyped-def]
@@ -137,9 +135,12 @@ def test_closed_publication_drains_then_the_image_goes_and_the_file_is_deleted(c
     path = Path(pub.log.path)
     for i in range(20):
         assert pub.offer(b"m%d" % i) > 0
+    end = pub.position
     pub.close()
-    time.sleep(0.3)
-    assert not gone and path.exists()  # lingering: the subscriber has not read the end yet
+    # the driver took the close: it marked the end of stream in the log (and started draining)
+    wait_until(lambda: image.log.end_of_stream_position == end, what="the end of stream marked")
+    time.sleep(0.15)  # let time pass: three drain checks (timer 50 ms) while the subscriber has not read the end
+    assert not gone and path.exists()  # lingering (2 s): the subscriber has not read the end yet
     got: list[bytes] = []
     sub.poll(lambda b, h: got.append(bytes(b)), 100)
     assert len(got) == 20 and image.is_end_of_stream()

@@ -15,16 +15,15 @@ from driver_rig import (
     read_line,
     start_driver,
     start_worker,
-    stop,
     system_counter,
     wait_for_driver,
-    wait_until,
 )
 from driver_workers import STREAM
 
 import logbuf
 from logbuf.cnc import counters as c
 from logbuf.directory import CNC_FILE, PUBLICATIONS_DIR
+from support import stop_process, wait_until
 
 UNBLOCKED_PUBLICATIONS = 19
 CLIENT_LIVENESS_TIMEOUTS = 24
@@ -51,9 +50,9 @@ def test_data_flows_from_publisher_process_to_subscriber_process(tmp_path: Path)
             done_pub = read_line(pub, 60).split()
             done_sub = read_line(sub, 60).split()
         finally:
-            stop(sub)
+            stop_process(sub)
             if pub is not None:
-                stop(pub)
+                stop_process(pub)
     assert done_pub == ["done", str(count), str(expected_crc(count, size))]
     # every message, in order (bad = 0), byte-identical (same CRC)
     assert done_sub == ["done", str(count), str(expected_crc(count, size)), "0"]
@@ -90,7 +89,7 @@ def test_sigkilled_publisher_mid_claim_is_unblocked(tmp_path: Path) -> None:
             os.kill(claimer.pid, signal.SIGKILL)
             claimer.wait(10)
         finally:
-            stop(claimer)
+            stop_process(claimer)
         got: list[bytes] = []
         wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 100) >= 0 and len(got) == 10,
                    timeout=15, what="messages behind the stalled claim")
@@ -112,7 +111,7 @@ def test_sigkilled_subscriber_frees_the_publisher_after_the_client_timeout(tmp_p
             os.kill(idle.pid, signal.SIGKILL)
             idle.wait(10)
         finally:
-            stop(idle)
+            stop_process(idle)
         # after the client liveness timeout (1 s) the dead subscriber's sub-pos is released
         wait_until(lambda: (live.poll(lambda b, h: None, 100), pub.offer(b"w" * 480))[1] > 0,
                    timeout=15, what="publisher to be released")
@@ -138,7 +137,7 @@ def test_sigkilled_driver_makes_clients_raise_driver_timeout(tmp_path: Path) -> 
         assert errors and isinstance(errors[0], logbuf.DriverTimeout)
         client.close()
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 def test_second_driver_refuses_and_a_dead_drivers_directory_is_taken_over_with_force(tmp_path: Path) -> None:
@@ -149,7 +148,7 @@ def test_second_driver_refuses_and_a_dead_drivers_directory_is_taken_over_with_f
             assert second.wait(30) == 1
             message = second.stderr.read() if second.stderr else ""
         finally:
-            stop(second)
+            stop_process(second)
         assert "already running" in message and str(first.pid) in message
         os.kill(first.pid, signal.SIGKILL)
         first.wait(10)
@@ -160,7 +159,7 @@ def test_second_driver_refuses_and_a_dead_drivers_directory_is_taken_over_with_f
         assert refused.wait(30) == 1
         message = refused.stderr.read() if refused.stderr else ""
     finally:
-        stop(refused)
+        stop_process(refused)
     assert "no longer running" in message and "--force" in message and message.count("\n") == 1
     assert (directory / CNC_FILE).exists()
     with driver_process(directory, "--force") as third, logbuf.connect(directory) as client:
@@ -183,7 +182,7 @@ def test_clean_shutdown_on_sigterm_tells_clients_at_once(tmp_path: Path) -> None
             client.add_subscription("aeron:ipc", STREAM)
         client.close()
     finally:
-        stop(proc)
+        stop_process(proc)
     assert not directory.exists()  # everything it made is gone
 
 
@@ -207,4 +206,4 @@ def test_directory_of_another_user_is_refused(tmp_path: Path) -> None:
         assert proc.wait(30) == 1
         assert "belongs to uid 65534" in (proc.stderr.read() if proc.stderr else "")
     finally:
-        stop(proc)
+        stop_process(proc)

@@ -21,13 +21,13 @@ from udp_rig import (
     message,
     publish,
     system,
-    wait_for,
 )
 
 import logbuf
 from logbuf.directory import cnc_path
 from logbuf.protocol import DataPacket, MalformedFrameError, SetupFrame, classify
 from logbuf.tools.error_stat import read_errors
+from support import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,7 +47,7 @@ class Target:
                                                          STREAM)
         self.raw.sendto(SetupFrame(0, SESSION, STREAM, INITIAL, INITIAL, T, 1408).encode(),
                         ("127.0.0.1", self.receive_port))
-        wait_for(lambda: self.subscription.images, what="the fuzz session's image")
+        wait_until(lambda: self.subscription.images, what="the fuzz session's image")
         # a publication towards our raw socket: its first SETUP tells us where its control socket is
         self.publication = self.client.add_publication(
             f"aeron:udp?endpoint=127.0.0.1:{self.raw.getsockname()[1]}|term-length=64k", STREAM + 1
@@ -117,12 +117,12 @@ def test_fuzzed_datagrams_are_counted_and_dropped(target: Target, receiver_batch
     for raw in sender_batch:
         target.raw.sendto(raw, target.control_address)
     total = sum(map(len, receiver_batch + sender_batch))
-    wait_for(lambda: system(client, BYTES_RECEIVED) - received_before >= total, what="the driver to read them")
+    wait_until(lambda: system(client, BYTES_RECEIVED) - received_before >= total, what="the driver to read them")
     # the receiver counts what classify rejects, plus well-formed data that does not fit its image's term;
     # the sender's control socket counts what classify rejects and any data-plane datagram
     low = sum(map(malformed, receiver_batch)) + sum(malformed(r) or is_data(r) for r in sender_batch)
     high = low + sum(map(is_data, receiver_batch))
-    wait_for(lambda: system(client, INVALID_PACKETS) - invalid_before >= low, what="invalid packets counted")
+    wait_until(lambda: system(client, INVALID_PACKETS) - invalid_before >= low, what="invalid packets counted")
     assert low <= system(client, INVALID_PACKETS) - invalid_before <= high
     assert target.driver.is_running
 
@@ -132,10 +132,10 @@ def test_the_driver_still_carries_real_traffic_after_the_fuzzing(target: Target)
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=64k"
     sub = target.client.add_subscription(channel, 7)
     pub = target.client.add_publication(channel, 7)
-    wait_for(lambda: pub.is_connected and sub.images, what="connection")
+    wait_until(lambda: pub.is_connected and sub.images, what="connection")
     received = Received()
     publish(pub, [message(i, 200) for i in range(300)], between=lambda: received.poll(sub))
-    wait_for(lambda: len(received.sequences) == 300, poll=lambda: received.poll(sub), what="delivery")
+    wait_until(lambda: len(received.sequences) == 300, poll=lambda: received.poll(sub), what="delivery")
     assert received.sequences == list(range(300)) and received.corrupt == 0
     assert target.driver.is_running
     # what the driver logged: SETUPs it refused, nothing else (no exception escaped a duty)

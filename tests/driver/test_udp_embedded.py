@@ -28,7 +28,6 @@ from udp_rig import (
     message,
     publish,
     system,
-    wait_for,
 )
 
 import logbuf
@@ -38,6 +37,7 @@ from logbuf.cnc.messages import ErrorCode
 from logbuf.directory import IMAGES_DIR, LOSS_REPORT_FILE
 from logbuf.logbuffer import descriptor as d
 from logbuf.protocol import DataHeader, Nak, SetupFrame, StatusMessage, classify, encode_data_frame
+from support import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 STREAM = 1001
@@ -74,11 +74,11 @@ def test_loopback_delivers_every_message_in_order_with_counters(client, driver) 
     images: list[logbuf.Image] = []
     sub = client.add_subscription(channel(port), STREAM, on_available_image=images.append)
     pub = client.add_publication(channel(port), STREAM)
-    wait_for(lambda: pub.is_connected and sub.images, what="connection")
+    wait_until(lambda: pub.is_connected and sub.images, what="connection")
     sent = sequenced(3000, seed=1, sizes=(8, 100, 1000, 3000))  # 3000 B: fragmented over datagrams
     received = Received()
     publish(pub, sent, between=lambda: received.poll(sub))
-    wait_for(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub), what="all messages")
+    wait_until(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub), what="all messages")
     assert received.sequences == list(range(len(sent))) and received.corrupt == 0
 
     # the image is an ordinary image to the client: its log under images/, a sub-pos counter, a source
@@ -91,7 +91,7 @@ def test_loopback_delivers_every_message_in_order_with_counters(client, driver) 
 
     end = pub.position
     snd_pos = counter(client, c.SENDER_POSITION_TYPE_ID, pub.registration_id)
-    wait_for(lambda: client.counters.counter_value(snd_pos.counter_id) == end, what="snd-pos at the end")
+    wait_until(lambda: client.counters.counter_value(snd_pos.counter_id) == end, what="snd-pos at the end")
     for type_id in (c.PUBLISHER_POSITION_TYPE_ID, c.SENDER_POSITION_TYPE_ID):
         info = counter(client, type_id, pub.registration_id)
         assert info.label.endswith(f"{pub.registration_id} {pub.session_id} {STREAM} {channel(port)} ")
@@ -101,14 +101,14 @@ def test_loopback_delivers_every_message_in_order_with_counters(client, driver) 
                                      (c.RECEIVER_POSITION_TYPE_ID, image.correlation_id),
                                      (c.SUBSCRIBER_POSITION_TYPE_ID, sub.registration_id)):
         info = counter(client, type_id, registration_id)
-        wait_for(lambda i=info: client.counters.counter_value(i.counter_id) == end, what=f"{info.label} at end")
+        wait_until(lambda i=info: client.counters.counter_value(i.counter_id) == end, what=f"{info.label} at end")
     # Aeron's sub-pos: keyed and labelled by the subscription, owned by its client, referring to the image
     sub_pos = counter(client, c.SUBSCRIBER_POSITION_TYPE_ID, sub.registration_id)
     assert sub_pos.label.endswith(" @0") and sub_pos.registration_id == sub.registration_id
     assert (sub_pos.owner_id, sub_pos.reference_id) == (client.client_id, image.correlation_id)
     payload = sum(len(m) for m in sent)
     # one driver at both ends of a loss-free loopback: every byte it sent, it received
-    wait_for(lambda: system(client, BYTES_RECEIVED) == system(client, BYTES_SENT) > payload, what="bytes counted")
+    wait_until(lambda: system(client, BYTES_RECEIVED) == system(client, BYTES_SENT) > payload, what="bytes counted")
     assert system(client, STATUS_MESSAGES_SENT) > 0 and system(client, STATUS_MESSAGES_RECEIVED) > 0
     assert system(client, NAKS_SENT) == 0  # loopback lost nothing
 
@@ -123,14 +123,14 @@ def test_network_publication_pub_lmt_follows_snd_pos_and_cleaning_keeps_one_term
     assert pub.offer(b"x" * 100) == logbuf.NOT_CONNECTED and not pub.is_connected
     assert value(pub_lmt) == value(snd_pos) == 0
     sub = client.add_subscription(channel(port), STREAM)
-    wait_for(lambda: pub.is_connected, what="connection")
-    wait_for(lambda: value(pub_lmt) == value(snd_pos) + T // 2, what="pub-lmt = snd-pos + window")
+    wait_until(lambda: pub.is_connected, what="connection")
+    wait_until(lambda: value(pub_lmt) == value(snd_pos) + T // 2, what="pub-lmt = snd-pos + window")
     received = Received()
     sent = [message(i, 200) for i in range(2500)]  # ~8 terms of 64 KiB
     publish(pub, sent, between=lambda: received.poll(sub))
-    wait_for(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub), what="delivery")
+    wait_until(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub), what="delivery")
     end = pub.position
-    wait_for(lambda: value(snd_pos) == end, what="snd-pos")
+    wait_until(lambda: value(snd_pos) == end, what="snd-pos")
     assert end - T // 2 <= value(pub_lmt) - T // 2 <= end  # snd-pos + window, within the trip gain
     assert value(pub_lmt) >= end + T // 2 - T // 16
 
@@ -153,7 +153,7 @@ def test_slow_subscriber_throttles_the_sender_and_nothing_is_lost(client) -> Non
     port = free_udp_port()
     sub = client.add_subscription(channel(port), STREAM)
     pub = client.add_publication(channel(port), STREAM)
-    wait_for(lambda: pub.is_connected and sub.images, what="connection")
+    wait_until(lambda: pub.is_connected and sub.images, what="connection")
     received = Received()
     sent = [message(i, 500) for i in range(800)]  # ~6 receiver windows of 32 KiB
     ticks = [0]
@@ -165,11 +165,11 @@ def test_slow_subscriber_throttles_the_sender_and_nothing_is_lost(client) -> Non
         return False
 
     publish(pub, sent, between=slow)
-    wait_for(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub, 4), what="delivery")
+    wait_until(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub, 4), what="delivery")
     assert received.sequences == list(range(len(sent))) and received.corrupt == 0
     bpe = counter(client, c.SENDER_BPE_TYPE_ID, pub.registration_id)
     assert client.counters.counter_value(bpe.counter_id) > 0
-    wait_for(lambda: system(client, SENDER_FLOW_CONTROL_LIMITS) > 0, what="flow control limits counted")
+    wait_until(lambda: system(client, SENDER_FLOW_CONTROL_LIMITS) > 0, what="flow control limits counted")
     assert system(client, NAKS_SENT) == 0  # held back by the window, never overrun
 
 
@@ -180,18 +180,18 @@ def test_lossy_network_every_message_once_and_in_order(tmp_path: Path) -> None:
             logbuf.connect(drv.directory) as cl:
         sub = cl.add_subscription(channel(port), STREAM)
         pub = cl.add_publication(channel(port), STREAM)
-        wait_for(lambda: pub.is_connected and sub.images, what="connection")
+        wait_until(lambda: pub.is_connected and sub.images, what="connection")
         received = Received()
         sent = sequenced(2000, seed=3, sizes=(40, 300, 1500, 2500))
         publish(pub, sent, between=lambda: received.poll(sub), timeout=40)
-        wait_for(lambda: len(received.sequences) == len(sent), timeout=30, poll=lambda: received.poll(sub),
+        wait_until(lambda: len(received.sequences) == len(sent), timeout=30, poll=lambda: received.poll(sub),
                  what="all messages through the lossy network")
         assert received.sequences == list(range(len(sent))) and received.corrupt == 0
-        wait_for(lambda: system(cl, RETRANSMITTED_BYTES) > 0, what="retransmits counted")
+        wait_until(lambda: system(cl, RETRANSMITTED_BYTES) > 0, what="retransmits counted")
         assert system(cl, NAKS_SENT) > 0 and system(cl, NAKS_RECEIVED) > 0 and system(cl, RETRANSMITS_SENT) > 0
         # every NAK is a loss observation of the image's entry in loss-report.dat
         with LossReportFile.open(Path(drv.directory) / LOSS_REPORT_FILE) as report:
-            wait_for(lambda: [e.observation_count for e in report.entries()] == [system(cl, NAKS_SENT)],
+            wait_until(lambda: [e.observation_count for e in report.entries()] == [system(cl, NAKS_SENT)],
                      what="one loss report entry counting every NAK")
             (entry,) = report.entries()
         assert (entry.session_id, entry.stream_id) == (pub.session_id, STREAM)
@@ -205,18 +205,18 @@ def test_closed_publication_ends_the_stream_and_the_image_goes(client, driver) -
     gone: list[logbuf.Image] = []
     sub = client.add_subscription(channel(port), STREAM, on_unavailable_image=gone.append)
     pub = client.add_publication(channel(port), STREAM)
-    wait_for(lambda: pub.is_connected and sub.images, what="connection")
+    wait_until(lambda: pub.is_connected and sub.images, what="connection")
     image = sub.images[0]
     path = Path(image.log.path)
     received = Received()
     publish(pub, [message(i, 64) for i in range(100)])
     pub.close()
-    wait_for(lambda: bool(gone), poll=lambda: received.poll(sub), what="the image to go at end of stream")
+    wait_until(lambda: bool(gone), poll=lambda: received.poll(sub), what="the image to go at end of stream")
     assert gone == [image] and received.sequences == list(range(100))
     assert image.log.end_of_stream_position == 100 * 96
-    wait_for(lambda: not path.exists(), what="the image file deleted")
+    wait_until(lambda: not path.exists(), what="the image file deleted")
     # the publication drained (its receiver acknowledged the end): counters freed, socket closed
-    wait_for(lambda: not [i for i in client.counters if i.type_id == c.SENDER_POSITION_TYPE_ID], what="drained")
+    wait_until(lambda: not [i for i in client.counters if i.type_id == c.SENDER_POSITION_TYPE_ID], what="drained")
 
 
 def test_a_silent_sender_s_image_times_out(tmp_path: Path) -> None:
@@ -231,17 +231,17 @@ def test_a_silent_sender_s_image_times_out(tmp_path: Path) -> None:
         sub = cl.add_subscription(channel(port), STREAM, on_unavailable_image=gone.append)
         setup = SetupFrame(0, 4242, STREAM, 9, 9, T, 1408, 0)
         raw.sendto(setup.encode(), ("127.0.0.1", port))
-        wait_for(lambda: sub.images, what="the image")
+        wait_until(lambda: sub.images, what="the image")
         sm = classify(raw.recv(2048)).frames[0]  # type: ignore[union-attr]
         assert isinstance(sm, StatusMessage) and (sm.session_id, sm.stream_id) == (4242, STREAM)
         assert sm.receiver_window == T // 2 and sm.position(16, 9) == 0
         raw.sendto(encode_data_frame(b"hello", term_offset=0, session_id=4242, stream_id=STREAM, term_id=9),
                    ("127.0.0.1", port))
         got: list[bytes] = []
-        wait_for(lambda: got, poll=lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10), what="the data")
+        wait_until(lambda: got, poll=lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10), what="the data")
         assert got == [b"hello"]
         silent_since = time.monotonic()
-        wait_for(lambda: gone, timeout=5, what="the image to time out")
+        wait_until(lambda: gone, timeout=5, what="the image to time out")
         assert 0.25 < time.monotonic() - silent_since < 3
         assert not sub.images
 
@@ -252,9 +252,9 @@ def test_heartbeats_keep_an_idle_image_alive(tmp_path: Path) -> None:
             logbuf.connect(drv.directory) as cl:
         sub = cl.add_subscription(channel(port), STREAM)
         pub = cl.add_publication(channel(port), STREAM)
-        wait_for(lambda: pub.is_connected and sub.images, what="connection")
+        wait_until(lambda: pub.is_connected and sub.images, what="connection")
         assert pub.offer(b"x" * 10) > 0
-        time.sleep(1.2)  # three liveness timeouts with nothing but heartbeats
+        time.sleep(1.2)  # let time pass: three liveness timeouts with nothing but heartbeats
         assert len(sub.images) == 1 and pub.is_connected
         assert system(cl, 9) >= 5 and system(cl, 10) >= 5  # Heartbeats sent / received
 
@@ -263,7 +263,7 @@ def test_subscriber_waiting_on_a_network_image_is_woken(client) -> None:  # type
     port = free_udp_port()
     sub = client.add_subscription(channel(port), STREAM)
     pub = client.add_publication(channel(port), STREAM)
-    wait_for(lambda: pub.is_connected and sub.images, what="connection")
+    wait_until(lambda: pub.is_connected and sub.images, what="connection")
     woke: list[float] = []
 
     def waiter() -> None:
@@ -273,7 +273,8 @@ def test_subscriber_waiting_on_a_network_image_is_woken(client) -> None:  # type
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    time.sleep(0.2)  # let it fall asleep
+    meta = sub.images[0].log.meta  # the waiter declares itself in the image's log before it sleeps
+    wait_until(lambda: meta.get_i32_acquire(d.LOG_WAITING_SUBSCRIBERS_OFFSET) == 1, what="the waiter asleep")
     assert pub.offer(b"wake up") > 0
     thread.join(6)
     assert woke and woke[0] < 1.0
@@ -283,16 +284,16 @@ def test_late_subscription_joins_a_live_image(client) -> None:  # type: ignore[n
     port = free_udp_port()
     first = client.add_subscription(channel(port), STREAM)
     pub = client.add_publication(channel(port), STREAM)
-    wait_for(lambda: pub.is_connected and first.images, what="connection")
+    wait_until(lambda: pub.is_connected and first.images, what="connection")
     early = Received()
     publish(pub, [message(i, 100) for i in range(50)], between=lambda: early.poll(first))
-    wait_for(lambda: len(early.sequences) == 50, poll=lambda: early.poll(first), what="first 50")
+    wait_until(lambda: len(early.sequences) == 50, poll=lambda: early.poll(first), what="first 50")
     second = client.add_subscription(channel(port), STREAM)
-    wait_for(lambda: second.images, what="the second subscription's image")
+    wait_until(lambda: second.images, what="the second subscription's image")
     assert second.images[0].correlation_id == first.images[0].correlation_id  # one image, two sub-pos
     late = Received()
     publish(pub, [message(50 + i, 100) for i in range(50)], between=lambda: early.poll(first))
-    wait_for(lambda: len(late.sequences) == 50 and len(early.sequences) == 100,
+    wait_until(lambda: len(late.sequences) == 50 and len(early.sequences) == 100,
              poll=lambda: late.poll(second) + early.poll(first), what="both subscriptions")
     assert late.sequences == list(range(50, 100)) and early.sequences == list(range(100))
 
@@ -341,12 +342,12 @@ def test_multiple_streams_on_one_channel_are_separated(client) -> None:  # type:
     port = free_udp_port()
     subs = {s: client.add_subscription(channel(port), s) for s in (1, 2)}
     pubs = {s: client.add_publication(channel(port), s) for s in (1, 2)}
-    wait_for(lambda: all(p.is_connected for p in pubs.values()) and all(s.images for s in subs.values()),
+    wait_until(lambda: all(p.is_connected for p in pubs.values()) and all(s.images for s in subs.values()),
              what="both streams")
     got: dict[int, list[bytes]] = {1: [], 2: []}
     for s in (1, 2):
         publish(pubs[s], [f"{s}-{i}".encode() for i in range(20)])
-    wait_for(lambda: len(got[1]) == 20 and len(got[2]) == 20,
+    wait_until(lambda: len(got[1]) == 20 and len(got[2]) == 20,
              poll=lambda: sum(sub.poll(lambda b, h, s=s: got[s].append(bytes(b)), 10) for s, sub in subs.items()),
              what="both streams' messages")
     for s in (1, 2):
@@ -360,7 +361,7 @@ def test_udp_counters_have_their_types_and_stat_shows_them(client, driver) -> No
     port = free_udp_port()
     sub = client.add_subscription(channel(port), STREAM)
     pub = client.add_publication(channel(port), STREAM)
-    wait_for(lambda: pub.is_connected and sub.images, what="connection")
+    wait_until(lambda: pub.is_connected and sub.images, what="connection")
     types = {info.type_id for info in client.counters}
     assert {1, 2, 3, 4, 5, 6, 7, 9, 12, 13} <= types
     stat = read_stat(cnc_path(driver.directory)).to_dict()
@@ -393,7 +394,7 @@ def test_a_hand_made_receiver_connects_a_publication(client) -> None:  # type: i
         assert isinstance(setup, SetupFrame) and setup.session_id == pub.session_id and setup.term_length == T
         sm = StatusMessage.at_position(setup.session_id, STREAM, 0, 16, setup.initial_term_id, 4096, 5)
         raw.sendto(sm.encode(), sender)
-        wait_for(lambda: pub.is_connected, what="connected by our SM")
+        wait_until(lambda: pub.is_connected, what="connected by our SM")
         assert pub.offer(b"q" * 100) > 0
         while True:  # SETUPs may still be in flight; the data follows
             packet = classify(raw.recv(2048))
@@ -409,7 +410,7 @@ def test_driver_directory_is_cleaned_of_images_on_close(tmp_path: Path) -> None:
     with logbuf.connect(drv.directory) as cl:
         sub = cl.add_subscription(channel(port), STREAM)
         pub = cl.add_publication(channel(port), STREAM)
-        wait_for(lambda: pub.is_connected and sub.images, what="connection")
+        wait_until(lambda: pub.is_connected and sub.images, what="connection")
         images_dir = Path(drv.directory) / IMAGES_DIR
         assert os.listdir(images_dir)
     drv.close()
@@ -432,13 +433,13 @@ def test_ipv6_loopback_and_subscriptions_sharing_one_receive_socket(client) -> N
     # a unicast receiver binds the endpoint; an interface parameter does not make it another socket
     also = client.add_subscription(f"aeron:udp?endpoint=[::1]:{port}|interface=::1", STREAM)
     pub = client.add_publication(ch, STREAM)
-    wait_for(lambda: pub.is_connected and sub.images and also.images, what="IPv6 connection")
+    wait_until(lambda: pub.is_connected and sub.images and also.images, what="IPv6 connection")
     assert sub.images[0].source_identity.startswith("[::1]:")
     assert len([i for i in client.counters if i.type_id == c.RECEIVE_CHANNEL_STATUS_TYPE_ID]) == 1
     received = Received()
     publish(pub, [message(i, 64) for i in range(100)], between=lambda: received.poll(sub) + also.poll(
         lambda b, h: None, 100))
-    wait_for(lambda: len(received.sequences) == 100, poll=lambda: received.poll(sub) + also.poll(
+    wait_until(lambda: len(received.sequences) == 100, poll=lambda: received.poll(sub) + also.poll(
         lambda b, h: None, 100), what="delivery over IPv6")
     assert received.sequences == list(range(100))
 
@@ -453,7 +454,7 @@ def test_a_gap_nobody_repairs_is_nakked_then_filled_and_subscribers_move_on(tmp_
         raw.settimeout(5)
         sub = cl.add_subscription(channel(port), STREAM)
         raw.sendto(SetupFrame(0, 4242, STREAM, 9, 9, T, 1408, 0).encode(), ("127.0.0.1", port))
-        wait_for(lambda: sub.images, what="the image")
+        wait_until(lambda: sub.images, what="the image")
         for offset, payload in ((0, b"first"), (128, b"third")):  # each a 64-byte frame: [64, 128) never comes
             raw.sendto(encode_data_frame(payload, term_offset=offset, session_id=4242, stream_id=STREAM,
                                          term_id=9), ("127.0.0.1", port))
@@ -464,10 +465,10 @@ def test_a_gap_nobody_repairs_is_nakked_then_filled_and_subscribers_move_on(tmp_
             naks = [f for f in frames if isinstance(f, Nak)]
         assert naks and (naks[0].term_id, naks[0].term_offset, naks[0].length) == (9, 64, 64)
         got: list[bytes] = []
-        wait_for(lambda: len(got) == 2, poll=lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10),
+        wait_until(lambda: len(got) == 2, poll=lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10),
                  what="the subscriber past the filled gap")
         assert got == [b"first", b"third"]
-        wait_for(lambda: system(cl, LOSS_GAP_FILLS) == 1, what="one gap fill counted")
+        wait_until(lambda: system(cl, LOSS_GAP_FILLS) == 1, what="one gap fill counted")
         assert system(cl, NAKS_SENT) >= 1
 
 

@@ -10,80 +10,51 @@ the namespace - they talk to their drivers through shared memory only.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from driver_rig import FAST_TIMERS, ROOT, stop, wait_for_driver
-from udp_rig import NAKS_SENT, RETRANSMITS_SENT, Received, counter, message, publish, system, wait_for
+from driver_rig import FAST_TIMERS, wait_for_driver
+from udp_rig import NAKS_SENT, RETRANSMITS_SENT, Received, counter, message, publish, system
 
 import logbuf
 from logbuf.cnc import counters as c
+from support import child_env, in_namespace, stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 STREAM = 1001
 T = 64 * 1024
 WINDOW = T // 2  # the receivers' window: min(128 KiB, T/2)
-
-
-def _ip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10)
-
-
-@pytest.fixture
-def netns() -> Iterator[str]:
-    if shutil.which("ip") is None:
-        pytest.skip("the ip tool (iproute2) is not installed: cannot create a network namespace")
-    if os.geteuid() != 0:
-        pytest.skip("creating a network namespace needs root (CAP_SYS_ADMIN); multicast is tested only inside one")
-    name = f"logbuf-mc-{os.getpid()}"
-    created = _ip("netns", "add", name)
-    if created.returncode != 0:
-        pytest.skip(f"ip netns add is not permitted here: {created.stderr.strip()}")
-    try:
-        for args in (("link", "set", "lo", "up"), ("link", "set", "lo", "multicast", "on"),
-                     ("route", "add", "224.0.0.0/4", "dev", "lo")):
-            result = _ip("-n", name, *args)
-            if result.returncode != 0:
-                pytest.skip(f"cannot set up multicast in the namespace ({' '.join(args)}): {result.stderr.strip()}")
-        yield name
-    finally:
-        _ip("netns", "del", name)
+FRAME_500 = 544  # a 500-byte message's frame: 32-byte header, aligned to 32
 
 
 def start_driver_in(netns: str, directory: Path, *extra: str) -> subprocess.Popen[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     # `ip netns exec` enters the namespace and execs the command: the PID we stop is the driver's
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", netns, sys.executable, "-m", "logbuf.cli", "driver", "--dir", str(directory),
-         *FAST_TIMERS, *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        in_namespace(netns, sys.executable, "-m", "logbuf.cli", "driver", "--dir", str(directory), *FAST_TIMERS,
+                     *extra),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
     )
     wait_for_driver(directory, proc)
     return proc
 
 
 def test_min_multicast_two_receivers_get_everything_and_the_slowest_holds_the_sender(
-        netns: str, tmp_path: Path) -> None:
+        multicast_netns: str, tmp_path: Path) -> None:
     channel = "aeron:udp?endpoint=239.255.10.1:40500|interface=127.0.0.1|term-length=64k|fc=min"
     procs: list[subprocess.Popen[str]] = []
     clients: list[logbuf.Client] = []
     try:
-        procs.append(start_driver_in(netns, tmp_path / "pub"))
-        procs.append(start_driver_in(netns, tmp_path / "fast"))
-        procs.append(start_driver_in(netns, tmp_path / "lossy", "--impair-receive", "drop=0.05,seed=4"))
+        procs.append(start_driver_in(multicast_netns, tmp_path / "pub"))
+        procs.append(start_driver_in(multicast_netns, tmp_path / "fast"))
+        procs.append(start_driver_in(multicast_netns, tmp_path / "lossy", "--impair-receive", "drop=0.05,seed=4"))
         pub_client, fast_client, lossy_client = (logbuf.connect(tmp_path / n) for n in ("pub", "fast", "lossy"))
         clients += [pub_client, fast_client, lossy_client]
         fast = fast_client.add_subscription(channel, STREAM)
         lossy = lossy_client.add_subscription(channel, STREAM)
         pub = pub_client.add_publication(channel, STREAM)
-        wait_for(lambda: pub.is_connected and fast.images and lossy.images, what="both receivers")
+        wait_until(lambda: pub.is_connected and fast.images and lossy.images, what="both receivers")
         got_fast, got_lossy = Received(), Received()
 
         def both() -> int:
@@ -91,37 +62,43 @@ def test_min_multicast_two_receivers_get_everything_and_the_slowest_holds_the_se
 
         sent = [message(i, (64, 700, 2000)[i % 3]) for i in range(600)]
         publish(pub, sent, between=both, timeout=30)
-        wait_for(lambda: len(got_fast.sequences) == len(got_lossy.sequences) == len(sent), timeout=30, poll=both,
+        wait_until(lambda: len(got_fast.sequences) == len(got_lossy.sequences) == len(sent), timeout=30, poll=both,
                  what="everything at both receivers")
         assert got_fast.sequences == got_lossy.sequences == list(range(len(sent)))
         assert got_fast.corrupt == got_lossy.corrupt == 0
         assert system(lossy_client, NAKS_SENT) > 0
-        wait_for(lambda: system(pub_client, RETRANSMITS_SENT) > 0, what="retransmits to the group")
+        wait_until(lambda: system(pub_client, RETRANSMITS_SENT) > 0, what="retransmits to the group")
         assert system(fast_client, NAKS_SENT) == 0  # it heard the retransmits others asked for
 
         # fc=min: the lossy receiver's subscriber stops; the sender may not run past its window
         stalled_at = lossy.images[0].position
         more = [message(len(sent) + i, 500) for i in range(400)]  # far more than one window
-        offered = 0
-        deadline = time.monotonic() + 3
-        while offered < len(more) and time.monotonic() < deadline:
-            if pub.offer(more[offered]) > 0:
-                offered += 1
-            got_fast.poll(fast)
-            time.sleep(0.0005)
-        assert offered < len(more), "the sender was never held back by the stalled receiver"
         snd_pos = counter(pub_client, c.SENDER_POSITION_TYPE_ID, pub.registration_id).counter_id
-        assert pub_client.counters.counter_value(snd_pos) <= stalled_at + WINDOW
         bpe = counter(pub_client, c.SENDER_BPE_TYPE_ID, pub.registration_id).counter_id
-        assert pub_client.counters.counter_value(bpe) > 0
+        bpe_at_stall = pub_client.counters.counter_value(bpe)
+        offered = 0
+
+        def held_back() -> bool:
+            """Offers until refused; held back = refused, the sender at the window's edge (less than a frame
+            short of it) and held there by flow control since the stall (snd-bpe counted)."""
+            nonlocal offered
+            got_fast.poll(fast)
+            while offered < len(more) and pub.offer(more[offered]) > 0:
+                offered += 1
+            counters = pub_client.counters
+            return (offered < len(more) and counters.counter_value(snd_pos) > stalled_at + WINDOW - FRAME_500
+                    and counters.counter_value(bpe) > bpe_at_stall)
+
+        wait_until(held_back, timeout=20, what="the sender held back by the stalled receiver")
+        assert pub_client.counters.counter_value(snd_pos) <= stalled_at + WINDOW
         # it resumes: everything reaches both
         publish(pub, more[offered:], between=both, timeout=30)
         total = len(sent) + len(more)
-        wait_for(lambda: len(got_fast.sequences) == len(got_lossy.sequences) == total, timeout=30, poll=both,
+        wait_until(lambda: len(got_fast.sequences) == len(got_lossy.sequences) == total, timeout=30, poll=both,
                  what="everything after the stall")
         assert got_fast.sequences == got_lossy.sequences == list(range(total))
     finally:
         for client in clients:
             client.close()
         for proc in procs:
-            stop(proc)
+            stop_process(proc)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import posix_ipc
 import pytest
-from driver_rig import driver_process, start_driver, stop, wait_for_driver
+from driver_rig import driver_process, start_driver, wait_for_driver
 from udp_rig import (
     BYTES_RECEIVED,
     BYTES_SENT,
@@ -23,12 +23,12 @@ from udp_rig import (
     message,
     publish,
     system,
-    wait_for,
 )
 
 import logbuf
 from logbuf.cnc import counters as c
 from logbuf.directory import wake_semaphore_name
+from support import stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 STREAM = 1001
@@ -44,17 +44,17 @@ def test_two_drivers_end_to_end(tmp_path: Path) -> None:
             logbuf.connect(tmp_path / "a") as pub_client, logbuf.connect(tmp_path / "b") as sub_client:
         sub = sub_client.add_subscription(channel(port), STREAM)
         pub = pub_client.add_publication(channel(port), STREAM)
-        wait_for(lambda: pub.is_connected and sub.images, what="connection across drivers")
+        wait_until(lambda: pub.is_connected and sub.images, what="connection across drivers")
         received = Received()
         sent = [message(i, (40, 300, 1400, 5000)[i % 4]) for i in range(2000)]
         publish(pub, sent, between=lambda: received.poll(sub))
-        wait_for(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub), what="delivery")
+        wait_until(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub), what="delivery")
         assert received.sequences == list(range(len(sent))) and received.corrupt == 0
         end = pub.position
         image = sub.images[0]
         rcv_pos = counter(sub_client, c.RECEIVER_POSITION_TYPE_ID, image.correlation_id).counter_id
         snd_pos = counter(pub_client, c.SENDER_POSITION_TYPE_ID, pub.registration_id).counter_id
-        wait_for(lambda: sub_client.counters.counter_value(rcv_pos) == end == pub_client.counters.counter_value(
+        wait_until(lambda: sub_client.counters.counter_value(rcv_pos) == end == pub_client.counters.counter_value(
             snd_pos), what="rcv-pos and snd-pos at the end")
         # the data bytes the sender's driver sent are the ones the receiver's driver received (no loss)
         assert system(pub_client, BYTES_SENT) > 0 and system(sub_client, BYTES_RECEIVED) > 0
@@ -69,14 +69,14 @@ def test_two_drivers_through_a_lossy_network(tmp_path: Path) -> None:
             logbuf.connect(tmp_path / "a") as pub_client, logbuf.connect(tmp_path / "b") as sub_client:
         sub = sub_client.add_subscription(channel(port), STREAM)
         pub = pub_client.add_publication(channel(port), STREAM)
-        wait_for(lambda: pub.is_connected and sub.images, what="connection")
+        wait_until(lambda: pub.is_connected and sub.images, what="connection")
         received = Received()
         sent = [message(i, (40, 500, 2000)[i % 3]) for i in range(1500)]
         publish(pub, sent, between=lambda: received.poll(sub), timeout=40)
-        wait_for(lambda: len(received.sequences) == len(sent), timeout=30, poll=lambda: received.poll(sub),
+        wait_until(lambda: len(received.sequences) == len(sent), timeout=30, poll=lambda: received.poll(sub),
                  what="every message through the lossy network")
         assert received.sequences == list(range(len(sent))) and received.corrupt == 0
-        wait_for(lambda: system(pub_client, RETRANSMITS_SENT) > 0, what="retransmits counted")
+        wait_until(lambda: system(pub_client, RETRANSMITS_SENT) > 0, what="retransmits counted")
         assert system(sub_client, NAKS_SENT) > 0 and system(pub_client, NAKS_RECEIVED) > 0
 
 
@@ -91,36 +91,38 @@ def test_a_restarted_receiver_driver_rejoins_mid_stream(tmp_path: Path) -> None:
             wait_for_driver(tmp_path / "b", receiver)
             with logbuf.connect(tmp_path / "b") as sub_client:
                 sub = sub_client.add_subscription(ch, STREAM)
-                wait_for(lambda: pub.is_connected and sub.images, what="first connection")
+                wait_until(lambda: pub.is_connected and sub.images, what="first connection")
                 first = Received()
                 publish(pub, [message(i, 200) for i in range(300)], between=lambda: first.poll(sub))
-                wait_for(lambda: len(first.sequences) == 300, poll=lambda: first.poll(sub), what="first 300")
+                wait_until(lambda: len(first.sequences) == 300, poll=lambda: first.poll(sub), what="first 300")
                 assert first.sequences == list(range(300))
-                stop(receiver)  # the receiving driver goes away mid-stream (its client with it)
+                stop_process(receiver)  # the receiving driver goes away mid-stream (its client with it)
             seq = 300
-            deadline = time.monotonic() + 10
-            while pub.is_connected:  # the sender keeps going into the void until the receiver times out
-                assert time.monotonic() < deadline, "the sender never noticed its receiver went"
+
+            def gone_after_offering() -> bool:  # the sender keeps going into the void until the receiver times out
+                nonlocal seq
                 if pub.offer(message(seq, 200)) > 0:
                     seq += 1
-                time.sleep(0.001)
+                return not pub.is_connected
+
+            wait_until(gone_after_offering, what="the sender to notice its receiver went")
             assert pub.offer(message(seq, 200)) == logbuf.NOT_CONNECTED
             receiver = start_driver(tmp_path / "b")  # a new driver process in the same directory
             wait_for_driver(tmp_path / "b", receiver)
             with logbuf.connect(tmp_path / "b") as sub_client:
                 sub = sub_client.add_subscription(ch, STREAM)
                 rejoined = Received()
-                wait_for(lambda: pub.is_connected and sub.images, what="the receiver rejoining")
+                wait_until(lambda: pub.is_connected and sub.images, what="the receiver rejoining")
                 first_after = seq
                 publish(pub, [message(seq + i, 200) for i in range(300)], between=lambda: rejoined.poll(sub))
                 last = seq + 299
-                wait_for(lambda: rejoined.sequences[-1:] == [last], poll=lambda: rejoined.poll(sub),
+                wait_until(lambda: rejoined.sequences[-1:] == [last], poll=lambda: rejoined.poll(sub),
                          what="the rejoined receiver to get everything sent after it joined")
                 got = rejoined.sequences
                 assert got == list(range(got[0], last + 1)) and got[0] <= first_after
                 assert rejoined.corrupt == 0
         finally:
-            stop(receiver)
+            stop_process(receiver)
 
 
 def test_a_killed_sender_driver_s_image_goes_after_the_liveness_timeout(tmp_path: Path) -> None:
@@ -134,11 +136,11 @@ def test_a_killed_sender_driver_s_image_goes_after_the_liveness_timeout(tmp_path
             sub = sub_client.add_subscription(channel(port), STREAM, on_unavailable_image=gone.append)
             pub_client = logbuf.connect(tmp_path / "a")
             pub = pub_client.add_publication(channel(port), STREAM)
-            wait_for(lambda: pub.is_connected and sub.images, what="connection")
+            wait_until(lambda: pub.is_connected and sub.images, what="connection")
             image = sub.images[0]
-            stop(sender, signal.SIGKILL)  # no EOS, no goodbye: only silence
+            stop_process(sender, signal.SIGKILL)  # no EOS, no goodbye: only silence
             killed_at = time.monotonic()
-            wait_for(lambda: gone, timeout=5, what="the image to time out")
+            wait_until(lambda: gone, timeout=5, what="the image to time out")
             assert gone == [image] and not sub.images
             # the liveness clock started at the last heartbeat (they go every 100 ms while idle)
             assert 0.5 - 0.15 < time.monotonic() - killed_at < 3
@@ -147,7 +149,7 @@ def test_a_killed_sender_driver_s_image_goes_after_the_liveness_timeout(tmp_path
             with contextlib.suppress(logbuf.LogbufError):
                 pub_client.close()
     finally:
-        stop(sender, signal.SIGKILL)
+        stop_process(sender, signal.SIGKILL)
         # a killed driver cannot unlink its stream's wake-up semaphore; the next driver there would: we do
         with contextlib.suppress(posix_ipc.ExistentialError):
             posix_ipc.unlink_semaphore(wake_semaphore_name(tmp_path / "a", STREAM))

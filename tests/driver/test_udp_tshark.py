@@ -16,7 +16,6 @@ packet's payload, and report no malformed packet, error or warning.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import socket
 import struct
@@ -26,30 +25,18 @@ import time
 from pathlib import Path
 
 import pytest
-from udp_rig import NAKS_SENT, Received, free_udp_port, message, publish, system, wait_for
+from udp_rig import HEARTBEATS_SENT, NAKS_SENT, Received, free_udp_port, message, publish, system
 
 import logbuf
-from logbuf.feed.pcap import LINKTYPE_ETHERNET, PCAP_MAGIC, PCAP_VERSION, SNAPLEN, udp_frame
 from logbuf.protocol import ControlPacket, DataPacket, Nak, PacketKind, SetupFrame, StatusMessage, classify
+from support import LineReader, WaitTimeout, require_tool, stop_process, wait_until
+from support.pcap import LINKTYPE_ETHERNET, PCAP_MAGIC, PCAP_VERSION, SNAPLEN, udp_frame
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = 1001
 KINDS = ("data", "pad", "heartbeat", "setup", "sm", "nak")
 FIELDS = ["udp.payload", "aeron.data.flags.s", *(f"aeron.{kind}.type" for kind in KINDS)]
-
-
-@pytest.fixture(scope="module")
-def tshark() -> str:
-    try:
-        result = subprocess.run([str(ROOT / "scripts" / "ensure-tshark.sh")], capture_output=True, text=True,
-                                timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"scripts/ensure-tshark.sh could not run: {exc}")
-    path = shutil.which("tshark")
-    if result.returncode != 0 or path is None:
-        pytest.skip(f"tshark is not installable here: {result.stderr.strip() or result.stdout.strip()}")
-    return path
 
 
 class Relay:
@@ -109,32 +96,22 @@ class Capture:
     """``dumpcap`` on ``lo`` for one UDP port; skips the test when capturing is not permitted."""
 
     def __init__(self, port: int, path: Path) -> None:
-        dumpcap = shutil.which("dumpcap")
-        if dumpcap is None:
-            pytest.skip("dumpcap is not installed (it comes with tshark)")
+        dumpcap = require_tool("dumpcap")
         self.proc = subprocess.Popen([dumpcap, "-i", "lo", "-f", f"udp port {port}", "-w", str(path), "-q"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert self.proc.stderr is not None
-        line = ""
-        deadline = time.monotonic() + 15
-        while "Capturing on" not in line:
-            line = self.proc.stderr.readline()
-            if not line and self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.skip(f"capturing on lo is not permitted here: {line.strip() or 'dumpcap exited'}")
+        try:
+            LineReader(self.proc.stderr, "dumpcap").read_until("Capturing on", timeout=15)
+        except WaitTimeout as exc:
+            self.stop()
+            pytest.skip(f"capturing on lo is not permitted here: {exc}")
+        # dumpcap says "Capturing on" before it opens the capture (no later sign of it comes with -q)
         time.sleep(0.1)
 
     def stop(self) -> None:
-        time.sleep(0.5)  # the last packets reach dumpcap's ring buffer a little after they were sent
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # dumpcap flushes and closes the file
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+        time.sleep(0.5)  # let dumpcap take the last packets from the kernel's ring before SIGINT ends its loop
+        # SIGINT: dumpcap flushes and closes the file
+        stop_process(self.proc, signal.SIGINT)
 
 
 def run_traffic(directory: Path, pub_endpoint: int, sub_endpoint: int) -> None:
@@ -145,16 +122,17 @@ def run_traffic(directory: Path, pub_endpoint: int, sub_endpoint: int) -> None:
         gone: list[logbuf.Image] = []
         sub = client.add_subscription(sub_channel, STREAM, on_unavailable_image=gone.append)
         pub = client.add_publication(pub_channel, STREAM)
-        wait_for(lambda: pub.is_connected and sub.images, what="connection")
+        wait_until(lambda: pub.is_connected and sub.images, what="connection")
         received = Received()
         sent = [message(i, 1000) for i in range(150)]  # 1056-byte frames: terms end in padding
         publish(pub, sent, between=lambda: received.poll(sub))
-        wait_for(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub), what="delivery")
+        wait_until(lambda: len(received.sequences) == len(sent), poll=lambda: received.poll(sub), what="delivery")
         assert received.sequences == list(range(len(sent)))
-        wait_for(lambda: system(client, NAKS_SENT) > 0, what="a NAK")
-        time.sleep(0.35)  # idle: heartbeats
+        wait_until(lambda: system(client, NAKS_SENT) > 0, what="a NAK")
+        idle_from = system(client, HEARTBEATS_SENT)
+        wait_until(lambda: system(client, HEARTBEATS_SENT) >= idle_from + 2, what="heartbeats while idle")
         pub.close()  # end of stream: the EOS heartbeat, the image goes
-        wait_for(lambda: gone, poll=lambda: received.poll(sub), what="end of stream")
+        wait_until(lambda: gone, poll=lambda: received.poll(sub), what="end of stream")
 
 
 def our_kinds(payload: bytes) -> dict[str, int]:

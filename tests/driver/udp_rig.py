@@ -1,9 +1,9 @@
-"""Helpers of the UDP driver tests: free ports, sequenced messages, counters, a receiving subscriber."""
+"""Helpers of the UDP driver tests: free ports, sequenced messages, counters, a receiving subscriber (waiting:
+``support.wait_until``)."""
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import logbuf
 from logbuf.cnc import counters as c
 from logbuf.cnc.counters import CounterInfo
+from logbuf.samples.ports import free_udp_ports
 
 SEQ = struct.Struct("<Q")
 
@@ -34,9 +35,7 @@ RETRANSMITTED_BYTES = S.RETRANSMITTED_BYTES
 
 def free_udp_port() -> int:
     """A port nothing on 127.0.0.1 is bound to right now (the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_udp_ports(1)[0]
 
 
 def message(seq: int, size: int) -> bytes:
@@ -61,17 +60,6 @@ class Received:
 
     def poll(self, subscription: logbuf.Subscription, limit: int = 256) -> int:
         return subscription.poll(self.assembler, limit)
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition",
-             poll: Callable[[], object] | None = None) -> None:
-    """Waits (sleeping 1 ms, or running ``poll`` meanwhile) until ``predicate()`` is true."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        if poll is None or not poll():
-            time.sleep(0.001)
 
 
 def publish(pub: logbuf.Publication, messages: list[bytes], *, timeout: float = 20.0,

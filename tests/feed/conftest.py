@@ -1,10 +1,8 @@
-"""Shared fixtures of the feed tests: small synthetic day files, tshark, the itch validators."""
+"""Shared fixtures of the feed tests: small synthetic day files (tshark comes from the root conftest)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,17 +28,4 @@ def small_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("synth") / "tiny.itch"
     write_day(SynthConfig(messages=3_000, seed=5), str(path), progress=False)
-    return path
-
-
-@pytest.fixture(scope="session")
-def tshark() -> str:
-    script = ROOT / "scripts" / "ensure-tshark.sh"
-    try:
-        result = subprocess.run([str(script)], capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"scripts/ensure-tshark.sh could not run: {exc}")
-    path = shutil.which("tshark")
-    if result.returncode != 0 or path is None:
-        pytest.skip(f"tshark is not installable here: {result.stderr.strip() or result.stdout.strip()}")
     return path

@@ -12,7 +12,6 @@ import pytest
 from logbuf.feed import arbiter as native
 from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import ArbiterConfig
-from logbuf.feed.arbsim import Arrival, RetransmitStub, catch_up_scenario, packetise, simulate
 from logbuf.feed.coverage import Coverage
 from logbuf.feed.events import (
     Deliver,
@@ -30,6 +29,7 @@ from logbuf.feed.events import (
 )
 from logbuf.feed.recovery import Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
+from support.arbsim import Arrival, RetransmitStub, catch_up_scenario, packetise, simulate
 
 S1 = m.encode_session("S1")
 S2 = m.encode_session("S2")

@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig
-from logbuf.feed.arbsim import Arrival, RetransmitStub, SimResult, simulate
 from logbuf.feed.events import (
     Deliver,
     EndOfSession,
@@ -31,6 +30,7 @@ from logbuf.feed.events import (
 )
 from logbuf.feed.recovery import Recovery
 from logbuf.feed.spec import SpecArbiter
+from support.arbsim import Arrival, RetransmitStub, SimResult, simulate
 
 S1 = m.encode_session("PROP")
 MESSAGE_INTERVAL_NS = 10_000

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
-from logbuf.feed.arbsim import Arrival, catch_up_scenario, simulate
 from logbuf.feed.coverage import parse_blocks
 from logbuf.feed.events import Deliver, DeliverBatch, Event, Feed, FeedMode
 from logbuf.feed.feed_native import (
@@ -30,6 +29,7 @@ from logbuf.feed.feed_native import (
 )
 from logbuf.feed.recovery import Recovery
 from logbuf.feed.spec import SpecArbiter
+from support.arbsim import Arrival, catch_up_scenario, simulate
 
 S1 = m.encode_session("NAT1")
 S2 = m.encode_session("NAT2")

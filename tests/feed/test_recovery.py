@@ -9,7 +9,6 @@ import pytest
 
 from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig
-from logbuf.feed.arbsim import Arrival, RetransmitStub, packetise, simulate
 from logbuf.feed.events import (
     Deliver,
     Feed,
@@ -20,6 +19,7 @@ from logbuf.feed.events import (
     RecoveryRequest,
 )
 from logbuf.feed.recovery import Recovery, RecoveryConfig
+from support.arbsim import Arrival, RetransmitStub, packetise, simulate
 
 MS = 1_000_000
 S1 = m.encode_session("S1")

@@ -1,12 +1,10 @@
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,8 @@ from logbuf.feed.retransmit import (
     RetransmitError,
     make_server,
 )
+from logbuf.samples.ports import free_udp_ports
+from support import child_env, stop_process, wait_until
 
 SESSION = "SYNTH0001"
 HEADER = struct.Struct(">10sQH")  # the wire format, written out independently of moldudp64
@@ -206,25 +206,20 @@ def test_hostile_datagrams_are_dropped_and_counted_never_a_crash(small_day: Path
 
 
 def test_cli_retransmit_stops_on_sigterm(small_day: Path) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    port = free_udp_ports(1)[0]
     proc = subprocess.Popen(
         [sys.executable, "-m", "logbuf.cli", "retransmit", str(small_day), "--listen", f"127.0.0.1:{port}"],
-        stderr=subprocess.PIPE, text=True, env=env,
+        stderr=subprocess.PIPE, text=True, env=child_env(),
     )
     try:
-        answer = None
-        deadline = time.monotonic() + 15
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
-            while answer is None and time.monotonic() < deadline and proc.poll() is None:
-                answer = _ask(client, ("127.0.0.1", port), m.encode_request(SESSION, 5, 3), timeout=0.2)
-        assert answer is not None and m.decode(answer).sequence == 5
+            def answer() -> bytes | None:
+                assert proc.poll() is None, "the server ended"
+                return _ask(client, ("127.0.0.1", port), m.encode_request(SESSION, 5, 3), timeout=0.2)
+
+            assert m.decode(wait_until(answer, 15, what="an answer")).sequence == 5
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-        assert "answers=" in proc.stderr.read()
+        assert proc.stderr is not None and "answers=" in proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        stop_process(proc, signal.SIGKILL)

@@ -7,6 +7,7 @@ each and must get (nearly) every answer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -19,21 +20,24 @@ from pathlib import Path
 
 import pytest
 
+from logbuf.samples.ports import free_udp_ports
+from support import LineReader, child_env, stop_process, wait_until
+
 SESSION = b"SYNTH0001 "
 REQUEST = struct.Struct(">10sQH")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 FLOODER = r"""
-import socket, struct, sys, time
-port, seconds = int(sys.argv[1]), float(sys.argv[2])
+import signal, socket, struct, sys, time
+port = int(sys.argv[1])
+stop = []
+signal.signal(signal.SIGUSR1, lambda *_: stop.append(1))  # the test is done with the flood
 request = struct.pack(">10sQH", b"SYNTH0001 ", 100, 40)
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sock.setblocking(False)
 sent = answers = 0
-print("ready", flush=True)
-end = time.monotonic() + seconds
-while time.monotonic() < end:
+announced = False
+start = time.monotonic()
+while not stop:
     for _ in range(64):
         try:
             sock.sendto(request, ("127.0.0.1", port))
@@ -46,45 +50,35 @@ while time.monotonic() < end:
             answers += 1
         except (BlockingIOError, ConnectionRefusedError):
             break
-time.sleep(0.3)
+    if not announced and answers >= 100:  # the server's burst is used up: from here its rate limit holds
+        print("flooding", flush=True)
+        announced = True
+seconds = time.monotonic() - start
+time.sleep(0.3)  # answers still on their way
 while True:
     try:
         sock.recv(2048)
         answers += 1
     except (BlockingIOError, ConnectionRefusedError):
         break
-print(sent, answers, flush=True)
+print(sent, answers, seconds, flush=True)
 """
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def _wait_until_serving(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.settimeout(0.2)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
+
+        def answered() -> bool:
+            assert proc.poll() is None, "the retransmission server ended"
             probe.sendto(REQUEST.pack(SESSION, 1, 1), ("127.0.0.1", port))
             try:
                 probe.recv(2048)
-                return
             except TimeoutError:
-                continue
-    pytest.fail("the retransmission server did not answer")
+                return False
+            return True
+
+        wait_until(answered, timeout, what="the retransmission server to answer")
 
 
 def _paced_clients(port: int, clients: int, per_second: float, seconds: float) -> list[tuple[int, int]]:
@@ -105,7 +99,9 @@ def _paced_clients(port: int, clients: int, per_second: float, seconds: float) -
                     asked[i] += 1
                     sock.sendto(REQUEST.pack(SESSION, 1_000 + asked[i], 5), ("127.0.0.1", port))
                 next_send += interval
-            if now >= start + seconds + 1.0:  # a second for the last answers
+            if now >= start + seconds and all(len(answered[i]) == asked[i] for i in range(clients)):
+                break  # every request answered
+            if now >= start + seconds + 1.0:  # at most a second for the last answers
                 break
             ready, _, _ = select.select(socks, [], [], max(0.0, min(next_send - now, 0.05)))
             for sock in ready:
@@ -125,27 +121,33 @@ def _paced_clients(port: int, clients: int, per_second: float, seconds: float) -
 
 @pytest.mark.timeout(60)
 def test_a_flooding_client_does_not_starve_paced_clients(small_day: Path) -> None:
-    port = _free_port()
+    port = free_udp_ports(1)[0]
     rate = 1000
     server = subprocess.Popen(
         [sys.executable, "-m", "logbuf.cli", "retransmit", str(small_day), "--listen", f"127.0.0.1:{port}",
-         "--rate", str(rate), "--burst", "100"], stderr=subprocess.PIPE, text=True, env=ENV)
+         "--rate", str(rate), "--burst", "100"], stderr=subprocess.PIPE, text=True, env=child_env())
     flooder = None
     try:
         _wait_until_serving(port, server)
-        flood_seconds = 4.0
-        flooder = subprocess.Popen([sys.executable, "-c", FLOODER, str(port), str(flood_seconds)],
-                                   stdout=subprocess.PIPE, text=True, env=ENV)
-        assert flooder.stdout.readline().strip() == "ready"
-        time.sleep(0.3)  # the flood is on before the paced clients start
+        flooder = subprocess.Popen([sys.executable, "-c", FLOODER, str(port)], stdout=subprocess.PIPE, text=True,
+                                   env=child_env())
+        assert flooder.stdout is not None
+        flooder_says = LineReader(flooder.stdout, "the flooder")
+        assert flooder_says.read_line(20) == "flooding"  # the flood is on before the paced clients start
         results = _paced_clients(port, clients=2, per_second=200, seconds=2.5)
-        sent, flood_answers = map(int, flooder.stdout.readline().split())
+        os.kill(flooder.pid, signal.SIGUSR1)
+        sent, flood_answers, flood_seconds = (float(x) for x in (flooder_says.read_line(20) or "").split())
         assert flooder.wait(timeout=10) == 0
     finally:
         if flooder is not None:
-            _stop(flooder)
-        _stop(server)
-    stats = dict(item.split("=") for item in server.stderr.read().strip().splitlines()[-1].split(": ", 1)[1].split(", "))
+            stop_process(flooder)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server.pid, signal.SIGTERM)  # it prints its statistics as it stops
+        try:
+            server_err = server.communicate(timeout=10)[1]
+        finally:
+            stop_process(server)
+    stats = dict(item.split("=") for item in server_err.strip().splitlines()[-1].split(": ", 1)[1].split(", "))
     for asked, answered in results:
         assert asked >= 400
         assert answered >= 0.99 * asked, (results, sent, flood_answers, stats)

@@ -16,22 +16,12 @@ from pathlib import Path
 import pytest
 
 from logbuf.feed.dayfile import DayFileReader
+from logbuf.samples.ports import free_udp_ports
+from support import WaitTimeout, child_env, lines_of, stop_process, wait_until
 
 REQUEST = struct.Struct(">10sQH")
 SESSION = b"SYNTH0001 "
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+ENV = child_env()
 
 
 def _alive(pid: int) -> bool:
@@ -44,12 +34,11 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
+    try:
+        wait_until(lambda: not _alive(pid), timeout, what=f"process {pid} to end")
+    except WaitTimeout:
+        return False
+    return True
 
 
 def _shm_names() -> set[str]:
@@ -60,17 +49,16 @@ def _shm_names() -> set[str]:
 
 def _start_replay(day: Path, extra: list[str]) -> tuple[subprocess.Popen, int, int]:
     """A replay with a retransmission server; (process, retransmission port, child pid)."""
-    a, r = _free_ports(2)
+    a, r = free_udp_ports(2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "logbuf.cli", "replay", str(day), "--feed-a", f"127.0.0.1:{a}", "--feed-b", "off",
          "--retransmit", f"127.0.0.1:{r}", "--eos-count", "1", "--eos-interval", "0", *extra],
         stderr=subprocess.PIPE, text=True, env=ENV)
-    line = proc.stderr.readline()
+    line = lines_of(proc.stderr, "replay's stderr").read_line(30) or ""
     match = re.search(r"retransmission on 127\.0\.0\.1:(\d+) \(pid (\d+)\)", line)
     if match is None:
-        proc.kill()
-        proc.wait(5)
-        pytest.fail(f"no retransmission line from replay: {line!r} {proc.stderr.read()}")
+        stop_process(proc, signal.SIGKILL)
+        pytest.fail(f"no retransmission line from replay: {line!r}")
     return proc, int(match.group(1)), int(match.group(2))
 
 
@@ -121,10 +109,8 @@ def test_child_serves_every_sent_message_and_leaves_nothing(tiny_day: Path, sig:
         assert status == (-signal.SIGKILL if sig == signal.SIGKILL else 0)
         assert _wait_gone(child), f"retransmission child {child} outlived the replay ({sig.name})"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        if _alive(child):
+        stop_process(proc, signal.SIGKILL)
+        if _alive(child):  # (its PID, read from the replay's own report)
             os.kill(child, signal.SIGKILL)
     assert _shm_names() == shm_before
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as again:  # the port is free again
@@ -133,7 +119,7 @@ def test_child_serves_every_sent_message_and_leaves_nothing(tiny_day: Path, sig:
 
 def test_a_failing_replay_stops_its_child(tiny_day: Path) -> None:
     """Sending fails after the child started (broadcast without SO_BROADCAST): one-line error, child gone."""
-    r, = _free_ports(1)
+    r, = free_udp_ports(1)
     proc = subprocess.run(
         [sys.executable, "-m", "logbuf.cli", "replay", str(tiny_day), "--feed-a", "255.255.255.255:9",
          "--feed-b", "off", "--speed", "max", "--retransmit", f"127.0.0.1:{r}"],
@@ -150,7 +136,7 @@ def test_a_busy_retransmission_port_fails_before_anything_starts(tiny_day: Path)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as busy:
         busy.bind(("127.0.0.1", 0))
         port = busy.getsockname()[1]
-        a, = _free_ports(1)
+        a, = free_udp_ports(1)
         proc = subprocess.run(
             [sys.executable, "-m", "logbuf.cli", "replay", str(tiny_day), "--feed-a", f"127.0.0.1:{a}",
              "--feed-b", "off", "--speed", "max", "--retransmit", f"127.0.0.1:{port}"],

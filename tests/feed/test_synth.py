@@ -10,6 +10,7 @@ import pytest
 from logbuf.feed import itch
 from logbuf.feed.dayfile import DayFileReader, read_messages
 from logbuf.feed.synth import CLOSE_NS, OPEN_NS, SynthConfig, write_day
+from support import child_env, stop_process, wait_until
 
 
 def _digest(path: Path) -> str:
@@ -154,19 +155,11 @@ def test_itch_book_notices_a_broken_stream(tmp_path: Path) -> None:
 
 # ---- the command line: atomic output, validation, interruption --------------------------------------------
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-
 
 def _logbuf(*argv: str) -> list[str]:
     import sys
 
     return [sys.executable, "-m", "logbuf.cli", *argv]
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def test_synth_accepts_count_suffixes_and_writes_atomically(tmp_path: Path) -> None:
@@ -182,26 +175,22 @@ def test_synth_accepts_count_suffixes_and_writes_atomically(tmp_path: Path) -> N
 def test_interrupted_synth_leaves_no_partial_day(tmp_path: Path, sig: str) -> None:
     import signal
     import subprocess
-    import time
 
     out = tmp_path / "day.itch"
     out.write_bytes(b"the previous day")
     proc = subprocess.Popen(_logbuf("synth", str(out), "-n", "50M", "-q"), stderr=subprocess.PIPE, text=True,
-                            env=_env())
+                            env=child_env())
     try:
-        deadline = time.monotonic() + 60
-        partial = []
-        while not partial and time.monotonic() < deadline and proc.poll() is None:
-            partial = [p for p in tmp_path.iterdir() if p.name.endswith(".partial") and p.stat().st_size > 0]
-            time.sleep(0.02)
-        assert partial, "synth never started writing"
+        def writing() -> bool:
+            assert proc.poll() is None, f"synth ended ({proc.returncode}) before it was interrupted"
+            return any(p.name.endswith(".partial") and p.stat().st_size > 0 for p in tmp_path.iterdir())
+
+        wait_until(writing, timeout=60, what="synth to start writing")
         proc.send_signal(getattr(signal, sig))
         assert proc.wait(timeout=30) == 130
+        err = proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-    err = proc.stderr.read()
+        stop_process(proc)
     assert "interrupted" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["day.itch"]
     assert out.read_bytes() == b"the previous day"
@@ -309,16 +298,24 @@ def test_scan_matches_the_plain_definition(tiny_day: Path, seed: int) -> None:
             assert got.tolist() == expected and got_after == after
 
 
-def test_blocks_from_the_kept_index_equal_scanned_blocks(small_day: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("day", "messages", "sizes"), [
+    # one frame a block over the tiny day: each scanned block costs a scan window, 30 000 of them take ~30 s
+    ("tiny_day", 3_000, (1,)),
+    ("small_day", 30_000, (97, 4_096, 65_536)),  # 97: a short last block (30 000 = 309 * 97 + 27)
+])
+def test_blocks_from_the_kept_index_equal_scanned_blocks(day: str, messages: int, sizes: tuple[int, ...],
+                                                         request: pytest.FixtureRequest, tmp_path: Path) -> None:
     from logbuf.feed.dayfile import DayFileError
 
-    with DayFileReader(small_day) as scanned, DayFileReader(small_day) as indexed:
-        assert indexed.verify() == 30_000
-        for size in (1, 4_096, 65_536):
+    path: Path = request.getfixturevalue(day)
+    with DayFileReader(path) as scanned, DayFileReader(path) as indexed:
+        assert indexed.verify() == messages
+        for size in sizes:
             a, b = list(scanned.blocks(size)), list(indexed.blocks(size))
             assert [(x.frames.tolist(), x.end, x.first_index) for x in a] == \
                    [(y.frames.tolist(), y.end, y.first_index) for y in b]
+            assert len(a) == -(-messages // size)
     cut = tmp_path / "cut.itch"
-    cut.write_bytes(small_day.read_bytes()[:-1])
+    cut.write_bytes(path.read_bytes()[:-1])
     with DayFileReader(cut) as reader, pytest.raises(DayFileError, match="truncated day file"):
         reader.verify()

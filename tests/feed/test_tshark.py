@@ -7,8 +7,8 @@ from pathlib import Path
 
 from logbuf.feed import moldudp64 as m
 from logbuf.feed.dayfile import DayFileReader
-from logbuf.feed.pcap import write_pcap
 from logbuf.feed.replay import EventKind, FeedConfig, ReplayConfig, ReplayCore
+from support.pcap import write_pcap
 
 PORT = 26400
 FIELDS = ("moldudp64.session", "moldudp64.sequence", "moldudp64.count", "moldudp64.msgseq", "moldudp64.msglen")

@@ -7,7 +7,6 @@ Values that differ by nature (pids, times, session ids, positions, ports, ids ha
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -22,6 +21,7 @@ from logbuf.cnc.messages import ControlResponse
 from logbuf.directory import CNC_FILE
 from logbuf.driver.log_metadata import os_default_socket_buffers
 from logbuf.samples.ports import free_udp_ports
+from support import wait_until
 
 STREAM_TYPES = {t: name for t, name in c.STREAM_COUNTER_NAMES.items()}
 CHANNEL_STATUS_NAMES = {c.SEND_CHANNEL_STATUS_TYPE_ID: c.SEND_CHANNEL_STATUS_NAME,
@@ -137,14 +137,6 @@ def test_aeron_s_cnc_obeys_the_rules(aeron_counters: list[Counter]) -> None:
     check_rules(aeron_counters)
 
 
-def wait(predicate, what: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 def test_our_driver_s_cnc_follows_aeron_s(tmp_path: Path, aeron_counters: list[Counter]) -> None:
     udp = f"aeron:udp?endpoint=127.0.0.1:{free_udp_ports(1)[0]}"
     # the vectors' driver settings: 64 KiB terms for IPC and UDP
@@ -156,8 +148,8 @@ def test_our_driver_s_cnc_follows_aeron_s(tmp_path: Path, aeron_counters: list[C
         ipc_sub = ipc_subscriber.add_subscription("aeron:ipc", 2001)
         ipc_pub = ipc_publisher.add_publication("aeron:ipc", 2001)
         udp_pub = udp_publisher.add_publication(udp, 2004)
-        wait(lambda: ipc_pub.is_connected and udp_pub.is_connected and udp_sub.images and ipc_sub.images,
-             "every publication connected and every subscription with its image")
+        wait_until(lambda: ipc_pub.is_connected and udp_pub.is_connected and udp_sub.images and ipc_sub.images,
+                   what="every publication connected and every subscription with its image")
         path = Path(driver.directory) / CNC_FILE
         ours = allocated(path)
         records = list(broadcast_records(path))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from logbuf.pipeline.options import AnalyzeConfig, add_arguments, config_from_args
+from support import LineReader, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,18 +99,14 @@ def test_ctrl_c_during_analyze_prints_one_line_and_exits_130(scenario, tmp_path)
     process = subprocess.Popen([sys.executable, "-m", "logbuf.cli", "analyze", str(root), str(tmp_path / "out")],
                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
-        before = []
-        for line in process.stderr:  # progress lines: one per finished stage
-            before.append(line)
-            if line.startswith("analyze: read ("):
-                break
-        assert before and before[-1].startswith("analyze: read ("), "".join(before)
+        stderr = LineReader(process.stderr, "logbuf analyze")
+        before = stderr.read_until("analyze: read (", timeout=120)  # progress lines: one per finished stage
+        assert before[-1].startswith("analyze: read ("), "\n".join(before)
         os.killpg(process.pid, signal.SIGINT)  # during the sequence stage's Spark job
-        _, after = process.communicate(timeout=120)
+        after = "\n".join(stderr.read_to_end(timeout=120))
+        process.wait(30)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
+        stop_process(process, signal.SIGKILL, timeout=30, group=True)
     assert process.returncode == 130, after
     assert "Traceback" not in after and "Exception" not in after and " ERROR " not in after, after
     assert [line for line in after.splitlines() if "interrupted" in line] == [

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from logbuf import ExclusivePublication, LogBuffers, Position
 from logbuf.driver.udp import PublicationSender
-from logbuf.feed.pcap import udp_frame
 from logbuf.protocol import (
     SEND_SETUP_FLAG,
     ControlPacket,
@@ -29,6 +28,7 @@ from logbuf.protocol import (
     StatusMessage,
     classify,
 )
+from support.pcap import udp_frame
 
 PORT = 40123
 SENDER = ("127.0.0.1", 40001)

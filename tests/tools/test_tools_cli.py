@@ -16,6 +16,7 @@ from fake_driver import FakeDriver, now_ms
 
 from logbuf.cli import main
 from logbuf.cnc import counters as c
+from support import lines_of, stop_process
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -272,7 +273,7 @@ def test_stat_watch_subprocess_ctrl_c_exits_0(driver: FakeDriver):
         env=_env(),
     )
     try:
-        first = proc.stdout.readline()  # the first frame's header: the loop is running
+        first = lines_of(proc.stdout, "logbuf stat --watch").read_line(30) or ""  # the first frame's header
         assert "logbuf stat (CnC v0.2.0)" in first
         driver.set(driver.system[0], 10_000)  # changes between frames: a rate appears
         proc.send_signal(signal.SIGINT)
@@ -280,6 +281,4 @@ def test_stat_watch_subprocess_ctrl_c_exits_0(driver: FakeDriver):
         assert proc.returncode == 0, err
         assert "Traceback" not in err
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc, signal.SIGKILL)

@@ -1,6 +1,6 @@
 """A discrete-event simulation around the arbiter: A/B packet arrivals, a retransmission server, a clock.
 
-For tests, benchmarks and what-if tuning of the gap-detection and recovery settings without sockets: build
+For the tests and what-if tuning of the gap-detection and recovery settings without sockets: build
 packets with :func:`packetise`, give them arrival times and feeds (:class:`Arrival`), and :func:`simulate` feeds
 them to an :class:`~logbuf.feed.arbiter.Arbiter` (or its specification) in time order,
 ticks it at its deadlines, and answers its ``RecoveryRequest`` s from a :class:`RetransmitStub` after a
