@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import collections
 import json
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ import pytest
 from recorder_rig import Day, FeedPublisher, FeedScript, expected_columns, make_script, synth_day
 
 import logbuf
+import support
 from logbuf.cnc.counters import RECORDER_COUNTER_TYPE_ID
 from logbuf.feed import published as out
 from logbuf.recorder import Recorder, RecorderConfig, RecorderDataLoss, RecorderError
@@ -29,12 +32,12 @@ pytestmark = pytest.mark.timeout(90)
 TERM = 256 * 1024  # small terms: commits every ~1000 messages, so every test crosses many files
 
 
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+def wait_until(predicate: Callable[[], object], what: str) -> object:
+    return support.wait_until(predicate, 20.0, what=what)
+
+
+def recorder_counters(client: logbuf.Client) -> dict[str, int]:
+    return {i.label: i.value for i in client.counters if i.type_id == RECORDER_COUNTER_TYPE_ID}
 
 
 @pytest.fixture(scope="module")
@@ -109,11 +112,10 @@ def test_streams_round_trip_into_parquet_across_two_sessions_and_many_files(tmp_
             wait_until(lambda: recorder.stats().messages == len(script.messages) and recorder.stats().pending_join == 0,
                        what="every message recorded")
 
-            def counters() -> dict[str, int]:
-                return {i.label: i.value for i in client.counters if i.type_id == RECORDER_COUNTER_TYPE_ID}
-
-            wait_until(lambda: counters().get("recorder: messages rows") == len(script.messages), what="counters")
-            assert {"recorder: files completed", "recorder: held bytes", "recorder: lag bytes"} <= set(counters())
+            wait_until(lambda: recorder_counters(client).get("recorder: messages rows") == len(script.messages),
+                       what="counters")
+            assert {"recorder: files completed", "recorder: held bytes", "recorder: lag bytes"} <= set(
+                recorder_counters(client))
             recorder.stop()
             run.join()
             assert run.error is None
@@ -220,9 +222,7 @@ def test_a_recorder_killed_mid_file_and_restarted_records_every_message_exactly_
         if publisher is not None:
             publisher.stopped.set()
         for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+            support.stop_process(process, signal.SIGKILL)
 
 
 def test_a_crash_after_a_commit_that_left_a_capture_frame_partly_joined_resumes_exactly(tmp_path: Path,
@@ -359,13 +359,16 @@ def test_the_command_line_stops_cleanly_on_sigterm(tmp_path: Path, day: Day) -> 
             publisher = FeedPublisher(client)
             publisher.wait_connected()
             publisher.play(day, script.steps)
-            time.sleep(1.5)  # a progress line or two
+            # the recorder has read every message (nothing lags) but committed none (the interval is a minute away)
+            def all_read_none_committed() -> bool:
+                counters = recorder_counters(client)
+                return counters.get("recorder: held bytes", 0) > 0 and counters.get("recorder: lag bytes") == 0
+
+            wait_until(all_read_none_committed, what="the recorder to read every message")
             process.terminate()
             _, stderr = process.communicate(timeout=30)
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+            support.stop_process(process, signal.SIGKILL)
     assert process.returncode == 0, stderr
     assert "stopped cleanly" in stderr and "messages" in stderr
     recorded = read_dataset(tmp_path / "rec", schema.MESSAGES, columns=["sequence"]).column("sequence").to_numpy()
