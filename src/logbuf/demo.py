@@ -28,7 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from logbuf.cli_args import DefaultsHelpFormatter, count
-from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID, PUBLISHER_LIMIT_TYPE_ID
+from logbuf.cnc.counters import (
+    FEED_HANDLER_COUNTER_TYPE_ID,
+    PUBLISHER_LIMIT_TYPE_ID,
+    SUBSCRIBER_POSITION_TYPE_ID,
+)
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
 
@@ -38,6 +42,7 @@ if TYPE_CHECKING:  # the demo imports the client only when it runs
 DROP_BOTH = (20_000, 20_049)  # a range lost on A and on B: only the retransmission server has it
 STATUS_INTERVAL_S = 0.5
 MIN_MESSAGES = 60_000
+DEMO_SUBSCRIPTIONS = 5  # the book: messages + events; the recorder: messages + events + capture
 DEFAULT_SPEED = 1000.0
 
 
@@ -78,6 +83,19 @@ class _Step:
     def __call__(self, text: str) -> None:
         self.n += 1
         print(f"[{self.n}/{self.total} +{time.monotonic() - self.started:5.1f}s] {text}", file=sys.stderr, flush=True)
+
+
+def _wait_for_counters(client: Client, type_id: int, at_least: int, procs: list[subprocess.Popen], failure: str,
+                       timeout_s: float = 60.0) -> None:
+    """Until ``at_least`` counters of ``type_id`` are in cnc.dat; ``failure`` if one of ``procs`` exits first or
+    the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while sum(1 for i in client.counters if i.type_id == type_id) < at_least:
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            raise RuntimeError(failure)
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
 
 
 def _feed_counters(client: Client) -> dict[str, int]:
@@ -171,18 +189,16 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
              "--summary-json", str(workdir / "feed-summary.json"), "-q"], env=env)
         procs.append(feed)
         with logbuf.connect(driver.directory) as client:  # wait for the handler's publications
-            deadline = time.monotonic() + 60
-            while not any(i.type_id == PUBLISHER_LIMIT_TYPE_ID for i in client.counters):
-                if time.monotonic() > deadline or feed.poll() is not None:
-                    raise RuntimeError("the feed handler did not start")
-                time.sleep(0.05)
+            _wait_for_counters(client, PUBLISHER_LIMIT_TYPE_ID, 1, [feed], "the feed handler did not start")
         book = subprocess.Popen([*logbuf_cmd, "book", "--interval", "2", "-q"], env=env,
                                 stdout=subprocess.PIPE, text=True)
         procs.append(book)
         recorder = subprocess.Popen([*logbuf_cmd, "record", str(recording), "--until-end-of-session", "--quiet"],
                                     env=env)
         procs.append(recorder)
-        time.sleep(2.0)  # subscriptions joined before the first packet
+        with logbuf.connect(driver.directory) as client:  # every subscription joined before the first packet
+            _wait_for_counters(client, SUBSCRIBER_POSITION_TYPE_ID, DEMO_SUBSCRIPTIONS, [book, recorder],
+                               "the book and the recorder did not subscribe")
 
         step(f"replaying the day as feeds A and B at {args.speed:g}x, with faults on A (freeze + catch-up, loss) and "
              f"B (loss, 5 ms delay), and {DROP_BOTH[0]}-{DROP_BOTH[1]} lost on both")
