@@ -35,7 +35,7 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     except Exception as exc:  # noqa: BLE001 - whatever the reason, say it
         pytest.skip(f"no Java 17+: {exc}")
     proc = subprocess.run(
-        [sys.executable, "-m", "logbuf.cli", "demo", "--messages", "60000", "--workdir", str(tmp_path)],
+        [sys.executable, "-m", "logbuf.cli", "demo", "--messages", "60000", "--speed", "4000", "--workdir", str(tmp_path)],
         capture_output=True, text=True, timeout=560,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
