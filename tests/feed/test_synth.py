@@ -299,9 +299,9 @@ def test_scan_matches_the_plain_definition(tiny_day: Path, seed: int) -> None:
 
 
 @pytest.mark.parametrize(("day", "messages", "sizes"), [
-    # one frame a block over the tiny day: each scanned block costs a scan window, 30 000 of them take ~30 s
     ("tiny_day", 3_000, (1,)),
-    ("small_day", 30_000, (97, 4_096, 65_536)),  # 97: a short last block (30 000 = 309 * 97 + 27)
+    # 1: a scan window sized to one frame, 30 000 times; 97: a short last block (30 000 = 309 * 97 + 27)
+    ("small_day", 30_000, (1, 97, 4_096, 65_536)),
 ])
 def test_blocks_from_the_kept_index_equal_scanned_blocks(day: str, messages: int, sizes: tuple[int, ...],
                                                          request: pytest.FixtureRequest, tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ def _scan_frames_python(buf: bytes | mmap.mmap | memoryview | np.ndarray, start:
 # ITCH 5.0 message length by type byte (-1: not an ITCH type); every ITCH message is shorter than 256 bytes.
 _ITCH_LENGTH = np.where(itch.LENGTH_BY_TYPE_BYTE > 0, itch.LENGTH_BY_TYPE_BYTE, -1).astype(np.int64)
 _WINDOW_BYTES = 1 << 18
+_MAX_FRAME_BYTES = LENGTH_PREFIX_SIZE + 255  # an ITCH frame: the prefix and a message shorter than 256 bytes
 
 
 def _itch_chain(data: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, int] | None:
@@ -104,7 +105,9 @@ def scan_frames(buf: bytes | mmap.mmap | memoryview | np.ndarray, start: int, li
     found = 0
     offset = start
     while found < limit and offset + LENGTH_PREFIX_SIZE <= end:
-        run = _itch_chain(data, offset, min(end, offset + _WINDOW_BYTES))
+        # a window no longer than the frames still wanted could take (a small limit scans a small window)
+        window = min(_WINDOW_BYTES, (limit - found) * _MAX_FRAME_BYTES)
+        run = _itch_chain(data, offset, min(end, offset + window))
         if run is None:
             plain, after = _scan_frames_python(plain_view, offset, min(limit - found, 4_096), end)
             if not plain:
