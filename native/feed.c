@@ -19,10 +19,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "feed.h"
+#include "lb_layout.h"
 #include "logbuf.h"
 
 #define MOLD_SESSION_OFFSET 0
@@ -305,8 +308,6 @@ static int out_room(lbf_eng_t *e, int64_t n)
     c0 = cap;
     ok = ok && grow((void **)&e->out_length, &c0, need, sizeof(int32_t));
     c0 = cap;
-    ok = ok && grow((void **)&e->out_src, &c0, need, sizeof(int32_t));
-    c0 = cap;
     ok = ok && grow((void **)&e->out_feed, &c0, need, sizeof(uint8_t));
     c0 = cap;
     ok = ok && grow((void **)&e->out_arrival, &c0, need, sizeof(int64_t));
@@ -547,7 +548,7 @@ static void eng_walk(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t lengt
     uint64_t *ring_seq = e->ring_seq, *out_seq = e->out_seq;
     int64_t *ring_arrival = e->ring_arrival, *out_offset = e->out_offset, *out_arrival = e->out_arrival;
     uint8_t *ring_feed = e->ring_feed, *out_feed = e->out_feed, *bytes = e->out_bytes;
-    int32_t *out_length = e->out_length, *out_src = e->out_src;
+    int32_t *out_length = e->out_length;
     int64_t n = e->out_count, first_out = n, bytes_length = e->out_bytes_length;
     int64_t duplicates = 0, off = MOLD_HEADER_LENGTH;
     uint64_t seq = first;
@@ -564,7 +565,6 @@ static void eng_walk(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t lengt
         } else {
             out_seq[n] = seq;
             out_length[n] = len;
-            out_src[n] = slot;
             out_feed[n] = (uint8_t)feed;
             out_arrival[n] = arrival_ns;
             if (slot >= 0) {
@@ -1224,7 +1224,6 @@ void lbf_eng_destroy(lbf_eng_t *e)
     free(e->out_seq);
     free(e->out_offset);
     free(e->out_length);
-    free(e->out_src);
     free(e->out_feed);
     free(e->out_arrival);
     free(e->out_bytes);
@@ -1232,7 +1231,6 @@ void lbf_eng_destroy(lbf_eng_t *e)
     e->out_seq = NULL;
     e->out_offset = NULL;
     e->out_length = NULL;
-    e->out_src = NULL;
     e->out_feed = NULL;
     e->out_arrival = NULL;
     e->out_bytes = NULL;
@@ -1514,8 +1512,27 @@ static inline int pacing_kind(int32_t kind)
 
 /* sleep until a datagram arrives or the engine's next deadline (at most max_block_ns); then, when data came,
  * let batch_wait_ns more arrive, so one round serves many packets */
+static void sleep_ns(int64_t ns)
+{
+    struct timespec wait = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    nanosleep(&wait, NULL);
+}
+
 static void round_block(lbf_round_t *r)
 {
+    int64_t deadline = lbf_round_deadline(r);
+    if (r->received > 0 && r->batch_wait_ns > 0) {
+        /* traffic is flowing: one sleep per round (not a wait for the next datagram, then another) */
+        int64_t wait = r->batch_wait_ns;
+        if (deadline != INT64_MAX) {
+            int64_t left = deadline - lbf_monotonic_ns();
+            if (left < wait)
+                wait = left;
+        }
+        if (wait > 0)
+            sleep_ns(wait);
+        return;
+    }
     struct pollfd fds[LBF_FEEDS];
     int32_t feeds[LBF_FEEDS];
     nfds_t n = 0;
@@ -1528,7 +1545,6 @@ static void round_block(lbf_round_t *r)
         }
     }
     int64_t timeout = r->max_block_ns;
-    int64_t deadline = lbf_round_deadline(r);
     if (deadline != INT64_MAX) {
         int64_t left = deadline - lbf_monotonic_ns();
         if (left < timeout)
@@ -1541,10 +1557,8 @@ static void round_block(lbf_round_t *r)
     for (nfds_t k = 0; k < n; k++)
         if (feeds[k] == LBF_FEED_RETRANSMIT && fds[k].revents)
             r->answers_waiting = 1;
-    if (r->batch_wait_ns > 0) {
-        struct timespec wait = {(time_t)(r->batch_wait_ns / 1000000000LL), (long)(r->batch_wait_ns % 1000000000LL)};
-        nanosleep(&wait, NULL);
-    }
+    if (r->batch_wait_ns > 0)
+        sleep_ns(r->batch_wait_ns);
 }
 
 static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
@@ -1736,4 +1750,19 @@ int32_t lbf_round(lbf_round_t *r, int32_t may_block)
         im->phase = PH_PROCESS;
     }
     return round_status(r, im, round_continue(r, im));
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int32_t lbf_prefault_terms(void *publication)
+{
+    const lb_publication_t *pub = publication;
+    if (pub == NULL || pub->terms == NULL || pub->term_length <= 0)
+        return -EINVAL;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t begin = (uintptr_t)pub->terms, end = begin + (uintptr_t)pub->term_length * LB_PARTITION_COUNT;
+    begin &= ~(uintptr_t)(page - 1); /* the mapping starts page-aligned: this stays inside it */
+    return madvise((void *)begin, end - begin, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
 }

@@ -157,9 +157,8 @@ typedef struct lbf_eng {
     int64_t event_applied;      /* RECOVERY_* events below this index were applied to the pacing (Python) */
     int64_t output_generation;  /* counts lbf_eng_clear_output calls: the outputs' age */
     uint64_t *out_seq;
-    int64_t *out_offset;        /* into the ring slab (out_src >= 0: that ring slot) or out_bytes (-1) */
+    int64_t *out_offset;        /* into the ring slab (DELIVER reason 1) or out_bytes (reason 0) */
     int32_t *out_length;
-    int32_t *out_src;
     uint8_t *out_feed;
     int64_t *out_arrival;
     int64_t out_count;
@@ -278,3 +277,7 @@ int32_t lbf_round(lbf_round_t *r, int32_t may_block);
 int32_t lbf_round_resume(lbf_round_t *r);
 /* When the engine next needs a tick (INT64_MAX: not before the next packet). */
 int64_t lbf_round_deadline(lbf_round_t *r);
+/* Back every page of a publication's terms with memory now (madvise MADV_POPULATE_WRITE; nothing is
+ * written), so the first lap of the log does not take a page fault per 4 KiB in the receive loop: 0 or -errno
+ * (-EINVAL on kernels before 5.14). */
+int32_t lbf_prefault_terms(void *publication);
