@@ -13,6 +13,10 @@ give-up) stays in Python: the engine stops after a packet exactly when the pacin
 
 Deliveries come as :class:`~logbuf.feed.events.DeliverBatch` runs: views into the receive ring's slab for
 messages of ring packets (valid until the next receive), copies for messages of queued or copied packets.
+
+The feed handler drives the same engine through a native round (``lbf_round``: receive, arbitrate, append the
+runs, all in C); the round stops only for :meth:`Arbiter.round_events` (records for the events stream and what
+the pacing must hear) and :meth:`Arbiter.round_pace` (the pacing itself).
 """
 
 from __future__ import annotations
@@ -349,7 +353,7 @@ class Arbiter:
                 break
             requests = recovery.poll(holes, now_ns)
             self.counter_array[C_RECOVERY_REQUESTS] += len(requests)
-            session = self.session
+            session = self.session or b""  # recovering: a session was joined
             out.extend(RecoveryRequest(session, seq, count) for seq, count in requests)
             deadline = recovery.next_deadline_ns()
             lib.lbf_eng_recovery_polled(e, _NO_DEADLINE if deadline is None else min(deadline, _NO_DEADLINE))

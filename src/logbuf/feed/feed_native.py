@@ -1,4 +1,5 @@
-"""Typed wrappers over ``native/feed.c``'s receive side: a recvmmsg receive ring and socket options.
+"""Typed wrappers over ``native/feed.c``'s receive side: a recvmmsg receive ring, socket options, and the
+handler's whole round in C (:class:`NativeRound`).
 
 :class:`RecvRing` is a preallocated ring of receive slots (numpy arrays the C code writes into)::
 
@@ -16,6 +17,9 @@
     n += ring.receive(sock_b, Feed.B, start=n)
     for event in arbiter.process(ring, 0, n) + arbiter.on_tick(monotonic_ns()):
         ...                                          # DeliverBatch views are valid until the next receive
+
+The feed handler does all of that, and the appending, in one C call per round (:class:`NativeRound`); it
+returns to Python only with a status saying what needs Python (see ``native/feed.h``, ``lbf_round``).
 """
 
 from __future__ import annotations
@@ -142,7 +146,7 @@ class RecvRing:
         """The datagram in ``slot`` (a view into the ring)."""
         length = min(max(int(self.lengths[slot]), 0), self.slot_size)
         base = slot * self.slot_size
-        return memoryview(self.slab[base : base + length])
+        return self.slab[base : base + length].data
 
     def truncated(self, slot: int) -> bool:
         length = int(self.lengths[slot])

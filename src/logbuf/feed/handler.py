@@ -1,21 +1,24 @@
 """``FeedHandler``: MoldUDP64 A/B feeds in, arbitrated ITCH messages out into logbuf (``logbuf feed``).
 
 The sans-IO cores (:class:`~logbuf.feed.arbiter.Arbiter`, :class:`~logbuf.feed.recovery.Recovery`) decide;
-this module owns the sockets, the clock and the publications::
+this module owns the sockets, the clock and the publications. A whole round runs in C (``lbf_round``,
+:class:`~logbuf.feed.feed_native.NativeRound`)::
 
-    feed A ─┐  recvmmsg into one receive ring   ┌──────────────────┐  delivery runs, appended by C ─▶ messages
-    feed B ─┼──(arbitration engine in C)───────▶│ Arbiter/Recovery │  gap/session events ──────────▶ events
-    answers ┘  (retransmission server, unicast) └──────────────────┘  re-requests ─▶ retransmission server
-                                                                       packet/delivery rows ───────▶ capture
+    feed A ─┐  recvmmsg into one receive ring   ┌────────────────────┐  delivery runs appended ──▶ messages
+    feed B ─┼──────────────────────────────────▶│ arbitration engine │  packet/delivery rows ────▶ capture
+    answers ┘  (retransmission server, unicast) └────────────────────┘
+                     Python, only when the round asks: gap/session records ─▶ events; the re-request pacing
+                     ─▶ retransmission server; back-pressure (idle, then resume); counters every 100 ms
 
-One thread, no spinning, Python's cost per round (not per packet): when every socket has been read to the end
-it blocks in ``poll(2)`` until a datagram or the arbiter's next deadline (at most ``max_block``), then lets
-``batch_wait`` more traffic gather. The arbiter's waits run on kernel arrival stamps; while a socket still
-holds datagrams, time only advances to the newest stamp processed. Nothing is skipped silently: messages are
-published in sequence order exactly once; a jump is always preceded by a GAP_UNRECOVERABLE record on the events
-stream; back-pressure blocks the handler (the subscribers are slower than the feed) rather than dropping. An
-unreachable retransmission server is counted and retried with back-off. Counters (kernel drops per feed
-socket included) are copied into cnc.dat every 100 ms (``logbuf stat --type feed``).
+One thread, no spinning, Python's cost per round (not per packet), and only off the happy path. While traffic
+flows a round sleeps ``batch_wait`` once and then takes everything waiting; when a round found nothing it
+blocks in ``ppoll(2)`` until a datagram or the engine's next deadline (at most ``max_block``). The engine's
+waits run on kernel arrival stamps; while a socket still holds datagrams, time only advances to the newest
+stamp processed. Nothing is skipped silently: messages are published in sequence order exactly once; a jump is
+always preceded by a GAP_UNRECOVERABLE record on the events stream; back-pressure blocks the handler (the
+subscribers are slower than the feed) rather than dropping. An unreachable retransmission server is counted
+and retried with back-off. Counters (kernel drops per feed socket included) are copied into cnc.dat every
+100 ms (``logbuf stat --type feed``).
 """
 
 from __future__ import annotations
@@ -107,9 +110,9 @@ class FeedHandlerConfig:
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     seed: int | None = None  # recovery back-off jitter (None: random)
     rcvbuf: int = DEFAULT_RCVBUF
-    ring_slots: int = 256
-    max_block_s: float = 0.01  # longest poll(2) sleep (a stop request is noticed within this)
-    batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # after a wake-up, let this much traffic gather (0: none)
+    ring_slots: int = 256  # receive slots per round (A and B share fairly): a catch-up burst in few rounds
+    max_block_s: float = 0.01  # longest ppoll(2) sleep when idle (a stop request is noticed within this)
+    batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # while traffic flows, one sleep this long per round (0: none)
     kernel_timestamps: bool = True
     stop_at_end_of_session: bool = False
     wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber
@@ -189,7 +192,7 @@ class FeedHandler:
         live = [f for f in self.sockets if f != Feed.RETRANSMIT]
         reserved = RETRANSMIT_SLOTS if Feed.RETRANSMIT in self.sockets else 0
         per_live = max(1, (cfg.ring_slots - reserved) // max(1, len(live)))
-        self._slots = {f: per_live for f in live}
+        self._slots: dict[Feed, int] = {f: per_live for f in live}
         if Feed.RETRANSMIT in self.sockets:
             self._slots[Feed.RETRANSMIT] = max(0, cfg.ring_slots - per_live * len(live))
         client = self.client
