@@ -1589,7 +1589,7 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
         int32_t got = lbf_rx_recv(rx, r->fd[f], f, n, want, LBF_RECV_NONBLOCK);
         if (got < 0)
             return round_fail(r, LBF_FAIL_RECEIVE, got, f);
-        if (got == want)
+        if (got == want && want > 0)
             drained = 0; /* more may be waiting on this feed */
         n += got;
     }

@@ -320,6 +320,8 @@ def test_a_range_lost_on_both_without_recovery_is_announced_before_the_jump(rig)
 
 
 def test_the_round_refuses_a_bad_configuration(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="ring_slots"):
+        FeedHandlerConfig(ring_slots=4)  # A, B and the answers could not all receive in one round
     ring = RecvRing(capacity=4)
     with pytest.raises(ValueError, match="power of two"):
         NativeRound(ring, None, None, None, {}, {}, np.zeros(3, np.int64), max_block_ns=0, batch_wait_ns=0,

@@ -123,6 +123,8 @@ class FeedHandlerConfig:
             raise ValueError("mode includes feed A but no feed A address was given")
         if Feed.B in feeds and self.feed_b is None:
             raise ValueError("mode includes feed B but no feed B address was given")
+        if self.ring_slots < 2 * len(feeds) + RETRANSMIT_SLOTS:
+            raise ValueError(f"ring_slots must be >= {2 * len(feeds) + RETRANSMIT_SLOTS}")
 
 
 def _open_feed_socket(address: tuple[str, int], interface: str, rcvbuf: int) -> socket.socket:
