@@ -285,7 +285,8 @@ class FeedHandler:
             while not stopping():
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-                # one round in C; it first sleeps in poll(2) when the last one read every socket to the end
+                # one round in C; when the last one read every socket to the end it first sleeps (batch_wait
+                # while traffic flows, else in ppoll(2) until a datagram or the engine's next deadline)
                 status = native_round(r, 1)
                 if status:
                     self._finish_round(status)
