@@ -154,10 +154,11 @@ typedef struct lbf_eng {
     lbf_event_t *events;
     int64_t event_count;
     int64_t event_sealed;       /* events below this index were read by Python: never extended */
+    int64_t event_applied;      /* RECOVERY_* events below this index were applied to the pacing (Python) */
+    int64_t output_generation;  /* counts lbf_eng_clear_output calls: the outputs' age */
     uint64_t *out_seq;
-    int64_t *out_offset;        /* into the ring slab (out_src >= 0: that ring slot) or out_bytes (-1) */
+    int64_t *out_offset;        /* into the ring slab (DELIVER reason 1) or out_bytes (reason 0) */
     int32_t *out_length;
-    int32_t *out_src;
     uint8_t *out_feed;
     int64_t *out_arrival;
     int64_t out_count;
@@ -196,3 +197,87 @@ int64_t lbf_eng_wait_deadline(lbf_eng_t *eng);
  * Returns lb_offer_batch's result (or -EINVAL); *appended says how many went in. */
 int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const uint8_t *slab, int64_t slab_length,
                       void *publication, int32_t exclusive, int32_t *appended);
+
+/* ==== capture rows (the recorder's contract; src/logbuf/feed/published.py builds its dtypes from these) ====
+ * Rows are CAPTURE_ROW_LENGTH bytes, little-endian, whole rows per unfragmented frame, the frame's reserved value
+ * being the kind. */
+#define LBF_CAPTURE_PACKETS 1
+#define LBF_CAPTURE_DELIVERED 2
+#define LBF_CAPTURE_ROW_LENGTH 32
+/* PACKET rows: one per received datagram (sequence and count -1 when shorter than a MoldUDP64 header) */
+#define LBF_PACKET_ROW_FEED 0        /* u8: 'A', 'B' or 'R' */
+#define LBF_PACKET_ROW_BYTES 4       /* i32: datagram length */
+#define LBF_PACKET_ROW_ARRIVAL 8     /* i64: epoch ns */
+#define LBF_PACKET_ROW_SEQUENCE 16   /* i64: the header's sequence (u64 bits) */
+#define LBF_PACKET_ROW_COUNT 24      /* i32: the header's message count */
+/* DELIVERED rows: runs of consecutive delivered sequences sharing a feed and an arrival time */
+#define LBF_DELIVERED_ROW_FEED 0     /* u8 */
+#define LBF_DELIVERED_ROW_COUNT 4    /* i32 */
+#define LBF_DELIVERED_ROW_ARRIVAL 8  /* i64: epoch ns */
+#define LBF_DELIVERED_ROW_FIRST 16   /* i64: first sequence (u64 bits) */
+
+/* ==== one handler round in C: receive from every feed socket -> arbitrate -> append the deliveries to the
+ * messages publication -> capture rows; Python is entered only for what needs it (lbf_round's status) ==== */
+
+/* lbf_round / lbf_round_resume status: a kind in the low byte, flags above, < 0 a failure (fail_*). */
+#define LBF_ROUND_DONE 0             /* the round is over (drained, received say what it did) */
+#define LBF_ROUND_EVENTS 1           /* engine events [event_next, event_end) need Python (records, pacing) */
+#define LBF_ROUND_PACE 2             /* the re-request pacing must run at pace_ns (then lbf_eng_settle_end) */
+#define LBF_ROUND_BACK_PRESSURED 3   /* a publication is full: idle, then lbf_round_resume */
+#define LBF_ROUND_KIND_MASK 255
+#define LBF_ROUND_COUNTERS 256       /* flag: time to copy the counters to cnc.dat */
+#define LBF_ROUND_REFUSED 512        /* flag: the answers socket reported ECONNREFUSED (nothing listens there) */
+#define LBF_ROUND_FAILED -1
+
+/* fail_kind of LBF_ROUND_FAILED */
+#define LBF_FAIL_RECEIVE 1           /* fail_code = -errno of recvmmsg on feed fail_feed */
+#define LBF_FAIL_ENGINE 2            /* fail_code = -errno of the engine (-ENOMEM) */
+#define LBF_FAIL_MESSAGES 3          /* fail_code = the messages publication's result (closed, invalid batch...) */
+#define LBF_FAIL_CAPTURE 4           /* fail_code = the capture publication's result */
+#define LBF_FAIL_STATE 5             /* called with a bad configuration */
+
+typedef struct lbf_round {
+    /* set by Python before lbf_round_init; the pointed-to objects outlive the round */
+    lbf_rx_t *rx;
+    lbf_eng_t *eng;
+    void *messages;                 /* lb_publication_t * (exclusive) */
+    void *capture;                  /* lb_publication_t * (exclusive) or NULL: no capture rows */
+    int32_t fd[LBF_FEEDS];          /* socket per feed, -1: none */
+    int32_t slots[LBF_FEEDS];       /* receive slots per round per feed (A and B share fairly) */
+    int64_t max_block_ns;           /* longest sleep in ppoll (a stop request is noticed within this) */
+    int64_t batch_wait_ns;          /* after a wake-up, let traffic gather this long (0: none) */
+    int64_t epoch_offset_ns;        /* monotonic -> epoch, for capture rows */
+    int64_t counters_interval_ns;   /* LBF_ROUND_COUNTERS at most this often */
+    int64_t *latency_ns;            /* ring of wire-to-log samples (Python-owned), latency_mask + 1 long */
+    int64_t latency_mask;
+    /* counters, read by Python */
+    int64_t published;              /* messages appended */
+    int64_t unpublished;            /* messages dropped: no subscriber was connected */
+    int64_t back_pressure_waits;
+    int64_t latency_count;
+    int64_t rounds;                 /* rounds that received something */
+    /* per round */
+    int32_t answers_waiting;        /* ppoll saw the answers socket readable: read it next round */
+    int32_t drained;                /* the last round read every live feed socket to the end */
+    int32_t received;               /* datagrams the last round received */
+    int64_t event_next, event_end;  /* LBF_ROUND_EVENTS: the engine events Python handles */
+    int64_t pace_ns;                /* LBF_ROUND_PACE: the time the pacing runs at */
+    int32_t fail_kind, fail_feed;
+    int64_t fail_code;
+    void *impl;
+} lbf_round_t;
+
+/* 0, -EINVAL (bad configuration) or -ENOMEM. */
+int32_t lbf_round_init(lbf_round_t *r);
+void lbf_round_destroy(lbf_round_t *r);
+/* One round (may_block: first sleep in ppoll when the last round drained every socket, bounded by the engine's
+ * next deadline and max_block_ns); continues a suspended round instead when there is one. */
+int32_t lbf_round(lbf_round_t *r, int32_t may_block);
+/* Continue the round suspended by LBF_ROUND_EVENTS / _PACE / _BACK_PRESSURED. */
+int32_t lbf_round_resume(lbf_round_t *r);
+/* When the engine next needs a tick (INT64_MAX: not before the next packet). */
+int64_t lbf_round_deadline(lbf_round_t *r);
+/* Back every page of a publication's terms with memory now (madvise MADV_POPULATE_WRITE; nothing is
+ * written), so the first lap of the log does not take a page fault per 4 KiB in the receive loop: 0 or -errno
+ * (-EINVAL on kernels before 5.14). */
+int32_t lbf_prefault_terms(void *publication);

@@ -4,7 +4,8 @@
 
 Reports, per run, messages delivered to the subscriber per second (first to last message received), the
 handler's counters (gaps, duplicates: kernel drops at max speed show up as gaps recovered from the
-retransmission server), and whether the stream was complete and in order.
+retransmission server), whether the stream was complete and in order, and the handler's CPU per received
+packet (its process CPU while the loop ran ÷ datagrams received) with its packets per round.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def run_once(day: Path, messages: int, work: Path, speed: str = "max") -> dict:
                 "msgs_per_s": state["n"] / seconds if seconds else 0.0,
                 "gaps_detected": summary["gaps_detected"], "gaps_recovered": summary["gaps_recovered"],
                 "gaps_unrecoverable": summary["gaps_unrecoverable"],
+                "cpu_ns_per_packet": summary["cpu_ns_per_packet"],
+                "packets_per_round": round((summary["A.packets"] + summary["B.packets"]) / max(1, summary["rounds"]), 1),
                 "wire_to_log_p50_us": summary.get("wire_to_log_p50_ns", 0) / 1e3,
                 "wire_to_log_p99_us": summary.get("wire_to_log_p99_ns", 0) / 1e3}
     finally:
@@ -103,7 +106,8 @@ def main() -> int:
             work.mkdir()
             results.append(run_once(day, n, work, args.speed))
             print(json.dumps(results[-1]), flush=True)
-    print(f"median delivered rate: {statistics.median(r['msgs_per_s'] for r in results):,.0f} msg/s; load "
+    print(f"median delivered rate: {statistics.median(r['msgs_per_s'] for r in results):,.0f} msg/s; handler CPU "
+          f"{statistics.median(r['cpu_ns_per_packet'] for r in results):,.0f} ns per packet; load "
           f"{os.getloadavg()[0]:.2f}")
     return 0
 

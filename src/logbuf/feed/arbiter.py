@@ -13,6 +13,10 @@ give-up) stays in Python: the engine stops after a packet exactly when the pacin
 
 Deliveries come as :class:`~logbuf.feed.events.DeliverBatch` runs: views into the receive ring's slab for
 messages of ring packets (valid until the next receive), copies for messages of queued or copied packets.
+
+The feed handler drives the same engine through a native round (``lbf_round``: receive, arbitrate, append the
+runs, all in C); the round stops only for :meth:`Arbiter.round_events` (records for the events stream and what
+the pacing must hear) and :meth:`Arbiter.round_pace` (the pacing itself).
 """
 
 from __future__ import annotations
@@ -151,7 +155,6 @@ class Arbiter:
         self._ring: RecvRing | None = None
         self._runs = False
         self._appended = ffi.new("int32_t *")
-        self._call = 0  # counts the calls that reset the engine's output
         self._sessions: dict[bytes, bytes] = {}
 
     # -- inputs -----------------------------------------------------------------------------------------------
@@ -226,6 +229,39 @@ class Arbiter:
                 deadlines.append(d)
         return min(deadlines) if deadlines else None
 
+    # -- a native round (logbuf.feed.feed_native.NativeRound) ----------------------------------------------
+
+    @property
+    def c(self) -> Any:
+        """The ``lbf_eng_t *`` (for native callers)."""
+        return self._c
+
+    def round_events(self, first: int, end: int) -> list[Event]:
+        """Engine events ``first..end-1`` of the current round (none a delivery: the round appends those
+        itself) as events, the pacing told of them; for a native round suspended with ``LBF_ROUND_EVENTS``."""
+        e = self._c
+        if not 0 <= first <= end <= e.event_count:
+            raise ValueError(f"events {first}..{end} are outside the engine's {e.event_count}")
+        self._apply_pacing(end)
+        out: list[Event] = []
+        for k in range(first, end):
+            ev = e.events[k]
+            if ev.kind == lib.LBF_EV_DELIVER:
+                raise ValueError(f"event {k} is a delivery (the round appends it)")
+            record = self._record(ev)
+            if record is not None:
+                out.append(record)
+        return out
+
+    def round_pace(self, now_ns: int) -> list[RecoveryRequest]:
+        """The re-request pacing at ``now_ns`` for a native round suspended with ``LBF_ROUND_PACE``: returns
+        the requests to send; the events it causes stay in the engine, for the round to publish in order."""
+        if self.recovery is None:
+            raise ValueError("the pacing runs only with recovery on")
+        out: list[Event] = []
+        self._pace(now_ns, out, collect=False)
+        return [r for r in out if isinstance(r, RecoveryRequest)]
+
     # -- state ------------------------------------------------------------------------------------------------
 
     @property
@@ -278,7 +314,11 @@ class Arbiter:
     def _begin(self) -> None:
         lib.lbf_eng_clear_output(self._c)
         self._consumed = 0
-        self._call += 1
+
+    @property
+    def _call(self) -> int:
+        """Counts the resets of the engine's output (a native round resets it too)."""
+        return int(self._c.output_generation)
 
     def _check_run(self, run: DeliverRun) -> None:
         if run._call != self._call:
@@ -293,12 +333,14 @@ class Arbiter:
         self._collect(out)
         return out
 
-    def _pace(self, now_ns: int, out: list[Event]) -> None:
-        """The recovery step of the settle loop (spec.py ``_settle``), then its end."""
+    def _pace(self, now_ns: int, out: list[Event], collect: bool = True) -> None:
+        """The recovery step of the settle loop (spec.py ``_settle``), then its end. ``collect``: the engine's
+        events go to ``out`` too (else they stay in the engine for a native round to publish, and ``out`` gets
+        only the requests)."""
         e, recovery = self._c, self.recovery
         assert recovery is not None
         while True:
-            self._collect(out)  # applies RECOVERY_START/STOP/ANSWER to the pacing, in order
+            self._sync(out, collect)  # applies RECOVERY_START/STOP/ANSWER to the pacing, in order
             holes = self._holes(1, recovery.config.max_outstanding)
             expired = recovery.expired(holes, now_ns)
             if expired:
@@ -311,15 +353,23 @@ class Arbiter:
                 break
             requests = recovery.poll(holes, now_ns)
             self.counter_array[C_RECOVERY_REQUESTS] += len(requests)
-            session = self.session
+            session = self.session or b""  # recovering: a session was joined
             out.extend(RecoveryRequest(session, seq, count) for seq, count in requests)
             deadline = recovery.next_deadline_ns()
             lib.lbf_eng_recovery_polled(e, _NO_DEADLINE if deadline is None else min(deadline, _NO_DEADLINE))
             break
         lib.lbf_eng_settle_end(e, now_ns)
-        self._collect(out)
+        self._sync(out, collect)
         if recovery.active and self.expected is not None:
             recovery.forget_below(self.expected)
+            deadline = recovery.next_deadline_ns()  # forgetting may only move it later
+            e.recovery_deadline_ns = _NO_DEADLINE if deadline is None else min(deadline, _NO_DEADLINE)
+
+    def _sync(self, out: list[Event], collect: bool) -> None:
+        if collect:
+            self._collect(out)
+        else:
+            self._apply_pacing(self._c.event_count)
 
     def _session_bytes(self, cdata: Any) -> bytes:
         raw = bytes(ffi.buffer(cdata, _SESSION_LENGTH))
@@ -336,29 +386,50 @@ class Arbiter:
                     out.append(DeliverRun(self, k, int(ev.b) - int(ev.a), bool(ev.reason)))
                 else:
                     out.append(self._batch(int(ev.a), int(ev.b), bool(ev.reason)))
-            elif kind == lib.LBF_EV_GAP_DETECTED:
-                out.append(GapDetected(self._session_bytes(ev.session), int(ev.a), int(ev.b), GapReason(ev.reason)))
-            elif kind == lib.LBF_EV_GAP_RECOVERED:
-                out.append(GapRecovered(self._session_bytes(ev.session), int(ev.a), int(ev.b)))
-            elif kind == lib.LBF_EV_GAP_UNRECOVERABLE:
-                out.append(GapUnrecoverable(self._session_bytes(ev.session), int(ev.a), int(ev.b),
-                                            GapReason(ev.reason)))
-            elif kind == lib.LBF_EV_SESSION_CHANGED:
-                previous = self._session_bytes(ev.previous) if ev.reason else None
-                out.append(SessionChanged(previous, self._session_bytes(ev.session), int(ev.a)))
-            elif kind == lib.LBF_EV_END_OF_SESSION:
-                out.append(EndOfSession(self._session_bytes(ev.session), int(ev.a)))
-            elif kind == lib.LBF_EV_QUEUE_OVERFLOW:
-                out.append(QueueOverflow(self._session_bytes(ev.session), int(ev.a), int(ev.b)))
-            elif self.recovery is not None:
-                if kind == lib.LBF_EV_RECOVERY_START:
-                    self.recovery.start(int(ev.t))
-                elif kind == lib.LBF_EV_RECOVERY_STOP:
-                    self.recovery.stop()
-                elif kind == lib.LBF_EV_RECOVERY_ANSWER:
-                    self.recovery.on_answer(int(ev.a), int(ev.t), int(ev.b))
+            else:
+                record = self._record(ev)
+                if record is not None:
+                    out.append(record)
+        self._apply_pacing(n)
         self._consumed = n
         e.event_sealed = n  # C must not extend a delivery run Python has already turned into a batch
+
+    def _record(self, ev: Any) -> Event | None:
+        """The event of engine event ``ev`` (not a delivery); None for what only the pacing hears."""
+        kind = ev.kind
+        if kind == lib.LBF_EV_GAP_DETECTED:
+            return GapDetected(self._session_bytes(ev.session), int(ev.a), int(ev.b), GapReason(ev.reason))
+        if kind == lib.LBF_EV_GAP_RECOVERED:
+            return GapRecovered(self._session_bytes(ev.session), int(ev.a), int(ev.b))
+        if kind == lib.LBF_EV_GAP_UNRECOVERABLE:
+            return GapUnrecoverable(self._session_bytes(ev.session), int(ev.a), int(ev.b), GapReason(ev.reason))
+        if kind == lib.LBF_EV_SESSION_CHANGED:
+            previous = self._session_bytes(ev.previous) if ev.reason else None
+            return SessionChanged(previous, self._session_bytes(ev.session), int(ev.a))
+        if kind == lib.LBF_EV_END_OF_SESSION:
+            return EndOfSession(self._session_bytes(ev.session), int(ev.a))
+        if kind == lib.LBF_EV_QUEUE_OVERFLOW:
+            return QueueOverflow(self._session_bytes(ev.session), int(ev.a), int(ev.b))
+        return None
+
+    def _apply_pacing(self, upto: int) -> None:
+        """Tell the pacing the engine's RECOVERY_START/STOP/ANSWER events below ``upto`` it has not heard yet,
+        in order (the engine keeps the cursor: its output and the cursor are reset together)."""
+        e = self._c
+        recovery = self.recovery
+        for k in range(e.event_applied, upto):
+            if recovery is None:
+                break
+            ev = e.events[k]
+            kind = ev.kind
+            if kind == lib.LBF_EV_RECOVERY_START:
+                recovery.start(int(ev.t))
+            elif kind == lib.LBF_EV_RECOVERY_STOP:
+                recovery.stop()
+            elif kind == lib.LBF_EV_RECOVERY_ANSWER:
+                recovery.on_answer(int(ev.a), int(ev.t), int(ev.b))
+        if upto > e.event_applied:
+            e.event_applied = upto
 
     def _batch(self, a: int, b: int, from_ring: bool) -> DeliverBatch:
         e = self._c

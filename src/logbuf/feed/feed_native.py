@@ -1,4 +1,5 @@
-"""Typed wrappers over ``native/feed.c``'s receive side: a recvmmsg receive ring and socket options.
+"""Typed wrappers over ``native/feed.c``'s receive side: a recvmmsg receive ring, socket options, and the
+handler's whole round in C (:class:`NativeRound`).
 
 :class:`RecvRing` is a preallocated ring of receive slots (numpy arrays the C code writes into)::
 
@@ -16,6 +17,9 @@
     n += ring.receive(sock_b, Feed.B, start=n)
     for event in arbiter.process(ring, 0, n) + arbiter.on_tick(monotonic_ns()):
         ...                                          # DeliverBatch views are valid until the next receive
+
+The feed handler does all of that, and the appending, in one C call per round (:class:`NativeRound`); it
+returns to Python only with a status saying what needs Python (see ``native/feed.h``, ``lbf_round``).
 """
 
 from __future__ import annotations
@@ -142,8 +146,64 @@ class RecvRing:
         """The datagram in ``slot`` (a view into the ring)."""
         length = min(max(int(self.lengths[slot]), 0), self.slot_size)
         base = slot * self.slot_size
-        return memoryview(self.slab[base : base + length])
+        return self.slab[base : base + length].data
 
     def truncated(self, slot: int) -> bool:
         length = int(self.lengths[slot])
         return bool(self.flags[slot] & RX_TRUNCATED) or not 0 <= length <= self.slot_size
+
+
+ROUND_DONE = lib.LBF_ROUND_DONE
+ROUND_EVENTS = lib.LBF_ROUND_EVENTS
+ROUND_PACE = lib.LBF_ROUND_PACE
+ROUND_BACK_PRESSURED = lib.LBF_ROUND_BACK_PRESSURED
+ROUND_KIND_MASK = lib.LBF_ROUND_KIND_MASK
+ROUND_COUNTERS = lib.LBF_ROUND_COUNTERS
+ROUND_REFUSED = lib.LBF_ROUND_REFUSED
+ROUND_FAILED = lib.LBF_ROUND_FAILED
+
+
+class NativeRound:
+    """One handler round in C (``lbf_round``, see native/feed.h): receive from every feed socket, arbitrate,
+    append the deliveries to the messages publication, write capture rows; Python is entered only through the
+    returned status (engine events, the re-request pacing, back-pressure). Counters live in :attr:`c`.
+
+    The objects it points into (ring, engine, publications, sockets, ``latency_ns``) must outlive it; the
+    caller keeps them.
+    """
+
+    def __init__(self, ring: RecvRing, engine: Any, messages: Any, capture: Any | None,
+                 sockets: dict[Feed, int], slots: dict[Feed, int], latency_ns: np.ndarray, *,
+                 max_block_ns: int, batch_wait_ns: int, epoch_offset_ns: int, counters_interval_ns: int) -> None:
+        n = int(latency_ns.size)
+        if latency_ns.dtype != np.int64 or n < 1 or n & (n - 1):
+            raise ValueError("latency_ns must be an int64 array whose length is a power of two")
+        self.ring = ring
+        self.latency_ns = latency_ns
+        c = self._c = ffi.new("lbf_round_t *")
+        c.rx = ring.c
+        c.eng = engine
+        c.messages = messages
+        c.capture = ffi.NULL if capture is None else capture
+        for feed in Feed:
+            c.fd[feed] = sockets.get(feed, -1)
+            c.slots[feed] = slots.get(feed, 0)
+        c.max_block_ns = max_block_ns
+        c.batch_wait_ns = batch_wait_ns
+        c.epoch_offset_ns = epoch_offset_ns
+        c.counters_interval_ns = counters_interval_ns
+        c.latency_ns = _ptr("int64_t *", latency_ns)
+        c.latency_mask = n - 1
+        rc = lib.lbf_round_init(c)
+        if rc < 0:
+            raise OSError(-rc, "lbf_round_init failed")
+        self._finalizer = weakref.finalize(self, lib.lbf_round_destroy, c)
+
+    @property
+    def c(self) -> Any:
+        """The ``lbf_round_t *``: counters (published, unpublished, back_pressure_waits, latency_count, rounds)
+        and the last round's outputs (received, drained, event_next/event_end, pace_ns, fail_*)."""
+        return self._c
+
+    def close(self) -> None:
+        self._finalizer()

@@ -1,33 +1,35 @@
 """``FeedHandler``: MoldUDP64 A/B feeds in, arbitrated ITCH messages out into logbuf (``logbuf feed``).
 
 The sans-IO cores (:class:`~logbuf.feed.arbiter.Arbiter`, :class:`~logbuf.feed.recovery.Recovery`) decide;
-this module owns the sockets, the clock and the publications::
+this module owns the sockets, the clock and the publications. A whole round runs in C (``lbf_round``,
+:class:`~logbuf.feed.feed_native.NativeRound`)::
 
-    feed A ─┐  recvmmsg into one receive ring   ┌──────────────────┐  delivery runs, appended by C ─▶ messages
-    feed B ─┼──(arbitration engine in C)───────▶│ Arbiter/Recovery │  gap/session events ──────────▶ events
-    answers ┘  (retransmission server, unicast) └──────────────────┘  re-requests ─▶ retransmission server
-                                                                       packet/delivery rows ───────▶ capture
+    feed A ─┐  recvmmsg into one receive ring   ┌────────────────────┐  delivery runs appended ──▶ messages
+    feed B ─┼──────────────────────────────────▶│ arbitration engine │  packet/delivery rows ────▶ capture
+    answers ┘  (retransmission server, unicast) └────────────────────┘
+                     Python, only when the round asks: gap/session records ─▶ events; the re-request pacing
+                     ─▶ retransmission server; back-pressure (idle, then resume); counters every 100 ms
 
-One thread, no spinning, Python's cost per round (not per packet): when every socket has been read to the end
-it blocks in ``poll(2)`` until a datagram or the arbiter's next deadline (at most ``max_block``), then lets
-``batch_wait`` more traffic gather. The arbiter's waits run on kernel arrival stamps; while a socket still
-holds datagrams, time only advances to the newest stamp processed. Nothing is skipped silently: messages are
-published in sequence order exactly once; a jump is always preceded by a GAP_UNRECOVERABLE record on the events
-stream; back-pressure blocks the handler (the subscribers are slower than the feed) rather than dropping. An
-unreachable retransmission server is counted and retried with back-off. Counters (kernel drops per feed
-socket included) are copied into cnc.dat every 100 ms (``logbuf stat --type feed``).
+One thread, no spinning, Python's cost per round (not per packet), and only off the happy path. While traffic
+flows a round sleeps ``batch_wait`` once and then takes everything waiting; when a round found nothing it
+blocks in ``ppoll(2)`` until a datagram or the engine's next deadline (at most ``max_block``). The engine's
+waits run on kernel arrival stamps; while a socket still holds datagrams, time only advances to the newest
+stamp processed. Nothing is skipped silently: messages are published in sequence order exactly once; a jump is
+always preceded by a GAP_UNRECOVERABLE record on the events stream; back-pressure blocks the handler (the
+subscribers are slower than the feed) rather than dropping. An unreachable retransmission server is counted
+and retried with back-off. Counters (kernel drops per feed socket included) are copied into cnc.dat every
+100 ms (``logbuf stat --type feed``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import random
-import select
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +40,8 @@ from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Pub
 from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID
 from logbuf.errors import LogbufError
 from logbuf.feed import published as out
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
+from logbuf.feed.arbiter import Arbiter, ArbiterConfig
 from logbuf.feed.events import (
-    Deliver,
-    DeliverBatch,
     EndOfSession,
     Event,
     Feed,
@@ -55,20 +55,27 @@ from logbuf.feed.events import (
     SessionChanged,
 )
 from logbuf.feed.feed_native import (
+    ROUND_BACK_PRESSURED,
+    ROUND_COUNTERS,
+    ROUND_DONE,
+    ROUND_EVENTS,
+    ROUND_KIND_MASK,
+    ROUND_PACE,
+    ROUND_REFUSED,
+    NativeRound,
     RecvRing,
     enable_drop_counts,
     enable_kernel_timestamps,
     lib,
     monotonic_ns,
 )
-from logbuf.feed.moldudp64 import COUNT_OFFSET, HEADER_LENGTH, SEQUENCE_OFFSET
 from logbuf.feed.recovery import Recovery, RecoveryConfig
 from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
 
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
 LATENCY_SAMPLES = 1 << 16
-DEFAULT_BATCH_WAIT_S = 0.0003  # a few packets per round at the open's rate; well under the latency budget
+DEFAULT_BATCH_WAIT_S = 0.001  # rounds of ~50 packets at the open's rate: each sleep costs ~20 us of CPU on a VM
 DEFAULT_RCVBUF = 32 << 20  # bytes per feed socket: ~1 s of the busiest open (20k packets/s x 1.4 kB)
 RETRANSMIT_SLOTS = 8  # receive slots kept for retransmission answers per cycle
 UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause after ECONNREFUSED
@@ -76,9 +83,6 @@ NANOS_PER_SECOND = 1_000_000_000
 NANOS_PER_MILLI = 1_000_000
 NANOS_PER_MICRO = 1_000
 INVALID_BATCH = lib.LB_INVALID_BATCH  # lb_offer_batch: a message longer than the publication's maximum
-_SEQ = np.dtype(">u8")
-_COUNT = np.dtype(">u2")
-_LETTERS = np.array([ord("A"), ord("B"), ord("R")], dtype=np.uint8)
 
 
 class FeedHandlerError(LogbufError):
@@ -106,9 +110,9 @@ class FeedHandlerConfig:
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     seed: int | None = None  # recovery back-off jitter (None: random)
     rcvbuf: int = DEFAULT_RCVBUF
-    ring_slots: int = 64
-    max_block_s: float = 0.01  # longest poll(2) sleep (a stop request is noticed within this)
-    batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # after a wake-up, let this much traffic gather (0: none)
+    ring_slots: int = 256  # receive slots per round (A and B share fairly): a catch-up burst in few rounds
+    max_block_s: float = 0.01  # longest ppoll(2) sleep when idle (a stop request is noticed within this)
+    batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # while traffic flows, one sleep this long per round (0: none)
     kernel_timestamps: bool = True
     stop_at_end_of_session: bool = False
     wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber
@@ -119,6 +123,8 @@ class FeedHandlerConfig:
             raise ValueError("mode includes feed A but no feed A address was given")
         if Feed.B in feeds and self.feed_b is None:
             raise ValueError("mode includes feed B but no feed B address was given")
+        if self.ring_slots < 2 * len(feeds) + RETRANSMIT_SLOTS:
+            raise ValueError(f"ring_slots must be >= {2 * len(feeds) + RETRANSMIT_SLOTS}")
 
 
 def _open_feed_socket(address: tuple[str, int], interface: str, rcvbuf: int) -> socket.socket:
@@ -146,7 +152,10 @@ class FeedHandler:
     def __init__(self, config: FeedHandlerConfig, client: Client | None = None) -> None:
         self.config = config
         self._own_client = client is None
-        self.client = client or connect(config.driver_directory)
+        # its own client's conductor runs on this thread, every COUNTER_PUBLISH_INTERVAL (keepalive, driver
+        # checks): a conductor thread would wake 100 times a second and contend for the GIL
+        self.client = client or connect(config.driver_directory, conductor_thread=False)
+        self._next_conductor_ns = 0
         self._stop = threading.Event()
         self.sockets: dict[Feed, socket.socket] = {}
         self.counters: dict[str, Counter] = {}
@@ -185,43 +194,75 @@ class FeedHandler:
         live = [f for f in self.sockets if f != Feed.RETRANSMIT]
         reserved = RETRANSMIT_SLOTS if Feed.RETRANSMIT in self.sockets else 0
         per_live = max(1, (cfg.ring_slots - reserved) // max(1, len(live)))
-        self._slots = {f: per_live for f in live}
+        self._slots: dict[Feed, int] = {f: per_live for f in live}
         if Feed.RETRANSMIT in self.sockets:
-            self._slots[Feed.RETRANSMIT] = cfg.ring_slots - per_live * len(live)
-        self._poller = select.poll()
-        self._fd_feed = {}
-        for feed, sock in self.sockets.items():
-            self._poller.register(sock.fileno(), select.POLLIN)
-            self._fd_feed[sock.fileno()] = feed
+            self._slots[Feed.RETRANSMIT] = max(0, cfg.ring_slots - per_live * len(live))
         client = self.client
         self.messages = client.add_exclusive_publication(cfg.channel, cfg.messages_stream)
         self.events = client.add_exclusive_publication(cfg.channel, cfg.events_stream)
         self.capture = (
             client.add_exclusive_publication(cfg.channel, cfg.capture_stream) if cfg.capture_stream is not None else None
         )
+        for publication in (self.messages, self.capture):
+            if publication is not None:  # best effort: the first lap of the log then takes no page faults
+                lib.lbf_prefault_terms(publication.native_struct())
         self._epoch_offset_ns = time.time_ns() - monotonic_ns()
         self._session = b""
-        self.published = 0
-        self.unpublished = 0  # no subscriber was connected
-        self.back_pressure_waits = 0
+        self._events_back_pressure_waits = 0  # the events publication's (Python appends those records)
         self.end_of_session = False
         self._idle = BackoffIdleStrategy(max_spins=100, max_yields=50, max_park_ns=100_000)
-        self._next_counters_ns = 0
         # the retransmission server refused (ECONNREFUSED: nothing listens there): requests pause, then retry
         self.retransmit_unreachable = 0
         self.cpu_ns = 0  # CPU time of the receive/arbitrate/publish loop
-        self.rounds = 0  # receive/arbitrate/publish rounds that received something
         self.lost_by_reason = dict.fromkeys(GapReason, 0)  # messages declared unrecoverable, by why
-        self.drained = True  # the last round read every feed socket to the end
-        self._answers_waiting = False  # poll(2) saw the retransmission socket readable
         self._unreachable_until_ns = 0
         self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
-        # wire-to-log latency: packet arrival (kernel stamp) to its messages committed in the log, sampled
-        # once per published batch into a ring (the first message of the batch: the longest wait in it)
+        # wire-to-log latency: packet arrival (kernel stamp) to its messages committed in the log, sampled by C
+        # once per appended delivery run into a ring (the first message of the run: the longest wait in it)
         self.latency_samples_ns = np.zeros(LATENCY_SAMPLES, dtype=np.int64)
-        self.latency_count = 0
+        # the whole round in C: receive, arbitrate, append runs, capture rows (Python: events, pacing, idling)
+        self._round = NativeRound(
+            self.ring, self.arbiter.c, self.messages.native_struct(),
+            None if self.capture is None else self.capture.native_struct(),
+            {feed: sock.fileno() for feed, sock in self.sockets.items()}, self._slots, self.latency_samples_ns,
+            max_block_ns=int(cfg.max_block_s * NANOS_PER_SECOND), batch_wait_ns=int(cfg.batch_wait_s * NANOS_PER_SECOND),
+            epoch_offset_ns=self._epoch_offset_ns, counters_interval_ns=COUNTER_PUBLISH_INTERVAL_NS,
+        )
+        self._r = self._round.c
         for name in self.counter_values():
             self.counters[name] = client.add_counter(FEED_HANDLER_COUNTER_TYPE_ID, f"feed: {name}", name.encode()[:100])
+
+    # -- counters of the native round ------------------------------------------------------------------
+
+    @property
+    def published(self) -> int:
+        """Messages appended to the messages stream."""
+        return int(self._r.published)
+
+    @property
+    def unpublished(self) -> int:
+        """Messages not appended because no subscriber was connected."""
+        return int(self._r.unpublished)
+
+    @property
+    def back_pressure_waits(self) -> int:
+        """Times an append found a publication full (the handler idled, then went on)."""
+        return int(self._r.back_pressure_waits) + self._events_back_pressure_waits
+
+    @property
+    def rounds(self) -> int:
+        """Receive/arbitrate/publish rounds that received something."""
+        return int(self._r.rounds)
+
+    @property
+    def latency_count(self) -> int:
+        """Wire-to-log latency samples taken (the last ``LATENCY_SAMPLES`` are kept)."""
+        return int(self._r.latency_count)
+
+    @property
+    def drained(self) -> bool:
+        """The last round read every feed socket to the end."""
+        return bool(self._r.drained)
 
     # -- the loop --------------------------------------------------------------------------------------
 
@@ -234,68 +275,100 @@ class FeedHandler:
         if cfg.wait_for_subscriber_s > 0:
             until = time.monotonic() + cfg.wait_for_subscriber_s
             while not self.messages.is_connected and time.monotonic() < until and not self._stop.is_set():
+                self._client_work()
                 time.sleep(0.005)
+        stopping = self._stop.is_set
+        native_round = lib.lbf_round
+        r = self._r
         cpu_started = time.process_time_ns()  # the process CPU (rusage) while the loop runs
         try:
-            while not self._stop.is_set():
+            while not stopping():
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-                work = self.do_work()
+                # one round in C; when the last one read every socket to the end it first sleeps (batch_wait
+                # while traffic flows, else in ppoll(2) until a datagram or the engine's next deadline)
+                status = native_round(r, 1)
+                if status:
+                    self._finish_round(status)
                 # the session has ended once the stream reached its end and no hole is being recovered (the
                 # give-up timeout bounds that)
                 if self.end_of_session and cfg.stop_at_end_of_session and not self.arbiter.recovering:
                     break
-                if not work or self.drained:  # every socket read to the end: wait for more
-                    self._block()
         finally:
             self.cpu_ns += time.process_time_ns() - cpu_started
         self.publish_counters()
 
     def do_work(self) -> int:
-        """One receive/arbitrate/publish cycle; returns packets received + events handled."""
-        n = 0
-        drained = True
-        for feed, sock in self.sockets.items():
-            if feed == Feed.RETRANSMIT and not (self.arbiter.recovering or self._answers_waiting):
-                continue  # answers only come while recovering (a late one waits for the next round)
-            want = self._slots[feed]
-            got = self._receive(sock, feed, n, want)
-            if got == want and feed != Feed.RETRANSMIT:
-                drained = False  # more may be waiting on this feed
-            n += got
-        self._answers_waiting = False
-        self.drained = drained
-        self.rounds += 1 if n else 0
-        events: list[Event] = self.arbiter.process(self.ring, 0, n, runs=True) if n else []
-        if n and self.capture is not None:
-            self._capture_packets(n)
-        if events:  # delivery runs live in the engine until its next call: publish them first
-            self._handle(events)
-        handled = len(events)
-        now = monotonic_ns()
-        # One clock: the arbiter's waits run on arrival stamps. While a feed socket still holds datagrams, time
-        # is only known up to the newest stamp processed — a lagging handler must not declare holes whose other
-        # copy is waiting in a socket. Once every feed socket is drained, everything before `now` was seen.
-        clock = now if drained or not n else min(now, int(self.ring.arrivals[:n].max()))
-        next_deadline = self.arbiter.next_deadline_ns()
-        if next_deadline is not None and clock >= next_deadline:
-            events = self.arbiter.on_tick(clock)
-            handled += len(events)
-            if events:
-                self._handle(events)
-        if now >= self._next_counters_ns:
-            self._next_counters_ns = now + COUNTER_PUBLISH_INTERVAL_NS
-            self.publish_counters()
-        return n + handled
+        """One receive/arbitrate/publish round without sleeping; returns packets received + events handled."""
+        status = lib.lbf_round(self._r, 0)
+        handled = self._finish_round(status) if status else 0
+        return int(self._r.received) + handled
 
-    def _receive(self, sock: socket.socket, feed: Feed, start: int, want: int) -> int:
-        try:
-            return self.ring.receive(sock, feed, start=start, max_packets=want)
-        except ConnectionRefusedError:  # an ICMP port unreachable for a request on the connected socket
-            if feed != Feed.RETRANSMIT:
-                raise
-            self._note_unreachable()
-            return 0
+    def _finish_round(self, status: int) -> int:
+        """What the native round needs Python for, until the round is over; returns the events handled."""
+        r = self._r
+        handled = 0
+        idled = False
+        while True:
+            if status < 0:
+                self._round_failed()
+            if status & ROUND_REFUSED:
+                self._note_unreachable()
+            if status & ROUND_COUNTERS:
+                self._client_work()
+                self._check_open()
+                self.publish_counters()
+            kind = status & ROUND_KIND_MASK
+            if kind == ROUND_BACK_PRESSURED:  # the subscribers are slower than the feed: wait, never drop
+                self._client_work()
+                self._check_open()
+                self._idle.idle(0)
+                idled = True
+            else:
+                if idled:
+                    self._idle.reset()
+                    idled = False
+                if kind == ROUND_DONE:
+                    return handled
+                if kind == ROUND_EVENTS:
+                    for event in self.arbiter.round_events(int(r.event_next), int(r.event_end)):
+                        self._publish_event(event)
+                        handled += 1
+                elif kind == ROUND_PACE:
+                    for request in self.arbiter.round_pace(int(r.pace_ns)):
+                        self._send_request(request)
+                        handled += 1
+            status = lib.lbf_round_resume(r)
+
+    def _round_failed(self) -> None:
+        r = self._r
+        kind, code = int(r.fail_kind), int(r.fail_code)
+        if kind == lib.LBF_FAIL_RECEIVE:
+            feed = Feed(int(r.fail_feed)).name
+            raise FeedHandlerError(f"receiving from feed {feed} failed: {os.strerror(-code)}")
+        if kind == lib.LBF_FAIL_ENGINE:
+            raise MemoryError(f"the arbitration engine failed ({code})")
+        if kind in (lib.LBF_FAIL_MESSAGES, lib.LBF_FAIL_CAPTURE):
+            if code == CLOSED:
+                raise FeedHandlerError("publication closed (the driver went away?)")
+            if code == INVALID_BATCH:
+                raise FeedHandlerError("a message is longer than the publication's maximum message length")
+            which = "messages" if kind == lib.LBF_FAIL_MESSAGES else "capture"
+            raise FeedHandlerError(f"appending to the {which} stream failed ({code})")
+        raise FeedHandlerError(f"the native round failed (kind {kind}, code {code})")
+
+    def _client_work(self) -> None:
+        """The client conductor's duty cycle, when this handler owns the client (at most every 100 ms)."""
+        if not self._own_client:
+            return
+        now = monotonic_ns()
+        if now >= self._next_conductor_ns:
+            self._next_conductor_ns = now + COUNTER_PUBLISH_INTERVAL_NS
+            self.client.do_work()
+
+    def _check_open(self) -> None:
+        if self.messages.is_closed or (self.capture is not None and self.capture.is_closed):
+            raise FeedHandlerError("publication closed (the driver went away?)")
 
     def _note_unreachable(self) -> None:
         self.retransmit_unreachable += 1
@@ -316,50 +389,7 @@ class FeedHandler:
         except ConnectionRefusedError:
             self._note_unreachable()
 
-    def _block(self) -> None:
-        """Sleep in poll(2) until a datagram arrives or the arbiter's next deadline (bounded); then, when data
-        came, let ``batch_wait_s`` more arrive, so one receive/arbitrate/publish round serves many packets."""
-        timeout_ns = int(self.config.max_block_s * NANOS_PER_SECOND)
-        next_deadline = self.arbiter.next_deadline_ns()
-        if next_deadline is not None:
-            timeout_ns = max(0, min(timeout_ns, next_deadline - monotonic_ns()))
-        ready = self._poller.poll(max(0, -(-timeout_ns // NANOS_PER_MILLI)))  # ms, rounded up
-        if any(self._fd_feed.get(fd) == Feed.RETRANSMIT for fd, _ in ready):
-            self._answers_waiting = True
-        if ready and self.config.batch_wait_s > 0:
-            time.sleep(self.config.batch_wait_s)
-
     # -- events ----------------------------------------------------------------------------------------
-
-    def _handle(self, events: list[Event]) -> None:
-        delivered: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        slow_seqs: list[int] = []
-        slow_feeds: list[int] = []
-        slow_arrivals: list[int] = []
-        for event in events:
-            if isinstance(event, DeliverRun):
-                if self.capture is not None:
-                    batch = event.batch()
-                    delivered.append((batch.seqs, batch.feeds, batch.arrivals_ns))
-                self._publish_run(event)
-            elif isinstance(event, DeliverBatch):
-                self._publish_batch(event)
-                if self.capture is not None:
-                    delivered.append((event.seqs, event.feeds, event.arrivals_ns))
-            elif isinstance(event, Deliver):
-                self._offer(self.messages, event.message, reserved_value(event.seq))
-                if self.capture is not None:
-                    slow_seqs.append(event.seq)
-                    slow_feeds.append(int(event.feed))
-                    slow_arrivals.append(event.arrival_ns)
-            elif isinstance(event, RecoveryRequest):
-                self._send_request(event)
-            else:
-                if self.capture is not None:  # keep capture rows in stream order with the events
-                    self._flush_delivered(delivered, slow_seqs, slow_feeds, slow_arrivals)
-                self._publish_event(event)
-        if self.capture is not None:
-            self._flush_delivered(delivered, slow_seqs, slow_feeds, slow_arrivals)
 
     def _publish_event(self, event: Event) -> None:
         now = time.time_ns()
@@ -385,107 +415,18 @@ class FeedHandler:
     def arbiter_next_sequence(self) -> int:
         return int(self.arbiter.expected or 0)
 
-    # -- publishing ------------------------------------------------------------------------------------
-
     def _offer(self, publication: Publication, data: bytes | memoryview, reserved_value: int) -> None:
         while True:
             result = publication.offer(data, reserved_value)
-            if result > 0:
+            if result > 0 or result == NOT_CONNECTED:
                 self._idle.reset()
-                if publication is self.messages:
-                    self.published += 1
-                return
-            if result == NOT_CONNECTED:
-                if publication is self.messages:
-                    self.unpublished += 1
                 return
             if result == CLOSED:
                 raise FeedHandlerError("publication closed (the driver went away?)")
             if result == BACK_PRESSURED:
-                self.back_pressure_waits += 1
+                self._events_back_pressure_waits += 1
+            self._client_work()
             self._idle.idle(0)
-
-    def _publish_run(self, run: DeliverRun) -> None:
-        """A run of the engine's deliveries, appended by C straight from the receive ring into the log."""
-        pub = self.messages
-        self._publish(len(run), run.first_arrival_ns(), lambda done: self.arbiter.offer_run(run, done, pub))
-
-    def _publish_batch(self, batch: DeliverBatch) -> None:
-        """All of a native batch, in order, with the MoldUDP64 sequence as each frame's reserved value."""
-        seqs = batch.seqs.view(np.int64)
-        pub = self.messages
-        self._publish(
-            len(batch), int(batch.ring_arrivals[batch.slots[0]]) if len(batch) else 0,
-            lambda done: pub.offer_batch(batch.buffer, batch.lengths[done:], seqs[done:], batch.offsets[done:]),
-        )
-
-    def _publish(self, count: int, first_arrival_ns: int, append: Callable[[int], tuple[int, int]]) -> None:
-        """Appends ``count`` messages through ``append(done) -> (appended, result)``, one native call per try,
-        idling with back-off while the log is back-pressured."""
-        done = 0
-        while done < count:
-            appended, result = append(done)
-            if appended:
-                if done == 0:
-                    slot = self.latency_count % LATENCY_SAMPLES
-                    self.latency_samples_ns[slot] = monotonic_ns() - first_arrival_ns
-                    self.latency_count += 1
-                done += appended
-                self.published += appended
-                self._idle.reset()
-                continue
-            if result == NOT_CONNECTED:
-                self.unpublished += count - done
-                return
-            if result == CLOSED:
-                raise FeedHandlerError("publication closed (the driver went away?)")
-            if result == INVALID_BATCH:
-                raise FeedHandlerError("a message is longer than the publication's maximum message length")
-            if result == BACK_PRESSURED:
-                self.back_pressure_waits += 1
-            self._idle.idle(0)
-
-    # -- capture ---------------------------------------------------------------------------------------
-
-    def _capture_packets(self, n: int) -> None:
-        ring = self.ring
-        slab = ring.slab.reshape(ring.capacity, ring.slot_size)[:n]
-        lengths = ring.lengths[:n]
-        rows = np.zeros(n, dtype=out.PACKET_ROW)
-        rows["feed"] = _LETTERS[ring.feeds[:n]]
-        rows["bytes"] = lengths
-        rows["arrival_ns"] = ring.arrivals[:n] + self._epoch_offset_ns
-        valid = lengths >= HEADER_LENGTH
-        seq = np.ascontiguousarray(slab[:, SEQUENCE_OFFSET:COUNT_OFFSET]).view(_SEQ).reshape(n).astype(np.int64)
-        count = np.ascontiguousarray(slab[:, COUNT_OFFSET:HEADER_LENGTH]).view(_COUNT).reshape(n).astype(np.int32)
-        rows["sequence"] = np.where(valid, seq, -1)
-        rows["count"] = np.where(valid, count, -1)
-        self._offer_rows(rows, out.CAPTURE_PACKETS)
-
-    def _offer_rows(self, rows: np.ndarray, kind: int) -> None:
-        """Capture rows in unfragmented frames (whole rows per frame), so readers never reassemble."""
-        assert self.capture is not None
-        per_frame = max(1, self.capture.max_payload_length // out.CAPTURE_ROW_LENGTH)
-        for start in range(0, len(rows), per_frame):
-            self._offer(self.capture, rows[start : start + per_frame].tobytes(), kind)
-
-    def _flush_delivered(self, delivered: list, seqs: list[int], feeds: list[int], arrivals: list[int]) -> None:
-        parts = []
-        for batch_seqs, batch_feeds, batch_arrivals in delivered:
-            parts.append(out.delivered_runs(batch_seqs, batch_feeds, batch_arrivals))
-        if seqs:
-            parts.append(out.delivered_runs(np.array(seqs, np.uint64), np.array(feeds, np.uint8),
-                                            np.array(arrivals, np.int64)))
-        delivered.clear()
-        seqs.clear()
-        feeds.clear()
-        arrivals.clear()
-        if not parts:
-            return
-        rows = np.concatenate(parts).astype(out.DELIVERED_ROW)  # concatenate drops the rows' padding
-        rows["feed"] = _LETTERS[rows["feed"]]
-        rows["arrival_ns"] += self._epoch_offset_ns
-        self._offer_rows(rows, out.CAPTURE_DELIVERED)
 
     # -- counters and lifetime -------------------------------------------------------------------------
 
@@ -518,6 +459,9 @@ class FeedHandler:
                 counter.set(int(value))
 
     def close(self) -> None:
+        native_round = getattr(self, "_round", None)
+        if native_round is not None:  # before the sockets: their descriptor numbers may be reused
+            native_round.close()
         for sock in self.sockets.values():
             sock.close()
         self.sockets.clear()

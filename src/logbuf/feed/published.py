@@ -42,6 +42,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:
+    from logbuf._native import lib as _lib
+except ImportError as exc:  # pragma: no cover - depends on how the package was installed
+    raise ImportError("logbuf's native shim (logbuf._native) is not built; see logbuf.native") from exc
+
 MESSAGES_STREAM = 1001
 EVENTS_STREAM = 1002
 CAPTURE_STREAM = 1003
@@ -98,20 +103,23 @@ class FeedEvent:
 
 
 # -- capture ---------------------------------------------------------------------------------------------
-CAPTURE_PACKETS = 1
-CAPTURE_DELIVERED = 2
-CAPTURE_ROW_LENGTH = 32
+# The row layout is defined once, in native/feed.h (the native round writes the rows): read from there.
+CAPTURE_PACKETS = _lib.LBF_CAPTURE_PACKETS
+CAPTURE_DELIVERED = _lib.LBF_CAPTURE_DELIVERED
+CAPTURE_ROW_LENGTH = _lib.LBF_CAPTURE_ROW_LENGTH
 
 PACKET_ROW = np.dtype(
     {"names": ["feed", "bytes", "arrival_ns", "sequence", "count"],
      "formats": ["u1", "<i4", "<i8", "<i8", "<i4"],
-     "offsets": [0, 4, 8, 16, 24],
+     "offsets": [_lib.LBF_PACKET_ROW_FEED, _lib.LBF_PACKET_ROW_BYTES, _lib.LBF_PACKET_ROW_ARRIVAL,
+                 _lib.LBF_PACKET_ROW_SEQUENCE, _lib.LBF_PACKET_ROW_COUNT],
      "itemsize": CAPTURE_ROW_LENGTH}
 )
 DELIVERED_ROW = np.dtype(
     {"names": ["feed", "count", "arrival_ns", "first"],
      "formats": ["u1", "<i4", "<i8", "<i8"],
-     "offsets": [0, 4, 8, 16],
+     "offsets": [_lib.LBF_DELIVERED_ROW_FEED, _lib.LBF_DELIVERED_ROW_COUNT, _lib.LBF_DELIVERED_ROW_ARRIVAL,
+                 _lib.LBF_DELIVERED_ROW_FIRST],
      "itemsize": CAPTURE_ROW_LENGTH}
 )
 FEED_LETTERS = {0: ord("A"), 1: ord("B"), 2: ord("R")}  # Feed enum value -> row byte
