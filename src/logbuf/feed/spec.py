@@ -253,6 +253,24 @@ class SpecArbiter:
     def queued_packets(self) -> int:
         return len(self._queue)
 
+    # -- invariants: the stream is joined (expected and session set) and recovery is on where these are used ----
+
+    @property
+    def _next(self) -> int:
+        """``expected``, where only a joined stream gets (a packet or marker joins it first)."""
+        assert self.expected is not None, "the stream is not joined yet"
+        return self.expected
+
+    @property
+    def _current_session(self) -> bytes:
+        assert self.session is not None, "no session accepted yet"
+        return self.session
+
+    @property
+    def _recovery(self) -> Recovery:
+        assert self.recovery is not None, "recovery is off"
+        return self.recovery
+
     @property
     def recovering(self) -> bool:
         return self.recovery is not None and self.recovery.active
@@ -363,10 +381,10 @@ class SpecArbiter:
     def _join(self, next_sequence: int, out: list[Event]) -> None:
         self.expected = next_sequence
         self.highest = next_sequence - 1
-        out.append(SessionChanged(None, self.session, next_sequence))
+        out.append(SessionChanged(None, self._current_session, next_sequence))
 
     def _switch_session(self, session: bytes, now_ns: int, out: list[Event]) -> None:
-        old = self.session
+        old = self._current_session
         while self.holes(1):
             self._abandon(1, GapReason.SESSION_CHANGE, now_ns, out)
         self._close_gaps(out)
@@ -397,14 +415,14 @@ class SpecArbiter:
             self._join(next_sequence, out)
         if end and self._pending_eos is None:
             self._pending_eos = next_sequence
-        if next_sequence - 1 >= self.expected:  # messages up to next_sequence - 1 exist and are not here
+        if next_sequence - 1 >= self._next:  # messages up to next_sequence - 1 exist and are not here
             self.highest = max(self.highest, next_sequence - 1)
             self._note_ahead(feed, next_sequence, arrival_ns)
 
     def _data(self, feed: Feed, buf: memoryview, first: int, count: int, arrival_ns: int, out: list[Event]) -> None:
         if self.expected is None:
             self._join(first, out)
-        if first > self.expected:
+        if first > self._next:
             self.feed_stats[feed, FS_OUT_OF_ORDER] += 1
             self._enqueue(feed, first, count, bytes(buf), arrival_ns, out)
             return
@@ -415,21 +433,21 @@ class SpecArbiter:
 
     def _walk(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
               out: list[Event]) -> None:
-        before = self.expected
+        before = self._next
         self._walk_python(feed, packet, first, count, arrival_ns, out)
-        if self.expected > before:
+        if self._next > before:
             self._progress = True
 
     def _walk_python(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
                      out: list[Event]) -> None:
         """The per-message walk (``eng_walk`` in native/feed.c)."""
-        expected = self.expected
+        expected = self._next
         st = self.feed_stats[feed]
         live = feed != Feed.RETRANSMIT
         mask = self.ring_mask
         ring_seq, ring_arrival, ring_feed = self.ring_seq, self.ring_arrival, self.ring_feed
         delivered = duplicates = 0
-        for i, (offset, length) in enumerate(parse_blocks(memoryview(packet), count)):
+        for i, (offset, length) in enumerate(_blocks(packet, count)):
             seq = first + i
             slot = seq & mask
             if seq < expected:
@@ -461,10 +479,10 @@ class SpecArbiter:
 
     def _drain(self, out: list[Event]) -> None:
         queue = self._queue
-        while queue and queue[0][0] <= self.expected:
+        while queue and queue[0][0] <= self._next:
             _, _, entry = heapq.heappop(queue)
             self._walk(entry.feed, entry.data, entry.first, entry.count, entry.arrival_ns, out)
-        self._coverage.trim_below(self.expected)
+        self._coverage.trim_below(self._next)
 
     # -- the out-of-order queue and gaps ----------------------------------------------------------------------
 
@@ -484,15 +502,15 @@ class SpecArbiter:
                     if not self._shedding:  # one overflow per episode of a full queue
                         self._shedding = True
                         self.counters.queue_overflows += 1
-                        out.append(QueueOverflow(self.session, len(self._queue), capacity))
+                        out.append(QueueOverflow(self._current_session, len(self._queue), capacity))
                     self._note_ahead(feed, first, arrival_ns)
                     return
                 # recovery off: nothing can be fetched again; the oldest holes are given up
                 self.counters.queue_overflows += 1
-                out.append(QueueOverflow(self.session, len(self._queue), capacity))
+                out.append(QueueOverflow(self._current_session, len(self._queue), capacity))
                 while len(self._queue) > capacity // 2 and self.holes(1):
                     self._abandon(1, GapReason.QUEUE_OVERFLOW, arrival_ns, out)
-                if first <= self.expected:  # giving up moved the stream up to (or past) this packet
+                if first <= self._next:  # giving up moved the stream up to (or past) this packet
                     self._walk(feed, data, first, count, arrival_ns, out)
                     self._drain(out)
                     return
@@ -539,7 +557,7 @@ class SpecArbiter:
     def _declare(self, reason: GapReason, now_ns: int, out: list[Event]) -> None:
         self._wait_started_ns = None
         if self.recovery is None:  # recovery off: [expected, head of the most recent run - 1], lost at once
-            first = self.expected
+            first = self._next
             head = self._coverage.last_start() if self._coverage else self.highest + 1
             self._open(first, head - 1, reason, out, lost=True)
             self._unrecoverable(first, head - 1, GapReason.RECOVERY_OFF, out)
@@ -554,7 +572,7 @@ class SpecArbiter:
             self._close_gaps(out)
             return
         # recovery: every hole not declared yet, up to the highest sequence seen, is declared and re-requested
-        start = max(self.expected, self._declared_upto + 1)
+        start = max(self._next, self._declared_upto + 1)
         for first, last in self._coverage.holes(start, self.highest, 1 << 62):
             self._open(first, last, reason, out)
         self._declared_upto = self.highest
@@ -562,7 +580,7 @@ class SpecArbiter:
 
     def _open(self, first: int, last: int, reason: GapReason, out: list[Event], lost: bool = False) -> None:
         self.counters.gaps_detected += 1
-        out.append(GapDetected(self.session, first, last, reason))
+        out.append(GapDetected(self._current_session, first, last, reason))
         gap = OpenGap(first, last)
         gap.lost = lost
         self._gaps.append(gap)
@@ -571,7 +589,7 @@ class SpecArbiter:
         self.counters.gaps_unrecoverable += 1
         # saturates: a confirmed jump may name nearly 2**64 sequences, the counter is an int64
         self.counters.messages_unrecoverable = min(I64_MAX, self.counters.messages_unrecoverable + last - first + 1)
-        out.append(GapUnrecoverable(self.session, first, last, reason))
+        out.append(GapUnrecoverable(self._current_session, first, last, reason))
 
     def _declared_holes(self, limit: int) -> list[Hole]:
         """The holes recovery works on: those inside declared gaps."""
@@ -599,11 +617,11 @@ class SpecArbiter:
 
     def _close_gaps(self, out: list[Event]) -> None:
         gaps = self._gaps
-        while gaps and gaps[0].last < self.expected:
+        while gaps and gaps[0].last < self._next:
             gap = gaps.popleft()
             if not gap.lost:
                 self.counters.gaps_recovered += 1
-                out.append(GapRecovered(self.session, gap.first, gap.last))
+                out.append(GapRecovered(self._current_session, gap.first, gap.last))
 
     def _settle(self, now_ns: int, out: list[Event]) -> None:
         """After any input: close passed gaps, watch the first undeclared hole, detect, drive recovery, end of
@@ -620,7 +638,7 @@ class SpecArbiter:
             if self._progress:
                 continue
             if self.recovering:
-                recovery = self.recovery
+                recovery = self._recovery
                 limit = recovery.config.max_outstanding
                 expired = recovery.expired(self._declared_holes(limit), now_ns)
                 if expired:
@@ -628,17 +646,24 @@ class SpecArbiter:
                     continue
                 requests = recovery.poll(self._declared_holes(limit), now_ns)
                 self.counters.recovery_requests += len(requests)
-                out.extend(RecoveryRequest(self.session, seq, count) for seq, count in requests)
+                out.extend(RecoveryRequest(self._current_session, seq, count) for seq, count in requests)
             break
         if self.recovering:
             if self.expected is None or self.highest < self.expected:
-                self.recovery.stop()  # caught up
+                self._recovery.stop()  # caught up
             else:
-                self.recovery.forget_below(self.expected)
+                self._recovery.forget_below(self._next)
         self._emit_end_of_session(out)
 
     def _emit_end_of_session(self, out: list[Event]) -> None:
         eos = self._pending_eos
         if eos is not None and not self._eos_emitted and self.expected is not None and self.expected >= eos:
             self._eos_emitted = True
-            out.append(EndOfSession(self.session, eos))
+            out.append(EndOfSession(self._current_session, eos))
+
+
+def _blocks(packet: bytes | memoryview, count: int) -> list[tuple[int, int]]:
+    """The blocks of a packet validated before it was accepted (a malformed one never reaches the walk)."""
+    blocks = parse_blocks(memoryview(packet), count)
+    assert blocks is not None, "a malformed packet reached the walk"
+    return blocks

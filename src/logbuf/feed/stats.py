@@ -86,6 +86,7 @@ class Counters:
     """Named view of the stream ``counters`` array (``counters.gaps_detected``, ...); writable."""
 
     __slots__ = ("_array",)
+    _array: np.ndarray
 
     def __init__(self, array: np.ndarray) -> None:
         object.__setattr__(self, "_array", array)
