@@ -630,7 +630,7 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="a packet this many messages past everything known waits for a confirming second packet")
     p.add_argument("--rcvbuf", type=count, default=DEFAULT_RCVBUF, help="receive buffer per feed socket (bytes)")
     p.add_argument("--batch-wait-us", type=float, default=DEFAULT_BATCH_WAIT_S * 1e6,
-                   help="after a wake-up, let datagrams gather this long (fewer, larger rounds; adds latency)")
+                   help="while traffic flows, one sleep this long per round (fewer, larger rounds: less CPU, more latency)")
     p.add_argument("--request-rate", type=float, default=DEFAULT_REQUEST_RATE,
                    help="re-requests per second at most (stay under the server's per-client limit)")
     p.add_argument("--max-outstanding", type=count, default=64, help="re-requests in flight at most")
