@@ -100,7 +100,7 @@ def sender(args: argparse.Namespace) -> int:
         try:
             retransmit.start()
             server = ReplayServer(ReplayCore(reader, config), [("127.0.0.1", args.port_a), ("127.0.0.1", args.port_b)],
-                                  publish=retransmit.ring.publish, stop=stop)
+                                  publish=retransmit.ring.publish, stop=stop, segment=not args.no_segment)
             cpu = _cpu_seconds()
             try:
                 summary = server.run()
@@ -208,7 +208,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                                          "--freeze-ms", str(args.freeze_ms), "--b-lag", str(args.b_lag),
                                          "--linger", str(args.linger + timeout), "--seed", str(args.seed),
                                          "--ring-bits", str(args.ring_bits),
-                                         "--retransmit-rate", str(args.retransmit_rate)],
+                                         "--retransmit-rate", str(args.retransmit_rate),
+                                         *(["--no-segment"] if args.no_segment else [])],
                                         env=env, stdout=subprocess.PIPE, text=True)
                 procs.append(send)
                 driver_cpu = _cpu_seconds()
@@ -319,6 +320,8 @@ def main() -> int:
     parser.add_argument("--ring-bits", type=int, default=24, help="retransmission ring: the last 2**BITS messages")
     parser.add_argument("--retransmit-rate", type=float, default=50_000.0,
                         help="re-requests answered per second (the handler is the only client)")
+    parser.add_argument("--no-segment", action="store_true",
+                        help="the sender sends one datagram per packet (sendmmsg), not segmented runs (UDP GSO)")
     parser.add_argument("--work-dir", default=None, help="where the day files go (default: a temporary directory)")
     parser.add_argument("--port-a", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--port-b", type=int, default=0, help=argparse.SUPPRESS)

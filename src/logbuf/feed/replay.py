@@ -49,6 +49,7 @@ import os
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -76,7 +77,12 @@ _CHUNK_PLANS = 256  # plans decided and built at a time: building a chunk holds 
 # A wake-up sends everything due, then sleeps at least this long: a packet goes at most this much (plus the
 # kernel's wake-up latency) after its time, and sendmmsg calls carry several packets at high rates.
 DEFAULT_BATCH_NS = 100_000
-_PREFETCH_NS = 20 * NANOS_PER_MILLI  # build packets this far ahead of their due time
+_PREFETCH_NS = 20 * NANOS_PER_MILLI
+# UDP generic segmentation offload: one send of up to 64 equal segments within one maximal UDP payload
+_UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)  # linux/udp.h
+_MAX_SEGMENTS = 64
+_MAX_SEGMENTED_BYTES = 65_507 - 40  # IPv4's largest UDP payload, less IPv6's longer header
+_MIN_SEGMENTED_RUN = 4  # shorter runs go with sendmmsg (a segmented send costs about three packets)  # build packets this far ahead of their due time
 _EVENT_BATCH = 512  # events per batch when batches group events() (configurations the bulk path does not take)
 _WIRE_HEADER = np.dtype([("session", "S10"), ("sequence", ">u8"), ("count", ">u2")])  # MoldUDP64, 20 bytes
 
@@ -839,9 +845,9 @@ class ReplaySummary:
 class _Queued:
     """A feed's part of a batch while it is being sent: Python lists for the loop, native pointers for sendmmsg."""
 
-    __slots__ = ("times", "wire", "view", "offsets", "lengths", "counts", "bytes", "sent", "native")
+    __slots__ = ("times", "wire", "view", "offsets", "lengths", "counts", "bytes", "sent", "native", "run_end")
 
-    def __init__(self, wire: np.ndarray, feed: FeedBatch, native: Any) -> None:
+    def __init__(self, wire: np.ndarray, feed: FeedBatch, native: Any, segmenting: bool) -> None:
         self.times: list[int] = feed.times.tolist()
         self.wire = wire
         self.view = wire.data
@@ -851,6 +857,13 @@ class _Queued:
         self.counts: list[int] = [0, *np.cumsum(feed.counts).tolist()]
         self.bytes: list[int] = [0, *np.cumsum(feed.lengths, dtype=np.int64).tolist()]
         self.sent = 0  # packets [0, sent) went
+        # run_end[i]: where the run of equal-sized packets lying back to back in the wire from packet i ends
+        self.run_end: list[int] | None = None
+        if segmenting and feed.offsets.size:
+            offsets, lengths = feed.offsets.astype(np.int64), feed.lengths.astype(np.int64)
+            starts = np.flatnonzero((offsets[1:] != offsets[:-1] + lengths[:-1]) | (lengths[1:] != lengths[:-1])) + 1
+            ends = np.append(starts, offsets.size)
+            self.run_end = ends[np.searchsorted(ends, np.arange(offsets.size), side="right")].tolist()
         self.native = None
         if native is not None:
             ffi = native.ffi
@@ -877,7 +890,7 @@ class ReplayServer:
                  clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep,
                  publish: Callable[[int, np.ndarray], None] | None = None,
                  stop: threading.Event | None = None, progress: Callable[[int], None] | None = None,
-                 batch_ns: int = DEFAULT_BATCH_NS) -> None:
+                 batch_ns: int = DEFAULT_BATCH_NS, segment: bool = True) -> None:
         if len(destinations) != len(core.feeds):
             raise ReplayError("one destination per feed")
         if batch_ns < 0:
@@ -895,6 +908,8 @@ class ReplayServer:
         self.max_late_ns = 0
         self.send_calls = 0  # system calls that sent packets (sendmmsg, or send() without the native module)
         self._native = _native_net()
+        # UDP GSO (Linux): runs of equal-sized packets handed to the kernel in one send each, cut there
+        self._segmenting = [segment and sys.platform == "linux"] * len(destinations)
         self._sockets: list[socket.socket] = []
         try:
             for destination in destinations:
@@ -923,7 +938,55 @@ class ReplayServer:
             self.sleep(min(remaining, 100 * NANOS_PER_MILLI) / NANOS_PER_SECOND)  # notices a stop within 100 ms
 
     def _send_range(self, feed: int, queued: _Queued, lo: int, hi: int) -> None:
-        """Sends packets ``[lo, hi)`` of ``queued`` on ``feed``, each whole, in order."""
+        """Sends packets ``[lo, hi)`` of ``queued`` on ``feed``, each whole, in order: runs of equal-sized
+        packets lying back to back as segmented sends (UDP GSO) when the kernel takes them, the rest with
+        sendmmsg."""
+        run_end = queued.run_end
+        if run_end is None or not self._segmenting[feed]:
+            self._send_each(feed, queued, lo, hi)
+            return
+        i = each_from = lo
+        while i < hi:
+            j = min(run_end[i], hi)
+            if j - i >= _MIN_SEGMENTED_RUN:
+                if each_from < i:
+                    self._send_each(feed, queued, each_from, i)
+                self._send_segmented(feed, queued, i, j)
+                each_from = j
+            i = j
+        if each_from < hi:
+            self._send_each(feed, queued, each_from, hi)
+
+    def _send_segmented(self, feed: int, queued: _Queued, lo: int, hi: int) -> None:
+        """Packets ``[lo, hi)`` (equal sizes, back to back in the wire): the kernel cuts each send into them."""
+        sock = self._sockets[feed]
+        size = queued.lengths[lo]
+        per_send = min(_MAX_SEGMENTS, _MAX_SEGMENTED_BYTES // size)
+        if per_send < 2:
+            self._send_each(feed, queued, lo, hi)
+            return
+        segment = [(socket.SOL_UDP, _UDP_SEGMENT, size.to_bytes(2, sys.byteorder))]
+        while lo < hi:
+            n = min(hi - lo, per_send)
+            offset = queued.offsets[lo]
+            data = queued.view[offset : offset + n * size]
+            self.send_calls += 1
+            try:
+                sock.sendmsg((data,), segment)
+            except ConnectionRefusedError:
+                self.refused += 1  # as in _send_one: an earlier packet's ICMP error; this send did not go
+                with contextlib.suppress(ConnectionRefusedError):
+                    sock.sendmsg((data,), segment)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP, errno.EIO):
+                    raise
+                self._segmenting[feed] = False  # this kernel or route does not segment: one datagram per packet
+                self._send_each(feed, queued, lo, hi)
+                return
+            lo += n
+
+    def _send_each(self, feed: int, queued: _Queued, lo: int, hi: int) -> None:
+        """Packets ``[lo, hi)`` one datagram each: sendmmsg, or send() without the native module."""
         sock = self._sockets[feed]
         native = self._native
         if native is None:
@@ -988,7 +1051,7 @@ class ReplayServer:
                         publish(sequence, frames)
                 for feed, part in enumerate(batch.feeds):
                     if part.times.size:
-                        queues[feed].append(_Queued(batch.wire, part, native))
+                        queues[feed].append(_Queued(batch.wire, part, native, self._segmenting[feed]))
                 horizon = batch.horizon
             if stop.is_set():
                 break
