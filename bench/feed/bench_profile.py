@@ -123,10 +123,13 @@ def subscriber(args: argparse.Namespace) -> int:
     expected = args.messages
     got = bad = 0
     next_seq = 1
-    deadline = time.monotonic() + args.timeout
+    started = time.monotonic()
+    deadline = started + args.timeout
+    stalled_at = started + args.stall  # no message for --stall seconds: whatever is missing stays missing
+    cpu = _cpu_seconds()
     with logbuf.connect(args.dir) as client:
         sub = client.add_subscription("aeron:ipc", 1001)
-        while got < expected and time.monotonic() < deadline:
+        while got < expected and time.monotonic() < min(deadline, stalled_at):
             work = 0
             for image in sub.images:
                 with image.batch_poll(4096) as batch:
@@ -142,9 +145,12 @@ def subscriber(args: argparse.Namespace) -> int:
                         bad += 1
                     next_seq = int(seqs[-1]) + 1
                     got += n
-            if not work:
+            if work:
+                stalled_at = time.monotonic() + args.stall
+            else:
                 sub.wait(0.01)
-    print(json.dumps({"received": got, "bad": bad}), flush=True)
+    cpu_share = (_cpu_seconds() - cpu) / max(1e-9, time.monotonic() - started)
+    print(json.dumps({"received": got, "bad": bad, "cpu_share": cpu_share}), flush=True)
     return 0
 
 
@@ -178,6 +184,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
     write_day(day, messages)
     a, b, r = free_udp_ports(3)
     received: dict = {}
+    elapsed = 0.0
     sent: dict = {}
     summary: dict = {}
     timeout = args.duration + 120
@@ -193,7 +200,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                                          "--summary-json", f"{tmp}/feed.json"], env=env)
                 procs.append(feed)
                 sub = subprocess.Popen([*me, "--role", "subscriber", "--messages", str(messages),
-                                        "--timeout", str(timeout)], env=env, stdout=subprocess.PIPE, text=True)
+                                        "--timeout", str(timeout), "--stall", str(args.stall)],
+                                       env=env, stdout=subprocess.PIPE, text=True)
                 procs.append(sub)
                 with logbuf.connect(driver.directory) as client:  # the handler's publications are up
                     deadline = time.monotonic() + 30
@@ -219,7 +227,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                     received = _last_json(out)
                 except subprocess.TimeoutExpired:
                     received = {}
-                driver_cpu = (_cpu_seconds() - driver_cpu) / max(1e-9, time.monotonic() - started)
+                elapsed = time.monotonic() - started
+                driver_cpu = (_cpu_seconds() - driver_cpu) / max(1e-9, elapsed)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     feed.wait(args.linger + 30)  # it ends at the end of session, once nothing is missing
                 _stop(feed, 10)
@@ -254,6 +263,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
         "replay_late_share": round(sent.get("late_packets", 0) / sender_packets, 4),
         "replay_max_late_ms": round(sent.get("max_late_ms", 0.0), 1),
         "retransmit_answers": sent.get("retransmit", {}).get("answers", 0),
+        "handler_cpu_share": round(summary.get("cpu_us", 0) / 1e6 / max(1e-9, elapsed), 2),
+        "subscriber_cpu_share": round(received.get("cpu_share", 0.0), 2),
         "driver_cpu_share": round(driver_cpu, 2),
         "load": round(os.getloadavg()[0], 2),
     }
@@ -330,6 +341,8 @@ def main() -> int:
     parser.add_argument("--day", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--messages", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=float, default=300.0, help=argparse.SUPPRESS)
+    parser.add_argument("--stall", type=float, default=30.0,
+                        help="a run ends when no message arrived for this many seconds (default 30)")
     args = parser.parse_args()
     if args.role == "sender":
         return sender(args)

@@ -5,9 +5,11 @@ Pipeline (everything left of the socket loop is pure and driven by the file and 
     DayFileReader --blocks--> Packetiser --PacketPlan--> FeedScheduler (A) --+
                                                      \\-> FeedScheduler (B) --+--> ReplayCore.events()
                                                                                     (time-ordered SendEvents)
+                                                                                 ReplayCore.batches()
+                                                                                    (the same, as SendBatches)
                                                                                            |
                                                         ReplayServer: sleep until due, publish to the
-                                                        retransmission ring, sendmmsg per feed
+                                                        retransmission ring, send each feed's due packets
 
 - Packets: a run of consecutive day-file frames *is* a MoldUDP64 packet body, so a packet is the 20-byte header
   plus one slice of the file. A packet is flushed when the next message would exceed the payload budget, when
@@ -30,11 +32,14 @@ Pipeline (everything left of the socket loop is pure and driven by the file and 
   A freeze starts at random (``freeze``, per packet) or on a schedule (``freeze_every_ms``: the first packet due
   at or after each multiple of the period starts one), as a load profile scripts it.
 - Two ways to the same sends: :meth:`ReplayCore.events` walks packet by packet (the specification, every
-  configuration), :meth:`ReplayCore.batches` decides whole runs of packets with numpy for load profiles
-  (``packet_rate``; loss, delay and scheduled or random-free freezes; no jitter, duplication, reordering or drop
-  ranges) and falls back to grouping :meth:`~ReplayCore.events` otherwise. Tests hold the two equal.
-- The socket loop sends each feed's due packets in batches, one ``sendmmsg`` per up to 64 (the native
-  ``lbn_send_from``), with every packet built once into a contiguous wire buffer shared by A and B.
+  configuration); :meth:`ReplayCore.batches` decides a chunk of packets at a time with numpy for load profiles
+  (``packet_rate`` with loss, delay and scheduled freezes; no jitter, duplication, reordering, random freezes
+  or drop ranges) and groups :meth:`~ReplayCore.events` otherwise. Tests hold the two equal.
+- The socket loop wakes when a packet is due (then at least ``batch_ns`` later: never early, at most that much
+  late plus the wake-up latency) and sends every due packet of a feed at once, from a wire buffer where each
+  packet was built once for A and B: runs of equal-sized packets as one segmented send (UDP GSO; the kernel
+  cuts the datagrams), the rest with ``sendmmsg`` (the native ``lbn_send_from``), or ``send()`` per packet
+  without the native module.
 """
 
 from __future__ import annotations
@@ -884,7 +889,13 @@ def _native_net() -> Any:
 
 
 class ReplayServer:
-    """Sends a ReplayCore's packets on UDP sockets at their due times, each feed's due packets in batches."""
+    """Sends a ReplayCore's packets on UDP sockets at their due times, each feed's due packets in batches.
+
+    ``batch_ns``: after a wake-up the loop sleeps at least this long, so a packet goes at most that much after its
+    time (never before) and a system call carries several packets at high rates (0: wake for every due time).
+    ``segment``: send runs of equal-sized packets as UDP GSO sends where the kernel takes them (Linux).
+    ``publish(sequence, frames)`` receives the retransmission ring's messages before any packet carrying them.
+    """
 
     def __init__(self, core: ReplayCore, destinations: list[tuple[str, int]], *,
                  clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep,
@@ -1027,6 +1038,7 @@ class ReplayServer:
                 sock.send(data)
 
     def run(self) -> ReplaySummary:
+        """Sends everything (or until :attr:`stop` is set); what went, how late, per feed."""
         clock = self.clock
         start = clock()
         publish = self.publish
