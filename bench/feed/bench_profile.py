@@ -7,7 +7,8 @@
 
 A day file of ``rate x duration x 40`` Add Order messages (36 bytes, each carrying its sequence number) is written
 first; the sender replays it with the replay library (``ReplayCore`` / ``ReplayServer``, as ``logbuf replay``
-does) as a load profile: ``--rate`` packets per second on each of A and B, 40 messages per packet, B ``--b-lag``
+does; every packet built before the clock starts, then sent when due, at most ``--batch-us`` late, with
+segmented sends) as a load profile: ``--rate`` packets per second on each of A and B, 40 messages per packet, B ``--b-lag``
 packets behind A, each feed losing ``--loss`` of its packets independently, and every ``--freeze-every`` seconds
 A stops for ``--freeze-ms`` and then sends what it held as a catch-up burst. A retransmission process answers the
 handler's re-requests. A subscriber process reads the messages stream in batches and checks every sequence and
@@ -65,6 +66,14 @@ def write_day(path: Path, messages: int) -> None:
             out.write(messages_block(first, min(1 << 20, messages + 1 - first)))
 
 
+def _machine_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs: how busy the whole machine was between two readings."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def _cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
@@ -100,19 +109,18 @@ def sender(args: argparse.Namespace) -> int:
         try:
             retransmit.start()
             server = ReplayServer(ReplayCore(reader, config), [("127.0.0.1", args.port_a), ("127.0.0.1", args.port_b)],
-                                  publish=retransmit.ring.publish, stop=stop, segment=not args.no_segment)
-            cpu = _cpu_seconds()
+                                  publish=retransmit.ring.publish, stop=stop, segment=not args.no_segment,
+                                  prebuild=not args.no_prebuild, batch_ns=int(args.batch_us * 1e3))
             try:
-                summary = server.run()
+                summary = server.run()  # with prebuild, every packet is built first: only sending is timed
             finally:
                 server.close()
-            cpu = _cpu_seconds() - cpu
             send_calls = server.send_calls
             stop.wait(args.linger)  # keep answering re-requests until the bench says it is over
         finally:
             retransmit_stats = retransmit.stop()
     report = summary.as_dict()
-    report.update(cpu_s=cpu, send_calls=send_calls, retransmit=vars(retransmit_stats) if retransmit_stats else {})
+    report.update(send_calls=send_calls, retransmit=vars(retransmit_stats) if retransmit_stats else {})
     print(json.dumps(report), flush=True)
     return 0
 
@@ -184,7 +192,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
     write_day(day, messages)
     a, b, r = free_udp_ports(3)
     received: dict = {}
-    elapsed = 0.0
+    elapsed = busy_cores = 0.0
     sent: dict = {}
     summary: dict = {}
     timeout = args.duration + 120
@@ -217,10 +225,13 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                                          "--linger", str(args.linger + timeout), "--seed", str(args.seed),
                                          "--ring-bits", str(args.ring_bits),
                                          "--retransmit-rate", str(args.retransmit_rate),
-                                         *(["--no-segment"] if args.no_segment else [])],
+                                         "--batch-us", str(args.batch_us),
+                                         *(["--no-segment"] if args.no_segment else []),
+                                         *(["--no-prebuild"] if args.no_prebuild else [])],
                                         env=env, stdout=subprocess.PIPE, text=True)
                 procs.append(send)
                 driver_cpu = _cpu_seconds()
+                busy = _machine_busy()
                 started = time.monotonic()
                 try:
                     out, _ = sub.communicate(timeout=timeout + 60)
@@ -229,6 +240,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                     received = {}
                 elapsed = time.monotonic() - started
                 driver_cpu = (_cpu_seconds() - driver_cpu) / max(1e-9, elapsed)
+                busy_now = _machine_busy()
+                busy_cores = (busy_now[0] - busy[0]) / max(1, busy_now[1] - busy[1]) * (os.cpu_count() or 1)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     feed.wait(args.linger + 30)  # it ends at the end of session, once nothing is missing
                 _stop(feed, 10)
@@ -258,7 +271,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
         "wire_to_log_p50_us": round(summary.get("wire_to_log_p50_ns", 0) / 1e3, 1),
         "wire_to_log_p99_us": round(summary.get("wire_to_log_p99_ns", 0) / 1e3, 1),
         "kernel_drops": summary.get("A.kernel_drops", 0) + summary.get("B.kernel_drops", 0),
-        "replay_cpu_us_per_packet": round(sent.get("cpu_s", 0.0) * 1e6 / sender_packets, 2),
+        "replay_cpu_us_per_packet": round(sent.get("cpu_seconds", 0.0) * 1e6 / sender_packets, 2),
         "replay_packets_per_send_call": round(sender_packets / max(1, sent.get("send_calls", 0)), 1),
         "replay_late_share": round(sent.get("late_packets", 0) / sender_packets, 4),
         "replay_max_late_ms": round(sent.get("max_late_ms", 0.0), 1),
@@ -266,6 +279,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
         "handler_cpu_share": round(summary.get("cpu_us", 0) / 1e6 / max(1e-9, elapsed), 2),
         "subscriber_cpu_share": round(received.get("cpu_share", 0.0), 2),
         "driver_cpu_share": round(driver_cpu, 2),
+        "sender_cpu_share": round(sent.get("cpu_seconds", 0.0) / max(1e-9, sent.get("seconds", 0.0)), 2),
+        "machine_busy_cores": round(busy_cores, 2),  # everything on the machine, other work included
         "load": round(os.getloadavg()[0], 2),
     }
     result["complete"] = (result["delivered"] == messages and not result["bad"] and result["unrecoverable"] == 0)
@@ -274,15 +289,17 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
 
 
 def _table(results: list[dict]) -> str:
-    rows = ["| packets/s per feed | delivered / expected | unrecoverable (gaps) | handler CPU / packet | "
-            "replay CPU / packet (late > 1 ms) | wire→log p50 / p99 | load |",
-            "|---:|---|---|---:|---:|---|---:|"]
+    rows = ["| packets/s per feed | delivered / expected | unrecoverable (gaps) | kernel drops | "
+            "handler CPU / packet | replay CPU / packet (late > 1 ms) | wire→log p50 / p99 | machine busy |",
+            "|---:|---|---|---:|---:|---:|---|---:|"]
     for r in sorted(results, key=lambda r: r["rate_per_feed"]):
         rows.append(
             f"| {r['rate_per_feed']:,.0f} | {r['delivered']:,} / {r['expected']:,}{'' if r['complete'] else ' ✗'} "
-            f"| {r['unrecoverable']} ({r['gaps_detected']}) | {r['handler_cpu_us_per_packet']:.2f} µs "
+            f"| {r['unrecoverable']:,} ({r['gaps_detected']:,}) | {r['kernel_drops']:,} "
+            f"| {r['handler_cpu_us_per_packet']:.2f} µs "
             f"| {r['replay_cpu_us_per_packet']:.2f} µs ({r['replay_late_share']:.1%}) "
-            f"| {r['wire_to_log_p50_us'] / 1e3:.2f} / {r['wire_to_log_p99_us'] / 1e3:.1f} ms | {r['load']} |")
+            f"| {r['wire_to_log_p50_us'] / 1e3:.2f} / {r['wire_to_log_p99_us'] / 1e3:.1f} ms "
+            f"| {r['machine_busy_cores']:.2f} cores |")
     return "\n".join(rows)
 
 
@@ -333,6 +350,10 @@ def main() -> int:
                         help="re-requests answered per second (the handler is the only client)")
     parser.add_argument("--no-segment", action="store_true",
                         help="the sender sends one datagram per packet (sendmmsg), not segmented runs (UDP GSO)")
+    parser.add_argument("--no-prebuild", action="store_true",
+                        help="the sender builds packets while sending (default: all built before the clock starts)")
+    parser.add_argument("--batch-us", type=float, default=250.0,
+                        help="the sender sends what fell due, then sleeps at least this long (default 250)")
     parser.add_argument("--work-dir", default=None, help="where the day files go (default: a temporary directory)")
     parser.add_argument("--port-a", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--port-b", type=int, default=0, help=argparse.SUPPRESS)

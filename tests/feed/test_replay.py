@@ -169,7 +169,8 @@ def test_b_feed_is_delayed(small_day: Path) -> None:
     assert min(lags) >= 5_000_000 and max(lags) <= 6_000_000 + max(np.diff(sorted(a.values())).max(), 0)
 
 
-def _fake_clock_run(path: Path, config: ReplayConfig, batch_ns: int) -> tuple[list[tuple[int, int]], object]:
+def _fake_clock_run(path: Path, config: ReplayConfig, batch_ns: int,
+                    prebuild: bool = False) -> tuple[list[tuple[int, int]], object]:
     """(due, sent) per packet, for a server on a fake clock that only sleeping advances."""
     now = [0]
     sent: list[tuple[int, int]] = []
@@ -178,7 +179,7 @@ def _fake_clock_run(path: Path, config: ReplayConfig, batch_ns: int) -> tuple[li
         now[0] += round(seconds * 1e9)
 
     server = ReplayServer(ReplayCore(DayFileReader(path), config), [("127.0.0.1", 9)] * len(config.feeds),
-                          clock=lambda: now[0], sleep=sleep, batch_ns=batch_ns)
+                          clock=lambda: now[0], sleep=sleep, batch_ns=batch_ns, prebuild=prebuild)
     server.close()
 
     def send_range(feed: int, queued, lo: int, hi: int) -> None:
@@ -199,10 +200,12 @@ def test_fake_clock_drives_the_server_loop(tiny_day: Path) -> None:
     assert all(at == due for due, at in sent)
 
 
-def test_batched_wake_ups_are_never_early_and_at_most_a_batch_late(small_day: Path) -> None:
-    """With batch_ns, what falls due within it waits for the next wake-up: never early, at most batch_ns late."""
+@pytest.mark.parametrize("prebuild", [False, True], ids=["streamed", "prebuilt"])
+def test_batched_wake_ups_are_never_early_and_at_most_a_batch_late(small_day: Path, prebuild: bool) -> None:
+    """With batch_ns, what falls due within it waits for the next wake-up: never early, at most batch_ns late
+    (the same whether packets are built while sending or all before the clock starts)."""
     config = ReplayConfig(packet_rate=40_000, feeds=(FeedConfig("A"), FeedConfig("B", delay_ns=30_000)), **QUICK_END)
-    sent, summary = _fake_clock_run(small_day, config, batch_ns=200_000)
+    sent, summary = _fake_clock_run(small_day, config, batch_ns=200_000, prebuild=prebuild)
     assert len(sent) == summary.packets and summary.late_packets == 0
     assert all(0 <= at - due <= 200_000 for due, at in sent)
     wake_ups = len({at for _, at in sent})

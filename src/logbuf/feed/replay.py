@@ -834,6 +834,7 @@ class ReplaySummary:
     late_packets: int = 0  # sent more than 1 ms after their due time
     max_late_ms: float = 0.0
     refused: int = 0  # sends that met "port unreachable" (nobody listening) and were sent again
+    cpu_seconds: float = 0.0  # this process's CPU time while sending (with prebuild: after building)
 
     def as_dict(self) -> dict:
         return {
@@ -842,7 +843,7 @@ class ReplaySummary:
             "messages_per_second": self.messages / self.seconds if self.seconds else 0.0,
             "skipped_messages": self.skipped_messages, "first_sequence": self.first_sequence,
             "next_sequence": self.next_sequence, "late_packets": self.late_packets,
-            "max_late_ms": self.max_late_ms, "refused": self.refused,
+            "max_late_ms": self.max_late_ms, "refused": self.refused, "cpu_seconds": self.cpu_seconds,
             "feeds": {name: vars(stats).copy() for name, stats in self.feeds.items()},
         }
 
@@ -895,18 +896,21 @@ class ReplayServer:
     time (never before) and a system call carries several packets at high rates (0: wake for every due time).
     ``segment``: send runs of equal-sized packets as UDP GSO sends where the kernel takes them (Linux).
     ``publish(sequence, frames)`` receives the retransmission ring's messages before any packet carrying them.
+    ``prebuild``: build every packet before the clock starts (memory: about the replayed part of the file), so
+    that sending costs only the system calls -- for load profiles next to the system under test.
     """
 
     def __init__(self, core: ReplayCore, destinations: list[tuple[str, int]], *,
                  clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep,
                  publish: Callable[[int, np.ndarray], None] | None = None,
                  stop: threading.Event | None = None, progress: Callable[[int], None] | None = None,
-                 batch_ns: int = DEFAULT_BATCH_NS, segment: bool = True) -> None:
+                 batch_ns: int = DEFAULT_BATCH_NS, segment: bool = True, prebuild: bool = False) -> None:
         if len(destinations) != len(core.feeds):
             raise ReplayError("one destination per feed")
         if batch_ns < 0:
             raise ReplayError("batch_ns must be >= 0")
         self.batch_ns = batch_ns
+        self.prebuild = prebuild
         self.core = core
         self.destinations = destinations
         self.clock = clock
@@ -1046,6 +1050,10 @@ class ReplayServer:
         stop = self.stop
         native = self._native
         batches = self.core.batches()
+        if self.prebuild:  # every packet built before the clock starts: the loop only sends
+            batches = iter(list(batches))
+            start = clock()
+        cpu = time.process_time()
         queues: list[collections.deque[_Queued]] = [collections.deque() for _ in self.destinations]
         horizon = 0  # every packet due by then is queued
         more = True
@@ -1107,5 +1115,5 @@ class ReplayServer:
         return ReplaySummary(
             seconds, packets, messages, nbytes, self.core.skipped, self.core.first_sequence,
             self.core.next_sequence, {feed.config.name: feed.stats for feed in self.core.feeds},
-            self.late_packets, self.max_late_ns / NANOS_PER_MILLI, self.refused,
+            self.late_packets, self.max_late_ns / NANOS_PER_MILLI, self.refused, time.process_time() - cpu,
         )
