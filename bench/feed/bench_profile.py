@@ -110,9 +110,13 @@ def sender(args: argparse.Namespace) -> int:
             retransmit.start()
             server = ReplayServer(ReplayCore(reader, config), [("127.0.0.1", args.port_a), ("127.0.0.1", args.port_b)],
                                   publish=retransmit.ring.publish, stop=stop, segment=not args.no_segment,
-                                  prebuild=not args.no_prebuild, batch_ns=int(args.batch_us * 1e3))
+                                  batch_ns=int(args.batch_us * 1e3))
             try:
-                summary = server.run()  # with prebuild, every packet is built first: only sending is timed
+                if not args.no_prebuild:
+                    server.prebuild()  # every packet built before the clock starts: the run only sends
+                busy = _machine_busy()
+                summary = server.run()
+                busy_now = _machine_busy()
             finally:
                 server.close()
             send_calls = server.send_calls
@@ -120,7 +124,8 @@ def sender(args: argparse.Namespace) -> int:
         finally:
             retransmit_stats = retransmit.stop()
     report = summary.as_dict()
-    report.update(send_calls=send_calls, retransmit=vars(retransmit_stats) if retransmit_stats else {})
+    busy_cores = (busy_now[0] - busy[0]) / max(1, busy_now[1] - busy[1]) * (os.cpu_count() or 1)
+    report.update(send_calls=send_calls, machine_busy_cores=busy_cores, retransmit=vars(retransmit_stats) if retransmit_stats else {})
     print(json.dumps(report), flush=True)
     return 0
 
@@ -157,8 +162,7 @@ def subscriber(args: argparse.Namespace) -> int:
                 stalled_at = time.monotonic() + args.stall
             else:
                 sub.wait(0.01)
-    cpu_share = (_cpu_seconds() - cpu) / max(1e-9, time.monotonic() - started)
-    print(json.dumps({"received": got, "bad": bad, "cpu_share": cpu_share}), flush=True)
+    print(json.dumps({"received": got, "bad": bad, "cpu_seconds": _cpu_seconds() - cpu}), flush=True)
     return 0
 
 
@@ -192,7 +196,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
     write_day(day, messages)
     a, b, r = free_udp_ports(3)
     received: dict = {}
-    elapsed = busy_cores = 0.0
+    driver_cpu = 0.0
     sent: dict = {}
     summary: dict = {}
     timeout = args.duration + 120
@@ -231,17 +235,12 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                                         env=env, stdout=subprocess.PIPE, text=True)
                 procs.append(send)
                 driver_cpu = _cpu_seconds()
-                busy = _machine_busy()
-                started = time.monotonic()
                 try:
                     out, _ = sub.communicate(timeout=timeout + 60)
                     received = _last_json(out)
                 except subprocess.TimeoutExpired:
                     received = {}
-                elapsed = time.monotonic() - started
-                driver_cpu = (_cpu_seconds() - driver_cpu) / max(1e-9, elapsed)
-                busy_now = _machine_busy()
-                busy_cores = (busy_now[0] - busy[0]) / max(1, busy_now[1] - busy[1]) * (os.cpu_count() or 1)
+                driver_cpu = _cpu_seconds() - driver_cpu
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     feed.wait(args.linger + 30)  # it ends at the end of session, once nothing is missing
                 _stop(feed, 10)
@@ -259,6 +258,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
     finally:
         day.unlink(missing_ok=True)
     sender_packets = max(1, sent.get("packets", 0))
+    sending = max(1e-9, sent.get("seconds", 0.0))  # CPU shares: over the send phase (the rest is mostly idle)
     result = {
         "rate_per_feed": rate, "duration_s": args.duration, "expected": messages,
         "delivered": received.get("received", 0), "bad": received.get("bad", 0),
@@ -276,11 +276,12 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
         "replay_late_share": round(sent.get("late_packets", 0) / sender_packets, 4),
         "replay_max_late_ms": round(sent.get("max_late_ms", 0.0), 1),
         "retransmit_answers": sent.get("retransmit", {}).get("answers", 0),
-        "handler_cpu_share": round(summary.get("cpu_us", 0) / 1e6 / max(1e-9, elapsed), 2),
-        "subscriber_cpu_share": round(received.get("cpu_share", 0.0), 2),
-        "driver_cpu_share": round(driver_cpu, 2),
-        "sender_cpu_share": round(sent.get("cpu_seconds", 0.0) / max(1e-9, sent.get("seconds", 0.0)), 2),
-        "machine_busy_cores": round(busy_cores, 2),  # everything on the machine, other work included
+        "handler_cpu_share": round(summary.get("cpu_us", 0) / 1e6 / sending, 2),
+        "subscriber_cpu_share": round(received.get("cpu_seconds", 0.0) / sending, 2),
+        "driver_cpu_share": round(driver_cpu / sending, 2),
+        "sender_cpu_share": round(sent.get("cpu_seconds", 0.0) / sending, 2),
+        # the whole machine while the sender was sending: our processes and any other work
+        "machine_busy_cores": round(sent.get("machine_busy_cores", 0.0), 2),
         "load": round(os.getloadavg()[0], 2),
     }
     result["complete"] = (result["delivered"] == messages and not result["bad"] and result["unrecoverable"] == 0)

@@ -179,8 +179,10 @@ def _fake_clock_run(path: Path, config: ReplayConfig, batch_ns: int,
         now[0] += round(seconds * 1e9)
 
     server = ReplayServer(ReplayCore(DayFileReader(path), config), [("127.0.0.1", 9)] * len(config.feeds),
-                          clock=lambda: now[0], sleep=sleep, batch_ns=batch_ns, prebuild=prebuild)
+                          clock=lambda: now[0], sleep=sleep, batch_ns=batch_ns)
     server.close()
+    if prebuild:
+        server.prebuild()
 
     def send_range(feed: int, queued, lo: int, hi: int) -> None:
         sent.extend((queued.times[i], now[0]) for i in range(lo, hi))

@@ -834,7 +834,7 @@ class ReplaySummary:
     late_packets: int = 0  # sent more than 1 ms after their due time
     max_late_ms: float = 0.0
     refused: int = 0  # sends that met "port unreachable" (nobody listening) and were sent again
-    cpu_seconds: float = 0.0  # this process's CPU time while sending (with prebuild: after building)
+    cpu_seconds: float = 0.0  # this process's CPU time during run() (building packets too, unless prebuilt)
 
     def as_dict(self) -> dict:
         return {
@@ -896,21 +896,20 @@ class ReplayServer:
     time (never before) and a system call carries several packets at high rates (0: wake for every due time).
     ``segment``: send runs of equal-sized packets as UDP GSO sends where the kernel takes them (Linux).
     ``publish(sequence, frames)`` receives the retransmission ring's messages before any packet carrying them.
-    ``prebuild``: build every packet before the clock starts (memory: about the replayed part of the file), so
-    that sending costs only the system calls -- for load profiles next to the system under test.
+    :meth:`prebuild` first, and the run only sends (for a load profile next to the system under test).
     """
 
     def __init__(self, core: ReplayCore, destinations: list[tuple[str, int]], *,
                  clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep,
                  publish: Callable[[int, np.ndarray], None] | None = None,
                  stop: threading.Event | None = None, progress: Callable[[int], None] | None = None,
-                 batch_ns: int = DEFAULT_BATCH_NS, segment: bool = True, prebuild: bool = False) -> None:
+                 batch_ns: int = DEFAULT_BATCH_NS, segment: bool = True) -> None:
         if len(destinations) != len(core.feeds):
             raise ReplayError("one destination per feed")
         if batch_ns < 0:
             raise ReplayError("batch_ns must be >= 0")
         self.batch_ns = batch_ns
-        self.prebuild = prebuild
+        self._built: list[SendBatch] | None = None
         self.core = core
         self.destinations = destinations
         self.clock = clock
@@ -1041,6 +1040,11 @@ class ReplayServer:
             with contextlib.suppress(ConnectionRefusedError):
                 sock.send(data)
 
+    def prebuild(self) -> None:
+        """Builds every packet now (memory: about the size of the replayed part of the file), so that
+        :meth:`run` only sends: its CPU time is then the system calls' and the wake-ups'."""
+        self._built = list(self.core.batches())
+
     def run(self) -> ReplaySummary:
         """Sends everything (or until :attr:`stop` is set); what went, how late, per feed."""
         clock = self.clock
@@ -1049,10 +1053,8 @@ class ReplayServer:
         progress = self.progress
         stop = self.stop
         native = self._native
-        batches = self.core.batches()
-        if self.prebuild:  # every packet built before the clock starts: the loop only sends
-            batches = iter(list(batches))
-            start = clock()
+        batches = self.core.batches() if self._built is None else iter(self._built)
+        self._built = None
         cpu = time.process_time()
         queues: list[collections.deque[_Queued]] = [collections.deque() for _ in self.destinations]
         horizon = 0  # every packet due by then is queued
