@@ -676,7 +676,6 @@ class ReplayCore:
         while heap:
             yield heapq.heappop(heap)[2]
 
-
     def batches(self) -> Iterator[SendBatch]:
         """The sends of :meth:`events`, per feed in the same order at the same times with the same bytes, as
         batches (and the same ring publications, each before the first packet of its messages).
