@@ -271,6 +271,10 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
         "wire_to_log_p50_us": round(summary.get("wire_to_log_p50_ns", 0) / 1e3, 1),
         "wire_to_log_p99_us": round(summary.get("wire_to_log_p99_ns", 0) / 1e3, 1),
         "kernel_drops": summary.get("A.kernel_drops", 0) + summary.get("B.kernel_drops", 0),
+        # why a run breaks: the log pushing back, the arbiter's queue full, ranges given up (by reason)
+        "back_pressure_waits": summary.get("back_pressure_waits", 0),
+        "queue_overflows": summary.get("queue_overflows", 0), "shed_packets": summary.get("shed_packets", 0),
+        "lost": {k[5:]: v for k, v in summary.items() if k.startswith("lost.") and v},
         "replay_cpu_us_per_packet": round(sent.get("cpu_seconds", 0.0) * 1e6 / sender_packets, 2),
         "replay_packets_per_send_call": round(sender_packets / max(1, sent.get("send_calls", 0)), 1),
         "replay_late_share": round(sent.get("late_packets", 0) / sender_packets, 4),
