@@ -64,6 +64,7 @@ def bench_replay(path: str, feeds: int) -> tuple[float, float, float]:
     config = ReplayConfig(session=SESSION, speed=None, end_of_session_count=1, end_of_session_interval_ns=0,
                           feeds=tuple(FeedConfig(name) for name in "AB"[:feeds]))
     with DayFileReader(path) as reader:
+        reader.verify()  # as `logbuf replay` does: the frame index, so nothing is scanned while sending
         server = ReplayServer(ReplayCore(reader, config), [s.getsockname() for s in sinks])
         try:
             summary = server.run()
@@ -82,6 +83,7 @@ def bench_replay_paced(path: str, packet_rate: float, seconds: float) -> dict[st
                           end_of_session_interval_ns=0, feeds=(FeedConfig("A", faults=faults),
                                                                FeedConfig("B", delay_ns=1_000_000, faults=faults)))
     with DayFileReader(path) as reader:
+        reader.verify()  # as `logbuf replay` does: the frame index, so nothing is scanned while sending
         server = ReplayServer(ReplayCore(reader, config), [s.getsockname() for s in sinks])
         deadline = time.monotonic() + seconds
         server.stop.clear()
