@@ -138,7 +138,7 @@ def subscriber(args: argparse.Namespace) -> int:
     next_seq = 1
     started = time.monotonic()
     deadline = started + args.timeout
-    stalled_at = started + args.stall  # no message for --stall seconds: whatever is missing stays missing
+    stalled_at = deadline  # from the first message on: none for --stall seconds, whatever is missing stays missing
     cpu = _cpu_seconds()
     with logbuf.connect(args.dir) as client:
         sub = client.add_subscription("aeron:ipc", 1001)
@@ -368,7 +368,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=float, default=300.0, help=argparse.SUPPRESS)
     parser.add_argument("--stall", type=float, default=30.0,
-                        help="a run ends when no message arrived for this many seconds (default 30)")
+                        help="a run ends when no message arrived for this many seconds once they flow (default 30)")
     args = parser.parse_args()
     if args.role == "sender":
         return sender(args)
