@@ -7,12 +7,13 @@
 
 A day file of ``rate x duration x 40`` Add Order messages (36 bytes, each carrying its sequence number) is written
 first; the sender replays it with the replay library (``ReplayCore`` / ``ReplayServer``, as ``logbuf replay``
-does; every packet built before the clock starts, then sent when due, at most ``--batch-us`` late, with
-segmented sends) as a load profile: ``--rate`` packets per second on each of A and B, 40 messages per packet, B ``--b-lag``
-packets behind A, each feed losing ``--loss`` of its packets independently, and every ``--freeze-every`` seconds
-A stops for ``--freeze-ms`` and then sends what it held as a catch-up burst. A retransmission process answers the
-handler's re-requests. A subscriber process reads the messages stream in batches and checks every sequence and
-message.
+does; every packet built before the clock starts, then sent when due, at most ``--batch-us`` late, runs of
+packets as segmented sends) as a load profile: ``--rate`` packets per second on each of A and B, 40 messages per
+packet, B ``--b-lag`` packets behind A, each feed losing ``--loss`` of its packets independently, and every
+``--freeze-every`` seconds A stops for ``--freeze-ms`` and then sends what it held as a catch-up burst. A
+retransmission process answers the handler's re-requests. A subscriber process reads the messages stream in
+batches and checks every sequence and message. Long runs at high rates need memory for the day file (38 bytes a
+message) and, prebuilt, as much again for the packets: ``--no-prebuild`` builds them while sending.
 
 Per run, one JSON line: delivered/expected, unrecoverable, the handler's CPU per received packet (its rusage ÷
 packets received), the sender's CPU per packet sent and how late it was, the driver's CPU share, wire-to-log
@@ -108,9 +109,9 @@ def sender(args: argparse.Namespace) -> int:
         retransmit_stats = None
         try:
             retransmit.start()
-            server = ReplayServer(ReplayCore(reader, config), [("127.0.0.1", args.port_a), ("127.0.0.1", args.port_b)],
-                                  publish=retransmit.ring.publish, stop=stop, segment=not args.no_segment,
-                                  batch_ns=int(args.batch_us * 1e3))
+            destinations = [("127.0.0.1", args.port_a), ("127.0.0.1", args.port_b)]
+            server = ReplayServer(ReplayCore(reader, config), destinations, publish=retransmit.ring.publish,
+                                  stop=stop, segment=not args.no_segment, batch_ns=int(args.batch_us * 1e3))
             try:
                 if not args.no_prebuild:
                     server.prebuild()  # every packet built before the clock starts: the run only sends
@@ -125,7 +126,8 @@ def sender(args: argparse.Namespace) -> int:
             retransmit_stats = retransmit.stop()
     report = summary.as_dict()
     busy_cores = (busy_now[0] - busy[0]) / max(1, busy_now[1] - busy[1]) * (os.cpu_count() or 1)
-    report.update(send_calls=send_calls, machine_busy_cores=busy_cores, retransmit=vars(retransmit_stats) if retransmit_stats else {})
+    report.update(send_calls=send_calls, machine_busy_cores=busy_cores,
+                  retransmit=vars(retransmit_stats) if retransmit_stats else {})
     print(json.dumps(report), flush=True)
     return 0
 
