@@ -5,8 +5,9 @@
 - synth: messages/s writing a day file;
 - replay at max speed, 1 and 2 feeds, to sockets nobody reads: packets/s and messages/s;
 - replay paced as a load profile (``--packet-rate`` packets per second per feed, full ~40-message packets,
-  feeds A and B, 0.5% loss per feed): the rate achieved, the packets sent more than 1 ms late and the
-  replay's CPU per second of replay (one core = 1.0) — what it leaves to a feed handler on the same machine;
+  feeds A and B, 0.5% loss per feed): the rate achieved, the packets sent more than 1 ms late, the
+  replay's CPU per second of replay (one core = 1.0) and per packet, packets per sendmmsg call — what it
+  leaves to a feed handler on the same machine (``--packet-rate`` takes a list: ``20000,50000,100000``);
 - the retransmission core (40-message requests) and the server on loopback.
 
 Each figure is the median of ``--runs`` runs; the machine has 2 vCPUs shared with other work, so expect
@@ -63,6 +64,7 @@ def bench_replay(path: str, feeds: int) -> tuple[float, float, float]:
     config = ReplayConfig(session=SESSION, speed=None, end_of_session_count=1, end_of_session_interval_ns=0,
                           feeds=tuple(FeedConfig(name) for name in "AB"[:feeds]))
     with DayFileReader(path) as reader:
+        reader.verify()  # as `logbuf replay` does: the frame index, so nothing is scanned while sending
         server = ReplayServer(ReplayCore(reader, config), [s.getsockname() for s in sinks])
         try:
             summary = server.run()
@@ -81,6 +83,7 @@ def bench_replay_paced(path: str, packet_rate: float, seconds: float) -> dict[st
                           end_of_session_interval_ns=0, feeds=(FeedConfig("A", faults=faults),
                                                                FeedConfig("B", delay_ns=1_000_000, faults=faults)))
     with DayFileReader(path) as reader:
+        reader.verify()  # as `logbuf replay` does: the frame index, so nothing is scanned while sending
         server = ReplayServer(ReplayCore(reader, config), [s.getsockname() for s in sinks])
         deadline = time.monotonic() + seconds
         server.stop.clear()
@@ -102,6 +105,8 @@ def bench_replay_paced(path: str, packet_rate: float, seconds: float) -> dict[st
     sent = sum(stats.packets for stats in summary.feeds.values())
     return {
         "seconds": summary.seconds,
+        "cpu_us_per_packet": cpu * 1e6 / max(1, summary.packets),
+        "packets_per_send_call": summary.packets / max(1, server.send_calls),
         "packets_per_second_per_feed": sent / 2 / summary.seconds,
         "messages_per_second": summary.feeds["A"].messages / summary.seconds / (1 - 0.005),
         "messages_per_packet": summary.messages / max(1, summary.packets),
@@ -161,8 +166,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=count, default=5_000_000, help="messages in the day (default: 5M)")
     parser.add_argument("--runs", type=int, default=3, help="runs per figure (default: 3)")
-    parser.add_argument("--packet-rate", type=float, default=20_000.0,
-                        help="paced replay: packets per second per feed (default: 20000)")
+    parser.add_argument("--packet-rate", type=lambda text: [float(x) for x in text.split(",")], default=[20_000.0],
+                        help="paced replay: packets per second per feed, one or a list (default: 20000)")
     parser.add_argument("--duration", type=float, default=5.0, help="paced replay: seconds per run (default: 5)")
     parser.add_argument("--only", choices=("synth", "replay", "paced", "retransmit"), default=None,
                         help="run one group only (default: all)")
@@ -180,13 +185,14 @@ def main() -> int:
                 mps = statistics.median(r[1] for r in runs)
                 print(f"replay     {feeds} feed(s) max speed  median {pps:9,.0f} packets/s  {mps:10,.0f} msg/s  "
                       f"({runs[0][2]:.2f} msg/packet)   runs {[round(r[0]) for r in runs]}")
-        if args.only in (None, "paced"):
-            runs = [bench_replay_paced(path, args.packet_rate, args.duration) for _ in range(args.runs)]
+        for packet_rate in (args.packet_rate if args.only in (None, "paced") else []):
+            runs = [bench_replay_paced(path, packet_rate, args.duration) for _ in range(args.runs)]
             mid = sorted(runs, key=lambda r: r["packets_per_second_per_feed"])[len(runs) // 2]
-            print(f"replay     A+B paced at {args.packet_rate:,.0f} packets/s/feed, 0.5% loss: median "
+            print(f"replay     A+B paced at {packet_rate:,.0f} packets/s/feed, 0.5% loss: median "
                   f"{mid['packets_per_second_per_feed']:,.0f} packets/s/feed, {mid['messages_per_second']:,.0f} msg/s "
                   f"({mid['messages_per_packet']:.1f} msg/packet), late > 1 ms {mid['late_fraction']:.2%} "
-                  f"(max {mid['max_late_ms']:.1f} ms), CPU {mid['cpu_per_second']:.2f} core   "
+                  f"(max {mid['max_late_ms']:.1f} ms), CPU {mid['cpu_per_second']:.2f} core, "
+                  f"{mid['cpu_us_per_packet']:.2f} us/packet, {mid['packets_per_send_call']:.1f} packets/sendmmsg   "
                   f"runs {[round(r['packets_per_second_per_feed']) for r in runs]}")
         if args.only in (None, "retransmit"):
             core = [bench_retransmit_core(path, 100_000) for _ in range(args.runs)]

@@ -1,40 +1,52 @@
-"""The market-open profile through the real processes: sender (A/B + retransmission) -> ``logbuf feed`` -> subscriber.
+"""The market-open profile through the real processes: ``logbuf replay``'s sender (A/B + retransmission process)
+-> ``logbuf feed`` -> subscriber, with the media driver in this process.
 
-    PYTHONPATH=src .venv/bin/python bench/feed/bench_profile.py --rate 20000 --duration 60
-    PYTHONPATH=src .venv/bin/python bench/feed/bench_profile.py --rate 5000 --duration 20 --loss 0 --no-freeze
+    PYTHONPATH=src .venv/bin/python bench/feed/bench_profile.py --rate 20000 --duration 60 --term-mib 64
+    PYTHONPATH=src .venv/bin/python bench/feed/bench_profile.py --sweep 20000,40000,60000,80000 --duration 20
+    PYTHONPATH=src .venv/bin/python bench/feed/bench_profile.py --find-max --duration 20
 
-The sender (a process of this script) sends ``--rate`` MoldUDP64 packets per second on each of A and B, about
-40 ITCH-sized messages (36 bytes) per packet, B ``--b-lag`` packets behind A; each feed loses ``--loss`` of its
-packets independently; every ``--freeze-every`` seconds A stops for ``--freeze-ms`` and then sends what it held
-as one catch-up burst. It also answers MoldUDP64 re-requests (one packet per request, like a retransmission
-server). A subscriber process reads the messages stream in batches and checks every sequence and message.
-Reported: delivered/expected, unrecoverable, the handler's CPU per received packet (its rusage while running ÷
-packets received), wire-to-log latency (kernel arrival -> committed in the log), kernel drops.
+A day file of ``rate x duration x 40`` Add Order messages (36 bytes, each carrying its sequence number) is written
+first; the sender replays it with the replay library (``ReplayCore`` / ``ReplayServer``, as ``logbuf replay``
+does; every packet built before the clock starts, then sent when due, at most ``--batch-us`` late, runs of
+packets as segmented sends) as a load profile: ``--rate`` packets per second on each of A and B, 40 messages per
+packet, B ``--b-lag`` packets behind A, each feed losing ``--loss`` of its packets independently, and every
+``--freeze-every`` seconds A stops for ``--freeze-ms`` and then sends what it held as a catch-up burst. A
+retransmission process answers the handler's re-requests. A subscriber process reads the messages stream in
+batches and checks every sequence and message. Long runs at high rates need memory for the day file (38 bytes a
+message) and, prebuilt, as much again for the packets: ``--no-prebuild`` builds them while sending.
+
+Per run, one JSON line: delivered/expected, unrecoverable, the handler's CPU per received packet (its rusage ÷
+packets received), the sender's CPU per packet sent and how late it was, the driver's CPU share, wire-to-log
+latency (kernel arrival -> committed in the log), kernel drops. A run is *complete* when every message arrived
+intact and none was unrecoverable. ``--sweep`` runs several rates, ``--find-max`` searches (up by x1.5, then
+bisection) for the highest complete rate; both end with a Markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import random
+import resource
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-SESSION = b"PROFILE01 "
+SESSION = "PROFILE01"
 MESSAGES_PER_PACKET = 40
 MESSAGE_LENGTH = 36  # an Add Order
-HEADER = struct.Struct(">10sQH")
 BLOCK = MESSAGE_LENGTH + 2
+BUDGET = 20 + MESSAGES_PER_PACKET * BLOCK  # MoldUDP64 header + 40 message blocks: every packet carries 40
 LOGBUF = [sys.executable, "-m", "logbuf.cli"]
+HANDLER_COUNTER_TYPE = 1100  # the feed handler's counters are up: it is listening
 
 
 def messages_block(first: int, count: int) -> bytes:
@@ -48,95 +60,91 @@ def messages_block(first: int, count: int) -> bytes:
     return blocks.tobytes()
 
 
-def packet(first: int, count: int) -> bytes:
-    return HEADER.pack(SESSION, first, count) + messages_block(first, count)
+def write_day(path: Path, messages: int) -> None:
+    """A day file of ``messages`` Add Orders, each carrying its sequence number (vectorised: ~1 s per 4 M)."""
+    with open(path, "wb") as out:
+        for first in range(1, messages + 1, 1 << 20):
+            out.write(messages_block(first, min(1 << 20, messages + 1 - first)))
+
+
+def _machine_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs: how busy the whole machine was between two readings."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+# ---- the roles (processes of this script) ------------------------------------------------------------------
 
 
 def sender(args: argparse.Namespace) -> int:
-    a = ("127.0.0.1", args.port_a)
-    b = ("127.0.0.1", args.port_b)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rtx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    rtx.bind(("127.0.0.1", args.port_r))
-    rtx.setblocking(False)
-    rng = random.Random(args.seed)
-    total_packets = int(args.rate * args.duration)
-    highest = total_packets * MESSAGES_PER_PACKET
-    interval = 1.0 / args.rate
-    start = time.monotonic() + 0.2
-    held_a: list[bytes] = []
-    b_queue: list[bytes] = []
-    freeze_until = 0.0
-    next_freeze = start + args.freeze_every if args.freeze_ms > 0 else float("inf")
-    sent = answered = 0
-    for k in range(total_packets):
-        due = start + k * interval
-        while True:  # serve re-requests while waiting for the next send time
-            try:
-                req, addr = rtx.recvfrom(64)
-            except BlockingIOError:
-                req = b""
-            if len(req) == HEADER.size:
-                _, seq, count = HEADER.unpack(req)
-                if 1 <= seq <= highest and count:
-                    rtx.sendto(packet(seq, min(count, MESSAGES_PER_PACKET, highest - seq + 1)), addr)
-                    answered += 1
-                continue
-            if time.monotonic() >= due:
-                break
-            time.sleep(min(0.0005, max(0.0, due - time.monotonic())))
-        data = packet(k * MESSAGES_PER_PACKET + 1, MESSAGES_PER_PACKET)
-        now = time.monotonic()
-        if now >= next_freeze:
-            freeze_until, next_freeze = now + args.freeze_ms / 1e3, next_freeze + args.freeze_every
-        lost_both = rng.random() < args.loss_both
-        if not lost_both and rng.random() >= args.loss:
-            held_a.append(data)
-        if now >= freeze_until:
-            for d in held_a:  # the catch-up burst after a freeze, or just this packet
-                tx.sendto(d, a)
-            held_a.clear()
-        if not lost_both and rng.random() >= args.loss:
-            b_queue.append(data)
-        if len(b_queue) > args.b_lag:
-            tx.sendto(b_queue.pop(0), b)
-        sent += 1
-    for d in held_a:
-        tx.sendto(d, a)
-    for d in b_queue:
-        tx.sendto(d, b)
-    end_of_session = HEADER.pack(SESSION, highest + 1, 0xFFFF)
-    until = time.monotonic() + args.linger
-    next_eos = 0.0
-    while time.monotonic() < until:  # keep answering; end of session every 200 ms
-        if time.monotonic() >= next_eos:
-            tx.sendto(end_of_session, a)
-            tx.sendto(end_of_session, b)
-            next_eos = time.monotonic() + 0.2
+    """``logbuf replay`` as a library: A/B at ``--rate`` with the profile's faults, a retransmission process."""
+    from logbuf.feed.dayfile import DayFileReader
+    from logbuf.feed.replay import FaultConfig, FeedConfig, ReplayConfig, ReplayCore, ReplayServer
+    from logbuf.feed.retransmit import RetransmitProcess
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    scheduled = args.freeze_ms > 0 and args.freeze_every > 0
+    a_faults = FaultConfig(loss=args.loss, freeze_every_ms=args.freeze_every * 1e3 if scheduled else 0.0,
+                           freeze_ms=(args.freeze_ms, args.freeze_ms), freeze_max_packets=1 << 40)
+    config = ReplayConfig(
+        session=SESSION, packet_rate=args.rate, budget=BUDGET, seed=args.seed,
+        end_of_session_count=10, end_of_session_interval_ns=200_000_000,  # the end is seen despite any loss
+        feeds=(FeedConfig("A", faults=a_faults),
+               FeedConfig("B", delay_ns=round(args.b_lag * 1e9 / args.rate), faults=FaultConfig(loss=args.loss))),
+    )
+    with DayFileReader(args.day) as reader:
+        reader.verify()  # the frame index: blocks are slices of it, nothing is scanned while sending
+        retransmit = RetransmitProcess(args.day, "127.0.0.1", args.port_r, session=SESSION, budget=BUDGET,
+                                       ring_bits=args.ring_bits, rate=args.retransmit_rate,
+                                       burst=args.retransmit_rate / 10, queue=4096)
+        retransmit_stats = None
         try:
-            req, addr = rtx.recvfrom(64)
-        except BlockingIOError:
-            time.sleep(0.001)
-            continue
-        if len(req) == HEADER.size:
-            _, seq, count = HEADER.unpack(req)
-            if 1 <= seq <= highest and count:
-                rtx.sendto(packet(seq, min(count, MESSAGES_PER_PACKET, highest - seq + 1)), addr)
-                answered += 1
-    print(json.dumps({"packets": sent, "answered": answered, "messages": highest}), file=sys.stderr)
+            retransmit.start()
+            destinations = [("127.0.0.1", args.port_a), ("127.0.0.1", args.port_b)]
+            server = ReplayServer(ReplayCore(reader, config), destinations, publish=retransmit.ring.publish,
+                                  stop=stop, segment=not args.no_segment, batch_ns=int(args.batch_us * 1e3))
+            try:
+                if not args.no_prebuild:
+                    server.prebuild()  # every packet built before the clock starts: the run only sends
+                busy = _machine_busy()
+                summary = server.run()
+                busy_now = _machine_busy()
+            finally:
+                server.close()
+            send_calls = server.send_calls
+            stop.wait(args.linger)  # keep answering re-requests until the bench says it is over
+        finally:
+            retransmit_stats = retransmit.stop()
+    report = summary.as_dict()
+    busy_cores = (busy_now[0] - busy[0]) / max(1, busy_now[1] - busy[1]) * (os.cpu_count() or 1)
+    report.update(send_calls=send_calls, machine_busy_cores=busy_cores,
+                  retransmit=vars(retransmit_stats) if retransmit_stats else {})
+    print(json.dumps(report), flush=True)
     return 0
 
 
 def subscriber(args: argparse.Namespace) -> int:
     import logbuf
 
-    expected = int(args.rate * args.duration) * MESSAGES_PER_PACKET
+    expected = args.messages
     got = bad = 0
     next_seq = 1
-    deadline = time.monotonic() + args.duration + 120
+    started = time.monotonic()
+    deadline = started + args.timeout
+    stalled_at = deadline  # from the first message on: none for --stall seconds, whatever is missing stays missing
+    cpu = _cpu_seconds()
     with logbuf.connect(args.dir) as client:
         sub = client.add_subscription("aeron:ipc", 1001)
-        while got < expected and time.monotonic() < deadline:
+        while got < expected and time.monotonic() < min(deadline, stalled_at):
             work = 0
             for image in sub.images:
                 with image.batch_poll(4096) as batch:
@@ -152,92 +160,235 @@ def subscriber(args: argparse.Namespace) -> int:
                         bad += 1
                     next_seq = int(seqs[-1]) + 1
                     got += n
-            if not work:
+            if work:
+                stalled_at = time.monotonic() + args.stall
+            else:
                 sub.wait(0.01)
-    print(json.dumps({"received": got, "bad": bad}))
+    print(json.dumps({"received": got, "bad": bad, "cpu_seconds": _cpu_seconds() - cpu}), flush=True)
     return 0
+
+
+# ---- the bench ---------------------------------------------------------------------------------------------
+
+
+def _stop(proc: subprocess.Popen, timeout: float) -> None:
+    """Stops one process we started, by its PID: SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def _last_json(text: str | None) -> dict:
+    lines = [line for line in (text or "").strip().splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
+    """One run at ``rate`` packets/s per feed; the result line (also printed)."""
+    import logbuf
+    from logbuf.samples.ports import free_udp_ports
+
+    messages = int(rate * args.duration) * MESSAGES_PER_PACKET
+    day = work / f"profile-{int(rate)}.itch"
+    write_day(day, messages)
+    a, b, r = free_udp_ports(3)
+    received: dict = {}
+    driver_cpu = 0.0
+    sent: dict = {}
+    summary: dict = {}
+    timeout = args.duration + 120
+    try:
+        with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="bench-profile-") as tmp:
+            driver = logbuf.MediaDriver.launch(Path(tmp) / "drv", ipc_term_length=args.term_mib << 20)
+            env = dict(os.environ, LOGBUF_DIR=str(driver.directory))
+            me = [sys.executable, __file__, "--dir", str(driver.directory)]
+            procs: list[subprocess.Popen] = []
+            try:
+                feed = subprocess.Popen([*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
+                                         "--retransmit", f"127.0.0.1:{r}", "--until-end-of-session", "-q",
+                                         "--summary-json", f"{tmp}/feed.json"], env=env)
+                procs.append(feed)
+                sub = subprocess.Popen([*me, "--role", "subscriber", "--messages", str(messages),
+                                        "--timeout", str(timeout), "--stall", str(args.stall)],
+                                       env=env, stdout=subprocess.PIPE, text=True)
+                procs.append(sub)
+                with logbuf.connect(driver.directory) as client:  # the handler's publications are up
+                    deadline = time.monotonic() + 30
+                    while not any(c.type_id == HANDLER_COUNTER_TYPE for c in client.counters):
+                        if time.monotonic() > deadline or feed.poll() is not None:
+                            raise SystemExit("the feed handler did not start")
+                        time.sleep(0.05)
+                time.sleep(1.0)
+                send = subprocess.Popen([*me, "--role", "sender", "--day", str(day), "--rate", str(rate),
+                                         "--port-a", str(a), "--port-b", str(b), "--port-r", str(r),
+                                         "--loss", str(args.loss), "--freeze-every", str(args.freeze_every),
+                                         "--freeze-ms", str(args.freeze_ms), "--b-lag", str(args.b_lag),
+                                         "--linger", str(args.linger + timeout), "--seed", str(args.seed),
+                                         "--ring-bits", str(args.ring_bits),
+                                         "--retransmit-rate", str(args.retransmit_rate),
+                                         "--batch-us", str(args.batch_us),
+                                         *(["--no-segment"] if args.no_segment else []),
+                                         *(["--no-prebuild"] if args.no_prebuild else [])],
+                                        env=env, stdout=subprocess.PIPE, text=True)
+                procs.append(send)
+                driver_cpu = _cpu_seconds()
+                try:
+                    out, _ = sub.communicate(timeout=timeout + 60)
+                    received = _last_json(out)
+                except subprocess.TimeoutExpired:
+                    received = {}
+                driver_cpu = _cpu_seconds() - driver_cpu
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    feed.wait(args.linger + 30)  # it ends at the end of session, once nothing is missing
+                _stop(feed, 10)
+                _stop(send, 30)  # it stops lingering, stops its retransmission process, reports
+                sent = _last_json(send.stdout.read() if send.stdout else "")
+                feed_json = Path(f"{tmp}/feed.json")
+                summary = json.loads(feed_json.read_text()) if feed_json.exists() else {}
+            finally:
+                for proc in reversed(procs):
+                    _stop(proc, 10)
+                    for stream in (proc.stdout, proc.stderr):
+                        if stream is not None:
+                            stream.close()
+                driver.close()
+    finally:
+        day.unlink(missing_ok=True)
+    sender_packets = max(1, sent.get("packets", 0))
+    sending = max(1e-9, sent.get("seconds", 0.0))  # CPU shares: over the send phase (the rest is mostly idle)
+    result = {
+        "rate_per_feed": rate, "duration_s": args.duration, "expected": messages,
+        "delivered": received.get("received", 0), "bad": received.get("bad", 0),
+        "unrecoverable": summary.get("messages_unrecoverable", -1),
+        "gaps_detected": summary.get("gaps_detected", 0), "gaps_recovered": summary.get("gaps_recovered", 0),
+        "recovery_requests": summary.get("recovery_requests", 0),
+        "handler_cpu_us_per_packet": round(summary.get("cpu_ns_per_packet", 0) / 1e3, 2),
+        "packets_per_round": round((summary.get("A.packets", 0) + summary.get("B.packets", 0))
+                                   / max(1, summary.get("rounds", 0)), 1),
+        "wire_to_log_p50_us": round(summary.get("wire_to_log_p50_ns", 0) / 1e3, 1),
+        "wire_to_log_p99_us": round(summary.get("wire_to_log_p99_ns", 0) / 1e3, 1),
+        "kernel_drops": summary.get("A.kernel_drops", 0) + summary.get("B.kernel_drops", 0),
+        # why a run breaks: the log pushing back, the arbiter's queue full, ranges given up (by reason)
+        "back_pressure_waits": summary.get("back_pressure_waits", 0),
+        "queue_overflows": summary.get("queue_overflows", 0), "shed_packets": summary.get("shed_packets", 0),
+        "lost": {k[5:]: v for k, v in summary.items() if k.startswith("lost.") and v},
+        "replay_cpu_us_per_packet": round(sent.get("cpu_seconds", 0.0) * 1e6 / sender_packets, 2),
+        "replay_packets_per_send_call": round(sender_packets / max(1, sent.get("send_calls", 0)), 1),
+        "replay_late_share": round(sent.get("late_packets", 0) / sender_packets, 4),
+        "replay_max_late_ms": round(sent.get("max_late_ms", 0.0), 1),
+        "retransmit_answers": sent.get("retransmit", {}).get("answers", 0),
+        "handler_cpu_share": round(summary.get("cpu_us", 0) / 1e6 / sending, 2),
+        "subscriber_cpu_share": round(received.get("cpu_seconds", 0.0) / sending, 2),
+        "driver_cpu_share": round(driver_cpu / sending, 2),
+        "sender_cpu_share": round(sent.get("cpu_seconds", 0.0) / sending, 2),
+        # the whole machine while the sender was sending: our processes and any other work
+        "machine_busy_cores": round(sent.get("machine_busy_cores", 0.0), 2),
+        "load": round(os.getloadavg()[0], 2),
+    }
+    result["complete"] = (result["delivered"] == messages and not result["bad"] and result["unrecoverable"] == 0)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def _table(results: list[dict]) -> str:
+    rows = ["| packets/s per feed | delivered / expected | unrecoverable (gaps) | kernel drops | "
+            "handler CPU / packet | replay CPU / packet (late > 1 ms) | wire→log p50 / p99 | machine busy |",
+            "|---:|---|---|---:|---:|---:|---|---:|"]
+    for r in sorted(results, key=lambda r: r["rate_per_feed"]):
+        rows.append(
+            f"| {r['rate_per_feed']:,.0f} | {r['delivered']:,} / {r['expected']:,}{'' if r['complete'] else ' ✗'} "
+            f"| {r['unrecoverable']:,} ({r['gaps_detected']:,}) | {r['kernel_drops']:,} "
+            f"| {r['handler_cpu_us_per_packet']:.2f} µs "
+            f"| {r['replay_cpu_us_per_packet']:.2f} µs ({r['replay_late_share']:.1%}) "
+            f"| {r['wire_to_log_p50_us'] / 1e3:.2f} / {r['wire_to_log_p99_us'] / 1e3:.1f} ms "
+            f"| {r['machine_busy_cores']:.2f} cores |")
+    return "\n".join(rows)
+
+
+def find_max(args: argparse.Namespace, work: Path) -> list[dict]:
+    """Up by x1.5 from ``--min-rate`` until a run is incomplete, then bisection to ``--resolution``."""
+    results: list[dict] = []
+    good, bad = 0.0, None
+    rate = args.min_rate
+    while rate <= args.max_rate:
+        result = run_profile(args, rate, work)
+        results.append(result)
+        if not result["complete"]:
+            bad = rate
+            break
+        good = rate
+        rate = round(rate * 1.5 / args.resolution) * args.resolution
+    if bad is None:
+        return results
+    while bad - good > args.resolution and good:
+        rate = round((good + bad) / 2 / args.resolution) * args.resolution
+        if rate in (good, bad):
+            break
+        result = run_profile(args, rate, work)
+        results.append(result)
+        good, bad = (rate, bad) if result["complete"] else (good, rate)
+    return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--role", choices=("bench", "sender", "subscriber"), default="bench", help=argparse.SUPPRESS)
-    parser.add_argument("--rate", type=float, default=20_000, help="packets per second per feed")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of traffic")
+    parser.add_argument("--rate", type=float, default=20_000, help="packets per second per feed (one run)")
+    parser.add_argument("--sweep", default=None, metavar="R1,R2,...", help="run each of these rates")
+    parser.add_argument("--find-max", action="store_true", help="search for the highest complete rate")
+    parser.add_argument("--min-rate", type=float, default=20_000, help="--find-max: first rate (default 20000)")
+    parser.add_argument("--max-rate", type=float, default=400_000, help="--find-max: highest rate tried")
+    parser.add_argument("--resolution", type=float, default=5_000, help="--find-max: stop within this much")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of traffic per run")
     parser.add_argument("--loss", type=float, default=0.005, help="share of packets each feed loses")
-    parser.add_argument("--loss-both", type=float, default=0.0, help="share of packets lost on both feeds")
     parser.add_argument("--freeze-every", type=float, default=10.0, help="seconds between freezes of A")
     parser.add_argument("--freeze-ms", type=float, default=150.0, help="length of a freeze of A (0: none)")
     parser.add_argument("--b-lag", type=int, default=5, help="packets B runs behind A")
-    parser.add_argument("--linger", type=float, default=15.0, help="seconds to keep answering after the end")
+    parser.add_argument("--linger", type=float, default=15.0, help="seconds the handler may take after the end")
     parser.add_argument("--seed", type=int, default=1, help="seed of the losses")
     parser.add_argument("--term-mib", type=int, default=16, help="term length of the log (MiB)")
+    parser.add_argument("--ring-bits", type=int, default=24, help="retransmission ring: the last 2**BITS messages")
+    parser.add_argument("--retransmit-rate", type=float, default=50_000.0,
+                        help="re-requests answered per second (the handler is the only client)")
+    parser.add_argument("--no-segment", action="store_true",
+                        help="the sender sends one datagram per packet (sendmmsg), not segmented runs (UDP GSO)")
+    parser.add_argument("--no-prebuild", action="store_true",
+                        help="the sender builds packets while sending (default: all built before the clock starts)")
+    parser.add_argument("--batch-us", type=float, default=250.0,
+                        help="the sender sends what fell due, then sleeps at least this long (default 250)")
+    parser.add_argument("--work-dir", default=None, help="where the day files go (default: a temporary directory)")
     parser.add_argument("--port-a", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--port-b", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--port-r", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--dir", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--day", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--messages", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", type=float, default=300.0, help=argparse.SUPPRESS)
+    parser.add_argument("--stall", type=float, default=30.0,
+                        help="a run ends when no message arrived for this many seconds once they flow (default 30)")
     args = parser.parse_args()
     if args.role == "sender":
         return sender(args)
     if args.role == "subscriber":
         return subscriber(args)
 
-    import logbuf
-    from logbuf.samples.ports import free_udp_ports
-
-    a, b, r = free_udp_ports(3)
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
-        driver = logbuf.MediaDriver.launch(Path(tmp) / "drv", ipc_term_length=args.term_mib << 20)
-        env = dict(os.environ, LOGBUF_DIR=str(driver.directory))
-        me = [sys.executable, __file__, "--rate", str(args.rate), "--duration", str(args.duration),
-              "--dir", str(driver.directory)]
-        procs: list[subprocess.Popen] = []
-        try:
-            feed = subprocess.Popen([*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
-                                     "--retransmit", f"127.0.0.1:{r}", "--until-end-of-session", "-q",
-                                     "--summary-json", f"{tmp}/feed.json"], env=env)
-            procs.append(feed)
-            sub = subprocess.Popen([*me, "--role", "subscriber"], env=env, stdout=subprocess.PIPE, text=True)
-            procs.append(sub)
-            with logbuf.connect(driver.directory) as client:  # the handler's publications are up
-                deadline = time.monotonic() + 30
-                while not any(c.type_id == 1100 for c in client.counters):
-                    if time.monotonic() > deadline:
-                        raise SystemExit("the feed handler did not start")
-                    time.sleep(0.05)
-            time.sleep(1.0)
-            send = subprocess.Popen([*me, "--role", "sender", "--port-a", str(a), "--port-b", str(b), "--port-r",
-                                     str(r), "--loss", str(args.loss), "--loss-both", str(args.loss_both),
-                                     "--freeze-every", str(args.freeze_every), "--freeze-ms", str(args.freeze_ms),
-                                     "--b-lag", str(args.b_lag), "--linger", str(args.linger), "--seed",
-                                     str(args.seed)], env=env)
-            procs.append(send)
-            out, _ = sub.communicate(timeout=args.duration + 180)
-            received = json.loads(out.strip().splitlines()[-1])
-            feed.wait(args.linger + 30)
-            summary = json.loads(Path(f"{tmp}/feed.json").read_text())
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-            driver.close()
-    expected = int(args.rate * args.duration) * MESSAGES_PER_PACKET
-    result = {
-        "rate_per_feed": args.rate, "expected": expected, "delivered": received["received"], "bad": received["bad"],
-        "unrecoverable": summary["messages_unrecoverable"], "gaps_detected": summary["gaps_detected"],
-        "gaps_recovered": summary["gaps_recovered"], "recovery_requests": summary["recovery_requests"],
-        "cpu_ns_per_packet": summary["cpu_ns_per_packet"],
-        "packets_per_round": round((summary["A.packets"] + summary["B.packets"]) / max(1, summary["rounds"]), 1),
-        "wire_to_log_p50_us": round(summary.get("wire_to_log_p50_ns", 0) / 1e3, 1),
-        "wire_to_log_p99_us": round(summary.get("wire_to_log_p99_ns", 0) / 1e3, 1),
-        "kernel_drops": summary.get("A.kernel_drops", 0) + summary.get("B.kernel_drops", 0),
-        "load": round(os.getloadavg()[0], 2),
-    }
-    print(json.dumps(result))
-    return 0 if result["delivered"] == expected and not result["bad"] and not result["unrecoverable"] else 1
+    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="bench-profile-") as work:
+        if args.find_max:
+            results = find_max(args, Path(work))
+        elif args.sweep:
+            results = [run_profile(args, float(rate), Path(work)) for rate in args.sweep.split(",")]
+        else:
+            result = run_profile(args, args.rate, Path(work))
+            return 0 if result["complete"] else 1
+    print(_table(results))
+    complete = [r["rate_per_feed"] for r in results if r["complete"]]
+    print(f"highest complete rate: {max(complete):,.0f} packets/s per feed" if complete else "no rate was complete")
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":

@@ -169,34 +169,153 @@ def test_b_feed_is_delayed(small_day: Path) -> None:
     assert min(lags) >= 5_000_000 and max(lags) <= 6_000_000 + max(np.diff(sorted(a.values())).max(), 0)
 
 
-def test_fake_clock_drives_the_server_loop(tiny_day: Path) -> None:
-    """With an injected clock the loop sends each event exactly when the clock reaches its time."""
+def _fake_clock_run(path: Path, config: ReplayConfig, batch_ns: int,
+                    prebuild: bool = False) -> tuple[list[tuple[int, int]], object]:
+    """(due, sent) per packet, for a server on a fake clock that only sleeping advances."""
     now = [0]
-    sent_at: list[int] = []
-
-    class Idle:
-        def idle(self, work_count: int = 0) -> None:
-            now[0] += 1_000  # each idle step advances the fake clock by 1 us
-
-        def reset(self) -> None:
-            pass
+    sent: list[tuple[int, int]] = []
 
     def sleep(seconds: float) -> None:
-        now[0] += int(seconds * 1e9)
+        now[0] += round(seconds * 1e9)
 
-    reader = DayFileReader(tiny_day)
-    core = ReplayCore(reader, ReplayConfig(speed=1e5, **QUICK_END))
-    server = ReplayServer(core, [("127.0.0.1", 9)], clock=lambda: now[0], sleep=sleep, idle=Idle())
-    server._sockets[0].close()
-    server._sockets = [type("S", (), {"send": lambda self, data: sent_at.append(now[0])})()]
-    summary = server.run()
-    expected = [
-        e.time_ns
-        for e in ReplayCore(DayFileReader(tiny_day), ReplayConfig(speed=1e5, **QUICK_END)).events()
-        if e.kind not in (EventKind.SKIPPED, EventKind.SOURCE)  # ring publications, not datagrams
-    ]
-    assert len(sent_at) == len(expected) == summary.packets
-    assert all(0 <= s - t < 1_000 for s, t in zip(sent_at, expected, strict=True))
+    server = ReplayServer(ReplayCore(DayFileReader(path), config), [("127.0.0.1", 9)] * len(config.feeds),
+                          clock=lambda: now[0], sleep=sleep, batch_ns=batch_ns)
+    server.close()
+    if prebuild:
+        server.prebuild()
+
+    def send_range(feed: int, queued, lo: int, hi: int) -> None:
+        sent.extend((queued.times[i], now[0]) for i in range(lo, hi))
+
+    server._send_range = send_range  # type: ignore[method-assign]
+    return sent, server.run()
+
+
+def test_fake_clock_drives_the_server_loop(tiny_day: Path) -> None:
+    """Without batching the loop sends each packet exactly when the clock reaches its time, in the events' order."""
+    config = ReplayConfig(speed=1e5, **QUICK_END)
+    sent, summary = _fake_clock_run(tiny_day, config, batch_ns=0)
+    expected = [e.time_ns for e in ReplayCore(DayFileReader(tiny_day), config).events()
+                if e.kind not in (EventKind.SKIPPED, EventKind.SOURCE)]  # ring publications, not datagrams
+    assert [due for due, _ in sent] == expected
+    assert len(sent) == summary.packets
+    assert all(at == due for due, at in sent)
+
+
+@pytest.mark.parametrize("prebuild", [False, True], ids=["streamed", "prebuilt"])
+def test_batched_wake_ups_are_never_early_and_at_most_a_batch_late(small_day: Path, prebuild: bool) -> None:
+    """With batch_ns, what falls due within it waits for the next wake-up: never early, at most batch_ns late
+    (the same whether packets are built while sending or all before the clock starts)."""
+    config = ReplayConfig(packet_rate=40_000, feeds=(FeedConfig("A"), FeedConfig("B", delay_ns=30_000)), **QUICK_END)
+    sent, summary = _fake_clock_run(small_day, config, batch_ns=200_000, prebuild=prebuild)
+    assert len(sent) == summary.packets and summary.late_packets == 0
+    assert all(0 <= at - due <= 200_000 for due, at in sent)
+    wake_ups = len({at for _, at in sent})
+    assert wake_ups < len(sent) / 4  # 25 us apart per feed, 200 us per wake-up: ~16 packets each
+
+
+BULK_CONFIGS = {
+    "loss + scheduled freeze on A, B delayed": dict(packet_rate=20_000, feeds=(
+        FeedConfig("A", faults=FaultConfig(loss=0.05, freeze_every_ms=5, freeze_ms=(1.0, 3.0),
+                                           freeze_max_packets=100_000)),
+        FeedConfig("B", delay_ns=250_000, faults=FaultConfig(loss=0.05)))),
+    "freezes longer than the period, held packets capped": dict(packet_rate=50_000, feeds=(
+        FeedConfig("A", faults=FaultConfig(loss=0.01, freeze_every_ms=4, freeze_ms=(0.5, 6.0),
+                                           freeze_max_packets=50)),)),
+    "no faults, start at the open": dict(packet_rate=20_000, start="open",
+                                         feeds=(FeedConfig("A"), FeedConfig("B", delay_ns=1_000))),
+}
+
+
+def _sends_by_events(path: Path, config: ReplayConfig) -> tuple:
+    core = ReplayCore(DayFileReader(path), config)
+    feeds: list[list] = [[] for _ in config.feeds]
+    ring = []
+    for e in core.events():
+        if e.kind in (EventKind.SKIPPED, EventKind.SOURCE):
+            ring.append((e.sequence, e.frames.tolist()))
+        else:
+            feeds[e.feed].append((e.time_ns, e.data, e.count))
+    return feeds, ring, core
+
+
+def _sends_by_batches(path: Path, config: ReplayConfig) -> tuple:
+    core = ReplayCore(DayFileReader(path), config)
+    feeds: list[list] = [[] for _ in config.feeds]
+    ring = []
+    for batch in core.batches():
+        ring += [(sequence, frames.tolist()) for sequence, frames in batch.publish]
+        for i, part in enumerate(batch.feeds):
+            assert np.all(np.diff(part.times) >= 0)
+            for t, o, n, c in zip(part.times.tolist(), part.offsets.tolist(), part.lengths.tolist(),
+                                  part.counts.tolist(), strict=True):
+                feeds[i].append((t, batch.wire[o : o + n].tobytes(), c))
+    return feeds, ring, core
+
+
+@pytest.mark.parametrize("name", list(BULK_CONFIGS))
+def test_bulk_batches_send_what_events_send(small_day: Path, name: str) -> None:
+    """The bulk path (whole runs of packets decided with numpy) equals the per-packet specification: per feed the
+    same packets at the same times, the same ring publications, the same statistics (freezes, losses)."""
+    config = ReplayConfig(**{**QUICK_END, **BULK_CONFIGS[name]})
+    spec, spec_ring, spec_core = _sends_by_events(small_day, config)
+    bulk, bulk_ring, bulk_core = _sends_by_batches(small_day, config)
+    assert all(feed.bulk for feed in bulk_core.feeds)
+    assert bulk == spec and bulk_ring == spec_ring
+    assert [f.stats for f in bulk_core.feeds] == [f.stats for f in spec_core.feeds]
+    assert (bulk_core.first_sequence, bulk_core.next_sequence, bulk_core.skipped) == (
+        spec_core.first_sequence, spec_core.next_sequence, spec_core.skipped)
+    if "freeze" in name:
+        assert bulk_core.feeds[0].stats.freezes >= 3 and bulk_core.feeds[0].stats.catch_up_packets > 0
+    if "open" in name:
+        assert bulk_core.skipped > 0
+
+
+def test_other_configurations_batch_the_events(small_day: Path) -> None:
+    """Jitter, duplication, reordering, random freezes and drop ranges: batches group events() unchanged."""
+    config = ReplayConfig(speed=1.0, seed=4, **QUICK_END, feeds=(
+        FeedConfig("A", faults=FaultConfig(loss=0.02, duplicate=0.02, reorder=0.02, freeze=0.002,
+                                           drop_ranges=((500, 520),))),
+        FeedConfig("B", delay_ns=1_000_000, jitter_ns=500_000)))
+    spec, spec_ring, _ = _sends_by_events(small_day, config)
+    batched, ring, core = _sends_by_batches(small_day, config)
+    assert not core.feeds[0].bulk
+    assert batched == spec and ring == spec_ring
+
+
+def test_scheduled_freezes_fall_on_the_period(small_day: Path) -> None:
+    """freeze_every_ms: silence from the first packet due at each multiple of the period, then a catch-up burst."""
+    faults = FaultConfig(freeze_every_ms=10, freeze_ms=(2.0, 2.0), freeze_max_packets=10_000)
+    feeds, _, core = _sends_by_events(small_day, ReplayConfig(packet_rate=20_000, feeds=(FeedConfig("A", faults=faults),),
+                                                              **QUICK_END))
+    data = [(t, c) for t, _, c in feeds[0][: -QUICK_END["end_of_session_count"]]]
+    gaps = [(a[0], b[0]) for a, b in zip(data, data[1:], strict=False) if b[0] - a[0] > 1_000_000]
+    stats = core.feeds[0].stats
+    assert stats.freezes == len(gaps) == int(data[-1][0] // 10_000_000)
+    for k, (before, after) in enumerate(gaps, start=1):
+        assert before < k * 10_000_000 <= before + 50_000  # the last packet before the k-th multiple went
+        assert after == k * 10_000_000 + 2_000_000  # the burst at the end of the 2 ms freeze
+    assert sum(c for _, c in data) == core.next_sequence - 1  # nothing lost: held, then sent
+    with pytest.raises(ValueError, match="freeze_every_ms"):
+        FaultConfig(freeze_every_ms=-1)
+
+
+def test_packet_columns_match_the_plans(small_day: Path) -> None:
+    """Packetiser.columns cuts exactly where plans() does: budget, time gaps, forced cuts, message cap."""
+    from logbuf.feed.replay import Packetiser
+
+    packetiser = Packetiser(500, 20_000, cuts=[1_000, 1_017, 29_000])
+    with DayFileReader(small_day) as reader:
+        sequence = 1
+        for block in reader.blocks(8_192):
+            timestamps = block.headers().timestamp
+            begin = 3 if sequence == 1 else 0
+            plans = list(packetiser.plans(block, timestamps, sequence, begin))
+            columns = packetiser.columns(block, sequence, begin, timestamps)
+            assert [(p.sequence, p.count, p.start, p.end) for p in plans] == list(zip(
+                columns.sequence.tolist(), columns.count.tolist(), columns.start.tolist(), columns.end.tolist(),
+                strict=True))
+            sequence += block.count
 
 
 class _Sink:
@@ -264,6 +383,61 @@ def test_loopback_with_faults_matches_the_summary(tiny_day: Path) -> None:
     b = [s for p in sinks[1].packets if isinstance(pk := m.decode(p), m.DownstreamPacket)
          for s in range(pk.sequence, pk.next_sequence)]
     assert b == list(range(1, core.next_sequence))
+
+
+@pytest.fixture(scope="module")
+def uniform_day(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """20,000 Add Orders of 36 bytes: with a 1,540-byte budget every packet carries 40 and has the same size."""
+    count = 20_000
+    frames = np.zeros((count, 38), dtype=np.uint8)
+    frames[:, 1] = 36
+    frames[:, 2] = ord("A")
+    frames[:, 3:11] = np.arange(1, count + 1, dtype=">u8").view(np.uint8).reshape(count, 8)
+    path = tmp_path_factory.mktemp("uniform") / "uniform.itch"
+    path.write_bytes(frames.tobytes())
+    return path
+
+
+def _paced_to_sinks(path: Path, native: bool, segment: bool):
+    faults = FaultConfig(loss=0.02, freeze_every_ms=3, freeze_ms=(1.0, 1.0), freeze_max_packets=10_000)
+    config = ReplayConfig(packet_rate=50_000, budget=1_540, feeds=(FeedConfig("A", faults=faults),
+                                                                   FeedConfig("B", delay_ns=100_000)), **QUICK_END)
+    sinks = [_Sink() for _ in config.feeds]
+    core = ReplayCore(DayFileReader(path), config)
+    server = ReplayServer(core, [s.address for s in sinks], segment=segment)
+    if not native:
+        server._native = None
+    try:
+        summary = server.run()
+    finally:
+        server.close()
+    for sink in sinks:
+        sink.wait_for_end(2)
+    expected, _, _ = _sends_by_events(path, config)
+    return sinks, summary, server, expected
+
+
+@pytest.mark.parametrize("native, segment", [(True, True), (True, False), (False, False)],
+                         ids=["segmented", "sendmmsg", "send"])
+def test_loopback_paced_profile_sends_the_schedule(uniform_day: Path, native: bool, segment: bool) -> None:
+    """A load profile on loopback (losses, freezes and catch-up bursts on A, B delayed): each feed's socket
+    receives exactly the specification's packets in order, whichever way they go to the kernel -- segmented
+    runs of equal-sized packets (UDP GSO), sendmmsg, or one send() each."""
+    if native:
+        pytest.importorskip("logbuf._native", reason="the native modules are not built here")
+    sinks, summary, server, expected = _paced_to_sinks(uniform_day, native, segment)
+    for sink, spec in zip(sinks, expected, strict=True):
+        assert sink.packets == [data for _, data, _ in spec]
+    stats = summary.feeds["A"]
+    assert stats.freezes >= 2 and stats.lost_packets and stats.catch_up_packets
+    assert summary.packets == sum(len(sink.packets) for sink in sinks)
+    if segment:
+        assert server._segmenting == [True, True], "this kernel does not take UDP_SEGMENT"
+        assert server.send_calls < summary.packets / 8
+    elif native:
+        assert server.send_calls < summary.packets / 2
+    else:
+        assert server.send_calls == summary.packets
 
 
 def test_cli_replay_writes_summary(tiny_day: Path, tmp_path: Path) -> None:
