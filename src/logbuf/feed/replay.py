@@ -109,7 +109,7 @@ class PacketPlan(NamedTuple):
     """Messages ``[sequence, sequence + count)`` at file bytes ``[start, end)``; ``timestamp`` of the first."""
 
     sequence: int
-    count: int
+    count: int  # type: ignore[assignment]  # MoldUDP64's name for the field; shadows tuple.count
     start: int
     end: int
     timestamp: int
@@ -121,7 +121,7 @@ class PlanColumns(NamedTuple):
     bytes ``[start[i], end[i])``, the block's messages ``first[i]..``, undisturbed send time ``base[i]``."""
 
     sequence: np.ndarray
-    count: np.ndarray
+    count: np.ndarray  # type: ignore[assignment]  # as PacketPlan.count, one per plan
     start: np.ndarray
     end: np.ndarray
     first: np.ndarray
@@ -143,7 +143,7 @@ class SendEvent(NamedTuple):
     kind: str
     data: bytes | None
     sequence: int
-    count: int
+    count: int  # type: ignore[assignment]  # as PacketPlan.count
     frames: np.ndarray | None
 
 
@@ -566,7 +566,7 @@ class FeedScheduler:
         out: list[SendEvent] = []
         room = self.faults.catch_up_budget - HEADER_LENGTH
         run: list[PacketPlan] = []
-        for plan in held + [None]:  # type: ignore[list-item]
+        for plan in [*held, None]:
             if run and (plan is None or plan.sequence != run[-1].sequence + run[-1].count
                         or plan.end - run[0].start > room
                         or plan.sequence + plan.count - run[0].sequence > MAX_MESSAGE_COUNT):
@@ -609,7 +609,7 @@ class ReplayCore:
         cuts = [c for feed in config.feeds for first, last in feed.faults.drop_ranges for c in (first, last + 1)]
         flush_gap = config.flush_gap_ns if config.packet_rate is None else np.iinfo(np.int64).max
         self.packetiser = Packetiser(config.budget, flush_gap, cuts)
-        view = memoryview(reader.buffer)
+        view = reader.buffer.data  # numpy declares the buffer protocol only from Python 3.12
         self._view = view
         self.feeds = [
             FeedScheduler(i, feed, config, config.seed * 1_000_003 + i, self._slice)
