@@ -349,16 +349,23 @@ class _Sink:
 
 
 def _replay_to_sinks(path: Path, feeds: tuple[FeedConfig, ...]):
-    sinks = [_Sink() for _ in feeds]
-    core = ReplayCore(DayFileReader(path), ReplayConfig(speed=None, feeds=feeds, **QUICK_END))
-    server = ReplayServer(core, [s.address for s in sinks])
+    sinks, summary, server = _run_to_sinks(path, ReplayConfig(speed=None, feeds=feeds, **QUICK_END))
+    return sinks, summary, server.core
+
+
+def _run_to_sinks(path: Path, config: ReplayConfig, *, native: bool = True, segment: bool = True):
+    """One replay of ``path`` to a receiving socket per feed; every sink has seen the end when it returns."""
+    sinks = [_Sink() for _ in config.feeds]
+    server = ReplayServer(ReplayCore(DayFileReader(path), config), [s.address for s in sinks], segment=segment)
+    if not native:
+        server._native = None
     try:
         summary = server.run()
     finally:
         server.close()
     for sink in sinks:
         sink.wait_for_end(2)
-    return sinks, summary, core
+    return sinks, summary, server
 
 
 def test_loopback_two_feeds_every_message_once_in_order(tiny_day: Path) -> None:
@@ -402,17 +409,7 @@ def _paced_to_sinks(path: Path, native: bool, segment: bool):
     faults = FaultConfig(loss=0.02, freeze_every_ms=3, freeze_ms=(1.0, 1.0), freeze_max_packets=10_000)
     config = ReplayConfig(packet_rate=50_000, budget=1_540, feeds=(FeedConfig("A", faults=faults),
                                                                    FeedConfig("B", delay_ns=100_000)), **QUICK_END)
-    sinks = [_Sink() for _ in config.feeds]
-    core = ReplayCore(DayFileReader(path), config)
-    server = ReplayServer(core, [s.address for s in sinks], segment=segment)
-    if not native:
-        server._native = None
-    try:
-        summary = server.run()
-    finally:
-        server.close()
-    for sink in sinks:
-        sink.wait_for_end(2)
+    sinks, summary, server = _run_to_sinks(path, config, native=native, segment=segment)
     expected, _, _ = _sends_by_events(path, config)
     return sinks, summary, server, expected
 
