@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,21 +17,12 @@ from logbuf.feed import published as out
 from logbuf.feed.book import TopOfBook
 from logbuf.feed.dayfile import read_messages
 from logbuf.samples.ports import free_udp_ports
+from support import in_namespace, stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 LOGBUF = [sys.executable, "-m", "logbuf.cli"]
 
 
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +58,7 @@ def run_scenario(  # type: ignore[no-untyped-def]
                 env=env,
             )
             procs.append(feed)
-            deadline = time.monotonic() + 20
-            while not (messages.images and events.images):
-                assert time.monotonic() < deadline, "feed handler did not publish"
-                time.sleep(0.01)
+            wait_until(lambda: messages.images and events.images, 20, what="the feed handler's publications")
             replay = subprocess.Popen(
                 [*LOGBUF, "replay", str(day_file), "--feed-a", feed_a, "--feed-b", feed_b,
                  "--speed", "max", "--retransmit", f"127.0.0.1:{r}", "--linger-s", "5", "--eos-interval-s", "0.2",
@@ -99,7 +86,7 @@ def run_scenario(  # type: ignore[no-untyped-def]
         return got, seen, json.loads((tmp_path / "feed.json").read_text()), json.loads((tmp_path / "replay.json").read_text())
     finally:
         for proc in procs:
-            stop(proc)
+            stop_process(proc)
         driver.close()
 
 
@@ -163,31 +150,12 @@ def test_top_of_book_follows_adds_executions_and_cancels() -> None:
     assert book.top("ACME") == ((1_000_000, 100), None)
 
 
-@pytest.fixture
-def netns():  # type: ignore[no-untyped-def]
-    """A network namespace of our own with ``lo`` up and multicast routed on it; removed afterwards."""
-    import shutil
-
-    name = f"logbuf-test-{os.getpid()}"
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 (ip) is not installed")
-    created = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, timeout=10)
-    if created.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here: {created.stderr.strip()}")
-    try:
-        for command in (["ip", "link", "set", "lo", "up"], ["ip", "route", "add", "224.0.0.0/4", "dev", "lo"]):
-            subprocess.run(["ip", "netns", "exec", name, *command], check=True, timeout=10)
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], timeout=10)
-
-
-def test_multicast_a_and_b_groups_inside_a_network_namespace(tmp_path: Path, day, netns: str) -> None:  # type: ignore[no-untyped-def]
+def test_multicast_a_and_b_groups_inside_a_network_namespace(tmp_path: Path, day, multicast_netns: str) -> None:  # type: ignore[no-untyped-def]
     day_file, expected = day
     a, b = free_udp_ports(2)
     got, seen, feed, _ = run_scenario(
         tmp_path, day_file, ["--interface", "127.0.0.1"], ["--faults-a", "loss=0.01", "--faults-b", "loss=0.01"],
-        prefix=("ip", "netns", "exec", netns), feed_a=f"239.192.7.1:{a}", feed_b=f"239.192.7.2:{b}",
+        prefix=tuple(in_namespace(multicast_netns)), feed_a=f"239.192.7.1:{a}", feed_b=f"239.192.7.2:{b}",
     )
     assert [seq for seq, _ in got] == list(range(1, len(expected) + 1))
     assert [msg for _, msg in got] == expected

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from logbuf.feed import itch
 from logbuf.feed import published as out
 from logbuf.feed.dayfile import read_messages
 from logbuf.samples.ports import free_udp_ports
+from support import stop_process, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 LOGBUF = [sys.executable, "-m", "logbuf.cli"]
@@ -26,16 +26,6 @@ MESSAGES = 200_000
 SPEED = "800"  # the synthetic day (6.5 hours) in about 30 s, bursts of several thousand packets/s
 DROP_BOTH = (50_000, 50_099)
 U64 = 1 << 64
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_loss_freezes_and_a_busy_core_lose_nothing(tmp_path: Path) -> None:
@@ -60,10 +50,11 @@ def test_loss_freezes_and_a_busy_core_lose_nothing(tmp_path: Path) -> None:
                  f"127.0.0.1:{r}", "--until-end-of-session", "--seed", "1", "-q",
                  "--summary-json", str(tmp_path / "feed.json")], env=env)
             procs.append(feed)
-            deadline = time.monotonic() + 30
-            while not (messages.images and events.images):
-                assert feed.poll() is None and time.monotonic() < deadline, "the feed handler did not start"
-                time.sleep(0.01)
+            def started() -> bool:
+                assert feed.poll() is None, "the feed handler exited at start"
+                return bool(messages.images and events.images)
+
+            wait_until(started, 30, what="the feed handler's publications")
             replay = subprocess.Popen(
                 [*LOGBUF, "replay", str(day), "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
                  "--speed", SPEED, "--seed", "5", "--faults-a", "loss=0.005,freeze=0.0005",
@@ -89,7 +80,7 @@ def test_loss_freezes_and_a_busy_core_lose_nothing(tmp_path: Path) -> None:
         summary = json.loads((tmp_path / "feed.json").read_text())
     finally:
         for proc in reversed(procs):
-            stop(proc)
+            stop_process(proc)
         driver.close()
     assert not lost, [(e.first, e.last, e.reason) for e in lost]
     assert summary["messages_unrecoverable"] == 0
