@@ -503,3 +503,15 @@ def test_loss_only_short_path_matches_the_general_path(small_day: Path) -> None:
     slow = list(general.events())
     assert [(e.time_ns, e.kind, e.data) for e in fast] == [(e.time_ns, e.kind, e.data) for e in slow]
     assert core.feeds[0].stats == general.feeds[0].stats and core.feeds[0].stats.lost_packets > 0
+
+
+def test_the_command_lines_fault_spec_reaches_every_fault_including_scheduled_freezes() -> None:
+    import argparse
+
+    from logbuf.feed.commands import _faults
+
+    spec = _faults("loss=0.005,freeze-every=10000,freeze-ms=150")
+    assert spec == {"loss": 0.005, "freeze_every_ms": 10_000.0, "freeze_ms": (150.0, 150.0)}
+    assert FaultConfig(**spec).freeze_every_ms == 10_000.0
+    with pytest.raises(argparse.ArgumentTypeError, match="freeze-every"):
+        _faults("thaw=1")

@@ -76,7 +76,8 @@ _FAULT_KEYS = {"loss": "loss", "dup": "duplicate", "duplicate": "duplicate", "re
 
 
 def _faults(text: str) -> dict:
-    """``loss=0.01,dup=0.001,reorder=0.001,freeze=0.0005,freeze-ms=100-200,freeze-packets=64``."""
+    """``loss=0.01,dup=0.001,reorder=0.001,freeze=0.0005,freeze-every=10000,freeze-ms=100-200,freeze-packets=64``
+    (``freeze``: a chance per packet; ``freeze-every``: a scheduled freeze every this many ms of feed time)."""
     out: dict = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
@@ -86,14 +87,16 @@ def _faults(text: str) -> dict:
             elif key == "freeze-ms":
                 low, _, high = value.partition("-")
                 out["freeze_ms"] = (float(low), float(high or low))
+            elif key == "freeze-every":
+                out["freeze_every_ms"] = float(value)
             elif key == "freeze-packets":
                 out["freeze_max_packets"] = int(value)
             elif key == "catch-up-budget":
                 out["catch_up_budget"] = int(value)
             else:
                 raise argparse.ArgumentTypeError(
-                    f"unknown fault {key!r}: use loss, dup, reorder, freeze, freeze-ms, freeze-packets, "
-                    "catch-up-budget"
+                    f"unknown fault {key!r}: use loss, dup, reorder, freeze, freeze-every, freeze-ms, "
+                    "freeze-packets, catch-up-budget"
                 )
         except ValueError:
             raise argparse.ArgumentTypeError(f"fault {item!r} needs a number") from None
@@ -443,6 +446,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=1, help="seed of the fault injection (default: %(default)s)")
     p.add_argument("--faults-a", type=_faults, default=None, metavar="SPEC",
                    help="faults on feed A, e.g. loss=0.01,dup=0.001,reorder=0.001,freeze=0.0005,freeze-ms=100-200 "
+                        "(freeze: a chance per packet; freeze-every=MS: a freeze every MS of feed time) "
                         "(default: none)")
     p.add_argument("--faults-b", type=_faults, default=None, metavar="SPEC",
                    help="faults on feed B, same keys (default: none)")
