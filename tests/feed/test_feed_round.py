@@ -75,9 +75,19 @@ class Rig:
         self.thread = threading.Thread(target=self.handler.run, name="feed-handler", daemon=True)
         self.thread.start()
 
+    def _on_event(self, buf: memoryview, header: logbuf.Header) -> None:
+        self.seen.append((len(self.got), out.FeedEvent.decode(buf)))
+
+    def _on_message(self, buf: memoryview, header: logbuf.Header) -> None:
+        sequence = header.reserved_value % U64
+        if self.got and sequence != self.got[-1][0] + 1:
+            # a jump: a record published before this message (in the handler's order) is visible now
+            self.events.poll(self._on_event, 100)
+        self.got.append((sequence, bytes(buf)))
+
     def poll(self, capture: bool = True) -> int:
-        n = self.events.poll(lambda buf, h: self.seen.append((len(self.got), out.FeedEvent.decode(buf))), 100)
-        n += self.messages.poll(lambda buf, h: self.got.append((h.reserved_value % U64, bytes(buf))), 4096)
+        n = self.events.poll(self._on_event, 100)
+        n += self.messages.poll(self._on_message, 4096)
         if capture and self.capture is not None:
             n += self.capture.poll(lambda buf, h: self.rows.append((h.reserved_value,
                                                                     out.decode_capture(h.reserved_value, buf))), 100)
