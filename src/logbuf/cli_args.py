@@ -20,6 +20,14 @@ _DURATION_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0, "min": 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$")
 
 
+DRIVER_DIR_HELP = "driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)"
+
+
+def add_driver_dir(parser: argparse.ArgumentParser) -> None:
+    """The ``--dir`` option every command that talks to a media driver shares."""
+    parser.add_argument("--dir", default=None, help=DRIVER_DIR_HELP)
+
+
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows each option's default, except where there is none (``None``), for on/off flags, and where the
     help text already says it."""

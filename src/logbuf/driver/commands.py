@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from logbuf.channel import InvalidChannelError, parse_size
+from logbuf.cli_args import add_driver_dir
 from logbuf.driver.context import MS, SECOND
 from logbuf.errors import LogbufError
 
@@ -50,7 +51,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         description="Runs a media driver: owns cnc.dat and every log buffer of its directory. "
         "Ctrl-C or SIGTERM shut it down cleanly (clients see the driver go at once).",
     )
-    p.add_argument("--dir", help="driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)")
+    add_driver_dir(p)
     p.add_argument("--ipc-term-length", type=_size, help="term length of IPC logs (default 64m)")
     p.add_argument("--mtu", type=_size, help="max frame length incl. header (default 1408)")
     p.add_argument("--publication-window", type=_size, help="IPC publication window (default half a term)")

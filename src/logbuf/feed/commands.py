@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from logbuf.cli_args import DefaultsHelpFormatter, count
+from logbuf.cli_args import DefaultsHelpFormatter, add_driver_dir, count
 from logbuf.errors import LogbufError
 from logbuf.feed import moldudp64
 
@@ -617,7 +617,7 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--retransmit", type=_host_port, default=None, metavar="HOST:PORT",
                    help="retransmission server (recovery is off without one)")
     p.add_argument("--no-recovery", action="store_true", help="declare gaps lost at once")
-    p.add_argument("--dir", help="driver directory (default $LOGBUF_DIR or /dev/shm/logbuf-<user>)")
+    add_driver_dir(p)
     p.add_argument("--channel", default="aeron:ipc", help="channel of the publications")
     p.add_argument("--stream", type=int, default=1001, help="messages stream id")
     p.add_argument("--events-stream", type=int, default=1002, help="gap/session events stream id")
@@ -655,7 +655,7 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
         "book", help="example subscriber: top of book from the feed handler's stream", formatter_class=d,
         description="Subscribes to the feed handler's messages and events streams, builds every symbol's "
         "order book from the ITCH messages and prints the top of book of the most active (or chosen) symbols.")
-    p.add_argument("--dir", help="driver directory (default $LOGBUF_DIR or /dev/shm/logbuf-<user>)")
+    add_driver_dir(p)
     p.add_argument("--channel", default="aeron:ipc", help="channel of the feed handler's publications")
     p.add_argument("--stream", type=int, default=1001, help="messages stream id")
     p.add_argument("--events-stream", type=int, default=1002, help="gap/session events stream id")

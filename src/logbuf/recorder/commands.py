@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from logbuf.cli_args import count
+from logbuf.cli_args import add_driver_dir, count
 from logbuf.feed import published
 from logbuf.recorder.config import (
     DEFAULT_COMMIT_INTERVAL_S,
@@ -154,7 +154,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "restart continue without duplicates or gaps.  Counters: `logbuf stat --type 1200`.",
     )
     p.add_argument("output", metavar="OUT", help="recording directory (created; an existing one is continued)")
-    p.add_argument("--dir", help="media driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-$USER)")
+    add_driver_dir(p)
     p.add_argument("--channel", default="aeron:ipc", help="channel of the three streams (default: %(default)s)")
     p.add_argument("--stream", dest="messages_stream", type=_stream, default=published.MESSAGES_STREAM,
                    metavar="ID", help="ITCH messages stream, or 'none' (default: %(default)s)")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from logbuf.cli_args import add_driver_dir
 from logbuf.directory import (
     IMAGES_DIR,
     LOG_SUFFIX,
@@ -199,9 +200,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "driver pid, heartbeat age) and 'id: value - label' per counter.",
         epilog=_EXIT_CODES_HELP,
     )
-    p.add_argument(
-        "--dir", default=None, help="driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)"
-    )
+    add_driver_dir(p)
     p.add_argument("--watch", "-w", action="store_true", help="redraw every --interval seconds, with rates")
     p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S", help="--watch period (1 s)")
     p.add_argument(
@@ -247,9 +246,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "that is not alive is noted on stderr.",
         epilog=_EXIT_CODES_HELP,
     )
-    p.add_argument(
-        "--dir", default=None, help="driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)"
-    )
+    add_driver_dir(p)
     p.add_argument("--json", action="store_true", help="one JSON object (default: text)")
     p.set_defaults(func=_cmd_errors)
 
@@ -260,9 +257,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "(NAKs sent), total bytes lost, first and last observation, session, stream, channel and source.",
         epilog=_EXIT_CODES_HELP,
     )
-    p.add_argument(
-        "--dir", default=None, help="driver directory (default: $LOGBUF_DIR or /dev/shm/logbuf-<user>)"
-    )
+    add_driver_dir(p)
     p.add_argument("--json", action="store_true", help="one JSON object (default: LossStat's text)")
     p.set_defaults(func=_cmd_loss)
 
