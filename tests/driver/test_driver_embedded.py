@@ -130,7 +130,7 @@ def test_closed_publication_drains_then_the_image_goes_and_the_file_is_deleted(c
     gone: list[logbuf.Image] = []
     sub = client.add_subscription("aeron:ipc", STREAM, on_unavailable_image=gone.append)
     pub = client.add_publication("aeron:ipc", STREAM)
-    wait_until(lambda: sub.images, what="image")
+    wait_until(lambda: sub.images and pub.is_connected, what="image, and the publication connected")
     image = sub.images[0]
     path = Path(pub.log.path)
     for i in range(20):
@@ -152,7 +152,7 @@ def test_closed_publication_drains_then_the_image_goes_and_the_file_is_deleted(c
 def test_wait_wakes_on_offer_and_times_out_without_data(client) -> None:  # type: ignore[no-untyped-def]
     sub = client.add_subscription("aeron:ipc", STREAM)
     pub = client.add_publication("aeron:ipc", STREAM)
-    wait_until(lambda: sub.images, what="image")
+    wait_until(lambda: sub.images and pub.is_connected, what="image, and the publication connected")
     start = time.monotonic()
     assert sub.wait(0.2) is False
     assert 0.15 <= time.monotonic() - start < 2
@@ -175,7 +175,7 @@ def test_wait_wakes_on_offer_and_times_out_without_data(client) -> None:  # type
 def test_wait_async(client) -> None:  # type: ignore[no-untyped-def]
     sub = client.add_subscription("aeron:ipc", STREAM)
     pub = client.add_publication("aeron:ipc", STREAM)
-    wait_until(lambda: sub.images, what="image")
+    wait_until(lambda: sub.images and pub.is_connected, what="image, and the publication connected")
 
     async def scenario() -> tuple[bool, bool]:
         timed_out = await sub.wait_async(0.1)
