@@ -6,6 +6,12 @@ stream (and every later one): a sub-pos counter at the publication's join positi
 ``resume-position`` channel parameter, where the subscriber read up to before, if still in the log), then
 ON_AVAILABLE_IMAGE.  A new publication answers its publisher first, then links subscriptions, in Aeron's
 order.
+
+The data-limit duties (pub-pos, pub-lmt, cleaning, isConnected, unblocking) run here, in Python, until
+:meth:`IpcConductor.use_native` hands them to a native agent (the media driver does, in every threading mode):
+from then on this object only sends the native duty commands and, on its acknowledgements, frees sub-pos
+counters and deletes logs, so a starved Python thread never holds a publisher back.  The Python duties
+(:class:`IpcPublicationDuty`) remain the specification the native one is tested against.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from logbuf.cnc.messages import (
 )
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink
+from logbuf.driver.native_ipc import COMMAND_REFUSED, PUBLICATION_REMOVED, SUBSCRIBER_REMOVED, NativeIpcDuty
 from logbuf.driver.services import DriverServices
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 
@@ -72,6 +79,30 @@ class IpcConductor:
         self.services = services
         self.publications: list[IpcPublication] = []
         self.subscriptions: dict[int, SubscriptionLink] = {}
+        self.native: NativeIpcDuty | None = None
+        # waiting for the native duty's acknowledgement: removed publications (then their files and counters
+        # go) and removed subscriber links (then their sub-pos counters go)
+        self._closing: dict[int, IpcPublication] = {}
+        self._unlinking: dict[tuple[int, int], int] = {}
+
+    def use_native(self, native: NativeIpcDuty) -> None:
+        """From now on the native duty moves every publication's limits (the existing ones handed over with
+        their state); call before its agent starts or while it runs."""
+        if self.native is not None:
+            raise RuntimeError("the IPC duties already run natively")
+        self.native = native
+        for publication in self.publications:
+            self._hand_over(publication)
+
+    def _hand_over(self, publication: IpcPublication) -> None:
+        native = self.native
+        assert native is not None
+        native.add_publication(publication)
+        publication.on_draining = lambda p: native.draining(p.registration_id)
+        if publication.state != PublicationState.ACTIVE:
+            native.draining(publication.registration_id)
+        for link in publication.subscribers.values():
+            native.add_subscriber(publication.registration_id, link)
 
     # -- publications ----------------------------------------------------------------------------------
 
@@ -136,6 +167,8 @@ class IpcConductor:
             services.delete_log(log)
             raise
         self.publications.append(publication)
+        if self.native is not None:
+            self._hand_over(publication)
         return publication
 
     def link_subscriptions(self, publication: IpcPublication) -> None:
@@ -148,9 +181,17 @@ class IpcConductor:
         """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
         for link in list(publication.subscribers.values()):
             self._unlink_subscriber(publication, link, notify=True)
-        self.services.free_counters((publication.pub_pos_counter_id, publication.pub_lmt_counter_id))
         publication.state = PublicationState.CLOSED
         self.publications.remove(publication)
+        if self.native is not None:
+            # the agent may be reading the log and counters right now: they go when it says it let go
+            self._closing[publication.registration_id] = publication
+            self.native.remove_publication(publication.registration_id)
+        else:
+            self._release_publication(publication)
+
+    def _release_publication(self, publication: IpcPublication) -> None:
+        self.services.free_counters((publication.pub_pos_counter_id, publication.pub_lmt_counter_id))
         self.services.delete_log(publication.log)
 
     # -- subscriptions ---------------------------------------------------------------------------------
@@ -183,7 +224,7 @@ class IpcConductor:
         if wanted is not None:
             # still in the log and not cleaned (a dead consumer's sub-pos holds cleaning until it times out);
             # otherwise the oldest position that is: the consumer sees join > wanted and knows what it missed
-            oldest = max(publication.duty.cleaner.clean_position, join - 2 * publication.log.term_length, 0)
+            oldest = max(self._clean_position(publication), join - 2 * publication.log.term_length, 0)
             join = min(max(wanted, oldest), join)
         # Aeron's sub-pos: the subscription's registration id and channel, owned by its client, referring to
         # the publication it reads
@@ -197,9 +238,11 @@ class IpcConductor:
                                        owner_id=subscription.client_id, reference_id=publication.registration_id)
         position = counters.position(counter_id)
         position.set(join)
-        publication.add_subscriber(
-            SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
-        )
+        link = SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
+        publication.add_subscriber(link)
+        if self.native is not None:
+            # (a resumed join the native cleaner passes meanwhile is moved up to the oldest position left)
+            self.native.add_subscriber(publication.registration_id, link)
         self.services.respond(
             ControlResponse.ON_AVAILABLE_IMAGE,
             AvailableImage(publication.registration_id, publication.session_id, publication.stream_id,
@@ -207,9 +250,30 @@ class IpcConductor:
                            IPC_SOURCE_IDENTITY),
         )
 
+    def _clean_position(self, publication: IpcPublication) -> int:
+        if self.native is not None:
+            position = self.native.clean_position(publication.registration_id)
+            if position is not None:
+                return position
+        return publication.duty.cleaner.clean_position
+
+    def set_included(self, publication: IpcPublication, subscription_id: int, included: bool) -> bool:
+        """Whether a subscriber link's position counts toward the publication's pub-lmt; False when the
+        publication has no such link."""
+        if not publication.set_included(subscription_id, included):
+            return False
+        if self.native is not None:
+            self.native.set_included(publication.registration_id, subscription_id, included)
+        return True
+
     def _unlink_subscriber(self, publication: IpcPublication, link: SubscriberLink, notify: bool) -> None:
         publication.remove_subscriber(link.subscription_id)
-        self.services.counters.free(link.counter_id)
+        if self.native is not None:
+            # the agent may be reading the sub-pos counter: it is freed on the acknowledgement
+            self._unlinking[(publication.registration_id, link.subscription_id)] = link.counter_id
+            self.native.remove_subscriber(publication.registration_id, link.subscription_id)
+        else:
+            self.services.counters.free(link.counter_id)
         if notify:
             self.services.respond(
                 ControlResponse.ON_UNAVAILABLE_IMAGE,
@@ -220,18 +284,43 @@ class IpcConductor:
     # -- duties ----------------------------------------------------------------------------------------
 
     def update(self) -> int:
-        """Every publication's conductor duty (pub-pos, pub-lmt, cleaning, isConnected)."""
+        """Every publication's conductor duty (pub-pos, pub-lmt, cleaning, isConnected); with the native duty,
+        its acknowledgements instead."""
+        if self.native is not None:
+            return self._on_native_events()
         work = 0
         for publication in self.publications:
             work += publication.update()
         return work
 
+    def _on_native_events(self) -> int:
+        assert self.native is not None
+        events = self.native.poll_events()
+        for kind, registration_id, subscription_id, value in events:
+            if kind == PUBLICATION_REMOVED:
+                publication = self._closing.pop(registration_id, None)
+                if publication is not None:
+                    self._release_publication(publication)
+            elif kind == SUBSCRIBER_REMOVED:
+                counter_id = self._unlinking.pop((registration_id, subscription_id), None)
+                if counter_id is not None:
+                    self.services.counters.free(counter_id)
+            elif kind == COMMAND_REFUSED:
+                self.services.record_error(
+                    f"native IPC duty refused command {value} (publication {registration_id}, "
+                    f"subscription {subscription_id})")
+        return len(events)
+
     def on_timer(self, now_ns: int) -> int:
-        """Unblock checks."""
+        """Unblock checks (the native duty runs its own)."""
+        if self.native is not None:
+            return 0
         return sum(1 for publication in self.publications if publication.on_timer(now_ns))
 
     def close(self) -> None:
-        """Driver shutdown: every log closed and deleted."""
-        for publication in list(self.publications):
+        """Driver shutdown (the native duty's agent already stopped): every log closed and deleted."""
+        for publication in [*self.publications, *self._closing.values()]:
             self.services.delete_log(publication.log)
         self.publications.clear()
+        self._closing.clear()
+        self._unlinking.clear()

@@ -106,16 +106,20 @@ class PublicationState:
 
 
 class SubscriberLink:
-    """One subscription reading one publication's log: its sub-pos counter."""
+    """One subscription reading one publication's log: its sub-pos counter, and whether that position counts
+    toward the publication's pub-lmt (``included``; a subscriber that may fall behind without holding the
+    publisher back is not)."""
 
-    __slots__ = ("subscription_id", "client_id", "counter_id", "position", "join_position")
+    __slots__ = ("subscription_id", "client_id", "counter_id", "position", "join_position", "included")
 
-    def __init__(self, subscription_id: int, client_id: int, counter_id: int, position: Position, join: int) -> None:
+    def __init__(self, subscription_id: int, client_id: int, counter_id: int, position: Position, join: int,
+                 included: bool = True) -> None:
         self.subscription_id = subscription_id
         self.client_id = client_id
         self.counter_id = counter_id
         self.position = position
         self.join_position = join
+        self.included = included
 
 
 class IpcPublication:
@@ -155,6 +159,8 @@ class IpcPublication:
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
         self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
+        # set by a conductor whose native duty runs this publication (it stops unblocking a draining one)
+        self.on_draining: Callable[[IpcPublication], None] | None = None
         self.duty = IpcPublicationDuty(
             log,
             publisher_position,
@@ -169,12 +175,25 @@ class IpcPublication:
 
     def add_subscriber(self, link: SubscriberLink) -> None:
         self.subscribers[link.subscription_id] = link
-        self._positions = tuple(s.position for s in self.subscribers.values())
+        self._update_positions()
 
     def remove_subscriber(self, subscription_id: int) -> SubscriberLink | None:
         link = self.subscribers.pop(subscription_id, None)
-        self._positions = tuple(s.position for s in self.subscribers.values())
+        self._update_positions()
         return link
+
+    def set_included(self, subscription_id: int, included: bool) -> bool:
+        """Whether the link's position counts toward pub-lmt; False for an unknown link."""
+        link = self.subscribers.get(subscription_id)
+        if link is None:
+            return False
+        link.included = included
+        self._update_positions()
+        return True
+
+    def _update_positions(self) -> None:
+        # the positions pub-lmt follows: the included links' only
+        self._positions = tuple(s.position for s in self.subscribers.values() if s.included)
 
     def join_position(self) -> int:
         """Where a new subscriber starts: the current producer position (live data only)."""
@@ -194,6 +213,8 @@ class IpcPublication:
     def start_draining(self, now_ns: int, linger_ns: int) -> None:
         """No publisher is left: mark the end of stream and give subscribers until the deadline to read it."""
         self.state = PublicationState.DRAINING
+        if self.on_draining is not None:
+            self.on_draining(self)
         self.log.end_of_stream_position = self.log.producer_position()
         self.drain_deadline_ns = now_ns + linger_ns
 
