@@ -61,10 +61,12 @@ from logbuf.cnc.messages import (
     TerminateDriverMessage,
     decode_command,
 )
+from logbuf.driver.agents import AERON_THREADING_MODE, NativeDuty, add, propose_max
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.context import MS, DriverContext
 from logbuf.driver.ipc_conductor import IpcConductor, SubscriptionLink
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.native_ipc import NativeIpcDuty
 from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.services import DriverServices
@@ -120,7 +122,9 @@ class DriverConductor:
         self.transmitter: BroadcastTransmitter = cnc.broadcast_transmitter()
         self.counters: CountersManager = cnc.counters_manager(epoch_ms)
         self.error_log: DistinctErrorLog = cnc.distinct_error_log(epoch_ms)
-        self.system = self.counters.allocate_system_counters()
+        # Aeron's labels name the threading mode (its MAX_CYCLE_TIME and THRESHOLD_EXCEEDED counters)
+        self.system = self.counters.allocate_system_counters(c.system_counter_labels(
+            threading_mode=AERON_THREADING_MODE[ctx.threading_mode], cycle_threshold_ns=CYCLE_THRESHOLD_NS))
         self.ensure_wake_semaphore = ensure_wake_semaphore or (lambda stream_id: None)
         self.on_terminate = on_terminate
         self.clients: dict[int, ClientSession] = {}
@@ -172,11 +176,38 @@ class DriverConductor:
         return work
 
     def record_cycle_time(self, cycle_ns: int) -> None:
+        # atomic: the native conductor agent writes the same two counters
         if cycle_ns > self._max_cycle_ns:
             self._max_cycle_ns = cycle_ns
-            self.counters.set_counter_value(self.system[CONDUCTOR_MAX_CYCLE_TIME], cycle_ns)
+            propose_max(self.counters.position(self.system[CONDUCTOR_MAX_CYCLE_TIME]), cycle_ns)
         if cycle_ns > CYCLE_THRESHOLD_NS:
-            self._increment(CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED)
+            add(self.counters.position(self.system[CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED]))
+
+    # -- native duties ---------------------------------------------------------------------------------
+
+    def native_duties(self) -> dict[str, NativeDuty]:
+        """The data-plane duties for native agents, by role (``sender``, ``receiver``, ``conductor``); a role
+        absent here runs as a Python duty in the media driver's loop.  The first call hands the IPC limit
+        duties to their native duty (``conductor``)."""
+        if self.ipc.native is None:
+            unblocked = self.counters.position(self.system[c.SystemCounter.UNBLOCKED_PUBLICATIONS])
+            self.ipc.use_native(NativeIpcDuty(self.ctx.timer_interval_ns, unblocked_publications=unblocked))
+        assert self.ipc.native is not None
+        return {"conductor": self.ipc.native.duty, **self.network_native_duties()}
+
+    def network_native_duties(self) -> dict[str, NativeDuty]:
+        """The sender's and receiver's native duties (none yet: they run in the media driver's Python loop)."""
+        return {}
+
+    def cycle_counters(self, role: str) -> tuple[int, int]:
+        """The (max cycle time, threshold exceeded) system counter ids of an agent role."""
+        ids = {
+            "conductor": (CONDUCTOR_MAX_CYCLE_TIME, CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED),
+            "sender": (c.SystemCounter.SENDER_MAX_CYCLE_TIME, c.SystemCounter.SENDER_CYCLE_TIME_THRESHOLD_EXCEEDED),
+            "receiver": (c.SystemCounter.RECEIVER_MAX_CYCLE_TIME,
+                         c.SystemCounter.RECEIVER_CYCLE_TIME_THRESHOLD_EXCEEDED),
+        }[role]
+        return self.system[ids[0]], self.system[ids[1]]
 
     def on_timer(self, now_ns: int, now_ms: int) -> int:
         work = self.ipc.on_timer(now_ns)
@@ -457,3 +488,5 @@ class DriverConductor:
         self.ring.consumer_heartbeat_time = 0
         self.network.close()
         self.ipc.close()
+        if self.ipc.native is not None:
+            self.ipc.native.close()

@@ -3,6 +3,13 @@
 Run it in the foreground (``logbuf driver``, or :meth:`MediaDriver.run`) or embedded in a process on a
 thread (:meth:`MediaDriver.launch`, for tests and small apps).
 
+Threads.  The Python conductor (commands, client lifecycle, counter allocation, cnc.dat) runs in
+:meth:`MediaDriver.run`'s loop on the calling thread.  The data-plane duties that have a native form run on
+native agents (:mod:`logbuf.driver.agents`), never on that thread, grouped by the threading mode: ``shared``
+(one agent), ``shared-network`` (sender and receiver on one, the conductor's native duties on another) or
+``dedicated`` (an agent each).  The agents start with :meth:`run` and are stopped and joined before it
+returns, before any log is unmapped.
+
 Claiming the directory (one driver per directory).  A driver owns only a directory it created, or one that
 carries its marker file (``logbuf-driver``), or an empty one; anything else is refused with a one-line
 message and left exactly as it was (nothing deleted, nothing chmod-ed):
@@ -48,6 +55,7 @@ from logbuf.directory import (
     wake_semaphore_name,
     wake_semaphore_prefix,
 )
+from logbuf.driver.agents import NativeAgent, plan_agents
 from logbuf.driver.conductor import DriverConductor
 from logbuf.driver.context import MS, DriverContext
 from logbuf.errors import LogbufError
@@ -117,6 +125,12 @@ class MediaDriver:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: held by the Python conductor's loop for each duty cycle; holding it pauses the control plane (the
+        #: native agents go on): tests use it to starve the conductor
+        self.conductor_lock = threading.Lock()
+        self.agents: list[NativeAgent] = []
+        self._native_roles: set[str] = set()
+        self._agents_stuck = False
         self.cnc: CncFile | None = None
         self.loss_report: LossReportFile | None = None
         self.conductor: DriverConductor | None = None
@@ -259,35 +273,84 @@ class MediaDriver:
     def run(self, stop: threading.Event | None = None) -> None:
         """The duty-cycle loop until ``stop`` (or a TERMINATE_DRIVER command) is set.
 
-        Shared mode: the sender's and the receiver's duties run every cycle, the conductor's at most every
-        ``conductor_interval_ns`` (its Python cycle - ring, heartbeat, publication duties - costs several µs
-        and nothing in it needs µs latency), all on one clock reading and non-blocking sockets; the idle
-        strategy runs only when no duty did work.  An exception escaping a duty (a bug) is recorded in the
-        error log and the loop goes on."""
+        The native agents of the threading mode start first and are stopped when the loop ends.  This loop
+        runs the Python conductor at most every ``conductor_interval_ns`` (its Python cycle - ring, heartbeat,
+        lifecycle - costs several µs and nothing in it needs µs latency) and, every cycle, the sender's and
+        the receiver's duties that have no native form yet, all on one clock reading and non-blocking
+        sockets; the idle strategy runs only when no duty did work.  An exception escaping a duty (a bug) is
+        recorded in the error log and the loop goes on."""
         stop = stop or self._stop
         conductor = self.conductor
         assert conductor is not None
-        sender, receiver = conductor.sender, conductor.receiver
+        self._start_agents()
+        try:
+            self._run_loop(stop, conductor)
+        finally:
+            self._stop_agents()
+
+    def _run_loop(self, stop: threading.Event, conductor: DriverConductor) -> None:
+        python_duties = [conductor.do_work] + [
+            duty for role, duty in (("sender", conductor.sender.do_work), ("receiver", conductor.receiver.do_work))
+            if role not in self._native_roles
+        ]
         idle = idle_strategy(self.ctx.idle_strategy)
         interval = self.ctx.conductor_interval_ns
         monotonic_ns = time.monotonic_ns
+        lock = self.conductor_lock
         next_conductor_ns = 0
         while not stop.is_set() and not self._stop.is_set():
-            start = monotonic_ns()
-            work = 0
-            for duty in (conductor.do_work, sender.do_work, receiver.do_work):
-                if duty is conductor.do_work:
-                    if start < next_conductor_ns:
-                        continue
-                    next_conductor_ns = start + interval
-                try:
-                    work += duty(start)
-                except Exception as exc:  # a bug must not stop the driver: record it, go on with the next duty
-                    conductor.on_duty_error(duty, exc)
-                    work += 1
-            if work:
-                conductor.record_cycle_time(monotonic_ns() - start)
+            with lock:
+                start = monotonic_ns()
+                work = 0
+                for duty in python_duties:
+                    if duty is python_duties[0]:
+                        if start < next_conductor_ns:
+                            continue
+                        next_conductor_ns = start + interval
+                    try:
+                        work += duty(start)
+                    except Exception as exc:  # a bug must not stop the driver: record it, go on with the next
+                        conductor.on_duty_error(duty, exc)
+                        work += 1
+                if work:
+                    conductor.record_cycle_time(monotonic_ns() - start)
             idle.idle(work)
+
+    def _start_agents(self) -> None:
+        """The threading mode's native agents, each running its roles' native duties."""
+        conductor = self.conductor
+        assert conductor is not None
+        if self.agents:
+            return
+        duties = conductor.native_duties()
+        counters = conductor.counters
+        agents = []
+        try:
+            for name, roles in plan_agents(self.ctx.threading_mode, set(duties)):
+                agent = NativeAgent(name, self.ctx.agent_idle(roles[0]))
+                agents.append(agent)
+                for role in roles:
+                    max_cycle, exceeded = conductor.cycle_counters(role)
+                    agent.add_duty(duties[role], role=role, max_cycle_time=counters.position(max_cycle),
+                                   threshold_exceeded=counters.position(exceeded), owner=conductor)
+            for agent in agents:
+                agent.start()
+        except BaseException:
+            self.agents = agents
+            self._stop_agents()
+            raise
+        self.agents = agents
+        self._native_roles = set(duties)
+
+    def _stop_agents(self) -> None:
+        for agent in self.agents:
+            try:
+                agent.close(timeout_s=5.0)
+            except RuntimeError as exc:
+                # never unmap what a running agent uses: the mappings stay until the process exits
+                self._agents_stuck = True
+                if self.conductor is not None:
+                    self.conductor.on_duty_error(agent, exc)
 
     def run_foreground(self) -> None:
         """``logbuf driver``: runs until SIGINT/SIGTERM, then shuts down cleanly."""
@@ -328,12 +391,15 @@ class MediaDriver:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
-        if self.conductor is not None:
-            self.conductor.close()
-        if self.cnc is not None:
-            self.cnc.close()
-        if self.loss_report is not None:
-            self.loss_report.close()
+            if self._thread.is_alive():
+                self._agents_stuck = True  # its agents may still run: nothing they use is unmapped
+        if not self._agents_stuck:
+            if self.conductor is not None:
+                self.conductor.close()
+            if self.cnc is not None:
+                self.cnc.close()
+            if self.loss_report is not None:
+                self.loss_report.close()
         self._release_directory()
 
     def __enter__(self) -> MediaDriver:
