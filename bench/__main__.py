@@ -4,19 +4,21 @@
     peers      logbuf against multiprocessing, faster-fifo, pyzmq, posix_ipc and iceoryx2 -> peers.{json,md,png}
     profile    where logbuf's per-message path spends its time -> profile.json (see PROFILE.md)
     callgrind  exact instruction counts per offer / per polled fragment (valgrind), printed
+    aeron-udp  Aeron's C samples over UDP through two logbuf drivers and two aeronmd -> aeron_udp.{json,md}
 """
 
 from __future__ import annotations
 
 import sys
 
-from bench import callgrind_calls, profile, suite, transport
+from bench import aeron_udp, callgrind_calls, profile, suite, transport
 
 HARNESSES = {
     "transport": transport.main,
     "peers": suite.main,
     "profile": profile.main,
     "callgrind": callgrind_calls.main,
+    "aeron-udp": aeron_udp.main,
 }
 DEFAULT = "peers"  # `./run bench` with no harness named
 
