@@ -118,3 +118,58 @@ def test_ipc_publisher_keeps_its_limit_moving_while_the_python_conductor_is_held
             wait_until(lambda: consume() * 0 or received[0] == sent, what="everything received")
     finally:
         driver.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "agents"),
+    [
+        ("shared", [("lb-shared", ["sender", "receiver", "conductor"])]),
+        ("shared-network", [("lb-network", ["sender", "receiver"]), ("lb-conductor", ["conductor"])]),
+        ("dedicated", [("lb-sender", ["sender"]), ("lb-receiver", ["receiver"]), ("lb-conductor", ["conductor"])]),
+    ],
+)
+def test_native_sender_and_receiver_duties_plug_into_the_mode_s_agents(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, agents: list[tuple[str, list[str]]]) -> None:
+    """What a native sender/receiver gets: its duty on the mode's agent, its cycle counters written there, and
+    in the Python loop only its control_work, never its do_work."""
+    from logbuf.driver.conductor import DriverConductor
+    from logbuf.driver.native_ipc import PUBLICATION_REMOVED, NativeIpcDuty
+    from logbuf.driver.receiver import Receiver
+    from logbuf.driver.sender import Sender
+
+    # stand-ins with the duty signature: two more IPC duty states that acknowledge a command as work
+    stand_ins = {"sender": NativeIpcDuty(timer_interval_ns=10**9), "receiver": NativeIpcDuty(timer_interval_ns=10**9)}
+    monkeypatch.setattr(DriverConductor, "network_native_duties",
+                        lambda self: {role: duty.duty for role, duty in stand_ins.items()})
+    calls = {"do_work": 0, "control_work": 0}
+
+    def do_work(self: object, now_ns: int) -> int:
+        calls["do_work"] += 1
+        return 0
+
+    def control_work(self: object, now_ns: int) -> int:
+        calls["control_work"] += 1
+        return 0
+
+    for cls in (Sender, Receiver):
+        monkeypatch.setattr(cls, "do_work", do_work)
+        monkeypatch.setattr(cls, "control_work", control_work, raising=False)
+    driver = _launch(tmp_path, threading_mode=mode)
+    try:
+        wait_until(lambda: driver.agents and all(a.is_running for a in driver.agents), what="agents running")
+        assert [(agent.name, agent.roles) for agent in driver.agents] == agents
+        for duty in stand_ins.values():
+            duty.remove_publication(1)  # work for the stand-in duty
+        counters = driver.conductor.counters  # type: ignore[union-attr]
+        system = driver.conductor.system  # type: ignore[union-attr]
+        wait_until(lambda: all(counters.counter_value(system[counter]) > 0 for counter in (
+            c.SystemCounter.SENDER_MAX_CYCLE_TIME, c.SystemCounter.RECEIVER_MAX_CYCLE_TIME)),
+            what="the sender's and receiver's cycle counters, written by their agents")
+        for duty in stand_ins.values():
+            assert [event[0] for event in duty.poll_events()] == [PUBLICATION_REMOVED]
+        wait_until(lambda: calls["control_work"] > 10, what="control_work in the Python loop")
+        assert calls["do_work"] == 0
+    finally:
+        driver.close()
+        for duty in stand_ins.values():
+            duty.close()

@@ -37,6 +37,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -276,8 +277,8 @@ class MediaDriver:
         The native agents of the threading mode start first and are stopped when the loop ends.  This loop
         runs the Python conductor at most every ``conductor_interval_ns`` (its Python cycle - ring, heartbeat,
         lifecycle - costs several µs and nothing in it needs µs latency) and, every cycle, the sender's and
-        the receiver's duties that have no native form yet, all on one clock reading and non-blocking
-        sockets; the idle strategy runs only when no duty did work.  An exception escaping a duty (a bug) is
+        the receiver's duties that have no native form yet (for those that have one: their ``control_work``,
+        if they define it), all on one clock reading and non-blocking sockets; the idle strategy runs only when no duty did work.  An exception escaping a duty (a bug) is
         recorded in the error log and the loop goes on."""
         stop = stop or self._stop
         conductor = self.conductor
@@ -289,10 +290,14 @@ class MediaDriver:
             self._stop_agents()
 
     def _run_loop(self, stop: threading.Event, conductor: DriverConductor) -> None:
-        python_duties = [conductor.do_work] + [
-            duty for role, duty in (("sender", conductor.sender.do_work), ("receiver", conductor.receiver.do_work))
-            if role not in self._native_roles
-        ]
+        # a role with a native duty no longer runs its do_work here, only its control_work when it has one
+        # (the Python side of its queues: events read back, commands that waited for room)
+        python_duties: list[Callable[[int], int]] = [conductor.do_work]
+        for role, owner in (("sender", conductor.sender), ("receiver", conductor.receiver)):
+            if role not in self._native_roles:
+                python_duties.append(owner.do_work)
+            elif hasattr(owner, "control_work"):
+                python_duties.append(owner.control_work)
         idle = idle_strategy(self.ctx.idle_strategy)
         interval = self.ctx.conductor_interval_ns
         monotonic_ns = time.monotonic_ns
