@@ -248,6 +248,12 @@ static int on_command(lbd_ipc_t *ipc, const lbd_ipc_command_t *c)
     }
 }
 
+/* a + b for b >= 0, saturating: sub-pos counters are written by clients and may hold anything */
+static int64_t add_saturated(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
 /* One publication's update (IpcPublicationDuty.update). */
 static int32_t update(ipc_pub_t *pub)
 {
@@ -265,7 +271,7 @@ static int32_t update(ipc_pub_t *pub)
     int32_t connected = lb_ld_i32(pub->meta + LB_META_IS_CONNECTED) == 1;
     if (included) {
         if (min_sub > pub->consumer_position) pub->consumer_position = min_sub;
-        int64_t proposed = min_sub + pub->window_length;
+        int64_t proposed = add_saturated(min_sub, pub->window_length);
         if (proposed > pub->trip_limit) {
             /* never clean past what a subscriber may still be reading, nor past the producer */
             int64_t target = min_sub < producer ? min_sub : producer;
@@ -275,7 +281,7 @@ static int32_t update(ipc_pub_t *pub)
                 work += (int32_t)(pub->clean_position - before);
             }
             __atomic_store_n(pub->pub_lmt, proposed, __ATOMIC_RELEASE);
-            pub->trip_limit = proposed + pub->trip_gain;
+            pub->trip_limit = add_saturated(proposed, pub->trip_gain);
             work += 1;
         }
         if (!connected) lb_st_i32(pub->meta + LB_META_IS_CONNECTED, 1);
