@@ -272,6 +272,8 @@ def markdown(result: dict[str, Any]) -> str:
                      if d in counters else "-" for d in ("a", "b") for agent in ("conductor", "sender", "receiver")]
             lines.append(f"| {case['mode']} | {_fmt(case.get('throughput', {}).get('msgs_per_s'), 1e6, 3, ' M')} | "
                          + " | ".join(cells) + " |")
+        lines += ["", "(A role that runs in the driver's Python loop rather than on a native agent writes no counters "
+                  "of its own: its time is in the conductor's figure.)"]
     errors = [c for c in result["cases"] if "error" in c]
     if errors:
         lines += ["", "Failed runs:", ""] + [f"* {c['kind']} {c['mode']}: {c['error']}" for c in errors]
