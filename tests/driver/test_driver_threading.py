@@ -3,6 +3,7 @@ and an IPC publisher that keeps getting pub-lmt while the Python conductor threa
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -173,3 +174,32 @@ def test_native_sender_and_receiver_duties_plug_into_the_mode_s_agents(
         driver.close()
         for duty in stand_ins.values():
             duty.close()
+
+
+def test_publications_and_subscriptions_come_and_go_while_the_native_duty_runs(tmp_path: Path) -> None:
+    """Removals reach the native duty as commands; the sub-pos and pub-pos/pub-lmt counters and the log files
+    go only once it acknowledged them - and then they do go."""
+    driver = _launch(tmp_path, threading_mode="dedicated", publication_linger_timeout_ns=100_000_000)
+    publications_dir = Path(driver.directory) / "publications"
+    stream_types = {c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SUBSCRIBER_POSITION_TYPE_ID}
+    try:
+        counters = driver.conductor.counters  # type: ignore[union-attr]
+        with logbuf.connect(driver.directory) as client:
+            for round_index in range(8):
+                pub = client.add_exclusive_publication("aeron:ipc", STREAM + round_index)
+                sub = client.add_subscription("aeron:ipc", STREAM + round_index)
+                wait_until(lambda p=pub, s=sub: s.images and p.is_connected, what="connected")
+                got: list[bytes] = []
+                wait_until(lambda p=pub: p.offer(b"hello") > 0, what="offer")
+                wait_until(lambda s=sub: s.poll(lambda b, h: got.append(bytes(b)), 10) or got, what="received")
+                assert got == [b"hello"]
+                sub.close()
+                pub.close()
+
+            def leftovers() -> tuple[list[str], list[int]]:
+                return (os.listdir(publications_dir),
+                        [info.counter_id for info in counters if info.type_id in stream_types])
+
+            wait_until(lambda: leftovers() == ([], []), timeout=20, what="logs deleted and counters freed")
+    finally:
+        driver.close()
