@@ -191,7 +191,7 @@ def test_publications_and_subscriptions_come_and_go_while_the_native_duty_runs(t
                 wait_until(lambda p=pub, s=sub: s.images and p.is_connected, what="connected")
                 got: list[bytes] = []
                 wait_until(lambda p=pub: p.offer(b"hello") > 0, what="offer")
-                wait_until(lambda s=sub: s.poll(lambda b, h: got.append(bytes(b)), 10) or got, what="received")
+                wait_until(lambda s=sub, g=got: s.poll(lambda b, h: g.append(bytes(b)), 10) or g, what="received")
                 assert got == [b"hello"]
                 sub.close()
                 pub.close()
