@@ -77,6 +77,12 @@ def test_a_duty_must_be_a_function_pointer_and_a_state() -> None:
             check_duty((lib.lbd_ipc_do_work, native.duty[1]))  # a Python callable, not a function pointer
         with pytest.raises(TypeError):
             check_duty((ffi.addressof(lib, "lb_agent_cycles"), native.duty[1]))  # the wrong signature
+        with pytest.raises(TypeError):
+            check_duty((ffi.addressof(lib, "lbd_ipc_poll_event"), native.duty[1]))  # (T *, U *): not a duty
+        # int32_t (*)(T *, int64_t) is a duty too (a state of its own pointer type)
+        typed = ffi.cast("int32_t (*)(lbd_ipc_t *, int64_t)", native.duty[0])
+        fn, _ = check_duty((typed, native.duty[1]))
+        assert ffi.typeof(fn) is ffi.typeof("lb_duty_fn")
         with pytest.raises(ValueError, match="NULL"):
             check_duty((native.duty[0], ffi.NULL))
         with pytest.raises(TypeError):

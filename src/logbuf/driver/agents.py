@@ -164,7 +164,7 @@ def check_duty(duty: NativeDuty) -> NativeDuty:
     if not isinstance(duty, tuple) or len(duty) != 2:
         raise TypeError(f"a native duty is a (function pointer, state) pair, got {duty!r}")
     fn, state = duty
-    if not isinstance(fn, ffi.CData) or ffi.typeof(fn) is not ffi.typeof("lb_duty_fn"):
+    if not isinstance(fn, ffi.CData) or not _is_duty_type(ffi.typeof(fn)):
         raise TypeError(f"a native duty's function must be a cffi int32_t(*)(void *, int64_t), got {fn!r}")
     if fn == ffi.NULL:
         raise ValueError("a native duty's function pointer is NULL")
@@ -172,7 +172,15 @@ def check_duty(duty: NativeDuty) -> NativeDuty:
         raise TypeError(f"a native duty's state must be a cffi pointer, got {state!r}")
     if state == ffi.NULL:
         raise ValueError("a native duty's state is NULL")
-    return fn, ffi.cast("void *", state)
+    return ffi.cast("lb_duty_fn", fn), ffi.cast("void *", state)
+
+
+def _is_duty_type(ctype: Any) -> bool:
+    # int32_t (*)(T *, int64_t): a duty may declare its state's own pointer type (the call passes it as is)
+    if ctype is ffi.typeof("lb_duty_fn"):
+        return True
+    return (ctype.kind == "function" and not ctype.ellipsis and ctype.result is ffi.typeof("int32_t")
+            and len(ctype.args) == 2 and ctype.args[0].kind == "pointer" and ctype.args[1] is ffi.typeof("int64_t"))
 
 
 def _counter_pointer(position: Position | None) -> Any:
