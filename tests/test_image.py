@@ -113,8 +113,8 @@ def _write_raw(log, offset: int, data: bytes) -> None:
 def test_impossible_frame_length_raises_not_crashes(pipe, length) -> None:
     p = pipe(term_length=64 * 1024)
     p.pub.offer(b"good")
-    # a hostile positive length after the good frame
-    _write_raw(p.log, 64, struct.pack("<iBBH", length, 0, 0xC0, 1))
+    # a hostile positive length after the good frame (in a header that says where it is: the length alone is bad)
+    _write_raw(p.log, 64, struct.pack("<iBBHi", length, 0, 0xC0, 1, 64))
     got = []
     assert p.image.poll(lambda b, h: got.append(bytes(b)), 10) == 1
     assert got == [b"good"]

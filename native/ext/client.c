@@ -1053,15 +1053,16 @@ static PyObject *image_dispatch(Image *self, PyObject *const *args, Py_ssize_t n
         uint16_t type;
         int32_t frame_length = lb_committed_frame(term, T, offset, &type);
         if (frame_length == 0) break;
+        int32_t next = offset + (int32_t)lb_align_frame(frame_length);
         if (frame_length < 0
-            || (type == LB_HDR_TYPE_DATA && !lb_frame_is_own(term + offset, self->session_id, self->stream_id, term_id))) {
+            || (type == LB_HDR_TYPE_DATA && !lb_frame_is_own(term + offset, self->session_id, self->stream_id, term_id))
+            || lb_next_frame_misplaced(term, T, next)) {
             if (offset == term_offset) {
                 Py_DECREF(log);
-                return image_corrupt(self, position);
+                return image_corrupt(self, base + offset);
             }
             break;
         }
-        int32_t next = offset + (int32_t)lb_align_frame(frame_length);
         if (type != LB_HDR_TYPE_DATA) {
             offset = next;
             continue;
@@ -1073,10 +1074,11 @@ static PyObject *image_dispatch(Image *self, PyObject *const *args, Py_ssize_t n
         header->frame = term + offset;
         header->offset = offset;
         repoint_view(self->payload, (uint8_t *)term + offset + LB_HEADER_LENGTH, frame_length - LB_HEADER_LENGTH);
-        call_args[0] = self->payload;
+        call_args[0] = Py_NewRef(self->payload);   /* ours: a close on another thread may drop self->payload */
         call_args[1] = (PyObject *)header;
         PyObject *r = PyObject_Vectorcall(handler, call_args, 2, NULL);
         header->frame = NULL;
+        Py_DECREF(call_args[0]);
         if (!image_is_open(self) || self->position != position) {
             /* the handler closed the image or its log, or polled it itself (which moved the position on from
              * where this poll reads): stop here */
@@ -1181,7 +1183,9 @@ static PyObject *Image_release_to(Image *self, PyObject *arg)
 static PyObject *Image_close_native(Image *self, PyObject *unused)
 {
     self->closed = 1;
-    if (self->header != NULL) self->header->frame = NULL;
+    /* A close from another thread while a handler runs leaves that handler's header bound: the dispatch holds
+     * the log (the term stays mapped) and unbinds the header itself when the handler returns. */
+    if (self->header != NULL && !self->dispatching) self->header->frame = NULL;
     image_release(self);
     Py_RETURN_NONE;
 }

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -89,6 +91,20 @@ def semaphore_exists(name: str) -> bool:
     return True
 
 
+_conductors: weakref.WeakSet[ClientConductor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread survives in the child: a lock another thread held stays held forever, and the
+    # inherited registrations are the parent's.  Mark every inherited client foreign; its close is local.
+    for conductor in list(_conductors):
+        conductor._lock = threading.RLock()
+        conductor._forked_from = conductor._pid
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _MappedLog:
     __slots__ = ("log", "refs")
 
@@ -140,6 +156,9 @@ class ClientConductor:
         self._last_keepalive_ms = 0
         self._error: LogbufError | None = None
         self._closed = False
+        self._pid = os.getpid()
+        self._forked_from: int | None = None  # the parent's pid once this client was inherited across fork()
+        _conductors.add(self)
         self._check_driver_alive()
         self.raise_if_failed()
         # the first command registers this client with the driver (it allocates our heartbeat counter)
@@ -153,11 +172,15 @@ class ClientConductor:
         while True:
             try:
                 cnc = CncFile.open(path)
-            except CncNotReadyError:
-                pass  # the driver is still writing it
+            except CncNotReadyError as exc:
+                # the driver is still creating it (empty, short, or version 0): wait within the timeout
+                if time.monotonic() >= deadline:
+                    raise CncNotReadyError(
+                        f"{exc} (waited {timeout:g} s for the driver in {self.directory} to finish it)"
+                    ) from None
             except CncFileError as exc:
                 if path.exists():
-                    raise  # a file we cannot use (truncated, foreign, other version): say so at once
+                    raise  # a file we cannot use (foreign, other version): say so at once
                 if time.monotonic() >= deadline:
                     raise DriverTimeout(
                         f"no media driver in {self.directory} (no cnc.dat after {timeout:g} s): "
@@ -192,8 +215,19 @@ class ClientConductor:
         if self._error is not None:
             raise self._error
 
+    @property
+    def is_foreign(self) -> bool:
+        """True in a child process that inherited this client across ``fork()`` (it is the parent's)."""
+        return self._forked_from is not None
+
     def ensure_open(self) -> None:
-        """Raises ClosedError after close(), or the driver's loss; returns when the client is usable."""
+        """Raises ClosedError after close(), in a forked child, or the driver's loss; returns when usable."""
+        if self._forked_from is not None:
+            raise ClosedError(
+                f"this client belongs to process {self._forked_from} and was inherited across fork(): it cannot "
+                f"be used in process {os.getpid()}; connect() again here (closing it here leaves the parent's "
+                f"client untouched)"
+            )
         if self._closed:
             raise ClosedError("client is closed")
         self.raise_if_failed()
@@ -247,7 +281,7 @@ class ClientConductor:
     def do_work(self) -> int:
         """One cycle: responses and image events, keepalive and the driver check; the work done."""
         with self._lock:
-            if self._error is not None or self._closed:
+            if self._error is not None or self._closed or self._forked_from is not None:
                 return 0
             work = self._receive()
             now_ms = epoch_ms()
@@ -439,8 +473,8 @@ class ClientConductor:
     def _remove(self, command: ControlCommand, registration_id: int, what: str) -> None:
         """Asks the driver to remove a registration (best effort: a lost driver removes everything)."""
         with self._lock:
-            if self._error is not None or self._closed:
-                return
+            if self._error is not None or self._closed or self._forked_from is not None:
+                return  # (a forked child never removes the parent's registrations)
         with contextlib.suppress(LogbufError):
             self._request(command, RemoveMessage(self.client_id, self._next_id(), registration_id), what)
 
@@ -596,7 +630,8 @@ class ClientConductor:
             if self._closed:
                 return
             self._closed = True  # from here on the close callbacks send nothing
-            alive = self._error is None
+            # a forked child's copy is the parent's client: nothing of it is the child's to tell the driver
+            alive = self._error is None and self._forked_from is None
             publications, subscriptions = list(self._publications.values()), list(self._subscriptions.values())
             counters = list(self._counter_objects.values())
         self._close_resources(publications, subscriptions)

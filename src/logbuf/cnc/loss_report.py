@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from logbuf.cnc.errors import CncFileError
+from logbuf.directory import allocate, set_mode
 from logbuf.native import AtomicBuffer
 
 DEFAULT_LOSS_REPORT_LENGTH = 1024 * 1024
@@ -156,10 +157,15 @@ class LossReportFile:
             os.unlink(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
         try:
-            os.ftruncate(fd, length)
+            set_mode(fd, mode)  # the umask must not narrow what was asked for
+            allocate(fd, length, path)  # backed before mapped: a full disk is an error here, not a SIGBUS later
             mapping = mmap.mmap(fd, length)
-        finally:
+        except BaseException:
             os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # no half-made file for a client to find
+            raise
+        os.close(fd)
         return cls(path, mapping)
 
     @classmethod
