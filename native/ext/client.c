@@ -17,6 +17,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <semaphore.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "lb_frame.h"
 #include "lb_layout.h"
@@ -38,6 +41,96 @@ static PyObject *closed_error(const char *what)
 }
 
 /* =====================================================================================================
+ * The SIGBUS guard of log mappings
+ *
+ * Any process with write access can truncate a log file under its mappings; the next access to a page past
+ * the new end raises SIGBUS, which kills the process by default.  Each LogMapping registers its range here, and
+ * a SIGBUS inside a registered range is recovered: the faulting page is replaced by a private zero page (reads
+ * see "nothing committed", writes go nowhere), the mapping is flagged truncated, and the access is retried.
+ * The slow paths (the client conductor) see the flag, or the shrunk file, and close the stream with an error.
+ * A SIGBUS anywhere else goes to the disposition that was there before (by default: the process dies).
+ * ===================================================================================================== */
+
+#define GUARD_SLOTS 4096
+
+typedef struct {
+    uintptr_t start;
+    uintptr_t end;
+    int truncated;
+} GuardSlot;
+
+static GuardSlot guard_slots[GUARD_SLOTS];
+static int guard_high;             /* slots in use lie below this */
+static int guard_installed;
+static uintptr_t guard_page_size;
+static struct sigaction guard_previous;
+
+static void guard_on_sigbus(int sig, siginfo_t *info, void *context)
+{
+    (void)sig;
+    (void)context;
+    if (info != NULL && info->si_code > 0) {   /* raised by the kernel for an access, not sent by a process */
+        uintptr_t address = (uintptr_t)info->si_addr;
+        int high = __atomic_load_n(&guard_high, __ATOMIC_ACQUIRE);
+        for (int i = 0; i < high; i++) {
+            GuardSlot *slot = &guard_slots[i];
+            if (address >= __atomic_load_n(&slot->start, __ATOMIC_ACQUIRE)
+                && address < __atomic_load_n(&slot->end, __ATOMIC_ACQUIRE)) {
+                void *page = (void *)(address & ~(guard_page_size - 1));
+                if (mmap(page, guard_page_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                         0) == MAP_FAILED) {
+                    break;
+                }
+                __atomic_store_n(&slot->truncated, 1, __ATOMIC_RELEASE);
+                return;   /* the access runs again, on the zero page */
+            }
+        }
+    }
+    sigaction(SIGBUS, &guard_previous, NULL);   /* not ours: the faulting access runs again under the old one */
+}
+
+static void guard_install(void)
+{
+    if (guard_installed) return;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = guard_on_sigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    guard_page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (sigaction(SIGBUS, &action, &guard_previous) == 0) guard_installed = 1;
+}
+
+/* Registers [start, start + length); the slot, or -1 when every slot is taken (then that log is unguarded). */
+static int guard_add(const uint8_t *start, Py_ssize_t length)
+{
+    guard_install();
+    int high = guard_high;
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        GuardSlot *slot = &guard_slots[i];
+        if (i < high && slot->end != 0) continue;
+        slot->truncated = 0;
+        __atomic_store_n(&slot->start, (uintptr_t)start, __ATOMIC_RELEASE);
+        __atomic_store_n(&slot->end, (uintptr_t)start + (uintptr_t)length, __ATOMIC_RELEASE);
+        if (i >= high) __atomic_store_n(&guard_high, i + 1, __ATOMIC_RELEASE);
+        return i;
+    }
+    return -1;
+}
+
+static void guard_remove(int index)
+{
+    if (index < 0) return;
+    __atomic_store_n(&guard_slots[index].end, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&guard_slots[index].start, 0, __ATOMIC_RELEASE);
+}
+
+static int guard_truncated(int index)
+{
+    return index >= 0 && __atomic_load_n(&guard_slots[index].truncated, __ATOMIC_ACQUIRE);
+}
+
+/* =====================================================================================================
  * LogMapping: the one export of a log buffer mapping
  * ===================================================================================================== */
 
@@ -50,6 +143,7 @@ typedef struct {
     int32_t term_length;
     int32_t position_bits;
     int closed;
+    int guard;             /* its SIGBUS guard slot (-1: none) */
 } LogMapping;
 
 static PyTypeObject LogMappingType;
@@ -66,6 +160,7 @@ static PyObject *LogMapping_new(PyTypeObject *type, PyObject *args, PyObject *kw
     }
     LogMapping *self = (LogMapping *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
+    self->guard = -1;
     if (PyObject_GetBuffer(mapping, &self->view, PyBUF_WRITABLE | PyBUF_SIMPLE) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -86,11 +181,14 @@ static PyObject *LogMapping_new(PyTypeObject *type, PyObject *args, PyObject *kw
     self->meta = self->terms + self->view.len - LB_LOG_META_DATA_LENGTH;
     self->term_length = term_length;
     self->position_bits = __builtin_ctz((unsigned)term_length);
+    self->guard = guard_add(self->terms, self->view.len);
     return (PyObject *)self;
 }
 
 static void LogMapping_dealloc(LogMapping *self)
 {
+    guard_remove(self->guard);   /* before the last export goes: the range may be unmapped from then on */
+    self->guard = -1;
     if (self->view.obj != NULL) PyBuffer_Release(&self->view);
     if (self->mapping != NULL) {
         if (self->closed) {   /* the log was closed while others still held it: the last holder unmaps */
@@ -117,6 +215,7 @@ static PyObject *LogMapping_close(LogMapping *self, PyObject *unused)
 }
 
 static PyObject *LogMapping_is_closed(LogMapping *self, void *c) { return PyBool_FromLong(self->closed); }
+static PyObject *LogMapping_truncated(LogMapping *self, void *c) { return PyBool_FromLong(guard_truncated(self->guard)); }
 
 static PyMethodDef LogMapping_methods[] = {
     {"close", (PyCFunction)LogMapping_close, METH_NOARGS,
@@ -124,7 +223,10 @@ static PyMethodDef LogMapping_methods[] = {
     {NULL}};
 
 static PyGetSetDef LogMapping_getset[] = {
-    {"is_closed", (getter)LogMapping_is_closed, NULL, "True once close() was called.", NULL}, {NULL}};
+    {"is_closed", (getter)LogMapping_is_closed, NULL, "True once close() was called.", NULL},
+    {"truncated", (getter)LogMapping_truncated, NULL,
+     "True once an access past the end of the (truncated) file was recovered: the stream's data is gone.", NULL},
+    {NULL}};
 
 static PyTypeObject LogMappingType = {
     PyVarObject_HEAD_INIT(NULL, 0)

@@ -59,7 +59,14 @@ from logbuf.cnc.messages import (
 )
 from logbuf.cnc.ring_buffer import ManyToOneRingBuffer
 from logbuf.directory import cnc_path, wake_semaphore_name
-from logbuf.errors import ClientTimeoutError, ClosedError, DriverTimeout, LogbufError, RegistrationError
+from logbuf.errors import (
+    ClientTimeoutError,
+    ClosedError,
+    DriverTimeout,
+    InvalidLogBufferError,
+    LogbufError,
+    RegistrationError,
+)
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.logbuffer.log_buffers import LogBuffers
 
@@ -144,9 +151,11 @@ class ClientConductor:
         self._lock = threading.RLock()
         self._pending: set[int] = set()
         self._responses: dict[int, tuple[int, Any]] = {}
-        self._subscriptions: dict[int, Subscription] = {}
-        self._publications: dict[int, Publication] = {}
-        self._counter_objects: dict[int, Counter] = {}
+        # weak: a publication, subscription or counter holds its Client (so the client outlives them), and the
+        # conductor thread holds this conductor; strong references here would keep every client alive forever
+        self._subscriptions: weakref.WeakValueDictionary[int, Subscription] = weakref.WeakValueDictionary()
+        self._publications: weakref.WeakValueDictionary[int, Publication] = weakref.WeakValueDictionary()
+        self._counter_objects: weakref.WeakValueDictionary[int, Counter] = weakref.WeakValueDictionary()
         self._logs: dict[str, _MappedLog] = {}
         # the log file each publication (by registration id) and image (by subscription registration id and
         # correlation id: an IPC image's correlation id is its publication's registration id) maps
@@ -288,8 +297,30 @@ class ClientConductor:
             if now_ms - self._last_keepalive_ms >= KEEPALIVE_INTERVAL_MS:
                 self._keepalive(now_ms)
                 self._check_driver_alive()
+                self._check_logs()
                 work += 1
             return work
+
+    def _check_logs(self) -> None:
+        """Closes the publications and images of a log whose file was truncated under its mapping (before
+        they touch a page past its end, or after the SIGBUS guard recovered one), with one error each."""
+        damaged = {name: why for name, entry in self._logs.items() if (why := entry.log.check_truncated())}
+        if not damaged:
+            return
+        publications = [p for r, name in self._publication_logs.items()
+                        if name in damaged and (p := self._publications.get(r)) is not None]
+        images = [(self._subscriptions.get(s), c) for (s, c), name in self._image_logs.items() if name in damaged]
+        for publication in publications:
+            with contextlib.suppress(LogbufError):
+                publication.close()
+        for subscription, correlation_id in images:
+            if subscription is not None:
+                with contextlib.suppress(Exception):
+                    subscription._remove_image(correlation_id)
+                self._release_log_of(self._image_logs, (subscription.registration_id, correlation_id))
+        for why in damaged.values():
+            with contextlib.suppress(Exception):
+                self.error_handler(InvalidLogBufferError(f"{why}: its stream is closed in this client"))
 
     def _keepalive(self, now_ms: int) -> None:
         assert self._counters is not None

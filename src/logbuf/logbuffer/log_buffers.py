@@ -201,6 +201,23 @@ class LogBuffers:
         """True once :meth:`close` was called."""
         return self._closed
 
+    def check_truncated(self) -> str | None:
+        """Why this log can no longer be trusted, or None: its file shrank under the mapping (any process with
+        write access can truncate it), or an access past the new end was already recovered (the native SIGBUS
+        guard put zero pages there).  A slow-path check (one ``stat``): call it periodically, not per message."""
+        native = self._native
+        if native is not None and native.truncated:
+            return f"log buffer {self.path} was truncated under its mapping (pages past the end read as zeros)"
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return None  # unlinked by the driver (the stream ended): the mapping stays valid
+        except OSError:
+            return None
+        if size < self.file_length:
+            return f"log buffer {self.path} shrank from {self.file_length} to {size} bytes under its mapping"
+        return None
+
     @property
     def native(self) -> client.LogMapping:
         """The :class:`logbuf._client.LogMapping` native publications and images hold; ClosedError once closed."""
