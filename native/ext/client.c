@@ -130,6 +130,73 @@ static int guard_truncated(int index)
     return index >= 0 && __atomic_load_n(&guard_slots[index].truncated, __ATOMIC_ACQUIRE);
 }
 
+/* MappingGuard: the SIGBUS guard for a mapping that is not a log (cnc.dat, the loss report). */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int guard;
+} MappingGuard;
+
+static PyObject *MappingGuard_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *mapping;
+    static char *kwlist[] = {"mapping", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:MappingGuard", kwlist, &mapping)) return NULL;
+    MappingGuard *self = (MappingGuard *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->guard = -1;
+    if (PyObject_GetBuffer(mapping, &self->view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->guard = guard_add((const uint8_t *)self->view.buf, self->view.len);
+    return (PyObject *)self;
+}
+
+static void mapping_guard_release(MappingGuard *self)
+{
+    guard_remove(self->guard);   /* first: the mapping may be unmapped once the export goes */
+    self->guard = -1;
+    if (self->view.obj != NULL) PyBuffer_Release(&self->view);
+}
+
+static void MappingGuard_dealloc(MappingGuard *self)
+{
+    mapping_guard_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *MappingGuard_release(MappingGuard *self, PyObject *unused)
+{
+    mapping_guard_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *MappingGuard_truncated(MappingGuard *self, void *c) { return PyBool_FromLong(guard_truncated(self->guard)); }
+
+static PyMethodDef MappingGuard_methods[] = {
+    {"release", (PyCFunction)MappingGuard_release, METH_NOARGS,
+     "Stops guarding and lets go of the mapping's export (before the mapping is closed)."},
+    {NULL}};
+
+static PyGetSetDef MappingGuard_getset[] = {
+    {"truncated", (getter)MappingGuard_truncated, NULL,
+     "True once an access past the end of the (truncated) file was recovered.", NULL},
+    {NULL}};
+
+static PyTypeObject MappingGuardType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "logbuf._client.MappingGuard",
+    .tp_basicsize = sizeof(MappingGuard),
+    .tp_dealloc = (destructor)MappingGuard_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "MappingGuard(mapping)\n--\n\nGuards a shared mapping against SIGBUS after its file is truncated "
+              "(holds an export of it until release()).",
+    .tp_methods = MappingGuard_methods,
+    .tp_getset = MappingGuard_getset,
+    .tp_new = MappingGuard_new,
+};
+
 /* =====================================================================================================
  * LogMapping: the one export of a log buffer mapping
  * ===================================================================================================== */
@@ -1655,13 +1722,14 @@ PyMODINIT_FUNC PyInit__client(void)
 {
     if (load_errors() < 0) return NULL;
     PyTypeObject *types[] = {&LogMappingType, &HeaderType, &PublicationType, &BufferClaimType, &ImageType,
-                             &FragmentAssemblerType};
+                             &FragmentAssemblerType, &MappingGuardType};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyType_Ready(types[i]) < 0) return NULL;
     }
     PyObject *m = PyModule_Create(&client_module);
     if (m == NULL) return NULL;
-    const char *names[] = {"LogMapping", "Header", "Publication", "BufferClaim", "Image", "FragmentAssembler"};
+    const char *names[] = {"LogMapping", "Header", "Publication", "BufferClaim", "Image", "FragmentAssembler",
+                           "MappingGuard"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     }

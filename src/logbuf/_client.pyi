@@ -30,6 +30,15 @@ class LogMapping:
     def __buffer__(self, flags: int, /) -> memoryview: ...  # the C buffer protocol (a method from 3.12)
 
 @final
+class MappingGuard:
+    """Guards a shared mapping (cnc.dat, the loss report) against SIGBUS once its file is truncated."""
+
+    def __new__(cls, mapping: Buffer) -> Self: ...
+    def release(self) -> None: ...
+    @property
+    def truncated(self) -> bool: ...
+
+@final
 class Header:
     """Flyweight over the frame header of the fragment a handler is given (valid only inside the call)."""
 

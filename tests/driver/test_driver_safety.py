@@ -176,6 +176,24 @@ def test_truncating_a_live_log_closes_its_stream_not_the_processes(tmp_path: Pat
     assert lines == ["closed True", "error InvalidLogBufferError True", "other fine True"]
 
 
+def test_truncating_cnc_dat_loses_the_driver_for_its_clients_without_killing_anyone(tmp_path: Path) -> None:
+    lines = _ok(_run("""
+        directory = sys.argv[1]
+        errors = []
+        with MediaDriver.launch(directory, ipc_term_length=64 * 1024) as driver:
+            client = logbuf.connect(directory, error_handler=errors.append, driver_timeout_ms=1000)
+            pub = client.add_publication("aeron:ipc", 7)
+            os.truncate(os.path.join(directory, "cnc.dat"), 0)
+            wait_for(lambda: client.is_closed, what="the client to lose its driver")
+            try:
+                client.add_publication("aeron:ipc", 8)
+            except DriverTimeout:
+                print("driver timeout")
+            print("closed", pub.is_closed, "driver thread alive", driver.is_running)
+    """, str(tmp_path / "drv")))
+    assert lines == ["driver timeout", "closed True driver thread alive True"]
+
+
 # -- the client's lifecycle -----------------------------------------------------------------------------------------
 
 

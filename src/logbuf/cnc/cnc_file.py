@@ -24,7 +24,7 @@ from logbuf.cnc.layout import (
 )
 from logbuf.cnc.ring_buffer import ManyToOneRingBuffer
 from logbuf.directory import allocate
-from logbuf.native import AtomicBuffer
+from logbuf.native import AtomicBuffer, client
 
 
 class CncFile:
@@ -38,6 +38,8 @@ class CncFile:
         self.path = path
         self.layout = layout
         self._mmap = mapping
+        # a process that truncates cnc.dat must not kill every driver and client mapping it (see docs/native.md)
+        self._guard = client.MappingGuard(mapping)
         self._buffers: list[AtomicBuffer] = []
         self.header_buffer = self._section(0, HEADER_LENGTH)
         self.to_driver_buffer = self._section(layout.to_driver_offset, layout.to_driver_buffer_length)
@@ -191,6 +193,7 @@ class CncFile:
             return
         for buffer in self._buffers:
             buffer.release()
+        self._guard.release()
         self._mmap.close()
 
     def __enter__(self) -> CncFile:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from logbuf.cnc.errors import CncFileError
 from logbuf.directory import allocate, set_mode
-from logbuf.native import AtomicBuffer
+from logbuf.native import AtomicBuffer, client
 
 DEFAULT_LOSS_REPORT_LENGTH = 1024 * 1024
 
@@ -144,6 +144,7 @@ class LossReportFile:
     def __init__(self, path: Path, mapping: mmap.mmap) -> None:
         self.path = path
         self._mmap = mapping
+        self._guard = client.MappingGuard(mapping)  # truncating the file must not kill the driver (SIGBUS)
         self.buffer = AtomicBuffer(mapping, 0, len(mapping))
 
     @classmethod
@@ -200,6 +201,7 @@ class LossReportFile:
 
     def close(self) -> None:
         self.buffer.release()
+        self._guard.release()
         self._mmap.close()
 
     def __enter__(self) -> LossReportFile:
