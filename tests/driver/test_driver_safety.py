@@ -141,6 +141,30 @@ def test_free_space_reserve_refuses_logs_that_would_eat_into_it(tmp_path: Path) 
     assert lines == ["refused 12 True", "logs 0"]
 
 
+@needs_tmpfs
+def test_an_image_the_file_system_cannot_hold_is_refused_counted_and_logged(tmp_path: Path) -> None:
+    from udp_rig import free_udp_port
+
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    lines = _ok(_run("""
+        from logbuf.cnc import counters as c
+        directory, port = sys.argv[1], sys.argv[2]
+        channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+        # 4 MiB terms: the publication's 12 MiB log fits the 24 MiB file system, its image's 12 MiB does not
+        with MediaDriver.launch(directory, network_term_length=4 * 1024 * 1024, storage_reserve=0) as driver:
+            with logbuf.connect(directory) as client:
+                sub = client.add_subscription(channel, 11)
+                pub = client.add_publication(channel, 11)
+                errors = lambda: client.counters.counter_value(c.SystemCounter.ERRORS)  # system counter ids are fixed
+                wait_for(lambda: errors() > 0, what="the refused image to be counted")
+                texts = [o.text for o in driver.cnc.error_log_reader()]
+                print("logged", any("insufficient usable storage" in t for t in texts))
+                print("images", len(sub.images), "driver", driver.is_running)
+    """, str(mount_point / "drv"), str(free_udp_port()), tmpfs_size="24m", mount_point=mount_point))
+    assert lines == ["logged True", "images 0 driver True"]
+
+
 # -- truncation of a live log ---------------------------------------------------------------------------------------
 
 
