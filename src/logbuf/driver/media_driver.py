@@ -245,12 +245,15 @@ class MediaDriver:
         if conductor is None:
             return set(self._semaphores)
         streams: set[int] = set()
-        for owner in (conductor.ipc, conductor.network):
-            streams.update(publication.stream_id for publication in owner.publications)
-            streams.update(subscription.stream_id for subscription in owner.subscriptions.values())
-        streams.update(subscription.stream_id for subscription in conductor.subscriptions.values())
-        for endpoint in conductor.network.receive_endpoints.values():  # an image posts its stream's semaphore
-            streams.update(image.stream_id for image in getattr(endpoint, "images", {}).values())
+        try:
+            for owner in (conductor.ipc, conductor.network):
+                streams.update(publication.stream_id for publication in owner.publications)
+                streams.update(subscription.stream_id for subscription in owner.subscriptions.values())
+            streams.update(subscription.stream_id for subscription in conductor.subscriptions.values())
+            for endpoint in conductor.network.receive_endpoints.values():  # an image posts its stream's semaphore
+                streams.update(image.stream_id for image in endpoint.images.values())
+        except AttributeError:  # an entity that does not say its stream: reclaim nothing rather than guess
+            return set(self._semaphores)
         return streams
 
     def _reclaim_wake_semaphores(self) -> int:
