@@ -40,7 +40,7 @@ from logbuf.cnc import counters as c
 from logbuf.cnc.broadcast import CopyBroadcastReceiver
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.counters import CountersReader
-from logbuf.cnc.errors import CncFileError, CncNotReadyError
+from logbuf.cnc.errors import CncMissingError, CncNotReadyError
 from logbuf.cnc.messages import (
     AvailableImage,
     ClientTimeout,
@@ -187,9 +187,7 @@ class ClientConductor:
                     raise CncNotReadyError(
                         f"{exc} (waited {timeout:g} s for the driver in {self.directory} to finish it)"
                     ) from None
-            except CncFileError as exc:
-                if path.exists():
-                    raise  # a file we cannot use (foreign, other version): say so at once
+            except CncMissingError as exc:  # (not "exists now?": a starting driver may create it meanwhile)
                 if time.monotonic() >= deadline:
                     raise DriverTimeout(
                         f"no media driver in {self.directory} (no cnc.dat after {timeout:g} s): "
@@ -669,6 +667,11 @@ class ClientConductor:
         for counter in counters:
             counter._mark_closed()
         with self._lock:
+            if alive:
+                assert self._ring is not None
+                # a driver that is gone drains nothing: do not wait on its full ring (a finalizer at exit)
+                heartbeat = self._ring.consumer_heartbeat_time
+                alive = heartbeat != 0 and epoch_ms() - heartbeat <= self.driver_timeout_ms
             if alive:
                 assert self._ring is not None
                 with contextlib.suppress(LogbufError):

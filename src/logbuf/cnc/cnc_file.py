@@ -15,7 +15,7 @@ from collections.abc import Callable
 from logbuf.cnc.broadcast import BroadcastReceiver, BroadcastTransmitter, CopyBroadcastReceiver
 from logbuf.cnc.counters import CountersManager, CountersReader
 from logbuf.cnc.error_log import DistinctErrorLog, ErrorLogReader
-from logbuf.cnc.errors import CncFileError, CncNotReadyError
+from logbuf.cnc.errors import CncFileError, CncMissingError, CncNotReadyError
 from logbuf.cnc.layout import (
     CNC_VERSION,
     CNC_VERSION_OFFSET,
@@ -121,7 +121,7 @@ class CncFile:
         try:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
-            raise CncFileError(f"no CnC file at {path}: is the driver running?") from None
+            raise CncMissingError(f"no CnC file at {path}: is the driver running?") from None
         except OSError as exc:  # e.g. another user's driver: clients need read/write access
             raise CncFileError(f"cannot open CnC file {path} read/write: {exc.strerror}") from exc
         try:
