@@ -165,6 +165,20 @@ def test_an_image_the_file_system_cannot_hold_is_refused_counted_and_logged(tmp_
     assert lines == ["logged True", "images 0 driver True"]
 
 
+@needs_tmpfs
+def test_a_driver_whose_cnc_file_cannot_be_backed_refuses_to_start(tmp_path: Path) -> None:
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    lines = _ok(_run("""
+        directory = sys.argv[1]
+        try:
+            MediaDriver(directory=directory)  # cnc.dat alone is several MiB
+        except StorageSpaceError as exc:
+            print("refused", isinstance(exc, OSError), sorted(os.listdir(directory)) if os.path.isdir(directory) else [])
+    """, str(mount_point / "drv"), tmpfs_size="1m", mount_point=mount_point))
+    assert lines == ["refused True []"]
+
+
 # -- truncation of a live log ---------------------------------------------------------------------------------------
 
 
