@@ -19,6 +19,17 @@ class LogCorruptedError(LogbufError):
         self.position = position
 
 
+class StorageSpaceError(LogbufError, OSError):
+    """A file could not be backed by storage: its file system is full, or would fall below the configured free
+    space reserve.  An OSError with errno ENOSPC, so callers that handle a full disk handle this too."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(28, message)  # ENOSPC
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class MessageTooLargeError(LogbufError, ValueError):
     """A message is longer than the publication's maximum message (or, for try_claim, payload) length."""
 

@@ -144,6 +144,8 @@ class Subscription:
         images = self._images
         n = len(images)
         if n == 0:
+            if self._closed:
+                self._raise_if_client_failed()  # the client lost its driver: say so (not a silent 0)
             return 0
         if n == 1:
             return images[0].poll(handler, fragment_limit)
@@ -162,6 +164,8 @@ class Subscription:
         images = self._images
         n = len(images)
         if n == 0:
+            if self._closed:
+                self._raise_if_client_failed()
             return 0
         start = self._round_robin = (self._round_robin + 1) % n
         fragments = 0

@@ -76,6 +76,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    "driver's; default: refuse)")
     p.add_argument("--group-access", action="store_true", help="directory 0770 and files 0660 (default 0700/0600)")
     p.add_argument("--pre-touch", action="store_true", help="fault log pages in when a log is created (default: off)")
+    p.add_argument("--storage-reserve", type=_size,
+                   help="free space to keep on the directory's file system: a new log that would leave less "
+                   "is refused (default 8m; 0: refuse only logs that do not fit)")
     udp = p.add_argument_group("UDP (network publications and images)")
     agents = p.add_argument_group(
         "native agents (the data plane; the Python conductor always runs on its own thread)",
@@ -128,6 +131,7 @@ def _run_driver(args: argparse.Namespace) -> int:
             force=args.force or None,
             group_access=args.group_access or None,
             pre_touch=args.pre_touch or None,
+            storage_reserve=args.storage_reserve,
             threading_mode=args.threading_mode,
             sender_idle=args.sender_idle,
             receiver_idle=args.receiver_idle,

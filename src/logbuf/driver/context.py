@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from logbuf.directory import resolve_directory
+from logbuf.directory import DEFAULT_STORAGE_RESERVE, resolve_directory
 from logbuf.driver.agents import DEFAULT_AGENT_IDLE, IdleSpec, check_threading_mode, default_threading_mode
 from logbuf.driver.udp.impairment import Impairment
 from logbuf.idle import idle_strategy
@@ -43,6 +43,8 @@ class DriverContext:
     force: bool = False  # take over the directory of a driver that died (never a directory that is not a driver's)
     group_access: bool = False  # directory 0770 / files 0660 instead of 0700 / 0600
     pre_touch: bool = False  # fault log pages in when a log is created (no page faults on the first lap)
+    storage_reserve: int = DEFAULT_STORAGE_RESERVE  # bytes left free on the directory's file system: new logs
+    # that would eat into it are refused (STORAGE_SPACE), as are logs the file system cannot back at all
     terminate_token: bytes | None = None  # TERMINATE_DRIVER is honoured only with this token
     # -- UDP (network publications and images) --
     # the native agents that run the data plane (agents.py): shared, shared-network or dedicated; dedicated
@@ -116,6 +118,8 @@ class DriverContext:
             raise ValueError("loss_report_length must be a multiple of 4096")
         if self.counters_values_length < 64 * 128 or self.counters_values_length % 128:
             raise ValueError("counters_values_length must hold at least 64 counters of 128 bytes")
+        if self.storage_reserve < 0:
+            raise ValueError("storage_reserve must be >= 0")
         idle_strategy(self.idle_strategy)  # raises for an unknown name
         check_threading_mode(self.threading_mode)
         for name in ("sender_idle", "receiver_idle", "conductor_idle"):

@@ -62,6 +62,7 @@ from logbuf.driver.context import MS, DriverContext
 from logbuf.errors import LogbufError
 from logbuf.idle import idle_strategy
 
+SEMAPHORE_SWEEP_SLACK = 64  # wake-up semaphores a driver may keep beyond twice the streams in use
 _DRIVER_FILES = {CNC_FILE, LOSS_REPORT_FILE, LOCK_FILE, MARKER_FILE, PUBLICATIONS_DIR, IMAGES_DIR}
 _MARKER_TEXT = "logbuf media driver directory\ncreated-by-driver: {}\n"
 
@@ -93,6 +94,7 @@ def _write_marker(directory: Path, created: bool, mode: int) -> None:
     """The marker, written atomically (a temporary name, then rename)."""
     temporary = directory / f".{MARKER_FILE}.{os.getpid()}"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)  # exactly the configured mode, whatever the umask
     with os.fdopen(fd, "w") as f:
         f.write(_MARKER_TEXT.format("yes" if created else "no"))
     os.replace(temporary, directory / MARKER_FILE)
@@ -123,6 +125,7 @@ class MediaDriver:
         self._lock_fd: int | None = None
         self._created_directory = False
         self._semaphores: dict[int, posix_ipc.Semaphore] = {}
+        self._sweep_floor = 0  # streams in use at the last reclaim: the next one runs at twice that (+ slack)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -201,6 +204,7 @@ class MediaDriver:
         fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, self.ctx.file_mode)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.fchmod(fd, self.ctx.file_mode)  # ours now: exactly the configured mode, whatever the umask
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
@@ -229,6 +233,7 @@ class MediaDriver:
         _write_marker(directory, created, self.ctx.file_mode)
         for sub in (PUBLICATIONS_DIR, IMAGES_DIR):
             (directory / sub).mkdir(mode=self.ctx.dir_mode)
+            os.chmod(directory / sub, self.ctx.dir_mode)  # mkdir's mode is narrowed by the umask
 
     def _unlink_stale_semaphores(self) -> None:
         prefix = wake_semaphore_prefix(self.directory)
@@ -240,10 +245,49 @@ class MediaDriver:
     def _ensure_wake_semaphore(self, stream_id: int) -> None:
         if stream_id in self._semaphores:
             return
+        if len(self._semaphores) >= SEMAPHORE_SWEEP_SLACK + 2 * self._sweep_floor:
+            self._reclaim_wake_semaphores()
         name = wake_semaphore_name(self.directory, stream_id)
         self._semaphores[stream_id] = posix_ipc.Semaphore(
             name, posix_ipc.O_CREAT, mode=self.ctx.file_mode, initial_value=0
         )
+        with contextlib.suppress(OSError):  # Linux keeps it as /dev/shm/sem.<name>: give it the exact mode
+            os.chmod(f"/dev/shm/sem.{name[1:]}", self.ctx.file_mode)
+
+    def _streams_in_use(self) -> set[int]:
+        """Stream ids that still have a publication (lingering ones included), subscription or image."""
+        conductor = self.conductor
+        if conductor is None:
+            return set(self._semaphores)
+        streams: set[int] = set()
+        try:
+            for owner in (conductor.ipc, conductor.network):
+                streams.update(publication.stream_id for publication in owner.publications)
+                streams.update(subscription.stream_id for subscription in owner.subscriptions.values())
+            streams.update(subscription.stream_id for subscription in conductor.subscriptions.values())
+            for endpoint in conductor.network.receive_endpoints.values():  # an image posts its stream's semaphore
+                streams.update(image.stream_id for image in endpoint.images.values())
+        except AttributeError:  # an entity that does not say its stream: reclaim nothing rather than guess
+            return set(self._semaphores)
+        return streams
+
+    def _reclaim_wake_semaphores(self) -> int:
+        """Unlinks the wake-up semaphores of streams nobody uses any more; the number reclaimed.
+
+        Run when a new semaphore would push the count past twice the streams last seen in use (plus some
+        slack), so a driver that sees ever new stream ids keeps a bounded number.  A process still holding a
+        reclaimed semaphore keeps its handle; the next user of the stream gets a new one.
+        """
+        in_use = self._streams_in_use()
+        reclaimed = 0
+        for stream_id in [s for s in self._semaphores if s not in in_use]:
+            semaphore = self._semaphores.pop(stream_id)
+            with contextlib.suppress(posix_ipc.ExistentialError):
+                semaphore.unlink()
+            semaphore.close()
+            reclaimed += 1
+        self._sweep_floor = len(self._semaphores)
+        return reclaimed
 
     def _release_directory(self) -> None:
         if self._lock_fd is None:

@@ -400,6 +400,7 @@ class NetworkConductor:
             receiver_window_length=window,
             mode=ctx.file_mode,
             pre_touch=ctx.pre_touch,
+            reserve=ctx.storage_reserve,
         )
         counter_ids: list[int] = []
         try:

@@ -102,7 +102,7 @@ class DriverServices:
             log = LogBuffers.create(path, term_length=term_length, mtu=mtu, session_id=session_id,
                                     stream_id=stream_id, correlation_id=registration_id,
                                     publication_window_length=window_length, mode=ctx.file_mode,
-                                    pre_touch=ctx.pre_touch)
+                                    pre_touch=ctx.pre_touch, reserve=ctx.storage_reserve)
         except BaseException:
             self.release_session_id(session_id)
             raise
