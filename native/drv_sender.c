@@ -137,6 +137,20 @@ static void impairment_submit(impairment_t *im, const uint8_t *data, int32_t len
         held_push(im, due + rng_upto(im, im->reorder_delay_ns), data, length, address, address_length);
 }
 
+static int impairment_init(impairment_t *im, const lbd_snd_impairment_t *spec)
+{
+    memset(im, 0, sizeof(*im));
+    if (!spec->enabled) return 0;
+    im->drop = spec->drop;
+    im->duplicate = spec->duplicate;
+    im->reorder = spec->reorder;
+    im->delay_ns = spec->delay_ns < 0 ? 0 : spec->delay_ns;
+    im->jitter_ns = spec->jitter_ns < 0 ? 0 : spec->jitter_ns;
+    im->reorder_delay_ns = spec->reorder_delay_ns < 0 ? 0 : spec->reorder_delay_ns;
+    im->state = spec->seed;
+    return 1;
+}
+
 static void impairment_free(impairment_t *im)
 {
     for (int32_t i = 0; i < im->count; i++) free(im->heap[i].data);
@@ -152,8 +166,10 @@ typedef struct endpoint {
     int32_t send_fd;
     int32_t control_fd;
     int32_t receive_batch;
-    int32_t impaired;
+    int32_t impaired;           /* the send impairment applies */
+    int32_t receive_impaired;
     impairment_t impairment;
+    impairment_t receive_impairment;
 } endpoint_t;
 
 typedef struct publication {
@@ -728,6 +744,20 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
     }
 }
 
+static int32_t on_control_datagram(lbd_sender_t *s, endpoint_t *ep, const uint8_t *dg, int32_t length,
+                                   const uint8_t *source, int32_t source_length, int64_t now_ns)
+{
+    int32_t work = 1;
+    if (length > 0) s->delta.bytes_received += length;
+    if (length < 0 || !control_datagram_valid(dg, length)) {  /* checked whole before any frame acts */
+        s->delta.invalid_packets++;
+        return work;
+    }
+    for (int32_t offset = 0; offset < length; offset += rd_i32(dg + offset))
+        work += on_control_frame(s, ep, dg + offset, source, source_length, now_ns);
+    return work;
+}
+
 static int32_t poll_control(lbd_sender_t *s, endpoint_t *ep, int64_t now_ns)
 {
     int32_t work = 0;
@@ -737,18 +767,23 @@ static int32_t poll_control(lbd_sender_t *s, endpoint_t *ep, int64_t now_ns)
         if (n <= 0) break;
         for (int32_t i = 0; i < n; i++) {
             const uint8_t *dg = s->slots + (int64_t)i * CONTROL_SLOT;
-            const int32_t length = s->lengths[i];
-            work++;
-            if (length > 0) s->delta.bytes_received += length;
-            if (length < 0 || !control_datagram_valid(dg, length)) {
-                s->delta.invalid_packets++;
+            const uint8_t *source = s->addresses + (int64_t)i * LBN_ADDRESS_SLOT;
+            if (ep->receive_impaired) {  /* through the impairment: acted on once released (below) */
+                work++;
+                if (s->lengths[i] >= 0)
+                    impairment_submit(&ep->receive_impairment, dg, s->lengths[i], source, s->address_lengths[i],
+                                      now_ns);
                 continue;
             }
-            for (int32_t offset = 0; offset < length; offset += rd_i32(dg + offset))
-                work += on_control_frame(s, ep, dg + offset, s->addresses + (int64_t)i * LBN_ADDRESS_SLOT,
-                                         s->address_lengths[i], now_ns);
+            work += on_control_datagram(s, ep, dg, s->lengths[i], source, s->address_lengths[i], now_ns);
         }
         if (n < ep->receive_batch) break;
+    }
+    impairment_t *im = &ep->receive_impairment;
+    while (ep->receive_impaired && im->count > 0 && im->heap[0].due_ns <= now_ns) {
+        held_t h = held_pop(im);
+        work += on_control_datagram(s, ep, h.data, h.length, h.address, h.address_length, now_ns);
+        free(h.data);
     }
     return work;
 }
@@ -843,17 +878,8 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
         ep->send_fd = c->send_fd;
         ep->control_fd = c->control_fd;
         ep->receive_batch = c->receive_batch > LBN_MAX_BATCH ? LBN_MAX_BATCH : c->receive_batch;
-        ep->impaired = c->impaired != 0;
-        if (ep->impaired) {
-            impairment_t *im = &ep->impairment;
-            im->drop = c->drop;
-            im->duplicate = c->duplicate;
-            im->reorder = c->reorder;
-            im->delay_ns = c->delay_ns;
-            im->jitter_ns = c->jitter_ns;
-            im->reorder_delay_ns = c->reorder_delay_ns;
-            im->state = c->seed;
-        }
+        ep->impaired = impairment_init(&ep->impairment, &c->send_impairment);
+        ep->receive_impaired = impairment_init(&ep->receive_impairment, &c->receive_impairment);
         s->endpoints[s->endpoint_count++] = ep;
         return;
     }
@@ -869,6 +895,7 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
                 free(p);
             }
             impairment_free(&ep->impairment);
+            impairment_free(&ep->receive_impairment);
             free(ep);
             s->endpoints[i] = s->endpoints[--s->endpoint_count];
             break;
@@ -956,6 +983,7 @@ void lbd_sender_free(lbd_sender_t *s)
     for (int32_t i = 0; i < s->publication_count; i++) free(s->publications[i]);
     for (int32_t i = 0; i < s->endpoint_count; i++) {
         impairment_free(&s->endpoints[i]->impairment);
+        impairment_free(&s->endpoints[i]->receive_impairment);
         free(s->endpoints[i]);
     }
     if (s->commands) lb_spsc_free(s->commands);
@@ -1090,4 +1118,9 @@ void lbd_snd_model_stats(lbd_snd_model_t *m, int64_t *out)
     out[2] = m->p.rtx.suppressed;
     out[3] = m->p.rtx.overflow;
     out[4] = 0;
+}
+
+int32_t lbd_snd_control_valid(const uint8_t *datagram, int32_t length)
+{
+    return datagram != NULL && control_datagram_valid(datagram, length);
 }

@@ -11,7 +11,7 @@
  */
 
 /* commands (lbd_snd_command_t.type) */
-#define LBD_SND_ADD_ENDPOINT 1          /* endpoint_id, send_fd, control_fd, receive_batch, impairment */
+#define LBD_SND_ADD_ENDPOINT 1          /* endpoint_id, send_fd, control_fd, receive_batch, impairments */
 #define LBD_SND_REMOVE_ENDPOINT 2       /* endpoint_id: acknowledged by LBD_SND_ENDPOINT_REMOVED */
 #define LBD_SND_ADD_PUBLICATION 3       /* publication_id, endpoint_id and the publication fields */
 #define LBD_SND_REMOVE_PUBLICATION 4    /* publication_id: acknowledged by LBD_SND_PUBLICATION_REMOVED */
@@ -36,6 +36,21 @@
 #define LBD_SND_MAX_RETRANSMIT_ACTIONS 64
 #define LBD_SND_MAX_HELD 16384           /* datagrams an impairment holds back at most (more are dropped) */
 
+/* A seeded model of a bad network (logbuf.driver.udp.Impairment's parameters) on one direction of an
+ * endpoint: each datagram dropped with probability `drop`, else delivered after delay + uniform jitter, held a
+ * further reorder_delay with probability `reorder`, and delivered twice with probability `duplicate`. */
+typedef struct lbd_snd_impairment {
+    int32_t enabled;
+    int32_t reserved;
+    double drop;
+    double duplicate;
+    double reorder;
+    int64_t delay_ns;
+    int64_t jitter_ns;
+    int64_t reorder_delay_ns;
+    uint64_t seed;
+} lbd_snd_impairment_t;
+
 typedef struct lbd_snd_command {
     int32_t type;
     int32_t endpoint_id;
@@ -44,14 +59,9 @@ typedef struct lbd_snd_command {
     int32_t send_fd;                    /* data, SETUP, heartbeats, retransmits and RTTM replies go out here */
     int32_t control_fd;                 /* SM, NAK, RTTM, ERR arrive here (the send socket for unicast) */
     int32_t receive_batch;              /* datagrams per recvmmsg (1..LBN_MAX_BATCH) */
-    int32_t impaired;                   /* 1: the send impairment below applies to everything this endpoint sends */
-    double drop;
-    double duplicate;
-    double reorder;
-    int64_t delay_ns;
-    int64_t jitter_ns;
-    int64_t reorder_delay_ns;
-    uint64_t seed;
+    int32_t reserved0;
+    lbd_snd_impairment_t send_impairment;     /* everything this endpoint sends */
+    lbd_snd_impairment_t receive_impairment;  /* every control datagram it receives */
     /* publication */
     uint8_t *terms;                     /* term 0 of the log; term i at terms + i * term_length */
     uint8_t *meta;                      /* the log metadata (is-connected flag, tails) */
@@ -155,5 +165,8 @@ int32_t lbd_snd_model_heartbeat_due(lbd_snd_model_t *model, int64_t now_ns);
 void lbd_snd_model_on_sent(lbd_snd_model_t *model, int32_t kind, int64_t now_ns);
 int32_t lbd_snd_model_receiver_count(lbd_snd_model_t *model);
 int32_t lbd_snd_model_receivers_at_eos(lbd_snd_model_t *model);
-/* out: invalid packets, naks out of window, naks suppressed, pool overflows, retransmits */
+/* out: invalid packets, naks out of window, naks suppressed, pool overflows, 0 */
 void lbd_snd_model_stats(lbd_snd_model_t *model, int64_t *out);
+/* 1 when a datagram of `length` bytes arriving on a control socket is all valid control frames (the checks of
+ * logbuf.protocol.datagram.classify), 0 when it is counted invalid and dropped. */
+int32_t lbd_snd_control_valid(const uint8_t *datagram, int32_t length);

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from logbuf.driver.network_counters import NetworkCounters
+from logbuf.driver.udp.impairment import Impairment
 from logbuf.driver.udp_channel import UdpChannel
 from logbuf.driver.udp_transport import MAX_BATCH, UdpTransport
 from logbuf.native import lib
@@ -26,7 +27,7 @@ class SessionHolder(Protocol):
 
 
 class SendChannelEndpoint:
-    def __init__(self, channel: UdpChannel, transport: UdpTransport, counters: NetworkCounters,
+    def __init__(self, channel: UdpChannel, transport: UdpTransport, counters: NetworkCounters | None = None,
                  status_counter_id: int = -1, endpoint_id: int = 0) -> None:
         self.channel = channel
         self.key = channel.key
@@ -53,27 +54,33 @@ class SendChannelEndpoint:
         return not self.publications
 
     def fill_add_command(self, command: Any) -> None:
-        """Fills an ``LBD_SND_ADD_ENDPOINT`` command: the fds, the receive batch and the send impairment
-        (applied in C to everything this endpoint sends, with the impairment's parameters and seed)."""
+        """Fills an ``LBD_SND_ADD_ENDPOINT`` command: the fds, the receive batch and the impairments (applied
+        in C, with the impairment's parameters and seed, to everything the endpoint sends and to the control
+        datagrams it receives)."""
         transport = self.transport
         command.type = lib.LBD_SND_ADD_ENDPOINT
         command.endpoint_id = self.endpoint_id
         command.send_fd = transport.send_fd
         command.control_fd = transport.recv_fd
         command.receive_batch = max(1, min(transport.options.receive_batch, MAX_BATCH))
-        impairment = transport.send_impairment
-        if impairment is not None:
-            command.impaired = 1
-            command.drop = impairment.drop
-            command.duplicate = impairment.duplicate
-            command.reorder = impairment.reorder
-            command.delay_ns = impairment.delay_ns
-            command.jitter_ns = impairment.jitter_ns
-            command.reorder_delay_ns = impairment.reorder_delay_ns
-            command.seed = impairment.seed & 0xFFFFFFFFFFFFFFFF
+        _fill_impairment(command.send_impairment, transport.send_impairment)
+        _fill_impairment(command.receive_impairment, transport.receive_impairment)
 
     def close(self) -> None:
         self.transport.close()
 
     def __repr__(self) -> str:
         return f"SendChannelEndpoint({self.key}, {len(self.publications)} publications)"
+
+
+def _fill_impairment(spec: Any, impairment: Impairment | None) -> None:
+    if impairment is None:
+        return
+    spec.enabled = 1
+    spec.drop = impairment.drop
+    spec.duplicate = impairment.duplicate
+    spec.reorder = impairment.reorder
+    spec.delay_ns = impairment.delay_ns
+    spec.jitter_ns = impairment.jitter_ns
+    spec.reorder_delay_ns = impairment.reorder_delay_ns
+    spec.seed = impairment.seed & 0xFFFFFFFFFFFFFFFF
