@@ -168,6 +168,7 @@ typedef struct endpoint {
     int32_t receive_batch;
     int32_t impaired;           /* the send impairment applies */
     int32_t receive_impaired;
+    int32_t last_errno;         /* the last send error reported (one event per change, not one per send) */
     impairment_t impairment;
     impairment_t receive_impairment;
 } endpoint_t;
@@ -285,7 +286,10 @@ static int32_t ep_release(endpoint_t *ep, int64_t now_ns)
 
 static void note_send_error(lbd_sender_t *s, endpoint_t *ep, int32_t rc)
 {
-    if (rc < 0 && -rc != EAGAIN && -rc != EWOULDBLOCK && -rc != ENOBUFS) emit(s, LBD_SND_SEND_ERROR, ep->id, 0, -rc);
+    /* a full socket buffer is back-pressure, not an error; anything else is reported once until it changes */
+    if (rc >= 0 || -rc == EAGAIN || -rc == EWOULDBLOCK || -rc == ENOBUFS || -rc == ep->last_errno) return;
+    ep->last_errno = -rc;
+    emit(s, LBD_SND_SEND_ERROR, ep->id, 0, -rc);
 }
 
 /* ---- one publication ---- */

@@ -23,7 +23,8 @@
 #define LBD_SND_PUBLICATION_DRAINED 103  /* publication_id; value: 1 receivers acknowledged EOS, 2 linger, 3 none */
 #define LBD_SND_LOG_CORRUPTED 104        /* publication_id; value: the stream position of the bad frame */
 #define LBD_SND_COMMAND_REFUSED 105      /* value: the command type (unknown id, duplicate, no memory, bad field) */
-#define LBD_SND_SEND_ERROR 106           /* endpoint_id; value: errno of a send refused for another reason than a full buffer */
+#define LBD_SND_SEND_ERROR 106           /* endpoint_id; value: errno of a send refused for another reason than a
+                                          * full buffer (once per endpoint until the errno changes) */
 
 /* flow control strategies */
 #define LBD_FC_UNICAST 0   /* one receiver; also Aeron's multicast "max": the furthest receiver */

@@ -55,7 +55,8 @@ def test_the_sender_agent_alone_connects_moves_pub_lmt_sends_and_acknowledges_re
             c = sender.new_command(command)
             fill(c)
             sender.offer(c)
-        sender.do_work(time.monotonic_ns())
+        duty, state = sender.native_duty()  # what a native agent runner calls: the same duty, through C
+        assert duty(state, time.monotonic_ns()) > 0
         assert (sender.endpoint_count, sender.publication_count) == (1, 1) and sender.poll_events() == []
 
         def receive() -> tuple[object, tuple[str, int]]:
