@@ -120,3 +120,79 @@ def test_the_sender_agent_alone_connects_moves_pub_lmt_sends_and_acknowledges_re
         transport.close()
         receiver.close()
         log.close()
+
+
+def test_the_agent_on_its_own_thread_while_the_control_plane_adds_and_removes(tmp_path: Path) -> None:
+    """The duty on another thread (as a native runner will run it; cffi releases the GIL) while this thread
+    adds and removes endpoints and publications and a receiver sends status messages: every removal is
+    acknowledged, and a log is closed only after its acknowledgement."""
+    import threading
+
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    receiver.setblocking(False)
+    channel = UdpChannel.from_uri(ChannelUri.parse(f"aeron:udp?endpoint=127.0.0.1:{receiver.getsockname()[1]}"))
+    sender = Sender()
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            if not sender.do_work(time.monotonic_ns()):
+                time.sleep(0.0001)
+
+    duty = threading.Thread(target=run, daemon=True)
+    duty.start()
+    acknowledged: set[int] = set()
+    try:
+        for round_ in range(20):
+            transport = UdpTransport(channel, TransportRole.SEND)
+            endpoint = SendChannelEndpoint(channel, transport, endpoint_id=sender.next_endpoint_id())
+            c = sender.new_command(lib.LBD_SND_ADD_ENDPOINT)
+            endpoint.fill_add_command(c)
+            sender.offer(c)
+            logs = []
+            for i in range(3):
+                registration_id = round_ * 10 + i
+                log = LogBuffers.create(tmp_path / f"{registration_id}.logbuffer", term_length=T,
+                                        session_id=SESSION + i, stream_id=STREAM, initial_term_id=INITIAL_TERM_ID)
+                publication = NetworkPublication(
+                    registration_id=registration_id, channel=str(channel.uri), is_exclusive=True, log=log,
+                    sender=sender, endpoint_key=endpoint.key, endpoint_id=endpoint.endpoint_id,
+                    destination=channel.data.sockaddr, channel_status_id=-1,
+                    positions=NetworkPublicationPositions(*(Position.standalone() for _ in range(5))),
+                    window_length=T // 2, max_datagrams=8, flow_control=UnicastFlowControl(),
+                    retransmit=RetransmitHandler(T, INITIAL_TERM_ID), now_ns=time.monotonic_ns())
+                c = sender.new_command(lib.LBD_SND_ADD_PUBLICATION)
+                publication.fill_add_command(c)
+                sender.offer(c)
+                logs.append((registration_id, publication))  # its log and counters live until acknowledged
+            sm = StatusMessage(SESSION, STREAM, INITIAL_TERM_ID, 0, T // 4, 1).encode()
+            receiver.sendto(sm, transport.local_address.python)
+            for registration_id, _ in logs:  # noqa: B007
+                c = sender.new_command(lib.LBD_SND_REMOVE_PUBLICATION)
+                c.publication_id = registration_id
+                sender.offer(c)
+            c = sender.new_command(lib.LBD_SND_REMOVE_ENDPOINT)
+            c.endpoint_id = endpoint.endpoint_id
+            sender.offer(c)
+
+            def removed(logs: list[tuple[int, NetworkPublication]] = logs, endpoint_id: int = endpoint.endpoint_id
+                        ) -> bool:
+                for event in sender.poll_events():
+                    assert event.type != lib.LBD_SND_COMMAND_REFUSED, event
+                    if event.type == lib.LBD_SND_PUBLICATION_REMOVED:
+                        acknowledged.add(event.publication_id)
+                    elif event.type == lib.LBD_SND_ENDPOINT_REMOVED:
+                        acknowledged.add(-event.endpoint_id)
+                return all(r in acknowledged for r, _ in logs) and -endpoint_id in acknowledged
+
+            wait_until(removed, what=f"round {round_}'s removals acknowledged")
+            for _, publication in logs:
+                publication.log.close()  # only now: the agent let go of it (and of its counters)
+            transport.close()
+    finally:
+        stop.set()
+        duty.join(10)
+        sender.close()
+        receiver.close()
+    assert not duty.is_alive()
