@@ -173,6 +173,26 @@ def test_slow_subscriber_throttles_the_sender_and_nothing_is_lost(client) -> Non
     assert system(client, NAKS_SENT) == 0  # held back by the window, never overrun
 
 
+def test_send_impairment_in_the_native_sender_every_message_once_and_in_order(tmp_path: Path) -> None:
+    """``--impair-send``: the sender agent drops, reorders, duplicates and delays what it sends (SETUP, data,
+    heartbeats, retransmits) with its own seeded dice; the receiver NAKs the holes and gets everything once."""
+    spec = "drop=0.05,reorder=0.05,duplicate=0.02,delay=20us,reorder-delay=300us,seed=5"
+    port = free_udp_port()
+    with logbuf.MediaDriver.launch(tmp_path / "lossy", send_impairment=spec, idle_strategy="backoff:200000") as drv, \
+            logbuf.connect(drv.directory) as cl:
+        sub = cl.add_subscription(channel(port), STREAM)
+        pub = cl.add_publication(channel(port), STREAM)
+        wait_until(lambda: pub.is_connected and sub.images, what="connection")
+        received = Received()
+        sent = sequenced(1500, seed=4, sizes=(40, 300, 1500, 2500))
+        publish(pub, sent, between=lambda: received.poll(sub), timeout=40)
+        wait_until(lambda: len(received.sequences) == len(sent), timeout=30, poll=lambda: received.poll(sub),
+                 what="all messages through the impaired sender")
+        assert received.sequences == list(range(len(sent))) and received.corrupt == 0
+        wait_until(lambda: system(cl, RETRANSMITS_SENT) > 0, what="retransmits counted")
+        assert system(cl, NAKS_SENT) > 0 and system(cl, NAKS_RECEIVED) > 0
+
+
 def test_lossy_network_every_message_once_and_in_order(tmp_path: Path) -> None:
     spec = "drop=0.05,reorder=0.05,duplicate=0.02,delay=20us,reorder-delay=300us,seed=11"
     port = free_udp_port()

@@ -3,7 +3,10 @@ endpoints and images (Aeron's DriverConductor, the parts about ``aeron:udp`` cha
 
 It is called by :class:`~logbuf.driver.conductor.DriverConductor` for commands on UDP channels and by the
 receive channel endpoints when a SETUP asks for a new image or an image ends; it registers what it creates
-with the :class:`Sender` and :class:`Receiver` duties (the same thread in shared mode: no queues).
+with the :class:`Receiver` duty and hands publications and send endpoints to the native sender agent
+(:class:`Sender`) through its command queue; the agent's events (removals acknowledged, publications drained)
+come back in :meth:`NetworkConductor.update`.  A log, counter or socket the agent uses is released only once it
+acknowledged the removal.
 
 - publications: one :class:`SendChannelEndpoint` per transport (endpoint + interface), shared by every
   publication on it; non-exclusive publications of one stream on one transport share a log and a session;
@@ -29,7 +32,7 @@ from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
 from logbuf.driver.log_metadata import fill_image_metadata
-from logbuf.driver.network_counters import NetworkCounters
+from logbuf.driver.network_counters import SENDER_AGENT_COUNTERS, NetworkCounters
 from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
 from logbuf.driver.publication_image import ImageWaker, PublicationImage
 from logbuf.driver.receive_channel import ReceiveChannelEndpoint
@@ -44,7 +47,6 @@ from logbuf.driver.udp import (
     ImageState,
     MinMulticastFlowControl,
     MulticastNakDelay,
-    PublicationSender,
     ReceiverDispatcher,
     RetransmitHandler,
     UnicastFlowControl,
@@ -57,6 +59,7 @@ from logbuf.driver.udp_channel import UdpChannel, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.native import lib
 
 # channel endpoint status values (Aeron's ChannelEndpointStatus)
 CHANNEL_STATUS_ACTIVE = 1
@@ -106,7 +109,11 @@ class NetworkConductor:
     def __init__(self, services: DriverServices) -> None:
         self.services = services
         self.network_counters = NetworkCounters(services.counters, services.system)
-        self.sender = Sender()
+        system = services.system
+        self.sender = Sender({name: services.counters.position(system[system_id]).pointer
+                              for name, system_id in SENDER_AGENT_COUNTERS.items()})
+        self._closing_publications: dict[int, NetworkPublication] = {}
+        self._closing_endpoints: dict[int, SendChannelEndpoint] = {}
         self.receiver = Receiver()
         self.publications: list[NetworkPublication] = []
         self.subscriptions: dict[int, NetworkSubscription] = {}
@@ -171,15 +178,25 @@ class NetworkConductor:
             except BaseException:
                 transport.close()
                 raise
-            endpoint = SendChannelEndpoint(channel, transport, self.network_counters, status)
+            endpoint = SendChannelEndpoint(channel, transport, self.network_counters, status,
+                                           self.sender.next_endpoint_id())
             endpoint.local_sockaddr_counter_id = sockaddr
             self.send_endpoints[channel.key] = endpoint
-            self.sender.add_endpoint(endpoint)
+            command = self.sender.new_command(lib.LBD_SND_ADD_ENDPOINT)
+            endpoint.fill_add_command(command)
+            self.sender.offer(command)
         return endpoint
 
     def _close_send_endpoint(self, endpoint: SendChannelEndpoint) -> None:
-        self.send_endpoints.pop(endpoint.key, None)
-        self.sender.remove_endpoint(endpoint)
+        """Asks the agent to let go of the endpoint; its sockets and counters go when it acknowledged."""
+        if self.send_endpoints.get(endpoint.key) is endpoint:
+            del self.send_endpoints[endpoint.key]
+        self._closing_endpoints[endpoint.endpoint_id] = endpoint
+        command = self.sender.new_command(lib.LBD_SND_REMOVE_ENDPOINT)
+        command.endpoint_id = endpoint.endpoint_id
+        self.sender.offer(command)
+
+    def _send_endpoint_removed(self, endpoint: SendChannelEndpoint) -> None:
         self.services.counters.free(endpoint.local_sockaddr_counter_id)
         self.services.counters.free(endpoint.status_counter_id)
         endpoint.close()
@@ -286,28 +303,24 @@ class NetworkConductor:
                 (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SENDER_POSITION_TYPE_ID,
                  c.SENDER_LIMIT_TYPE_ID, c.SENDER_BPE_TYPE_ID), registration_id, log.session_id, stream_id, name,
                 client_id)
-            sender = PublicationSender(
-                log,
-                self.now_ns,
-                flow_control=flow_control,
-                mtu=mtu,
-                ttl=channel.ttl,
-                counters=self.network_counters.sender,
-                retransmit=RetransmitHandler(term_length, log.initial_term_id,
-                                             counters=self.network_counters.sender),
-            )
             publication = NetworkPublication(
                 registration_id=registration_id,
                 channel=name,
                 is_exclusive=exclusive,
                 log=log,
-                sender=sender,
-                transport=endpoint.transport,
+                sender=self.sender,
                 endpoint_key=endpoint.key,
+                endpoint_id=endpoint.endpoint_id,
+                destination=endpoint.transport.channel.data.sockaddr,
                 channel_status_id=endpoint.status_counter_id,
                 positions=NetworkPublicationPositions(*(self.services.counters.position(i) for i in counter_ids)),
                 window_length=window,
                 max_datagrams=ctx.send_batch,
+                flow_control=flow_control,
+                retransmit=RetransmitHandler(term_length, log.initial_term_id),
+                now_ns=self.now_ns,
+                mtu=mtu,
+                ttl=channel.ttl,
             )
             endpoint.add(publication)
         except BaseException:
@@ -315,22 +328,57 @@ class NetworkConductor:
             services.delete_log(log)
             raise
         self.publications.append(publication)
-        self.sender.publications.append(publication)
+        command = self.sender.new_command(lib.LBD_SND_ADD_PUBLICATION)
+        publication.fill_add_command(command)
+        self.sender.offer(command)
         return publication
 
     def close_publication(self, publication: NetworkPublication) -> None:
-        """Drained or lingered long enough: counters freed, file deleted, endpoint closed when unused."""
+        """Drained or lingered long enough: the agent lets go of it, then (on its acknowledgement) counters
+        are freed and the file deleted; the endpoint is closed when unused."""
         with contextlib.suppress(ValueError):
             self.publications.remove(publication)
-        with contextlib.suppress(ValueError):
-            self.sender.publications.remove(publication)
-        endpoint = self.send_endpoints[publication.endpoint_key]
-        endpoint.remove(publication)
-        if endpoint.is_unused:
-            self._close_send_endpoint(endpoint)
-        self.services.free_counters(publication.counter_ids)
         publication.state = PublicationState.CLOSED
+        self._closing_publications[publication.registration_id] = publication
+        command = self.sender.new_command(lib.LBD_SND_REMOVE_PUBLICATION)
+        command.endpoint_id = publication.endpoint_id
+        command.publication_id = publication.registration_id
+        self.sender.offer(command)
+        endpoint = self.send_endpoints.get(publication.endpoint_key)
+        if endpoint is not None and endpoint.endpoint_id == publication.endpoint_id:
+            endpoint.remove(publication)
+            if endpoint.is_unused:
+                self._close_send_endpoint(endpoint)
+
+    def _publication_removed(self, publication: NetworkPublication) -> None:
+        self.services.free_counters(publication.counter_ids)
         self.services.delete_log(publication.log)
+
+    def _on_sender_events(self) -> int:
+        events = self.sender.poll_events()
+        for event in events:
+            if event.type == lib.LBD_SND_PUBLICATION_REMOVED:
+                publication = self._closing_publications.pop(event.publication_id, None)
+                if publication is not None:
+                    self._publication_removed(publication)
+            elif event.type == lib.LBD_SND_ENDPOINT_REMOVED:
+                endpoint = self._closing_endpoints.pop(event.endpoint_id, None)
+                if endpoint is not None:
+                    self._send_endpoint_removed(endpoint)
+            elif event.type == lib.LBD_SND_PUBLICATION_DRAINED:
+                for publication in self.publications:
+                    if publication.registration_id == event.publication_id:
+                        publication.on_drained(event.value)
+            elif event.type == lib.LBD_SND_LOG_CORRUPTED:
+                self.services.record_error(f"network publication {event.publication_id}: corrupted frame header at "
+                                           f"position {event.value}; nothing more is sent from its log")
+            elif event.type == lib.LBD_SND_SEND_ERROR:
+                self.services.record_error(f"send endpoint {event.endpoint_id}: send failed: "
+                                           f"{os.strerror(event.value)}")
+            elif event.type == lib.LBD_SND_COMMAND_REFUSED:
+                self.services.record_error(f"sender agent refused command {event.value} (endpoint "
+                                           f"{event.endpoint_id}, publication {event.publication_id})")
+        return len(events)
 
     # -- subscriptions ---------------------------------------------------------------------------------
 
@@ -502,12 +550,10 @@ class NetworkConductor:
     # -- duty cycle ------------------------------------------------------------------------------------
 
     def update(self, now_ns: int) -> int:
-        """The conductor's per-cycle duty on every network publication (pub-pos, pub-lmt, cleaning)."""
+        """The conductor's per-cycle duty: the sender agent's events (the agent itself keeps pub-pos, pub-lmt
+        and cleaning of every network publication)."""
         self.now_ns = now_ns
-        work = 0
-        for publication in self.publications:
-            work += publication.update()
-        return work
+        return self._on_sender_events()
 
     def close(self) -> None:
         """Driver shutdown: sockets closed, logs closed and deleted."""
@@ -518,15 +564,16 @@ class NetworkConductor:
                     os.unlink(image.log.path)
             self.receiver.remove_endpoint(endpoint)
             endpoint.close()
-        for send_endpoint in list(self.send_endpoints.values()):
-            self.sender.remove_endpoint(send_endpoint)
+        self.sender.close()  # no duty runs any more: nothing points into the logs or sockets after this
+        for send_endpoint in [*self.send_endpoints.values(), *self._closing_endpoints.values()]:
             send_endpoint.close()
-        for publication in self.publications:
+        for publication in [*self.publications, *self._closing_publications.values()]:
             publication.log.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(publication.log.path)
         self.receive_endpoints.clear()
         self.send_endpoints.clear()
+        self._closing_endpoints.clear()
+        self._closing_publications.clear()
         self.publications.clear()
-        self.sender.publications.clear()
         self.network_counters.publish()
