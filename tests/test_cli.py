@@ -110,7 +110,7 @@ def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) ->
         ("logbuf-error", 1, "logbuf boom: error: the driver at /x is not running"),
         ("exit-code", 7, "logbuf boom: error: carries its own exit status"),
         ("usage", 2, "logbuf boom: error: --a and --b exclude each other"),
-        ("missing-file", 1, "logbuf boom: error: [Errno 2] No such file or directory: '/no/such/day'"),
+        ("missing-file", 1, "logbuf boom: error: /no/such/day: No such file or directory"),
         ("interrupt", 130, "logbuf boom: interrupted"),
     ],
 )

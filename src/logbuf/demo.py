@@ -33,8 +33,14 @@ from logbuf.cnc.counters import (
     PUBLISHER_LIMIT_TYPE_ID,
     SUBSCRIBER_POSITION_TYPE_ID,
 )
+from logbuf.errors import LogbufError
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
+
+
+class DemoError(LogbufError):
+    """A step of the demo failed (a child process ended early or with an error): one line, status 1."""
+
 
 if TYPE_CHECKING:  # the demo imports the client only when it runs
     from logbuf.client.client import Client
@@ -93,7 +99,7 @@ def _wait_for_counters(client: Client, type_id: int, at_least: int, procs: list[
     pause = 0.005
     while sum(1 for i in client.counters if i.type_id == type_id) < at_least:
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-            raise RuntimeError(failure)
+            raise DemoError(failure)
         time.sleep(pause)
         pause = min(2 * pause, 0.05)
 
@@ -217,11 +223,11 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
                 time.sleep(STATUS_INTERVAL_S)
         status.close()
         if feed.poll() is None:
-            raise RuntimeError(f"the feed handler did not reach the end of the session within {args.timeout:g} s")
+            raise DemoError(f"the feed handler did not reach the end of the session within {args.timeout:g} s")
         if feed.returncode != 0:
-            raise RuntimeError(f"the feed handler failed (exit {feed.returncode})")
+            raise DemoError(f"the feed handler failed (exit {feed.returncode})")
         if recorder.wait(120) != 0:
-            raise RuntimeError(f"the recorder failed (exit {recorder.returncode})")
+            raise DemoError(f"the recorder failed (exit {recorder.returncode})")
         _stop(replay)
         _stop(book)
         tob = book.stdout.read() if book.stdout else ""

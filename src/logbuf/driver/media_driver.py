@@ -25,6 +25,7 @@ import contextlib
 import errno
 import fcntl
 import glob
+import itertools
 import os
 import shutil
 import signal
@@ -113,6 +114,7 @@ class MediaDriver:
         self.directory = Path(self.ctx.directory)
         self._lock_fd: int | None = None
         self._created_directory = False
+        self._created_parents: list[Path] = []  # made for the directory (deepest first): they go with it
         self._semaphores: dict[int, posix_ipc.Semaphore] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -152,6 +154,7 @@ class MediaDriver:
         directory = self.directory
         created = False
         if not directory.exists():
+            missing = list(itertools.takewhile(lambda parent: not parent.exists(), directory.parents))
             try:
                 directory.mkdir(mode=self.ctx.dir_mode, parents=True)
             except FileExistsError:
@@ -160,6 +163,7 @@ class MediaDriver:
                 raise DriverDirectoryError(f"cannot create driver directory {directory}: {exc.strerror}") from exc
             else:
                 created = True
+                self._created_parents = missing
         if not directory.is_dir():
             raise DriverDirectoryError(f"{directory} is not a directory; choose another with --dir or LOGBUF_DIR")
         info = directory.stat()
@@ -251,8 +255,12 @@ class MediaDriver:
         os.close(self._lock_fd)  # releases the flock
         self._lock_fd = None
         if self._created_directory:
-            with contextlib.suppress(OSError):
-                self.directory.rmdir()  # only when empty: never delete what someone else put there
+            try:  # only what is empty: never delete what someone else put there
+                self.directory.rmdir()
+                for parent in self._created_parents:
+                    parent.rmdir()
+            except OSError:
+                pass
 
     # -- running ---------------------------------------------------------------------------------------
 
@@ -289,11 +297,14 @@ class MediaDriver:
                 conductor.record_cycle_time(monotonic_ns() - start)
             idle.idle(work)
 
-    def run_foreground(self) -> None:
-        """``logbuf driver``: runs until SIGINT/SIGTERM, then shuts down cleanly."""
+    def run_foreground(self) -> int | None:
+        """``logbuf driver``: runs until SIGINT/SIGTERM, then shuts down cleanly; returns the signal that
+        stopped it (None: a TERMINATE_DRIVER command)."""
         previous = {}
+        stopped_by: list[int] = []
 
         def request_stop(signum: int, frame: Any) -> None:
+            stopped_by.append(signum)
             self._stop.set()
 
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -304,6 +315,7 @@ class MediaDriver:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             self.close()
+        return stopped_by[0] if stopped_by else None
 
     @classmethod
     def launch(cls, directory: str | os.PathLike[str] | None = None, **options: Any) -> MediaDriver:

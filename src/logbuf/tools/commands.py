@@ -3,7 +3,7 @@
 Exit statuses (``logbuf.tools.exit_codes``): 0 OK, 2 usage, 3 nothing there (no driver directory, no
 cnc.dat, no log file), 4 unusable file (truncated, foreign, wrong CnC version, still initialising, not a
 log buffer), 5 driver inactive (``stat`` only: stale or zero heartbeat; counters printed with ``--force``).
-Errors are one line on stderr, prefixed with the command name.
+Errors are one line on stderr, ``logbuf <command>: error: <message>``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _frame_limit(text: str) -> int | None:
 
 
 def _fail(command: str, exc: ToolError) -> int:
-    print(f"logbuf {command}: {exc}", file=sys.stderr)
+    print(f"logbuf {command}: error: {exc}", file=sys.stderr)
     return int(exc.exit_code)
 
 
@@ -86,12 +86,12 @@ def _on_broken_pipe() -> int:
 
 def _cmd_stat(args: argparse.Namespace) -> int:
     if args.count is not None and not args.watch:
-        print("logbuf stat: --count needs --watch", file=sys.stderr)
+        print("logbuf stat: error: --count needs --watch", file=sys.stderr)
         return int(ExitCode.USAGE)
     try:
         keep = CounterFilter.parse(args.type, args.label)
     except ValueError as exc:
-        print(f"logbuf stat: {exc}", file=sys.stderr)
+        print(f"logbuf stat: error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     path = cnc_path(args.dir)
     try:
@@ -112,7 +112,7 @@ def _cmd_stat(args: argparse.Namespace) -> int:
         reason = snapshot.header.inactive_reason()
         if reason:
             print(
-                f"logbuf stat: {reason}" + ("" if args.force else " (--force prints its counters)"),
+                f"logbuf stat: error: {reason}" + ("" if args.force else " (--force prints its counters)"),
                 file=sys.stderr,
             )
             if not args.force:
@@ -134,7 +134,7 @@ def _cmd_errors(args: argparse.Namespace) -> int:
         return _fail("errors", exc)
     reason = report.header.inactive_reason()
     if reason and not args.json:
-        print(f"logbuf errors: {reason}", file=sys.stderr)  # stdout stays ErrorStat's text
+        print(f"logbuf errors: WARNING: {reason}", file=sys.stderr)  # stdout stays ErrorStat's text
     try:
         _write(sys.stdout, report.to_json(indent=2) + "\n" if args.json else format_errors(report))
     except BrokenPipeError:
