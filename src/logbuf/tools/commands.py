@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -96,6 +97,8 @@ def _cmd_stat(args: argparse.Namespace) -> int:
     path = cnc_path(args.dir)
     try:
         if args.watch:
+            # a terminal shows what fits: the counters that moved (unless chosen), cut to its height
+            screen = sys.stdout.isatty() and not args.json and not args.all and not args.type and not args.label
             with CncStatSource(path, stale_after_ms=args.stale_ms) as source:
                 return watch(
                     source.read,
@@ -104,6 +107,8 @@ def _cmd_stat(args: argparse.Namespace) -> int:
                     count=args.count,
                     json_lines=args.json,
                     keep=keep,
+                    hide_zero=screen,
+                    max_lines=shutil.get_terminal_size().lines - 1 if screen else None,
                 )
         try:
             snapshot = read_stat(path, stale_after_ms=args.stale_ms)
@@ -201,7 +206,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         epilog=_EXIT_CODES_HELP,
     )
     add_driver_dir(p)
-    p.add_argument("--watch", "-w", action="store_true", help="redraw every --interval seconds, with rates")
+    p.add_argument("--watch", "-w", action="store_true",
+                   help="redraw every --interval seconds, with rates; on a terminal, without --type/--label/--all, "
+                   "counters at 0 are left out and the frame is cut to the terminal's height (both said in the "
+                   "frame)")
+    p.add_argument("--all", "-a", action="store_true",
+                   help="--watch on a terminal: every counter, at 0 or not, however long the frame")
     p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S", help="--watch period (1 s)")
     p.add_argument(
         "--count",
