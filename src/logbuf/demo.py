@@ -246,7 +246,7 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
     step(f"analysing the recording with PySpark (local[*]) -> {report_dir}")
     result = subprocess.run([*logbuf_cmd, "analyze", str(recording), str(report_dir)], timeout=1200)
     if result.returncode != 0:
-        print("logbuf demo: analyze failed", file=sys.stderr)
+        print(f"logbuf demo: error: analyze failed (exit status {result.returncode})", file=sys.stderr)
         return result.returncode
     step("done")
     if lost_any:
@@ -262,7 +262,8 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     if args.transport:
         if args.transport_messages <= 0 or args.rtt_samples <= 0 or any(s < 0 for s in args.sizes):
-            print("logbuf demo: --transport-messages and --rtt-samples must be positive, sizes >= 0", file=sys.stderr)
+            print("logbuf demo: error: --transport-messages and --rtt-samples must be positive, --sizes >= 0",
+                  file=sys.stderr)
             return 2
         return run_transport_demo(args.transport_messages, args.sizes, args.rtt_samples)
     if args.messages < MIN_MESSAGES:
@@ -274,6 +275,7 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     with contextlib.suppress(KeyboardInterrupt):
         return run_market_data_demo(args)
+    print("logbuf demo: interrupted", file=sys.stderr)  # after its processes were stopped
     return 130
 
 
