@@ -1,5 +1,7 @@
-"""docs/cli.md's error rules, walked for every command as a user meets them: each run is a child process
-(``python -m logbuf.cli``), stopped by its PID, on ephemeral ports and in its own temporary directories.
+"""docs/cli.md's error rules, walked for every command as a user meets them, on ephemeral ports and in the
+test's own temporary directories.  Errors met before any work starts go through ``logbuf.cli.main`` in this
+process (cheap: no interpreter start each); runs stopped by a signal, and the real entry point, are child
+processes (``python -m logbuf.cli``) stopped by their PID.
 
 * a usage error: exit status 2 and exactly one line, ``logbuf CMD: error: <message>``, in the user's words;
 * a runtime error: one such line naming the file, directory or address, and a non-zero status;
@@ -11,17 +13,20 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from logbuf import cli
+from logbuf.driver.media_driver import MediaDriver
 from support import child_env, lines_of, stop_process
 
 TIMEOUT = 60.0  # generous: these children start interpreters on a machine whose cores may all be busy
@@ -43,7 +48,29 @@ def start(*args: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, env=_env())
 
 
-def one_error_line(done: subprocess.CompletedProcess[str], command: str) -> str:
+class Ran(NamedTuple):
+    returncode: int
+    stderr: str
+
+
+@pytest.fixture
+def main(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Ran]]:
+    """``logbuf ARGS`` through ``logbuf.cli.main`` in this process: its status and its stderr."""
+    monkeypatch.delenv(cli.TRACEBACK_ENV, raising=False)
+
+    def run(*args: str) -> Ran:
+        capsys.readouterr()
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exit:  # argparse
+            code = int(exit.code or 0)
+        return Ran(code, capsys.readouterr().err)
+
+    yield run
+    logging.getLogger("logbuf").handlers.clear()  # main() pointed the library's log at pytest's stderr
+
+
+def one_error_line(done: Ran | subprocess.CompletedProcess[str], command: str) -> str:
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"logbuf {command}: error: "), done.stderr
@@ -67,6 +94,13 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
+def embedded_driver(tmp_path: Path) -> Iterator[Path]:
+    """A media driver on a thread of this process, in a directory of this test."""
+    with MediaDriver.launch(tmp_path / "embedded") as running:
+        yield running.directory
+
+
+@pytest.fixture
 def driver(tmp_path: Path) -> Iterator[Path]:
     """A ``logbuf driver`` child in a directory of this test."""
     directory = tmp_path / "driver"
@@ -87,10 +121,15 @@ POSITIONALS = {"analyze": ["rec", "out"], "logdump": ["x.logbuffer"], "synth": [
 
 
 @pytest.mark.parametrize("command", sorted(cli._COMMANDS))
-def test_an_unknown_option_is_one_line_from_the_command(command: str) -> None:
-    done = logbuf(command, *POSITIONALS.get(command, []), "--no-such-option")
+def test_an_unknown_option_is_one_line_from_the_command(command: str, main: Callable[..., Ran]) -> None:
+    done = main(command, *POSITIONALS.get(command, []), "--no-such-option")
     assert done.returncode == 2
     assert one_error_line(done, command).endswith("unrecognized arguments: --no-such-option")
+
+
+def test_the_installed_entry_point_says_the_same() -> None:
+    done = logbuf("feed", "--no-such-option")
+    assert (done.returncode, done.stderr) == (2, "logbuf feed: error: unrecognized arguments: --no-such-option\n")
 
 
 @pytest.mark.parametrize(
@@ -110,16 +149,17 @@ def test_an_unknown_option_is_one_line_from_the_command(command: str) -> None:
         (["demo", "--speed", "max"], "speed 'max' must be a positive number"),
     ],
 )
-def test_a_usage_error_is_status_2_and_one_line_in_the_users_words(args: list[str], wanted: str) -> None:
-    done = logbuf(*args)
+def test_a_usage_error_is_status_2_and_one_line_in_the_users_words(args: list[str], wanted: str,
+                                                                   main: Callable[..., Ran]) -> None:
+    done = main(*args)
     assert done.returncode == 2, done.stderr
     line = one_error_line(done, args[0])
     assert wanted in line
     assert not re.search(r"\b[a-z]+_[a-z_]+\b", line), line  # options by their names, not internal fields
 
 
-def test_replay_with_both_feeds_off_is_a_usage_error(day: Path) -> None:
-    done = logbuf("replay", str(day), "--feed-a", "off", "--feed-b", "off")
+def test_replay_with_both_feeds_off_is_a_usage_error(day: Path, main: Callable[..., Ran]) -> None:
+    done = main("replay", str(day), "--feed-a", "off", "--feed-b", "off")
     assert done.returncode == 2
     assert "both feeds are off" in one_error_line(done, "replay")
 
@@ -128,23 +168,24 @@ def test_replay_with_both_feeds_off_is_a_usage_error(day: Path) -> None:
 
 
 @pytest.mark.parametrize(("command", "status"), [("stat", 3), ("errors", 3), ("loss", 3)])
-def test_an_inspection_tool_without_a_driver_names_the_directory(command: str, status: int, tmp_path: Path) -> None:
+def test_an_inspection_tool_without_a_driver_names_the_directory(command: str, status: int, tmp_path: Path,
+                                                                 main: Callable[..., Ran]) -> None:
     absent = tmp_path / "absent"
-    done = logbuf(command, "--dir", str(absent))
+    done = main(command, "--dir", str(absent))
     assert done.returncode == status
     assert str(absent) in one_error_line(done, command)
 
 
-def test_logdump_names_the_missing_file(tmp_path: Path) -> None:
-    done = logbuf("logdump", str(tmp_path / "gone.logbuffer"))
+def test_logdump_names_the_missing_file(tmp_path: Path, main: Callable[..., Ran]) -> None:
+    done = main("logdump", str(tmp_path / "gone.logbuffer"))
     assert done.returncode == 3
     assert str(tmp_path / "gone.logbuffer") in one_error_line(done, "logdump")
 
 
-def test_the_driver_names_a_directory_it_cannot_use(tmp_path: Path) -> None:
+def test_the_driver_names_a_directory_it_cannot_use(tmp_path: Path, main: Callable[..., Ran]) -> None:
     taken = tmp_path / "a-file"
     taken.write_text("not a directory")
-    done = logbuf("driver", "--dir", str(taken))
+    done = main("driver", "--dir", str(taken))
     assert done.returncode == 1
     assert str(taken) in one_error_line(done, "driver")
 
@@ -157,22 +198,23 @@ def test_logbuf_traceback_shows_a_driver_errors_traceback(tmp_path: Path) -> Non
     assert "Traceback (most recent call last)" in done.stderr and "DriverDirectoryError" in done.stderr
 
 
-def test_record_without_a_driver_names_the_directory(tmp_path: Path) -> None:
-    done = logbuf("record", str(tmp_path / "rec"), "--dir", str(tmp_path / "nodrv"), "--connect-timeout", "0.2")
+def test_record_without_a_driver_names_the_directory(tmp_path: Path, main: Callable[..., Ran]) -> None:
+    done = main("record", str(tmp_path / "rec"), "--dir", str(tmp_path / "nodrv"), "--connect-timeout", "0.2")
     assert done.returncode == 1
     assert str(tmp_path / "nodrv") in one_error_line(done, "record")
 
 
 @pytest.mark.parametrize("command", ["retransmit", "replay"])
-def test_a_busy_port_is_named(command: str, day: Path, busy_port: int) -> None:
+def test_a_busy_port_is_named(command: str, day: Path, busy_port: int, main: Callable[..., Ran]) -> None:
     option = "--listen" if command == "retransmit" else "--retransmit"
-    done = logbuf(command, str(day), option, f"127.0.0.1:{busy_port}")
+    done = main(command, str(day), option, f"127.0.0.1:{busy_port}")
     assert done.returncode == 1
     assert one_error_line(done, command).endswith(f"cannot bind 127.0.0.1:{busy_port}: Address already in use")
 
 
-def test_the_feed_handler_names_its_busy_port(driver: Path, busy_port: int) -> None:
-    done = logbuf("feed", "--dir", str(driver), "--feed-a", f"127.0.0.1:{busy_port}", "--feed-b", "off",
+def test_the_feed_handler_names_its_busy_port(embedded_driver: Path, busy_port: int,
+                                             main: Callable[..., Ran]) -> None:
+    done = main("feed", "--dir", str(embedded_driver), "--feed-a", f"127.0.0.1:{busy_port}", "--feed-b", "off",
                   "--mode", "a", "--duration", "5")
     assert done.returncode == 1
     assert one_error_line(done, "feed").endswith(f"cannot bind 127.0.0.1:{busy_port}: Address already in use")
