@@ -27,6 +27,7 @@ import pytest
 
 from logbuf import cli
 from logbuf.driver.media_driver import MediaDriver
+from logbuf.errors import LogbufError
 from support import child_env, lines_of, stop_process
 
 TIMEOUT = 60.0  # generous: these children start interpreters on a machine whose cores may all be busy
@@ -287,3 +288,14 @@ def test_the_recorder_interrupted(driver: Path, tmp_path: Path) -> None:
     code, rest = interrupt(proc, "until Ctrl-C")
     assert code == 130
     assert rest[-1] == "logbuf record: interrupted"
+
+
+def test_logbuf_traceback_reraises_what_record_and_feed_print_themselves(
+        tmp_path: Path, embedded_driver: Path, busy_port: int, main: Callable[..., Ran],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cli.TRACEBACK_ENV, "1")
+    with pytest.raises(LogbufError, match="no media driver"):
+        main("record", str(tmp_path / "rec"), "--dir", str(tmp_path / "nodrv"), "--connect-timeout", "0.2")
+    with pytest.raises(OSError, match=f"cannot bind 127.0.0.1:{busy_port}"):
+        main("feed", "--dir", str(embedded_driver), "--feed-a", f"127.0.0.1:{busy_port}", "--feed-b", "off",
+             "--mode", "a", "--duration", "5")

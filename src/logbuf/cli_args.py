@@ -7,6 +7,7 @@ one-line ``logbuf <command>: error: argument --x: <reason>`` (exit status 2) bef
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -18,6 +19,13 @@ from logbuf.errors import LogbufError
 
 USAGE_EXIT_STATUS = 2  # what argparse itself exits with on bad arguments
 INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, what shells report for Ctrl-C
+TRACEBACK_ENV = "LOGBUF_TRACEBACK"
+
+
+def traceback_wanted() -> bool:
+    """``LOGBUF_TRACEBACK=1``: a command that prints an error line itself re-raises instead (``logbuf.cli``
+    then shows the traceback)."""
+    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
 
 _SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 

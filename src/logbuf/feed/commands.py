@@ -26,6 +26,7 @@ from logbuf.cli_args import (
     count,
     stop_on_signals,
     stopped_status,
+    traceback_wanted,
 )
 from logbuf.cli_args import UsageError as CommandLineError
 from logbuf.errors import LogbufError
@@ -529,6 +530,8 @@ def _cmd_feed(args: argparse.Namespace) -> int:
     try:
         handler = FeedHandler(config)
     except LogbufError as exc:
+        if traceback_wanted():
+            raise
         print(f"logbuf feed: error: {exc}", file=sys.stderr)
         return 1
     with handler, _stop_on_signals() as stop:
@@ -545,6 +548,8 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         try:
             handler.run(duration_s=args.duration)
         except LogbufError as exc:
+            if traceback_wanted():
+                raise
             print(f"logbuf feed: error: {exc}", file=sys.stderr)
             return 1
         values = handler.counter_values()
@@ -585,6 +590,8 @@ def _cmd_book(args: argparse.Namespace) -> int:
     try:
         return run_top_of_book(args)
     except LogbufError as exc:  # no driver, a bad channel, ...: one line, no traceback
+        if traceback_wanted():
+            raise
         print(f"logbuf book: error: {exc}", file=sys.stderr)
         return 1
 

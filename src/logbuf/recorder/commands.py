@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from logbuf.cli_args import StopSignal, add_driver_dir, count, stopped_status
+from logbuf.cli_args import StopSignal, UsageError, add_driver_dir, count, stopped_status, traceback_wanted
 from logbuf.feed import published
 from logbuf.recorder.config import (
     DEFAULT_COMMIT_INTERVAL_S,
@@ -105,19 +105,15 @@ def _cmd_record(args: argparse.Namespace) -> int:
             connect_timeout_s=args.connect_timeout, **options,
         )
     except (ValueError, RecordingFormatError) as exc:
-        print(f"logbuf record: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+        raise UsageError(str(exc)) from exc
     progress = None if args.quiet else _Progress()
     if args.quiet:  # warnings (and allowed losses, which _recorder_losses.jsonl keeps) are not errors
         logging.getLogger("logbuf.recorder").setLevel(logging.ERROR)
     try:
         recorder = Recorder(config, progress=progress)
     except (RecordingFormatError, ValueError) as exc:  # OUT is not a recording we can continue
-        print(f"logbuf record: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
-    except (RecorderError, LogbufError, OSError) as exc:  # no driver, another recorder on OUT, ...
-        print(f"logbuf record: error: {exc}", file=sys.stderr)
-        return RUNTIME_ERROR
+        raise UsageError(str(exc)) from exc
+    # anything else (no driver, another recorder on OUT, ...): logbuf.cli prints it (status 1)
     stopped = StopSignal()
 
     def stop(signum: int, frame: object) -> None:
@@ -144,9 +140,13 @@ def _cmd_record(args: argparse.Namespace) -> int:
             print(f"logbuf record: stopped cleanly after {stats.elapsed_s:.1f} s; {stats.commits} commits; "
                   f"recording totals: {totals}", file=sys.stderr)
     except RecorderDataLoss as exc:
+        if traceback_wanted():
+            raise
         print(f"{newline}logbuf record: error: data loss: {exc}", file=sys.stderr)
         status = RUNTIME_ERROR
     except (RecorderError, LogbufError, RuntimeError, OSError) as exc:  # a lost driver, a full disk, ...
+        if traceback_wanted():
+            raise
         print(f"{newline}logbuf record: error: {exc} (the recording is consistent up to its last commit)",
               file=sys.stderr)
         status = RUNTIME_ERROR
