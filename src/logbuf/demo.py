@@ -291,6 +291,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the replay to finish")
     parser.add_argument("--transport", action="store_true", help="the transport-only demo instead")
     parser.add_argument("--transport-messages", type=count, default=1_000_000, help="--transport messages")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256], help="--transport payload sizes")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256], help="--transport payload sizes (default: 32 256)")
     parser.add_argument("--rtt-samples", type=count, default=100_000, help="--transport ping-pong round trips")
     parser.set_defaults(func=_demo)
