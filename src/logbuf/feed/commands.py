@@ -1,6 +1,7 @@
 """``logbuf synth``, ``logbuf replay`` and ``logbuf retransmit``: argument parsing and wiring only.
 
-User errors (missing file, bad host:port, bad numbers) print one line to stderr and exit with status 2;
+User errors (missing file, bad host:port, bad numbers) end in one line on stderr and exit status 2, runtime
+errors (a busy port, a failing send) in one line and 1, both printed by ``logbuf.cli``;
 SIGINT and SIGTERM stop the replay, the retransmission workers and the feed handler cleanly: a stopped run
 still prints its summary, then Ctrl-C (SIGINT) ends with ``logbuf <command>: interrupted`` and status 130,
 SIGTERM with 0.
