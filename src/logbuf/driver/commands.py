@@ -6,10 +6,15 @@ import argparse
 import re
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from logbuf.channel import InvalidChannelError, parse_size
 from logbuf.cli_args import INTERRUPTED_EXIT_STATUS, UsageError, add_driver_dir
 from logbuf.driver.context import MS, SECOND
+
+if TYPE_CHECKING:
+    from logbuf.driver.context import DriverContext
+    from logbuf.driver.media_driver import MediaDriver
 
 
 def _size(text: str) -> int:
@@ -122,6 +127,23 @@ def _run_driver(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a value the options let through but the driver cannot use: name the option
         raise UsageError(_option_names(str(exc), args)) from exc
     ctx = driver.ctx
+    # until run_foreground takes the signals over, Ctrl-C or SIGTERM raise here, and the driver still closes
+    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        stopped_by = _announce_and_run(driver, ctx)
+    except KeyboardInterrupt:
+        driver.close()
+        stopped_by = signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    if stopped_by == signal.SIGINT:
+        print("logbuf driver: interrupted", file=sys.stderr, flush=True)  # after a clean shutdown
+        return INTERRUPTED_EXIT_STATUS  # Ctrl-C, as for every command; SIGTERM is a clean stop (0)
+    print("logbuf driver: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _announce_and_run(driver: MediaDriver, ctx: DriverContext) -> int | None:
     print(
         f"logbuf driver: pid {driver.cnc.layout.pid if driver.cnc else '?'} in {driver.directory} "
         f"(ipc term {ctx.ipc_term_length >> 10} KiB, network term {ctx.network_term_length >> 10} KiB, "
@@ -133,11 +155,7 @@ def _run_driver(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    if driver.run_foreground() == signal.SIGINT:
-        print("logbuf driver: interrupted", file=sys.stderr, flush=True)  # after a clean shutdown
-        return INTERRUPTED_EXIT_STATUS  # Ctrl-C, as for every command; SIGTERM is a clean stop (0)
-    print("logbuf driver: stopped", file=sys.stderr, flush=True)
-    return 0
+    return driver.run_foreground()
 
 
 # the driver's option names -> this command's options, for errors worded in the user's terms
