@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import re
+import signal
 import sys
+from typing import TYPE_CHECKING
 
 from logbuf.channel import InvalidChannelError, parse_size
-from logbuf.cli_args import add_driver_dir
+from logbuf.cli_args import INTERRUPTED_EXIT_STATUS, UsageError, add_driver_dir
 from logbuf.driver.agents import THREADING_MODES
 from logbuf.driver.context import MS, SECOND
-from logbuf.errors import LogbufError
+
+if TYPE_CHECKING:
+    from logbuf.driver.context import DriverContext
+    from logbuf.driver.media_driver import MediaDriver
 
 
 def _size(text: str) -> int:
@@ -149,10 +155,26 @@ def _run_driver(args: argparse.Namespace) -> int:
             send_impairment=args.impair_send,
             receive_impairment=args.impair_receive,
         )
-    except (LogbufError, ValueError) as exc:
-        print(f"logbuf driver: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:  # a value the options let through but the driver cannot use: name the option
+        raise UsageError(_option_names(str(exc), args)) from exc
     ctx = driver.ctx
+    # until run_foreground takes the signals over, Ctrl-C or SIGTERM raise here, and the driver still closes
+    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        stopped_by = _announce_and_run(driver, ctx)
+    except KeyboardInterrupt:
+        driver.close()
+        stopped_by = signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    if stopped_by == signal.SIGINT:
+        print("logbuf driver: interrupted", file=sys.stderr, flush=True)  # after a clean shutdown
+        return INTERRUPTED_EXIT_STATUS  # Ctrl-C, as for every command; SIGTERM is a clean stop (0)
+    print("logbuf driver: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _announce_and_run(driver: MediaDriver, ctx: DriverContext) -> int | None:
     print(
         f"logbuf driver: pid {driver.cnc.layout.pid if driver.cnc else '?'} in {driver.directory} "
         f"(ipc term {ctx.ipc_term_length >> 10} KiB, network term {ctx.network_term_length >> 10} KiB, "
@@ -165,6 +187,26 @@ def _run_driver(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    driver.run_foreground()
-    print("logbuf driver: stopped", file=sys.stderr, flush=True)
-    return 0
+    return driver.run_foreground()
+
+
+# the driver's option names -> this command's options, for errors worded in the user's terms
+_OPTION_OF = {
+    "ipc_term_length": "--ipc-term-length", "mtu": "--mtu", "ipc_publication_window": "--publication-window",
+    "unblock_timeout_ns": "--unblock-timeout", "client_liveness_timeout_ns": "--client-liveness-timeout",
+    "publication_linger_timeout_ns": "--linger-timeout", "timer_interval_ns": "--timer-interval",
+    "idle_strategy": "--idle", "threading_mode": "--threading-mode", "network_term_length": "--network-term-length",
+    "network_publication_window": "--network-publication-window", "receiver_window": "--receiver-window",
+    "image_liveness_timeout_ns": "--image-liveness-timeout",
+    "flow_control_receiver_timeout_ns": "--flow-control-receiver-timeout", "loss_give_up_ns": "--loss-give-up",
+    "socket_rcvbuf": "--socket-rcvbuf", "socket_sndbuf": "--socket-sndbuf", "send_batch": "--send-batch",
+    "receive_batch": "--receive-batch", "send_impairment": "--impair-send", "receive_impairment": "--impair-receive",
+    "storage_reserve": "--storage-reserve", "sender_idle": "--sender-idle", "receiver_idle": "--receiver-idle",
+    "conductor_idle": "--conductor-idle",
+}
+_DRIVER_NAME = re.compile(r"\b(" + "|".join(sorted(_OPTION_OF, key=len, reverse=True)) + r")\b")
+
+
+def _option_names(message: str, args: argparse.Namespace) -> str:
+    """``ipc_term_length: term length ... must be a power of two`` -> ``--ipc-term-length: ...``."""
+    return _DRIVER_NAME.sub(lambda match: _OPTION_OF[match.group(1)], message)

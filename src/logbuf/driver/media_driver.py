@@ -32,6 +32,7 @@ import contextlib
 import errno
 import fcntl
 import glob
+import itertools
 import os
 import shutil
 import signal
@@ -124,6 +125,7 @@ class MediaDriver:
         self.directory = Path(self.ctx.directory)
         self._lock_fd: int | None = None
         self._created_directory = False
+        self._created_parents: list[Path] = []  # made for the directory (deepest first): they go with it
         self._semaphores: dict[int, posix_ipc.Semaphore] = {}
         self._sweep_floor = 0  # streams in use at the last reclaim: the next one runs at twice that (+ slack)
         self._stop = threading.Event()
@@ -170,6 +172,7 @@ class MediaDriver:
         directory = self.directory
         created = False
         if not directory.exists():
+            missing = list(itertools.takewhile(lambda parent: not parent.exists(), directory.parents))
             try:
                 directory.mkdir(mode=self.ctx.dir_mode, parents=True)
             except FileExistsError:
@@ -178,6 +181,7 @@ class MediaDriver:
                 raise DriverDirectoryError(f"cannot create driver directory {directory}: {exc.strerror}") from exc
             else:
                 created = True
+                self._created_parents = missing
         if not directory.is_dir():
             raise DriverDirectoryError(f"{directory} is not a directory; choose another with --dir or LOGBUF_DIR")
         info = directory.stat()
@@ -310,8 +314,12 @@ class MediaDriver:
         os.close(self._lock_fd)  # releases the flock
         self._lock_fd = None
         if self._created_directory:
-            with contextlib.suppress(OSError):
-                self.directory.rmdir()  # only when empty: never delete what someone else put there
+            try:  # only what is empty: never delete what someone else put there
+                self.directory.rmdir()
+                for parent in self._created_parents:
+                    parent.rmdir()
+            except OSError:
+                pass
 
     # -- running ---------------------------------------------------------------------------------------
 
@@ -401,11 +409,14 @@ class MediaDriver:
                 if self.conductor is not None:
                     self.conductor.on_duty_error(agent, exc)
 
-    def run_foreground(self) -> None:
-        """``logbuf driver``: runs until SIGINT/SIGTERM, then shuts down cleanly."""
+    def run_foreground(self) -> int | None:
+        """``logbuf driver``: runs until SIGINT/SIGTERM, then shuts down cleanly; returns the signal that
+        stopped it (None: a TERMINATE_DRIVER command)."""
         previous = {}
+        stopped_by: list[int] = []
 
         def request_stop(signum: int, frame: Any) -> None:
+            stopped_by.append(signum)
             self._stop.set()
 
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -416,6 +427,7 @@ class MediaDriver:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             self.close()
+        return stopped_by[0] if stopped_by else None
 
     @classmethod
     def launch(cls, directory: str | os.PathLike[str] | None = None, **options: Any) -> MediaDriver:

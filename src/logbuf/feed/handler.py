@@ -38,7 +38,7 @@ import numpy as np
 from logbuf.client.client import Client, Counter, connect
 from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
 from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID
-from logbuf.errors import LogbufError
+from logbuf.errors import LogbufError, bind_error
 from logbuf.feed import published as out
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig
 from logbuf.feed.events import (
@@ -136,12 +136,14 @@ def _open_feed_socket(address: tuple[str, int], interface: str, rcvbuf: int) -> 
     except OSError:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    try:
+        sock.bind((host, port))  # a multicast group: only this group's datagrams
+    except OSError as exc:
+        sock.close()
+        raise bind_error(exc, (host, port)) from exc
     if ipaddress.ip_address(host).is_multicast:
-        sock.bind((host, port))  # only this group's datagrams
         membership = socket.inet_aton(host) + socket.inet_aton(interface)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
-    else:
-        sock.bind((host, port))
     sock.setblocking(False)
     return sock
 
