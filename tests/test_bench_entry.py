@@ -15,4 +15,4 @@ def test_the_bench_entry_point_runs_from_another_directory(tmp_path: Path) -> No
     # it got as far as choosing a harness: every module of bench imported (bench/profile.py did not shadow
     # the standard library's profile module)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == "unknown benchmark 'no-such-harness'; choose from transport, peers, profile, callgrind"
+    assert done.stderr.strip() == "unknown benchmark 'no-such-harness'; choose from transport, peers, profile, callgrind, aeron-udp"
