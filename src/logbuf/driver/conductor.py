@@ -61,6 +61,7 @@ from logbuf.cnc.messages import (
     TerminateDriverMessage,
     decode_command,
 )
+from logbuf.driver.channel_params import resolve_publication, resolve_subscription
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.context import MS, DriverContext
 from logbuf.driver.ipc_conductor import IpcConductor, SubscriptionLink
@@ -147,12 +148,14 @@ class DriverConductor:
         self._time_of_last_ring_move_ns = 0
         self._max_cycle_ns = 0
         self._now_ns = 0
+        self._linger_ns: dict[int, int] = {}  # publication registration id -> its channel's linger timeout
 
     # -- the duty cycle --------------------------------------------------------------------------------
 
     def do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
         self.network.now_ns = now_ns
+        self.ipc.now_ns = now_ns
         work = self._read_commands()
         work += self.ipc.update()
         work += self.network.update(now_ns)
@@ -292,14 +295,22 @@ class DriverConductor:
 
     def _add_publication(self, client: ClientSession, msg: PublicationMessage, exclusive: bool) -> None:
         uri = self._parse_channel(msg.channel)
+        try:
+            params = resolve_publication(uri, self.ctx)
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
         publication: Publication
         created = False
         if uri.is_udp:
-            publication = self.network.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive,
+            count = len(self.network.publications)
+            publication = self.network.add_publication(msg.correlation_id, uri, params, msg.stream_id, exclusive,
                                                        client.client_id)
+            created = len(self.network.publications) > count
         else:
-            publication, created = self.ipc.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive,
-                                                            client.client_id)
+            publication, created = self.ipc.add_publication(msg.correlation_id, uri, params, msg.stream_id,
+                                                            exclusive, client.client_id)
+        if created:
+            self._linger_ns[publication.registration_id] = params.linger_timeout_ns
         publication.publishers[msg.correlation_id] = client.client_id
         client.publication_links[msg.correlation_id] = publication
         response = (
@@ -331,10 +342,12 @@ class DriverConductor:
         publication = client.publication_links.pop(link_id)
         publication.publishers.pop(link_id, None)
         if not publication.publishers and publication.state == PublicationState.ACTIVE:
-            publication.start_draining(self._now_ns, self.ctx.publication_linger_timeout_ns)
+            linger = self._linger_ns.get(publication.registration_id, self.ctx.publication_linger_timeout_ns)
+            publication.start_draining(self._now_ns, linger)
 
     def _close_publication(self, publication: Publication) -> None:
         """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
+        self._linger_ns.pop(publication.registration_id, None)
         if isinstance(publication, NetworkPublication):
             self.network.close_publication(publication)
         else:
@@ -344,17 +357,22 @@ class DriverConductor:
 
     def _add_subscription(self, client: ClientSession, msg: SubscriptionMessage) -> None:
         uri = self._parse_channel(msg.channel)
+        try:
+            params = resolve_subscription(uri, self.ctx)
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
         if msg.correlation_id in self.subscriptions:
             raise CommandError(ErrorCode.GENERIC_ERROR, f"registration id {msg.correlation_id} already in use")
         if uri.is_udp:
-            network = self.network.add_subscription(msg.correlation_id, client.client_id, uri, msg.stream_id)
+            network = self.network.add_subscription(msg.correlation_id, client.client_id, uri, params,
+                                                    msg.stream_id)
             self.subscriptions[msg.correlation_id] = network
             client.subscriptions.add(msg.correlation_id)
             self._send(ControlResponse.ON_SUBSCRIPTION_READY,
                        SubscriptionReady(msg.correlation_id, network.endpoint.status_counter_id))
             self.network.link_existing_images(network)
             return
-        subscription = self.ipc.add_subscription(msg.correlation_id, client.client_id, uri, msg.stream_id)
+        subscription = self.ipc.add_subscription(msg.correlation_id, client.client_id, uri, params, msg.stream_id)
         self.subscriptions[msg.correlation_id] = subscription
         client.subscriptions.add(msg.correlation_id)
 

@@ -43,6 +43,8 @@ def fill_publication_metadata(
     linger_timeout_ns: int,
     untethered_window_limit_timeout_ns: int = DEFAULT_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS,
     untethered_resting_timeout_ns: int = DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS,
+    *,
+    signal_eos: bool = True,
 ) -> None:
     """A new publication log's metadata as aeronmd writes it (before any client maps the log)."""
     meta = log.meta
@@ -52,7 +54,7 @@ def fill_publication_metadata(
     meta.put_i64(d.LOG_LINGER_TIMEOUT_NS_OFFSET, linger_timeout_ns)
     meta.put_i64(d.LOG_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS_OFFSET, untethered_window_limit_timeout_ns)
     meta.put_i64(d.LOG_UNTETHERED_RESTING_TIMEOUT_NS_OFFSET, untethered_resting_timeout_ns)
-    meta.put_bytes(d.LOG_SIGNAL_EOS_OFFSET, b"\x01")
+    meta.put_bytes(d.LOG_SIGNAL_EOS_OFFSET, b"\x01" if signal_eos else b"\x00")
 
 
 def fill_image_metadata(log: LogBuffers, initial_receiver_window: int) -> None:
