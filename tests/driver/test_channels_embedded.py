@@ -1,0 +1,142 @@
+"""Channel settings an embedded driver honours as aeronmd does: session-id on publications and subscriptions
+(IPC and UDP), an exclusive publication's initial position, pub-wnd, tether=false, and strict keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from udp_rig import free_udp_port
+
+import logbuf
+from logbuf.cnc.messages import ErrorCode
+from support import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+STREAM = 9
+
+
+@pytest.fixture
+def driver(tmp_path: Path):  # type: ignore[no-untyped-def]
+    drv = logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=64 * 1024, timer_interval_ns=50_000_000,
+                                    idle_strategy="backoff:1000000", publication_linger_timeout_ns=1_000_000_000)
+    try:
+        yield drv
+    finally:
+        drv.close()
+
+
+@pytest.fixture
+def client(driver):  # type: ignore[no-untyped-def]
+    with logbuf.connect(driver.directory) as c:
+        yield c
+
+
+def _poll_all(sub: logbuf.Subscription, into: list[bytes]) -> int:
+    return sub.poll(lambda buffer, header: into.append(bytes(buffer)), 100)
+
+
+@pytest.mark.parametrize("key", ["foo", "term-lenght", "nak-delay", "control-mode", "tags", "group", "ssc"])
+@pytest.mark.parametrize("base", ["aeron:ipc", "aeron:udp?endpoint=127.0.0.1:40999"])
+def test_keys_not_honoured_are_refused_by_the_driver_naming_the_key(client, base: str, key: str) -> None:  # type: ignore[no-untyped-def]
+    channel = f"{base}{'|' if '?' in base else '?'}{key}=1"
+    for add in (client.add_publication, client.add_exclusive_publication, client.add_subscription):
+        with pytest.raises(logbuf.RegistrationError) as info:
+            add(channel, STREAM)
+        assert info.value.code == ErrorCode.INVALID_CHANNEL
+        assert repr(key) in str(info.value)
+
+
+def test_ipc_mtu_beyond_the_drivers_ipc_term_is_an_invalid_channel(client) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(logbuf.RegistrationError) as info:
+        client.add_publication("aeron:ipc?mtu=16384", STREAM)  # T/8 of the driver's 64 KiB term is 8 KiB
+    assert info.value.code == ErrorCode.INVALID_CHANNEL
+
+
+@pytest.mark.parametrize("medium", ["ipc", "udp"])
+def test_a_session_specific_subscription_sees_only_its_session(client, medium: str) -> None:  # type: ignore[no-untyped-def]
+    base = "aeron:ipc?" if medium == "ipc" else f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k|"
+    other = client.add_subscription(base + "session-id=779", STREAM)
+    mine = client.add_subscription(base + "session-id=778", STREAM)
+    every = client.add_subscription(base.rstrip("?|"), STREAM)
+    pub = client.add_publication(base + "session-id=778", STREAM)
+    assert pub.session_id == 778
+    wait_until(lambda: pub.is_connected and mine.images and every.images, what="images of session 778")
+    got_mine: list[bytes] = []
+    got_every: list[bytes] = []
+    got_other: list[bytes] = []
+    for i in range(10):
+        wait_until(lambda i=i: pub.offer(b"m%d" % i) > 0, what="offer")
+    wait_until(lambda: (_poll_all(mine, got_mine), _poll_all(every, got_every)) and len(got_mine) == 10
+               and len(got_every) == 10, what="10 messages on the matching subscriptions")
+    _poll_all(other, got_other)
+    assert got_mine == got_every == [b"m%d" % i for i in range(10)]
+    assert got_other == [] and other.images == ()
+    assert [image.session_id for image in mine.images] == [778]
+
+
+def test_publication_session_ids_clash_as_aeron_refuses_them(client) -> None:  # type: ignore[no-untyped-def]
+    shared = client.add_publication("aeron:ipc?session-id=778", STREAM)
+    assert client.add_publication("aeron:ipc?session-id=778", STREAM).session_id == 778  # the same log
+    assert client.add_publication("aeron:ipc", STREAM).session_id == shared.session_id
+    with pytest.raises(logbuf.RegistrationError, match="different session-id") as info:
+        client.add_publication("aeron:ipc?session-id=779", STREAM)
+    assert info.value.code == ErrorCode.INVALID_CHANNEL
+    with pytest.raises(logbuf.RegistrationError, match="clashing session-id") as info:
+        client.add_exclusive_publication("aeron:ipc?session-id=778", STREAM)
+    assert info.value.code == ErrorCode.INVALID_CHANNEL
+    assert client.add_exclusive_publication("aeron:ipc?session-id=778", STREAM + 1).session_id == 778
+    # generated session ids stay out of Aeron's reserved range, so they never clash with chosen ones
+    for _ in range(5):
+        assert not -1 <= client.add_exclusive_publication("aeron:ipc", STREAM).session_id <= 1000
+
+
+def test_an_exclusive_publication_starts_at_the_channels_position(client) -> None:  # type: ignore[no-untyped-def]
+    pub = client.add_exclusive_publication("aeron:ipc?init-term-id=5|term-id=7|term-offset=1024", STREAM)
+    assert pub.initial_term_id == 5 and pub.position == 2 * 64 * 1024 + 1024
+    images: list[logbuf.Image] = []
+    sub = client.add_subscription("aeron:ipc", STREAM, on_available_image=images.append)
+    wait_until(lambda: pub.is_connected and images, what="image")
+    assert images[0].join_position == pub.position
+    wait_until(lambda: pub.offer(b"first") > 0, what="offer")
+    got: list[bytes] = []
+    wait_until(lambda: _poll_all(sub, got) or got, what="message")
+    assert got == [b"first"]
+
+
+def test_pub_wnd_sets_the_publication_window(client) -> None:  # type: ignore[no-untyped-def]
+    sub = client.add_subscription("aeron:ipc", STREAM)
+    pub = client.add_publication("aeron:ipc?pub-wnd=16k", STREAM)
+    wait_until(lambda: pub.is_connected and sub.images, what="connected")
+    wait_until(lambda: pub.position_limit_value == 16 * 1024, what="pub-lmt = sub-pos + 16 KiB")
+    sent = 0
+    while pub.offer(bytes(1000)) > 0:
+        sent += 1
+    assert 14 <= sent <= 16  # the window, not half the term (32 KiB), holds the publisher back
+
+
+def test_an_untethered_subscriber_that_never_polls_rests_and_rejoins(client) -> None:  # type: ignore[no-untyped-def]
+    pub = client.add_publication(
+        "aeron:ipc?untethered-window-limit-timeout=200ms|untethered-resting-timeout=300ms", STREAM)
+    tethered = client.add_subscription("aeron:ipc", STREAM)
+    comings: list[logbuf.Image] = []
+    goings: list[logbuf.Image] = []
+    idle = client.add_subscription("aeron:ipc?tether=false", STREAM, on_available_image=comings.append,
+                                   on_unavailable_image=goings.append)
+    wait_until(lambda: pub.is_connected and tethered.images and comings, what="both images")
+    got: list[bytes] = []
+    window = 32 * 1024  # half the 64 KiB term
+
+    def publish_and_read() -> bool:
+        pub.offer(bytes(500))
+        _poll_all(tethered, got)
+        return bool(goings)
+
+    # the idle subscriber holds the publisher no longer than the window-limit timeout (then lingers)
+    wait_until(publish_and_read, timeout=20, what="the untethered subscriber's image going away")
+    # it rests (no longer counted), then after the resting timeout rejoins, with the same sub-pos counter, at
+    # the consumers' position: more than a window beyond where it stopped, so the publisher got past it
+    wait_until(lambda: publish_and_read() and len(comings) == 2, timeout=20, what="the rejoin")
+    assert comings[1].join_position > comings[0].join_position + window
+    assert comings[1].subscriber_position.counter_id == comings[0].subscriber_position.counter_id
+    assert idle.images and idle.images[0].join_position == comings[1].join_position
