@@ -123,3 +123,17 @@ def test_one_channel_string_serves_both_ends() -> None:
     check_keys(uri)
     assert resolve_subscription(uri, CTX).session_id == 5
     assert resolve_publication(ChannelUri.parse("aeron:ipc?tether=false"), CTX).session_id is None
+
+
+def test_interface_forms() -> None:
+    from logbuf.driver.udp_channel import parse_interface
+
+    assert str(parse_interface("127.0.0.0/8")) == "127.0.0.1:0"  # the local address in that subnet
+    assert str(parse_interface("127.0.0.0:4000/8")) == "127.0.0.1:4000"
+    assert str(parse_interface("127.0.0.1:4000")) == "127.0.0.1:4000"
+    assert str(parse_interface("[::1]:5")) == "[::1]:5"
+    assert str(parse_interface("::1")) == "[::1]:0"
+    with pytest.raises(InvalidChannelError, match="no local interface"):
+        parse_interface("203.0.113.0/24")  # TEST-NET-3: never a local address here
+    with pytest.raises(InvalidChannelError, match="prefix"):
+        parse_interface("127.0.0.0/99")

@@ -140,3 +140,20 @@ def test_an_untethered_subscriber_that_never_polls_rests_and_rejoins(client) -> 
     assert comings[1].join_position > comings[0].join_position + window
     assert comings[1].subscriber_position.counter_id == comings[0].subscriber_position.counter_id
     assert idle.images and idle.images[0].join_position == comings[1].join_position
+
+
+@pytest.mark.parametrize("endpoint,interface", [("127.0.0.1", "127.0.0.0/8"), ("[::1]", "[::1]"), ("[::1]", "::1/128")])
+def test_interface_subnet_and_ipv6_forms_carry_data(client, endpoint: str, interface: str) -> None:  # type: ignore[no-untyped-def]
+    channel = f"aeron:udp?endpoint={endpoint}:{free_udp_port()}|term-length=64k|interface={interface}"
+    try:
+        sub = client.add_subscription(channel, STREAM)
+        pub = client.add_publication(channel, STREAM)
+    except logbuf.RegistrationError as exc:
+        if "::1" in endpoint and exc.code == ErrorCode.CHANNEL_ENDPOINT_ERROR:
+            pytest.skip(f"no IPv6 loopback here: {exc}")
+        raise
+    wait_until(lambda: pub.is_connected and sub.images, what="connection")
+    wait_until(lambda: pub.offer(b"over the interface") > 0, what="offer")
+    got: list[bytes] = []
+    wait_until(lambda: _poll_all(sub, got) or got, what="message")
+    assert got == [b"over the interface"]
