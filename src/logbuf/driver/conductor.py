@@ -50,12 +50,15 @@ from logbuf.cnc.messages import (
     ControlResponse,
     CounterMessage,
     CounterUpdate,
+    DestinationMessage,
     ErrorCode,
     ErrorResponse,
     OperationSuccess,
     PublicationMessage,
     PublicationReady,
+    RejectImageMessage,
     RemoveMessage,
+    StaticCounterMessage,
     SubscriptionMessage,
     SubscriptionReady,
     TerminateDriverMessage,
@@ -266,6 +269,16 @@ class DriverConductor:
             self._release_client(client)
         elif command == ControlCommand.TERMINATE_DRIVER:
             self._terminate(msg)
+        elif command == ControlCommand.ADD_STATIC_COUNTER:
+            self._add_static_counter(client, msg)
+        elif command in (ControlCommand.ADD_DESTINATION, ControlCommand.REMOVE_DESTINATION):
+            self._send_destination(client, msg, command)
+        elif command in (ControlCommand.ADD_RCV_DESTINATION, ControlCommand.REMOVE_RCV_DESTINATION):
+            self._receive_destination(client, msg)
+        elif command == ControlCommand.REJECT_IMAGE:
+            self._reject_image(msg)
+        # REMOVE_DESTINATION_BY_ID: aeronmd answers nothing and records nothing when the publication has no
+        # manual destinations (no publication here has any)
 
     def _client(self, client_id: int) -> ClientSession:
         """The client's session; its first command allocates its heartbeat counter (type 11)."""
@@ -408,6 +421,43 @@ class DriverConductor:
         self.counters.free(counter_id)
         self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
         self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(msg.registration_id, counter_id))
+
+    def _add_static_counter(self, client: ClientSession, msg: StaticCounterMessage) -> None:
+        """Aeron's static counter: the one of this type and registration id, else a new one; owned by no
+        client's lifetime (it stays when the client goes)."""
+        counter_id = self.counters.find(msg.type_id, msg.registration_id)
+        if counter_id == c.NULL_COUNTER_ID:
+            counter_id = self.counters.allocate(msg.type_id, msg.label, msg.key, registration_id=msg.registration_id,
+                                                owner_id=client.client_id)
+        self._send(ControlResponse.ON_STATIC_COUNTER, CounterUpdate(msg.correlation_id, counter_id))
+
+    # -- destinations and images (multi-destination-cast is not supported: answered as aeronmd answers for
+    # publications and subscriptions without manual control) -----------------------------------------------
+
+    def _send_destination(self, client: ClientSession, msg: DestinationMessage, command: ControlCommand) -> None:
+        publication = client.publication_links.get(msg.registration_id)
+        if not isinstance(publication, NetworkPublication):
+            verb = "add" if command == ControlCommand.ADD_DESTINATION else "remove"
+            raise CommandError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown {verb} destination client_id="
+                                                              f"{client.client_id} registration_id={msg.registration_id}")
+        raise CommandError(ErrorCode.GENERIC_ERROR,
+                           f"channel does not allow manual control of destinations: {msg.channel}")
+
+    def _receive_destination(self, client: ClientSession, msg: DestinationMessage) -> None:
+        if not isinstance(self.subscriptions.get(msg.registration_id), NetworkSubscription):
+            raise CommandError(ErrorCode.UNKNOWN_SUBSCRIPTION, f"unknown subscription client_id={client.client_id} "
+                                                               f"registration_id={msg.registration_id}")
+        raise CommandError(ErrorCode.INVALID_CHANNEL, "channel does not allow manual control")
+
+    def _reject_image(self, msg: RejectImageMessage) -> None:
+        for endpoint in self.network.receive_endpoints.values():
+            for image in endpoint.images.values():
+                if image.correlation_id == msg.image_correlation_id:
+                    raise CommandError(ErrorCode.NOT_SUPPORTED,
+                                       f"rejecting image correlationId={msg.image_correlation_id} is not supported "
+                                       f"by this driver")
+        raise CommandError(ErrorCode.GENERIC_ERROR,
+                           f"Unable to resolve image for correlationId={msg.image_correlation_id}")
 
     # -- clients ---------------------------------------------------------------------------------------
 

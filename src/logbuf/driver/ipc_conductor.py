@@ -78,7 +78,7 @@ class IpcConductor:
             if (publication.stream_id == stream_id and publication.session_id == session_id
                     and publication.state != PublicationState.CLOSED):
                 raise CommandError(
-                    ErrorCode.INVALID_CHANNEL,
+                    ErrorCode.GENERIC_ERROR,  # as aeronmd answers a clash
                     f"existing publication has clashing session-id={session_id} for stream-id={stream_id} "
                     f"channel={IPC_SOURCE_IDENTITY}")
 
@@ -100,7 +100,7 @@ class IpcConductor:
                 )
             if params.session_id is not None and params.session_id != publication.session_id:
                 raise CommandError(
-                    ErrorCode.INVALID_CHANNEL,
+                    ErrorCode.GENERIC_ERROR,  # as aeronmd answers a session-id the shared publication lacks
                     f"existing publication has different session-id: existing={publication.session_id} "
                     f"requested={params.session_id} stream-id={stream_id}")
             return publication

@@ -280,7 +280,7 @@ class NetworkConductor:
                     )
                 if params.session_id is not None and params.session_id != publication.session_id:
                     raise CommandError(
-                        ErrorCode.INVALID_CHANNEL,
+                        ErrorCode.GENERIC_ERROR,  # as aeronmd answers a session-id the shared publication lacks
                         f"existing publication has different session-id: existing={publication.session_id} "
                         f"requested={params.session_id} stream-id={stream_id} channel={channel.key}")
                 return publication
@@ -289,7 +289,7 @@ class NetworkConductor:
                 if (publication.stream_id == stream_id and publication.session_id == params.session_id
                         and publication.endpoint_key == channel.key and publication.state != PublicationState.CLOSED):
                     raise CommandError(
-                        ErrorCode.INVALID_CHANNEL,
+                        ErrorCode.GENERIC_ERROR,  # as aeronmd answers a clash
                         f"existing publication has clashing session-id={params.session_id} for "
                         f"stream-id={stream_id} channel={channel.key}")
         endpoint = self._send_endpoint(channel, uri, registration_id, params.socket_sndbuf, params.socket_rcvbuf)
