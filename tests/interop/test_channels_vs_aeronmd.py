@@ -33,6 +33,7 @@ from logbuf.cnc.messages import (
     SubscriptionMessage,
     decode_response,
 )
+from logbuf.logbuffer import descriptor as d
 from support import stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -176,6 +177,42 @@ def untethered_subscriber(directory: Path) -> Observation:
                 "rejoined more than a window on": events[2][1] > events[0][1] + window}
 
 
+def _metadata(pub: logbuf.Publication) -> Observation:
+    """The fields of a publication's log metadata that channel settings decide, as the driver wrote them."""
+    meta = pub.log.meta
+    fields = {
+        "term length": meta.get_i32(d.LOG_TERM_LENGTH_OFFSET),
+        "mtu": meta.get_i32(d.LOG_MTU_LENGTH_OFFSET),
+        "window": meta.get_i32(d.LOG_PUBLICATION_WINDOW_LENGTH_OFFSET),
+        "so-sndbuf": meta.get_i32(d.LOG_SOCKET_SNDBUF_LENGTH_OFFSET),
+        "so-rcvbuf": meta.get_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET),
+        "linger": meta.get_i64(d.LOG_LINGER_TIMEOUT_NS_OFFSET),
+        "untethered window limit": meta.get_i64(d.LOG_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS_OFFSET),
+        "untethered resting": meta.get_i64(d.LOG_UNTETHERED_RESTING_TIMEOUT_NS_OFFSET),
+    }
+    for name, offset in (("sparse", d.LOG_SPARSE_OFFSET), ("signal eos", d.LOG_SIGNAL_EOS_OFFSET),
+                         ("tether", d.LOG_TETHER_OFFSET), ("rejoin", d.LOG_REJOIN_OFFSET),
+                         ("reliable", d.LOG_RELIABLE_OFFSET)):
+        fields[name] = bytes(meta.get_bytes(offset, 1))[0]
+    return fields
+
+
+def publication_metadata(directory: Path) -> Observation:
+    port = free_udp_port()
+    channels = {
+        "ipc, every setting": "aeron:ipc?linger=250ms|sparse=false|eos=false|untethered-window-limit-timeout=700ms|"
+                              "untethered-resting-timeout=900ms|pub-wnd=16k|term-length=128k|mtu=4096",
+        "ipc, sparse": "aeron:ipc?sparse=true|linger=0",
+        # logbuf's logs are sparse unless asked otherwise (aeronmd's are not): the defaults say so explicitly
+        "udp, default sockets": f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|sparse=true",
+        "udp, sockets": f"aeron:udp?endpoint=127.0.0.1:{port}|so-sndbuf=128k|so-rcvbuf=256k|pub-wnd=8k|linger=3s|"
+                        "sparse=false",
+    }
+    with logbuf.connect(directory) as client:
+        return {name: _metadata(client.add_exclusive_publication(channel, STREAM))
+                for name, channel in channels.items()}
+
+
 def _command_answers(directory: Path, commands: list[tuple[int, bytes, int]]) -> list[Any]:
     """Raw commands ``(type, body, correlation id)``: each one's answer (response name and, for errors, the
     code) or "none" when no answer came within a second."""
@@ -279,6 +316,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "term-length and mtu": term_length_and_mtu,
     "tether=false with untethered timeouts": untethered_subscriber,
     "Aeron's commands": aeron_commands,
+    "publication log metadata": publication_metadata,
     "C samples, session-id": c_samples_session,
 }
 
@@ -293,6 +331,7 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "term-length and mtu": lambda o: o["term length"] == 128 * 1024,
     "tether=false with untethered timeouts": lambda o: o["events"] == ["available", "unavailable", "available"],
     "Aeron's commands": lambda o: o["same static counter"] and o["another static counter"],
+    "publication log metadata": lambda o: o["ipc, every setting"]["linger"] == 250_000_000,
     "C samples, session-id": lambda o: o == {778: True, 779: False},
 }
 

@@ -45,6 +45,9 @@ def fill_publication_metadata(
     untethered_resting_timeout_ns: int = DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS,
     *,
     signal_eos: bool = True,
+    sparse: bool = False,
+    socket_sndbuf: int = 0,
+    socket_rcvbuf: int = 0,
 ) -> None:
     """A new publication log's metadata as aeronmd writes it (before any client maps the log)."""
     meta = log.meta
@@ -55,6 +58,10 @@ def fill_publication_metadata(
     meta.put_i64(d.LOG_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS_OFFSET, untethered_window_limit_timeout_ns)
     meta.put_i64(d.LOG_UNTETHERED_RESTING_TIMEOUT_NS_OFFSET, untethered_resting_timeout_ns)
     meta.put_bytes(d.LOG_SIGNAL_EOS_OFFSET, b"\x01" if signal_eos else b"\x00")
+    meta.put_bytes(d.LOG_SPARSE_OFFSET, b"\x01" if sparse else b"\x00")
+    # the channel's so-sndbuf / so-rcvbuf (0: it named none), as aeronmd records them
+    meta.put_i32(d.LOG_SOCKET_SNDBUF_LENGTH_OFFSET, socket_sndbuf)
+    meta.put_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET, socket_rcvbuf)
 
 
 def fill_image_metadata(log: LogBuffers, initial_receiver_window: int) -> None:

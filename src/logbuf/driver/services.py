@@ -139,7 +139,9 @@ class DriverServices:
             if start is not None:
                 _start_at(log, start.initial_term_id, start.term_id, start.term_offset)
             fill_publication_metadata(log, params.linger_timeout_ns, params.untethered_window_limit_timeout_ns,
-                                      params.untethered_resting_timeout_ns, signal_eos=params.signal_eos)
+                                      params.untethered_resting_timeout_ns, signal_eos=params.signal_eos,
+                                      sparse=params.sparse, socket_sndbuf=params.socket_sndbuf or 0,
+                                      socket_rcvbuf=params.socket_rcvbuf or 0)
         except BaseException:
             self._discard(log)
             raise
