@@ -213,6 +213,25 @@ def publication_metadata(directory: Path) -> Observation:
                 for name, channel in channels.items()}
 
 
+def image_metadata(directory: Path) -> Observation:
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    with logbuf.connect(directory) as client:
+        images: list[logbuf.Image] = []
+        client.add_subscription(channel + "|rcv-wnd=32k|so-rcvbuf=256k|sparse=true", STREAM,
+                                on_available_image=images.append)
+        pub = client.add_publication(channel, STREAM)
+        wait_until(lambda: pub.is_connected and images, what="the image")
+        meta = images[0].log.meta
+        fields = {"receiver window": meta.get_i32(d.LOG_RECEIVER_WINDOW_LENGTH_OFFSET),
+                  "so-rcvbuf": meta.get_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET),
+                  "so-sndbuf": meta.get_i32(d.LOG_SOCKET_SNDBUF_LENGTH_OFFSET)}
+        for name, offset in (("sparse", d.LOG_SPARSE_OFFSET), ("tether", d.LOG_TETHER_OFFSET),
+                             ("rejoin", d.LOG_REJOIN_OFFSET), ("reliable", d.LOG_RELIABLE_OFFSET),
+                             ("group", d.LOG_GROUP_OFFSET)):
+            fields[name] = bytes(meta.get_bytes(offset, 1))[0]
+        return fields
+
+
 def _command_answers(directory: Path, commands: list[tuple[int, bytes, int]]) -> list[Any]:
     """Raw commands ``(type, body, correlation id)``: each one's answer (response name and, for errors, the
     code) or "none" when no answer came within a second."""
@@ -317,6 +336,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "tether=false with untethered timeouts": untethered_subscriber,
     "Aeron's commands": aeron_commands,
     "publication log metadata": publication_metadata,
+    "image log metadata": image_metadata,
     "C samples, session-id": c_samples_session,
 }
 
@@ -332,6 +352,7 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "tether=false with untethered timeouts": lambda o: o["events"] == ["available", "unavailable", "available"],
     "Aeron's commands": lambda o: o["same static counter"] and o["another static counter"],
     "publication log metadata": lambda o: o["ipc, every setting"]["linger"] == 250_000_000,
+    "image log metadata": lambda o: o["receiver window"] == 32 * 1024,
     "C samples, session-id": lambda o: o == {778: True, 779: False},
 }
 

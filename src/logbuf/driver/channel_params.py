@@ -154,6 +154,7 @@ class SubscriptionParams:
     receiver_window: int | None  # UDP: rcv-wnd, None = the driver's
     socket_sndbuf: int | None
     socket_rcvbuf: int | None
+    sparse: bool = True  # UDP: the images' logs
     resume_positions: dict[int, int] = field(default_factory=dict)
 
     def matches(self, session_id: int) -> bool:
@@ -259,6 +260,7 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
         receiver_window=window,
         socket_sndbuf=sndbuf,
         socket_rcvbuf=rcvbuf,
+        sparse=parse_bool(uri, "sparse", not ctx.pre_touch),
         resume_positions=parse_resume_positions(uri),
     )
 

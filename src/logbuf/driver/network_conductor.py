@@ -418,10 +418,12 @@ class NetworkConductor:
         ctx = self.services.ctx
         setup = event.setup
         correlation_id = self.services.next_correlation_id()
-        # rcv-wnd of the first subscription that named one, else the driver's
+        # rcv-wnd of the first subscription that named one, else the driver's; the first one's other settings
         initial_window = next((s.params.receiver_window for s in subscriptions
                                if s.params is not None and s.params.receiver_window is not None),
                               ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+        first = subscriptions[0].params
+        sparse = not ctx.pre_touch if first is None else first.sparse
         window = receiver_window_length(setup.term_length, initial_window)
         path = self.services.images_dir / f"{correlation_id}{LOG_SUFFIX}"
         log = LogBuffers.create(
@@ -434,11 +436,13 @@ class NetworkConductor:
             correlation_id=correlation_id,
             receiver_window_length=window,
             mode=ctx.file_mode,
-            pre_touch=ctx.pre_touch,
+            pre_touch=not sparse,
         )
         counter_ids: list[int] = []
         try:
-            fill_image_metadata(log, initial_window)
+            fill_image_metadata(log, initial_window, sparse=sparse,
+                                socket_sndbuf=0 if first is None else first.socket_sndbuf or 0,
+                                socket_rcvbuf=0 if first is None else first.socket_rcvbuf or 0)
             join = setup.join_position()
             if endpoint.channel.is_multicast:
                 nak_delay: Any = MulticastNakDelay(ctx.nak_multicast_max_backoff_ns, ctx.nak_multicast_group_size)
