@@ -128,6 +128,9 @@ class ChannelUri:
         if not channel.isascii() or any(c.isspace() for c in channel):
             raise InvalidChannelError(f"channel {channel!r} must be ASCII without spaces")
         scheme, sep, rest = channel.partition(":")
+        if scheme == "aeron-spy":
+            raise InvalidChannelError(f"channel {channel!r}: aeron-spy: subscriptions are not supported by this "
+                                      f"driver")
         if not sep or scheme not in SCHEMES:
             raise InvalidChannelError(f"channel {channel!r} must start with 'aeron:' (or 'logbuf:')")
         media, _, query = rest.partition("?")

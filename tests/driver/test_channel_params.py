@@ -137,3 +137,16 @@ def test_interface_forms() -> None:
         parse_interface("203.0.113.0/24")  # TEST-NET-3: never a local address here
     with pytest.raises(InvalidChannelError, match="prefix"):
         parse_interface("127.0.0.0/99")
+
+
+def test_the_docs_table_lists_every_key_with_its_status() -> None:
+    from support import ROOT
+
+    text = (ROOT / "docs" / "interop.md").read_text()
+    for key, (status, _) in AERON_URI_KEYS.items():
+        assert f"| `{key}` | {status} |" in text, key
+
+
+def test_spy_subscriptions_are_refused_by_name() -> None:
+    with pytest.raises(InvalidChannelError, match="aeron-spy"):
+        ChannelUri.parse("aeron-spy:aeron:udp?endpoint=127.0.0.1:40456")
