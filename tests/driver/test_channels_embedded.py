@@ -174,3 +174,32 @@ def test_socket_buffers_are_set_when_the_channels_socket_is_made(client, driver)
     with pytest.raises(logbuf.RegistrationError, match="so-rcvbuf") as info:
         client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}|so-rcvbuf=128k", STREAM + 1)
     assert info.value.code == ErrorCode.INVALID_CHANNEL  # one socket cannot have two sizes
+
+
+def test_linger_comes_from_the_channel(tmp_path: Path) -> None:
+    # the driver's own linger is a minute: only the channel's 100 ms can end the publication within the wait
+    with logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=64 * 1024, timer_interval_ns=50_000_000,
+                                   idle_strategy="backoff:1000000",
+                                   publication_linger_timeout_ns=60_000_000_000) as driver, \
+            logbuf.connect(driver.directory) as client:
+        gone: list[logbuf.Image] = []
+        client.add_subscription("aeron:ipc", STREAM, on_unavailable_image=gone.append)  # never polls
+        pub = client.add_publication("aeron:ipc?linger=100ms", STREAM)
+        wait_until(lambda: pub.is_connected, what="connected")
+        assert pub.offer(b"unread") > 0
+        pub.close()
+        wait_until(lambda: gone, timeout=20, what="the image ending after the channel's linger")
+
+
+def test_an_exclusive_udp_publication_starts_at_the_channels_position(client) -> None:  # type: ignore[no-untyped-def]
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
+    images: list[logbuf.Image] = []
+    sub = client.add_subscription(channel, STREAM, on_available_image=images.append)
+    pub = client.add_exclusive_publication(channel + "|init-term-id=-7|term-id=-5|term-offset=4096", STREAM)
+    assert pub.position == 2 * 64 * 1024 + 4096
+    wait_until(lambda: pub.is_connected and images, what="image")
+    assert images[0].join_position == pub.position
+    wait_until(lambda: pub.offer(b"over udp") > 0, what="offer")
+    got: list[bytes] = []
+    wait_until(lambda: _poll_all(sub, got) or got, what="message")
+    assert got == [b"over udp"]

@@ -177,6 +177,24 @@ def untethered_subscriber(directory: Path) -> Observation:
                 "rejoined more than a window on": events[2][1] > events[0][1] + window}
 
 
+def interface_forms(directory: Path) -> Observation:
+    """Data over UDP channels whose interface is a subnet, an IPv4 address with a port, and with cc, alias,
+    reliable, rejoin and tether at the values both drivers honour."""
+    observed: dict[str, Any] = {}
+    with logbuf.connect(directory) as client:
+        for stream, extra in enumerate(("interface=127.0.0.0/8", "interface=127.0.0.1:0|cc=static|alias=x",
+                                        "reliable=true|rejoin=true|tether=true|eos=true"), start=STREAM):
+            channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|{extra}"
+            sub = client.add_subscription(channel, stream)
+            pub = client.add_publication(channel, stream)
+            wait_until(lambda pub=pub, sub=sub: pub.is_connected and sub.images, what="connection")
+            sent = _offer(pub, 3)
+            got: list[bytes] = []
+            wait_until(lambda sub=sub, got=got: _poll(sub, got) >= 0 and len(got) == 3, what="messages")
+            observed[extra] = got == sent
+    return observed
+
+
 def _metadata(pub: logbuf.Publication) -> Observation:
     """The fields of a publication's log metadata that channel settings decide, as the driver wrote them."""
     meta = pub.log.meta
@@ -336,6 +354,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "tether=false with untethered timeouts": untethered_subscriber,
     "Aeron's commands": aeron_commands,
     "publication log metadata": publication_metadata,
+    "interface forms, cc, alias and defaults said aloud": interface_forms,
     "image log metadata": image_metadata,
     "C samples, session-id": c_samples_session,
 }
@@ -352,6 +371,7 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "tether=false with untethered timeouts": lambda o: o["events"] == ["available", "unavailable", "available"],
     "Aeron's commands": lambda o: o["same static counter"] and o["another static counter"],
     "publication log metadata": lambda o: o["ipc, every setting"]["linger"] == 250_000_000,
+    "interface forms, cc, alias and defaults said aloud": lambda o: all(o.values()),
     "image log metadata": lambda o: o["receiver window"] == 32 * 1024,
     "C samples, session-id": lambda o: o == {778: True, 779: False},
 }
