@@ -77,7 +77,9 @@ AERON_URI_KEYS: dict[str, tuple[str, str]] = {
 }
 # logbuf's own keys (not Aeron's): resume-position= on IPC subscriptions
 LOGBUF_URI_KEYS: dict[str, tuple[str, str]] = {
-    "resume-position": ("implemented", "IPC subscriptions: sessionId:position[,...] to join where it read before"),
+    "resume-position": ("implemented", "subscriptions: sessionId:position[,...] joins an IPC image where it read "
+                                       "before while that is in the log (else its oldest); a UDP image starts "
+                                       "where it joins"),
 }
 
 _SIZE = re.compile(r"^(\d+)([kKmMgG]?)$")

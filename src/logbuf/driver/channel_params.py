@@ -33,7 +33,7 @@ DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS = 10 * SECOND
 # keys that only mean something on one medium (refused on the other: they would be ignored there)
 UDP_ONLY_KEYS = frozenset({"interface", "ttl", "so-sndbuf", "so-rcvbuf", "rcv-wnd", "fc", "cc", "reliable",
                            "rejoin"})
-IPC_ONLY_KEYS = frozenset({"resume-position", "untethered-window-limit-timeout", "untethered-resting-timeout"})
+IPC_ONLY_KEYS = frozenset({"untethered-window-limit-timeout", "untethered-resting-timeout"})
 
 # partly honoured keys: the values honoured on each medium
 _HONOURED_VALUES: dict[str, dict[str, frozenset[str]]] = {
@@ -62,10 +62,8 @@ def check_keys(uri: ChannelUri) -> None:
         if uri.is_ipc and key in UDP_ONLY_KEYS:
             raise InvalidChannelError(f"channel {uri}: parameter {key!r} has no meaning on aeron:ipc")
         if uri.is_udp and key in IPC_ONLY_KEYS:
-            raise InvalidChannelError(
-                f"channel {uri}: parameter {key!r} is supported on aeron:ipc only (untethered spies and "
-                f"images are not supported)" if key.startswith("untethered") else
-                f"channel {uri}: parameter {key!r} is supported on aeron:ipc only")
+            raise InvalidChannelError(f"channel {uri}: parameter {key!r} is supported on aeron:ipc only "
+                                      f"(untethered spies and images are not supported)")
         honoured = _HONOURED_VALUES.get(key, {}).get(uri.media)
         if honoured is not None and value not in honoured:
             raise InvalidChannelError(
