@@ -230,7 +230,7 @@ class IpcConductor:
         work = 0
         for publication in self.publications:
             work += publication.update()
-            if publication.state == PublicationState.ACTIVE:
+            if publication.state == PublicationState.ACTIVE and publication.has_untethered:
                 for event in publication.check_untethered(self.now_ns):
                     work += 1
                     if event.available:

@@ -192,6 +192,7 @@ class IpcPublication:
         self.channel_status_id = -1  # IPC has no channel endpoint
         self.subscribers: dict[int, SubscriberLink] = {}
         self._positions: tuple[Position, ...] = ()
+        self._untethered: tuple[SubscriberLink, ...] = ()
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
         self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
@@ -219,12 +220,17 @@ class IpcPublication:
     def _refresh_positions(self) -> None:
         # the positions pub-lmt, cleaning and draining wait for: every link included in the limit
         self._positions = tuple(s.position for s in self.subscribers.values() if s.included_in_limit)
+        self._untethered = tuple(s for s in self.subscribers.values() if not s.is_tether)
+
+    @property
+    def has_untethered(self) -> bool:
+        return bool(self._untethered)
 
     def check_untethered(self, now_ns: int) -> list[UntetheredEvent]:
         """Moves untethered subscribers through active -> linger -> resting -> active (see
         :class:`TetherState`); returns what the conductor must announce."""
         events: list[UntetheredEvent] = []
-        untethered = [s for s in self.subscribers.values() if not s.is_tether]
+        untethered = self._untethered
         if not untethered:
             return events
         included = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
