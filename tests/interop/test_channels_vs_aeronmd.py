@@ -314,7 +314,11 @@ def aeron_commands(directory: Path) -> Observation:
          StaticCounterMessage(client_id, ids[14], 43, 1001, b"k", "other").encode(), ids[14]),
     ])
     statics = [answer[1] for answer in answers[-3:]]
-    return {"answers": [a if a == "none" or a[0] != "ON_STATIC_COUNTER" else "ON_STATIC_COUNTER"
+    with CncFile.open(directory / "cnc.dat") as cnc:
+        info = next(i for i in cnc.counters_reader() if i.counter_id == statics[0])
+    static = {"type": info.type_id, "registration id": info.registration_id, "label": info.label,
+              "key": info.key[:1], "owner": "client" if info.owner_id == client_id else info.owner_id}
+    return {"static counter": static,"answers": [a if a == "none" or a[0] != "ON_STATIC_COUNTER" else "ON_STATIC_COUNTER"
                         for a in answers],
             "same static counter": statics[0] == statics[1], "another static counter": statics[2] != statics[0]}
 

@@ -270,7 +270,7 @@ class DriverConductor:
         elif command == ControlCommand.TERMINATE_DRIVER:
             self._terminate(msg)
         elif command == ControlCommand.ADD_STATIC_COUNTER:
-            self._add_static_counter(client, msg)
+            self._add_static_counter(msg)
         elif command in (ControlCommand.ADD_DESTINATION, ControlCommand.REMOVE_DESTINATION):
             self._send_destination(client, msg, command)
         elif command in (ControlCommand.ADD_RCV_DESTINATION, ControlCommand.REMOVE_RCV_DESTINATION):
@@ -422,13 +422,14 @@ class DriverConductor:
         self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
         self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(msg.registration_id, counter_id))
 
-    def _add_static_counter(self, client: ClientSession, msg: StaticCounterMessage) -> None:
+    def _add_static_counter(self, msg: StaticCounterMessage) -> None:
         """Aeron's static counter: the one of this type and registration id, else a new one; owned by no
         client's lifetime (it stays when the client goes)."""
         counter_id = self.counters.find(msg.type_id, msg.registration_id)
         if counter_id == c.NULL_COUNTER_ID:
+            # owned by no client (owner id -1, as aeronmd writes it)
             counter_id = self.counters.allocate(msg.type_id, msg.label, msg.key, registration_id=msg.registration_id,
-                                                owner_id=client.client_id)
+                                                owner_id=NULL_VALUE)
         self._send(ControlResponse.ON_STATIC_COUNTER, CounterUpdate(msg.correlation_id, counter_id))
 
     # -- destinations and images (multi-destination-cast is not supported: answered as aeronmd answers for
