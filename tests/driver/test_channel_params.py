@@ -150,3 +150,21 @@ def test_the_docs_table_lists_every_key_with_its_status() -> None:
 def test_spy_subscriptions_are_refused_by_name() -> None:
     with pytest.raises(InvalidChannelError, match="aeron-spy"):
         ChannelUri.parse("aeron-spy:aeron:udp?endpoint=127.0.0.1:40456")
+
+
+def test_a_chosen_session_id_stays_reserved_while_any_publication_has_it() -> None:
+    from logbuf.driver.context import DriverContext
+    from logbuf.driver.services import DriverServices
+
+    services = DriverServices(DriverContext(), None, {}, respond=lambda *a: None,  # type: ignore[arg-type]
+                              record_error=lambda text: None, next_correlation_id=lambda: 0,
+                              ensure_wake_semaphore=lambda stream: None)
+    chosen = 123_456_789
+    services.reserve_session_id(chosen)  # two streams' publications chose it
+    services.reserve_session_id(chosen)
+    services.release_session_id(chosen)  # one of them closed
+    services._next_session_id = chosen
+    assert services.new_session_id() == chosen + 1  # the other still has it
+    services._next_session_id = -5
+    generated = [services.new_session_id() for _ in range(10)]
+    assert all(not -1 <= s <= 1000 for s in generated) and generated[:4] == [-5, -4, -3, -2]

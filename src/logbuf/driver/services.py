@@ -10,6 +10,7 @@ one a live publication has.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import random
@@ -80,7 +81,8 @@ class DriverServices:
         self.publications_dir = Path(ctx.directory) / PUBLICATIONS_DIR
         self.images_dir = Path(ctx.directory) / IMAGES_DIR
         self._bytes_mapped = 0
-        self._sessions_in_use: set[int] = set()
+        # session id -> live publications with it (a chosen id may be on several streams at once)
+        self._sessions_in_use: collections.Counter[int] = collections.Counter()
         self._next_session_id = random.SystemRandom().randint(-(2**31), 2**31 - 1)
 
     # -- ids and system counters -----------------------------------------------------------------------
@@ -93,15 +95,19 @@ class DriverServices:
         while session_id in self._sessions_in_use or RESERVED_SESSION_ID_LOW <= session_id <= RESERVED_SESSION_ID_HIGH:
             session_id = (session_id + 1 + 2**31) % _INT32_RANGE - 2**31
         self._next_session_id = (session_id + 1 + 2**31) % _INT32_RANGE - 2**31
-        self._sessions_in_use.add(session_id)
+        self._sessions_in_use[session_id] += 1
         return session_id
 
     def reserve_session_id(self, session_id: int) -> None:
         """A session id a channel named (the caller checked it does not clash on its stream and transport)."""
-        self._sessions_in_use.add(session_id)
+        self._sessions_in_use[session_id] += 1
 
     def release_session_id(self, session_id: int) -> None:
-        self._sessions_in_use.discard(session_id)
+        count = self._sessions_in_use[session_id] - 1
+        if count > 0:
+            self._sessions_in_use[session_id] = count
+        else:
+            del self._sessions_in_use[session_id]
 
     def increment(self, system_id: int, delta: int = 1) -> None:
         counter_id = self.system[system_id]
