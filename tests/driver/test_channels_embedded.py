@@ -80,7 +80,7 @@ def test_publication_session_ids_clash_as_aeron_refuses_them(client) -> None:  #
     shared = client.add_publication("aeron:ipc?session-id=778", STREAM)
     assert client.add_publication("aeron:ipc?session-id=778", STREAM).session_id == 778  # the same log
     assert client.add_publication("aeron:ipc", STREAM).session_id == shared.session_id
-    with pytest.raises(logbuf.RegistrationError, match="different session-id") as info:
+    with pytest.raises(logbuf.RegistrationError, match="different 'session-id'") as info:
         client.add_publication("aeron:ipc?session-id=779", STREAM)
     assert info.value.code == ErrorCode.GENERIC_ERROR  # aeronmd's code for these conflicts
     with pytest.raises(logbuf.RegistrationError, match="clashing session-id") as info:

@@ -332,7 +332,7 @@ def test_publications_share_a_session_per_stream_and_exclusive_ones_do_not(clien
     other = client.add_publication(channel(port), STREAM + 1)
     assert a.session_id == b.session_id and a.log.path == b.log.path
     assert len({a.session_id, x.session_id}) == 2 and other.stream_id == STREAM + 1
-    with pytest.raises(logbuf.RegistrationError, match="already has a publication"):
+    with pytest.raises(logbuf.RegistrationError, match="existing publication has different 'mtu'"):
         client.add_publication(channel(port, "|mtu=4096"), STREAM)
     sends = [i for i in client.counters if i.type_id == c.SEND_CHANNEL_STATUS_TYPE_ID]
     assert len(sends) == 1 and sends[0].value == 1  # one socket for all of them, ACTIVE

@@ -109,6 +109,9 @@ def session_clashes(directory: Path) -> Observation:
             "shared, another session": _code(lambda: client.add_publication("aeron:ipc?session-id=779", STREAM)),
             "exclusive, same session": _code(
                 lambda: client.add_exclusive_publication("aeron:ipc?session-id=778", STREAM)),
+            "shared, another term length": _code(
+                lambda: client.add_publication("aeron:ipc?term-length=128k", STREAM)),
+            "shared, another mtu": _code(lambda: client.add_publication("aeron:ipc?mtu=4096", STREAM)),
             "exclusive, another stream": client.add_exclusive_publication(
                 "aeron:ipc?session-id=778", STREAM + 1).session_id,
         }

@@ -263,6 +263,17 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
     )
 
 
+def confirm_match(params: PublicationParams, term_length: int, mtu: int, session_id: int, where: str) -> str | None:
+    """Why a shared publication (``term_length``, ``mtu``, ``session_id``) cannot take a publisher asking for
+    ``params`` - what aeronmd says, with the first setting that differs - or None when it can."""
+    for name, given, asked, existing in (("mtu", params.mtu_given, params.mtu, mtu),
+                                         ("term-length", params.term_length_given, params.term_length, term_length),
+                                         ("session-id", params.session_id is not None, params.session_id, session_id)):
+        if given and asked != existing:
+            return f"existing publication has different '{name}': existing={existing} requested={asked} {where}"
+    return None
+
+
 def parse_resume_positions(uri: ChannelUri) -> dict[int, int]:
     """logbuf's ``resume-position=<sessionId>:<position>[,...]``: join those sessions where the subscriber
     read up to before (a restarted durable consumer) instead of their live end."""

@@ -19,7 +19,7 @@ from logbuf.cnc.messages import (
     SubscriptionReady,
     UnavailableImage,
 )
-from logbuf.driver.channel_params import PublicationParams, SubscriptionParams
+from logbuf.driver.channel_params import PublicationParams, SubscriptionParams, confirm_match
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink, TetherState
 from logbuf.driver.services import DriverServices
@@ -90,19 +90,10 @@ class IpcConductor:
                 or publication.state != PublicationState.ACTIVE
             ):
                 continue
-            term_length = params.term_length if params.term_length_given else publication.log.term_length
-            mtu = params.mtu if params.mtu_given else publication.log.mtu
-            if term_length != publication.log.term_length or mtu != publication.log.mtu:
-                raise CommandError(
-                    ErrorCode.INVALID_CHANNEL,
-                    f"stream {stream_id} already has a publication with term-length={publication.log.term_length} "
-                    f"mtu={publication.log.mtu}; asked for term-length={term_length} mtu={mtu}",
-                )
-            if params.session_id is not None and params.session_id != publication.session_id:
-                raise CommandError(
-                    ErrorCode.GENERIC_ERROR,  # as aeronmd answers a session-id the shared publication lacks
-                    f"existing publication has different session-id: existing={publication.session_id} "
-                    f"requested={params.session_id} stream-id={stream_id}")
+            mismatch = confirm_match(params, publication.log.term_length, publication.log.mtu, publication.session_id,
+                                     f"stream-id={stream_id} channel={IPC_SOURCE_IDENTITY}")
+            if mismatch is not None:
+                raise CommandError(ErrorCode.GENERIC_ERROR, mismatch)  # aeronmd's code for it
             return publication
         return None
 

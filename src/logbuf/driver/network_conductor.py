@@ -26,7 +26,7 @@ from logbuf.cnc import counters as c
 from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import AvailableImage, ControlResponse, ErrorCode, UnavailableImage
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
-from logbuf.driver.channel_params import PublicationParams, SubscriptionParams
+from logbuf.driver.channel_params import PublicationParams, SubscriptionParams, confirm_match
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
 from logbuf.driver.log_metadata import fill_image_metadata
@@ -262,27 +262,16 @@ class NetworkConductor:
         """The stream's publication on this channel (a new one unless a shared one exists); ``client_id``
         owns a new one's pub-lmt counter."""
         channel = self.udp_channel(uri)
-        term_length, mtu = params.term_length, params.mtu
         flow_control = self._flow_control(params)
         if not exclusive:
             for publication in self.publications:
                 if (publication.is_exclusive or publication.stream_id != stream_id
                         or publication.endpoint_key != channel.key or publication.state != PublicationState.ACTIVE):
                     continue
-                asked_term = term_length if params.term_length_given else publication.log.term_length
-                asked_mtu = mtu if params.mtu_given else publication.log.mtu
-                if asked_term != publication.log.term_length or asked_mtu != publication.log.mtu:
-                    raise CommandError(
-                        ErrorCode.INVALID_CHANNEL,
-                        f"stream {stream_id} on {channel.key} already has a publication with "
-                        f"term-length={publication.log.term_length} mtu={publication.log.mtu}; asked for "
-                        f"term-length={asked_term} mtu={asked_mtu}",
-                    )
-                if params.session_id is not None and params.session_id != publication.session_id:
-                    raise CommandError(
-                        ErrorCode.GENERIC_ERROR,  # as aeronmd answers a session-id the shared publication lacks
-                        f"existing publication has different session-id: existing={publication.session_id} "
-                        f"requested={params.session_id} stream-id={stream_id} channel={channel.key}")
+                mismatch = confirm_match(params, publication.log.term_length, publication.log.mtu,
+                                         publication.session_id, f"stream-id={stream_id} channel={channel.key}")
+                if mismatch is not None:
+                    raise CommandError(ErrorCode.GENERIC_ERROR, mismatch)  # aeronmd's code for it
                 return publication
         if params.session_id is not None:
             for publication in self.publications:
