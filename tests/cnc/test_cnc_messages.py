@@ -33,6 +33,7 @@ def test_ids_match_reference():
         "UNKNOWN_COMMAND_TYPE_ID": 6,
         "MALFORMED_COMMAND": 7,
         "NOT_SUPPORTED": 8,
+        "UNKNOWN_HOST": 9,
         "GENERIC_ERROR": 11,
         "STORAGE_SPACE": 12,
     }

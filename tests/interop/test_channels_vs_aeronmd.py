@@ -154,7 +154,9 @@ def term_length_and_mtu(directory: Path) -> Observation:
                 "term-length=3k": _refused(lambda: client.add_publication("aeron:ipc?term-length=3k", STREAM + 2)),
                 "mtu=100": _refused(lambda: client.add_publication("aeron:ipc?mtu=100", STREAM + 3)),
                 "session-id=abc": _refused(lambda: client.add_publication("aeron:ipc?session-id=abc", STREAM + 4)),
-                "tether=maybe": _refused(lambda: client.add_subscription("aeron:ipc?tether=maybe", STREAM + 5))}
+                "tether=maybe": _refused(lambda: client.add_subscription("aeron:ipc?tether=maybe", STREAM + 5)),
+                "unknown host": _code(lambda: client.add_publication("aeron:udp?endpoint=nohost.invalid:40555",
+                                                                     STREAM + 6))}
 
 
 def untethered_subscriber(directory: Path) -> Observation:

@@ -54,7 +54,7 @@ from logbuf.driver.udp import (
 )
 from logbuf.driver.udp.loss_detector import Gap
 from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH
-from logbuf.driver.udp_channel import UdpChannel, describe_sockaddr
+from logbuf.driver.udp_channel import UdpChannel, UnknownHostError, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
@@ -138,6 +138,8 @@ class NetworkConductor:
     def udp_channel(uri: ChannelUri) -> UdpChannel:
         try:
             return UdpChannel.from_uri(uri)
+        except UnknownHostError as exc:
+            raise CommandError(ErrorCode.UNKNOWN_HOST, str(exc)) from None
         except InvalidChannelError as exc:
             raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
 

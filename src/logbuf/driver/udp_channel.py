@@ -30,6 +30,10 @@ SOCKADDR_IN_LENGTH = 16
 SOCKADDR_IN6_LENGTH = 28
 
 
+class UnknownHostError(InvalidChannelError):
+    """A channel's host name does not resolve (Aeron's UNKNOWN_HOST)."""
+
+
 @dataclass(frozen=True)
 class SocketAddress:
     """A numeric IPv4/IPv6 address and port; ``sockaddr`` is its raw C form."""
@@ -73,7 +77,7 @@ class SocketAddress:
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
         except (socket.gaierror, UnicodeError) as exc:
-            raise InvalidChannelError(f"{what} {host!r} does not resolve: {exc}") from None
+            raise UnknownHostError(f"{what} {host!r} does not resolve: {exc}") from None
         for family, _, _, _, address in infos:
             if family in (socket.AF_INET, socket.AF_INET6):
                 return cls(str(address[0]), port, family)
