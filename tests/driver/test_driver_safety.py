@@ -427,7 +427,7 @@ def test_a_rewritten_frame_length_in_the_backlog_is_never_skipped_silently(tmp_p
             with logbuf.connect(directory) as client:
                 pub = client.add_publication("aeron:ipc", 6)
                 sub = client.add_subscription("aeron:ipc", 6)
-                wait_for(lambda: pub.is_connected, what="connected")
+                wait_for(lambda: pub.is_connected and sub.images, what="connected, with the image")
                 messages = [bytes([65 + i]) * 96 for i in range(20)]  # 128-byte frames
                 for message in messages:
                     wait_for(lambda: pub.offer(message) > 0, what="offer")

@@ -29,6 +29,7 @@ from logbuf.cnc import counters as c
 from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import AvailableImage, ControlResponse, ErrorCode, UnavailableImage
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
+from logbuf.driver.channel_params import PublicationParams, SubscriptionParams, confirm_match
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
 from logbuf.driver.log_metadata import fill_image_metadata
@@ -55,7 +56,7 @@ from logbuf.driver.udp import (
 )
 from logbuf.driver.udp.loss_detector import Gap
 from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH
-from logbuf.driver.udp_channel import UdpChannel, describe_sockaddr
+from logbuf.driver.udp_channel import UdpChannel, UnknownHostError, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
@@ -67,17 +68,32 @@ CHANNEL_STATUS_CLOSING = 2
 
 
 class NetworkSubscription:
-    """A subscription on a UDP channel: the receive endpoint it reads from."""
+    """A subscription on a UDP channel: the receive endpoint it reads from and its resolved parameters."""
 
-    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "endpoint")
+    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "endpoint", "params")
 
     def __init__(self, registration_id: int, client_id: int, stream_id: int, channel: str,
-                 endpoint: ReceiveChannelEndpoint) -> None:
+                 endpoint: ReceiveChannelEndpoint, params: SubscriptionParams | None = None) -> None:
         self.registration_id = registration_id
         self.client_id = client_id
         self.stream_id = stream_id
         self.channel = channel
         self.endpoint = endpoint
+        self.params = params
+
+    def matches(self, stream_id: int, session_id: int) -> bool:
+        """Whether an image of ``session_id`` on ``stream_id`` is for this subscription."""
+        return stream_id == self.stream_id and (self.params is None or self.params.matches(session_id))
+
+
+def _check_socket_buffers(transport: UdpTransport, channel: UdpChannel, sndbuf: int | None,
+                          rcvbuf: int | None) -> None:
+    """A channel that names socket buffers must agree with the endpoint it shares (one socket)."""
+    for key, wanted, asked in (("so-sndbuf", sndbuf, transport.options.socket_sndbuf),
+                               ("so-rcvbuf", rcvbuf, transport.options.socket_rcvbuf)):
+        if wanted is not None and wanted != asked:
+            raise CommandError(ErrorCode.INVALID_CHANNEL,
+                               f"channel {channel}: {key}={wanted} differs from the endpoint's ({asked})")
 
 
 class ImageLossObserver:
@@ -129,16 +145,19 @@ class NetworkConductor:
     def udp_channel(uri: ChannelUri) -> UdpChannel:
         try:
             return UdpChannel.from_uri(uri)
+        except UnknownHostError as exc:
+            raise CommandError(ErrorCode.UNKNOWN_HOST, str(exc)) from None
         except InvalidChannelError as exc:
             raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
 
-    def _transport(self, channel: UdpChannel, role: TransportRole) -> UdpTransport:
+    def _transport(self, channel: UdpChannel, role: TransportRole, socket_sndbuf: int | None = None,
+                   socket_rcvbuf: int | None = None) -> UdpTransport:
         ctx = self.services.ctx
         index = self._transports_opened
         self._transports_opened += 1
         options = TransportOptions(
-            socket_rcvbuf=ctx.socket_rcvbuf,
-            socket_sndbuf=ctx.socket_sndbuf,
+            socket_rcvbuf=ctx.socket_rcvbuf if socket_rcvbuf is None else socket_rcvbuf,
+            socket_sndbuf=ctx.socket_sndbuf if socket_sndbuf is None else socket_sndbuf,
             receive_batch=ctx.receive_batch,
             send_impairment=ctx.impairment("send", index),
             receive_impairment=ctx.impairment("receive", index),
@@ -167,10 +186,13 @@ class NetworkConductor:
         self.services.counters.set_counter_value(sockaddr, CHANNEL_STATUS_ACTIVE)
         return status, sockaddr
 
-    def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int) -> SendChannelEndpoint:
+    def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int,
+                       sndbuf: int | None = None, rcvbuf: int | None = None) -> SendChannelEndpoint:
         endpoint = self.send_endpoints.get(channel.key)
+        if endpoint is not None:
+            _check_socket_buffers(endpoint.transport, channel, sndbuf, rcvbuf)
         if endpoint is None:
-            transport = self._transport(channel, TransportRole.SEND)
+            transport = self._transport(channel, TransportRole.SEND, sndbuf, rcvbuf)
             try:
                 status, sockaddr = self._status_counters(
                     c.SEND_CHANNEL_STATUS_TYPE_ID, c.SEND_CHANNEL_STATUS_NAME, c.SEND_LOCAL_SOCKADDR_NAME,
@@ -201,11 +223,15 @@ class NetworkConductor:
         self.services.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
-    def _receive_endpoint(self, channel: UdpChannel, uri: ChannelUri,
-                          registration_id: int) -> ReceiveChannelEndpoint:
+    def _receive_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int,
+                          params: SubscriptionParams | None = None) -> ReceiveChannelEndpoint:
         endpoint = self.receive_endpoints.get(channel.receive_key)
+        sndbuf = None if params is None else params.socket_sndbuf
+        rcvbuf = None if params is None else params.socket_rcvbuf
+        if endpoint is not None:
+            _check_socket_buffers(endpoint.transport, channel, sndbuf, rcvbuf)
         if endpoint is None:
-            transport = self._transport(channel, TransportRole.RECEIVE)
+            transport = self._transport(channel, TransportRole.RECEIVE, sndbuf, rcvbuf)
             try:
                 status, sockaddr = self._status_counters(
                     c.RECEIVE_CHANNEL_STATUS_TYPE_ID, c.RECEIVE_CHANNEL_STATUS_NAME, c.RECEIVE_LOCAL_SOCKADDR_NAME,
@@ -240,11 +266,8 @@ class NetworkConductor:
 
     # -- publications ----------------------------------------------------------------------------------
 
-    def _flow_control(self, uri: ChannelUri, channel: UdpChannel) -> FlowControl:
-        try:
-            spec = uri.flow_control()
-        except InvalidChannelError as exc:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
+    def _flow_control(self, params: PublicationParams) -> FlowControl:
+        spec = params.flow_control
         timeout = self.services.ctx.flow_control_receiver_timeout_ns
         if spec is not None and spec.receiver_timeout_ns is not None:
             timeout = spec.receiver_timeout_ns
@@ -253,49 +276,47 @@ class NetworkConductor:
         # unicast, and "max" (Aeron's multicast default): the limit follows the receiver that is furthest on
         return UnicastFlowControl(timeout)
 
-    def add_publication(self, registration_id: int, uri: ChannelUri, stream_id: int,
+    def add_publication(self, registration_id: int, uri: ChannelUri, params: PublicationParams, stream_id: int,
                         exclusive: bool, client_id: int = 0) -> NetworkPublication:
         """The stream's publication on this channel (a new one unless a shared one exists); ``client_id``
         owns a new one's pub-lmt counter."""
         channel = self.udp_channel(uri)
-        term_length = uri.term_length(self.services.ctx.network_term_length)
-        mtu = uri.mtu(self.services.ctx.mtu)
-        try:
-            d.check_term_length(term_length)
-            d.check_mtu(mtu, term_length)
-        except ValueError as exc:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel {uri}: {exc}") from None
-        flow_control = self._flow_control(uri, channel)
+        flow_control = self._flow_control(params)
         if not exclusive:
             for publication in self.publications:
                 if (publication.is_exclusive or publication.stream_id != stream_id
                         or publication.endpoint_key != channel.key or publication.state != PublicationState.ACTIVE):
                     continue
-                if term_length != publication.log.term_length or mtu != publication.log.mtu:
-                    raise CommandError(
-                        ErrorCode.INVALID_CHANNEL,
-                        f"stream {stream_id} on {channel.key} already has a publication with "
-                        f"term-length={publication.log.term_length} mtu={publication.log.mtu}; asked for "
-                        f"term-length={term_length} mtu={mtu}",
-                    )
+                mismatch = confirm_match(params, publication.log.term_length, publication.log.mtu,
+                                         publication.session_id, f"stream-id={stream_id} channel={channel.key}")
+                if mismatch is not None:
+                    raise CommandError(ErrorCode.GENERIC_ERROR, mismatch)  # aeronmd's code for it
                 return publication
-        endpoint = self._send_endpoint(channel, uri, registration_id)
+        if params.session_id is not None:
+            for publication in self.publications:
+                if (publication.stream_id == stream_id and publication.session_id == params.session_id
+                        and publication.endpoint_key == channel.key and publication.state != PublicationState.CLOSED):
+                    raise CommandError(
+                        ErrorCode.GENERIC_ERROR,  # as aeronmd answers a clash
+                        f"existing publication has clashing session-id={params.session_id} for "
+                        f"stream-id={stream_id} channel={channel.key}")
+        endpoint = self._send_endpoint(channel, uri, registration_id, params.socket_sndbuf, params.socket_rcvbuf)
         try:
             return self._new_publication(registration_id, uri, channel, endpoint, stream_id, exclusive,
-                                         term_length, mtu, flow_control, client_id)
+                                         params, flow_control, client_id)
         except BaseException:
             if endpoint.is_unused:
                 self._close_send_endpoint(endpoint)
             raise
 
     def _new_publication(self, registration_id: int, uri: ChannelUri, channel: UdpChannel,
-                         endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, term_length: int,
-                         mtu: int, flow_control: FlowControl, client_id: int) -> NetworkPublication:
+                         endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, params: PublicationParams,
+                         flow_control: FlowControl, client_id: int) -> NetworkPublication:
         ctx = self.services.ctx
         services = self.services
-        window = ctx.network_window(term_length)
+        term_length, mtu, window = params.term_length, params.mtu, params.window_length
         # the client's publication opens the stream's wake-up semaphore (nobody waits on it)
-        log = services.create_publication_log(registration_id, stream_id, term_length, mtu, window)
+        log = services.create_publication_log(registration_id, stream_id, params)
         name = uri.canonical()
         counter_ids: list[int] = []
         try:
@@ -382,12 +403,12 @@ class NetworkConductor:
 
     # -- subscriptions ---------------------------------------------------------------------------------
 
-    def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri,
+    def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri, params: SubscriptionParams,
                          stream_id: int) -> NetworkSubscription:
         channel = self.udp_channel(uri)
-        endpoint = self._receive_endpoint(channel, uri, registration_id)
+        endpoint = self._receive_endpoint(channel, uri, registration_id, params)
         self.services.ensure_wake_semaphore(stream_id)
-        subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint)
+        subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint, params)
         endpoint.add_subscription(stream_id)
         self.subscriptions[registration_id] = subscription
         return subscription
@@ -395,7 +416,8 @@ class NetworkConductor:
     def link_existing_images(self, subscription: NetworkSubscription) -> None:
         """A subscription that arrives while images of its stream exist joins them at their live end."""
         for image in subscription.endpoint.images_of(subscription.stream_id):
-            self._link(subscription, image, image.subscriber_join_position())
+            if subscription.matches(image.stream_id, image.session_id):
+                self._link(subscription, image, image.subscriber_join_position())
 
     def remove_subscription(self, registration_id: int) -> None:
         subscription = self.subscriptions.pop(registration_id, None)
@@ -416,7 +438,7 @@ class NetworkConductor:
     def _on_create_image(self, endpoint: ReceiveChannelEndpoint, event: CreateImage, now_ns: int) -> None:
         setup = event.setup
         subscriptions = [s for s in self.subscriptions.values()
-                         if s.endpoint is endpoint and s.stream_id == setup.stream_id]
+                         if s.endpoint is endpoint and s.matches(setup.stream_id, setup.session_id)]
         if not subscriptions:
             return
         try:
@@ -435,7 +457,13 @@ class NetworkConductor:
         ctx = self.services.ctx
         setup = event.setup
         correlation_id = self.services.next_correlation_id()
-        window = receiver_window_length(setup.term_length, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+        # rcv-wnd of the first subscription that named one, else the driver's; the first one's other settings
+        initial_window = next((s.params.receiver_window for s in subscriptions
+                               if s.params is not None and s.params.receiver_window is not None),
+                              ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+        first = subscriptions[0].params
+        sparse = not ctx.pre_touch if first is None else first.sparse
+        window = receiver_window_length(setup.term_length, initial_window)
         path = self.services.images_dir / f"{correlation_id}{LOG_SUFFIX}"
         log = LogBuffers.create(
             path,
@@ -447,12 +475,14 @@ class NetworkConductor:
             correlation_id=correlation_id,
             receiver_window_length=window,
             mode=ctx.file_mode,
-            pre_touch=ctx.pre_touch,
+            pre_touch=not sparse,
             reserve=ctx.storage_reserve,
         )
         counter_ids: list[int] = []
         try:
-            fill_image_metadata(log, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+            fill_image_metadata(log, initial_window, sparse=sparse,
+                                socket_sndbuf=0 if first is None else first.socket_sndbuf or 0,
+                                socket_rcvbuf=0 if first is None else first.socket_rcvbuf or 0)
             join = setup.join_position()
             if endpoint.channel.is_multicast:
                 nak_delay: Any = MulticastNakDelay(ctx.nak_multicast_max_backoff_ns, ctx.nak_multicast_group_size)
