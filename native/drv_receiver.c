@@ -101,7 +101,7 @@ typedef struct impairment {
 } impairment_t;
 
 typedef struct endpoint {
-    int32_t id, fd;
+    int32_t id, fd, send_fd;
     int64_t receiver_id;
     uint8_t control[LBD_ADDRESS_LENGTH];
     int32_t control_length;
@@ -186,7 +186,7 @@ static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, i
     }
     ssize_t n;
     do {
-        n = sendto(e->fd, frame, (size_t)length, MSG_DONTWAIT, (const struct sockaddr *)address,
+        n = sendto(e->send_fd, frame, (size_t)length, MSG_DONTWAIT, (const struct sockaddr *)address,
                    (socklen_t)address_length);
     } while (n < 0 && errno == EINTR);
 }
@@ -982,6 +982,7 @@ static int add_endpoint(lbd_receiver_t *r, const lbd_command_t *c)
     if (e == NULL) return 0;
     e->id = c->endpoint_id;
     e->fd = c->fd;
+    e->send_fd = c->send_fd;
     e->receiver_id = c->receiver_id;
     e->control_length = c->address_length > 0 && c->address_length <= LBD_ADDRESS_LENGTH ? c->address_length : 0;
     memcpy(e->control, c->address, (size_t)e->control_length);

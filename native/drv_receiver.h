@@ -47,8 +47,10 @@ typedef struct lbd_command {
     int32_t endpoint_id;
     int64_t image_id;               /* the image's correlation id */
     int64_t receiver_id;            /* ADD_ENDPOINT: the id its SMs carry */
-    int32_t fd;                     /* ADD_ENDPOINT */
+    int32_t fd;                     /* ADD_ENDPOINT: the socket datagrams arrive on */
+    int32_t send_fd;                /* ADD_ENDPOINT: the socket SMs and NAKs leave from */
     int32_t stream_id;              /* ADD/REMOVE_SUBSCRIPTION, ADD_IMAGE */
+    int32_t reserved;
     int32_t session_id;             /* ADD_IMAGE */
     int32_t term_length;            /* ADD_IMAGE: a power of two */
     int32_t initial_term_id;        /* ADD_IMAGE */
