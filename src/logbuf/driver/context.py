@@ -63,7 +63,7 @@ class DriverContext:
     # -- images a remote sender may make this driver create (SETUPs are unauthenticated) --
     max_images: int = 1024  # images in total
     max_images_per_channel: int = 256  # images per receive channel
-    max_images_per_source: int = 64  # images from one source address (any port)
+    max_images_per_source: int = 64  # images from one source (address and port)
     max_image_term_length: int = 64 * 1024 * 1024  # the largest term a remote SETUP may ask for
 
     @classmethod

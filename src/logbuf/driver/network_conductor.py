@@ -459,11 +459,10 @@ class NetworkConductor:
             return f"term length {setup.term_length} is over the limit of {ctx.max_image_term_length}"
         if len(endpoint.images) >= ctx.max_images_per_channel:
             return f"the channel has its limit of {ctx.max_images_per_channel} images"
-        host = _source_host(source)
         images = [i for e in self._endpoints_by_id.values() for i in e.images.values()]
         if len(images) >= ctx.max_images:
             return f"the driver has its limit of {ctx.max_images} images"
-        if sum(1 for i in images if _source_host(i.source) == host) >= ctx.max_images_per_source:
+        if sum(1 for i in images if i.source == source) >= ctx.max_images_per_source:
             return f"the source has its limit of {ctx.max_images_per_source} images"
         return None
 
@@ -652,9 +651,3 @@ class NetworkConductor:
         self.sender.publications.clear()
         self.network_counters.publish()
 
-
-def _source_host(sockaddr: bytes) -> bytes:
-    """The address of a sockaddr_in / sockaddr_in6 without its port (limits count per host)."""
-    if len(sockaddr) >= 24 and sockaddr[:2] in (b"\x0a\x00", b"\x00\x0a"):  # AF_INET6
-        return sockaddr[8:24]
-    return sockaddr[4:8]
