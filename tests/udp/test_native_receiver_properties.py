@@ -1,0 +1,148 @@
+"""The native receiver agent (``native/drv_receiver.c``) against its specification, the sans-IO
+:class:`~logbuf.driver.udp.ImageReceiver`: the same datagrams (reordered, duplicated, dropped) and the same clock
+ticks give the same rebuild position, high-water mark, NAKs and status messages, and the same term bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from logbuf import LogBuffers
+from logbuf.driver.receiver import Receiver
+from logbuf.driver.udp import ImageReceiver, UnicastNakDelay
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
+from logbuf.native import ffi, lib
+from logbuf.protocol import DataHeader, DataPacket, FrameType, classify, encode_data_frame
+
+T = 64 * 1024
+INITIAL = 5
+SESSION, STREAM = 77, 1001
+JOIN = T - 8192  # the stream crosses into the next term
+SOURCE = b"\x02\x00\x30\x39\x7f\x00\x00\x01" + bytes(8)  # sockaddr_in 127.0.0.1:12345
+US = 1_000
+
+
+def _align(n: int) -> int:
+    return (n + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
+
+
+def datagrams(groups: list[list[int]]) -> list[bytes]:
+    """Datagrams of DATA frames from JOIN on; a PAD header fills a term's end, as a sender's scan does."""
+    out = []
+    position = JOIN
+    for sizes in groups:
+        span = sum(_align(32 + s) for s in sizes)
+        if position % T + span > T:  # the rest of this term is one PAD
+            rest = T - position % T
+            out.append(DataHeader(rest, position % T, SESSION, STREAM, INITIAL + position // T,
+                                  frame_type=FrameType.PAD).encode())
+            position += rest
+        raw = b""
+        for size in sizes:
+            raw += encode_data_frame(bytes([size % 251]) * size, term_offset=position % T + len(raw),
+                                     session_id=SESSION, stream_id=STREAM, term_id=INITIAL + position // T)
+        out.append(raw)
+        position += span
+    return out
+
+
+class NativeRig:
+    def __init__(self, log: LogBuffers) -> None:
+        self.log = log
+        self.receiver = Receiver()
+        self.counters = ffi.new("int64_t[2]")
+        r = self.receiver
+        r.offer(r.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=9))
+        r.offer(r.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+        r.offer(r.command(
+            lib.LBD_CMD_ADD_IMAGE, endpoint_id=1, image_id=1, session_id=SESSION, stream_id=STREAM, term_length=T,
+            initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
+            terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+            rcv_hwm=self.counters, rcv_pos=self.counters + 1, liveness_timeout_ns=10**10, sm_timeout_ns=200_000_000,
+            nak_delay_ns=100 * US, nak_retry_ns=10_000 * US, give_up_ns=-1, address=SOURCE))
+        self.view = ffi.new("lbd_image_view_t *")
+        self.out = ffi.new("uint8_t[64]")
+
+    def sent(self) -> list[bytes]:
+        frames = []
+        while (n := lib.lbd_receiver_take_sent(self.receiver._native, self.out, 64)) >= 0:
+            frames.append(bytes(ffi.buffer(self.out, n)))
+        return frames
+
+    def start(self, now: int) -> list[bytes]:
+        self.receiver.do_work(now)
+        return self.sent()
+
+    def feed(self, raw: bytes, now: int) -> None:
+        assert lib.lbd_receiver_feed(self.receiver._native, 1, raw, len(raw), SOURCE, len(SOURCE), now) == 1
+
+    def poll(self, now: int) -> list[bytes]:
+        lib.lbd_receiver_poll_images(self.receiver._native, now)
+        return self.sent()
+
+    def positions(self) -> tuple[int, int]:
+        assert lib.lbd_receiver_image_view(self.receiver._native, 1, self.view) == 0
+        assert (self.counters[0], self.counters[1]) == (self.view.hwm_position, self.view.rebuild_position)
+        return self.view.rebuild_position, self.view.hwm_position
+
+
+class SpecRig:
+    def __init__(self, log: LogBuffers) -> None:
+        self.log = log
+        self.image = ImageReceiver(log, JOIN, 0, receiver_id=9, window_length=T // 2,
+                                   nak_delay=UnicastNakDelay(100 * US, 100))
+
+    def start(self, now: int) -> list[bytes]:
+        return self.poll(now)
+
+    def feed(self, raw: bytes, now: int) -> None:
+        packet = classify(raw)
+        assert isinstance(packet, DataPacket)
+        self.image.on_data(packet, raw, now)
+
+    def poll(self, now: int) -> list[bytes]:
+        return [frame.encode() for frame in self.image.poll(now, self.image.rebuild_position)]
+
+    def positions(self) -> tuple[int, int]:
+        return self.image.rebuild_position, self.image.hwm_position
+
+
+groups_strategy = st.lists(st.lists(st.integers(1, 400), min_size=1, max_size=3), min_size=1, max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=groups_strategy, data=st.data())
+def test_native_receiver_matches_its_specification(make_log: Callable[..., LogBuffers], groups: list[list[int]],
+                                                   data: Any) -> None:
+    raws = datagrams(groups)
+    order = data.draw(st.permutations(range(len(raws))))
+    dropped = data.draw(st.sets(st.sampled_from(range(len(raws))), max_size=max(0, len(raws) // 4)))
+    duplicates = data.draw(st.lists(st.sampled_from(range(len(raws))), max_size=5))
+    steps = [i for i in order if i not in dropped] + duplicates
+    ticks = data.draw(st.lists(st.integers(0, 20_000 * US), min_size=len(steps), max_size=len(steps)))
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    now = 1
+    assert native.start(now) == spec.start(now)
+    for index, tick in zip(steps, ticks, strict=True):
+        native.feed(raws[index], now)
+        spec.feed(raws[index], now)
+        assert native.poll(now) == spec.poll(now)
+        assert native.positions() == spec.positions()
+        now += tick
+        assert native.poll(now) == spec.poll(now)
+    for _ in range(3):  # the retries of what was dropped
+        now += 10_000 * US
+        assert native.poll(now) == spec.poll(now)
+    rebuild, hwm = spec.positions()
+    assert native.positions() == (rebuild, hwm)
+    for at in range(JOIN, hwm, T):  # the same bytes in both logs, term by term
+        index = (at // T) % 3
+        start = at % T
+        end = min(T, start + hwm - at)
+        a = native.log.terms.view[index * T + start: index * T + end]
+        b = spec.log.terms.view[index * T + start: index * T + end]
+        assert bytes(a) == bytes(b)
