@@ -4,10 +4,11 @@ ticks give the same rebuild position, high-water mark, NAKs and status messages,
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from logbuf import LogBuffers
@@ -146,3 +147,49 @@ def test_native_receiver_matches_its_specification(make_log: Callable[..., LogBu
         a = native.log.terms.view[index * T + start: index * T + end]
         b = spec.log.terms.view[index * T + start: index * T + end]
         assert bytes(a) == bytes(b)
+
+
+hostile_frame = st.tuples(
+    st.integers(0, 8).map(lambda slot: slot * FRAME_ALIGNMENT),  # term offset near the join
+    st.integers(1, 40) | st.integers(40, 600),  # payload length
+    st.integers(-(2**31), 2**31 - 1).map(lambda v: struct.pack("<i", v)) | st.binary(max_size=16),  # payload head
+    st.integers(0, 2),  # payload offset of that head, in words
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(hostile_frame, min_size=1, max_size=25))
+# a frame inside another's aligned space whose payload puts an impossible length where the first says the
+# next frame begins: the term breaks
+@example(frames=[(0, 8, b"", 0), (32, 168, struct.pack("<i", 0x7FFFFFF0), 0)])
+def test_forged_frames_never_break_the_agent(make_log: Callable[..., LogBuffers],
+                                             frames: list[tuple[int, int, bytes, int]]) -> None:
+    """DATA frames of a forged session at any aligned offsets, overlapping as they like, with payloads that
+    hold fake frame lengths: the agent keeps rcv-pos <= rcv-hwm and, when the term breaks, closes the image
+    once (one CORRUPT_IMAGE, one IMAGE_REMOVED) and never reports it again however often it is polled."""
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    now = 1
+    native.start(now)
+    term_id = INITIAL + JOIN // T
+    for offset, length, head, at in frames:
+        payload = bytearray(length)
+        where = min(at * 4, max(0, length - len(head)))
+        payload[where:where + len(head)] = head[: length - where]
+        raw = encode_data_frame(bytes(payload), term_offset=JOIN % T + offset, session_id=SESSION,
+                                stream_id=STREAM, term_id=term_id)
+        native.feed(raw, now)
+        native.poll(now)
+        now += 50 * US
+        if lib.lbd_receiver_image_view(native.receiver._native, 1, native.view) == 0:
+            assert JOIN <= native.view.rebuild_position <= native.view.hwm_position
+    for _ in range(50):
+        now += 1_000 * US
+        native.poll(now)
+    events = native.receiver.poll_events()
+    corrupt = [e for e in events if e.type == lib.LBD_EVENT_CORRUPT_IMAGE]
+    removed = [e for e in events if e.type == lib.LBD_EVENT_IMAGE_REMOVED]
+    assert len(corrupt) <= 1 and len(removed) == len(corrupt)
+    event("image closed as corrupt" if corrupt else "image intact")
+    if corrupt:
+        assert removed[0].reason == lib.LBD_REASON_CORRUPT
+        assert lib.lbd_receiver_image_view(native.receiver._native, 1, native.view) == -1
