@@ -114,6 +114,7 @@ typedef struct endpoint {
     pending_t *pending;
     int32_t pending_count;
     impairment_t *impairment;
+    impairment_t *send_impairment;  /* SMs and NAKs held back, dropped, duplicated */
     int32_t poll_due;
     int64_t next_poll_ns;
 } endpoint_t;
@@ -167,15 +168,9 @@ static void offer_event(lbd_receiver_t *r, const lbd_event_t *event)
     if (lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) != 1) r->counters.events_dropped++;
 }
 
-static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int32_t length,
-                       const uint8_t *address, int32_t address_length)
+static void send_now(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int32_t length, const uint8_t *address,
+                     int32_t address_length)
 {
-    if (e->control_length > 0) {
-        address = e->control;
-        address_length = e->control_length;
-    }
-    if (address_length <= 0) return;
-    r->counters.control_bytes_sent += length;
     if (e->fd < 0) {  /* a test endpoint: keep it */
         if (r->sent_count == SENT_CAPACITY) return;
         sent_t *s = &r->sent[(r->sent_head + r->sent_count) % SENT_CAPACITY];
@@ -191,6 +186,25 @@ static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, i
     } while (n < 0 && errno == EINTR);
 }
 
+static void impair_submit(lbd_receiver_t *r, impairment_t *im, const uint8_t *data, int32_t length,
+                          const uint8_t *address, int32_t address_length, int64_t now_ns);
+
+static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int32_t length,
+                       const uint8_t *address, int32_t address_length, int64_t now_ns)
+{
+    if (e->control_length > 0) {
+        address = e->control;
+        address_length = e->control_length;
+    }
+    if (address_length <= 0) return;
+    r->counters.control_bytes_sent += length;
+    if (e->send_impairment != NULL) {
+        impair_submit(r, e->send_impairment, frame, length, address, address_length, now_ns);
+        return;
+    }
+    send_now(r, e, frame, length, address, address_length);
+}
+
 /* ---- images ------------------------------------------------------------------------------------------- */
 
 static int64_t consumption_position(const image_t *im)
@@ -204,7 +218,8 @@ static int64_t consumption_position(const image_t *im)
     return min;
 }
 
-static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t position, int32_t flags)
+static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t position, int32_t flags,
+                    int64_t now_ns)
 {
     uint8_t f[SM_LENGTH];
     put_i32(f, SM_LENGTH);
@@ -218,12 +233,12 @@ static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t posit
     put_i32(f + 20, (int32_t)(position & (im->term_length - 1)));
     put_i32(f + 24, im->window);
     put_i64(f + 28, e->receiver_id);
-    send_frame(r, e, f, SM_LENGTH, im->source, im->source_length);
+    send_frame(r, e, f, SM_LENGTH, im->source, im->source_length, now_ns);
     r->counters.status_messages_sent++;
 }
 
 static void send_nak(lbd_receiver_t *r, endpoint_t *e, image_t *im, int32_t term_id, int32_t term_offset,
-                     int32_t length)
+                     int32_t length, int64_t now_ns)
 {
     uint8_t f[NAK_LENGTH];
     put_i32(f, NAK_LENGTH);
@@ -236,7 +251,7 @@ static void send_nak(lbd_receiver_t *r, endpoint_t *e, image_t *im, int32_t term
     put_i32(f + 16, term_id);
     put_i32(f + 20, term_offset);
     put_i32(f + 24, length);
-    send_frame(r, e, f, NAK_LENGTH, im->source, im->source_length);
+    send_frame(r, e, f, NAK_LENGTH, im->source, im->source_length, now_ns);
     r->counters.naks_sent++;
 }
 
@@ -514,7 +529,7 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
             return work + 1;
         }
         if (result == SCAN_NAK) {
-            send_nak(r, e, im, term_id, offset, length);
+            send_nak(r, e, im, term_id, offset, length, now_ns);
             lbd_event_t ev;
             memset(&ev, 0, sizeof(ev));
             ev.type = LBD_EVENT_LOSS;
@@ -544,7 +559,7 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
     }
     if (im->sm_forced || consumption - im->last_sm_position > im->threshold || im->last_sm_ns < 0 ||
         now_ns - im->last_sm_ns >= im->sm_timeout_ns) {
-        send_sm(r, e, im, consumption, flags);
+        send_sm(r, e, im, consumption, flags, now_ns);
         im->sm_forced = 0;
         im->last_sm_ns = now_ns;
         if (consumption > im->last_sm_position) im->last_sm_position = consumption;
@@ -646,7 +661,7 @@ static void on_unknown_data(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg,
     put_i32(f + 8, session_id);
     put_i32(f + 12, stream_id);
     put_i64(f + 28, e->receiver_id);
-    send_frame(r, e, f, SM_LENGTH, source, source_length);
+    send_frame(r, e, f, SM_LENGTH, source, source_length, now_ns);
     r->counters.status_messages_sent++;
 }
 
@@ -855,6 +870,19 @@ static int32_t impair_release(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
     return work;
 }
 
+static int32_t impair_release_sends(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
+{
+    impairment_t *im = e->send_impairment;
+    int32_t work = 0;
+    while (im->count > 0 && im->heap[0].due_ns <= now_ns) {
+        held_t h = held_pop(im);
+        send_now(r, e, h.data, h.length, h.address, h.address_length);
+        free(h.data);
+        work++;
+    }
+    return work;
+}
+
 /* ---- the duty cycle ------------------------------------------------------------------------------------- */
 
 static int32_t receive(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
@@ -880,6 +908,7 @@ static int32_t receive(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
         }
     }
     if (e->impairment != NULL) work += impair_release(r, e, now_ns);
+    if (e->send_impairment != NULL) work += impair_release_sends(r, e, now_ns);
     return work;
 }
 
@@ -952,14 +981,39 @@ static int32_t poll_images(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
     return work + any_moved;
 }
 
+static void free_impairment(impairment_t *im)
+{
+    if (im == NULL) return;
+    for (int32_t i = 0; i < im->count; i++) free(im->heap[i].data);
+    free(im->heap);
+    free(im);
+}
+
+static impairment_t *new_impairment(double drop, double duplicate, double reorder, int64_t delay_ns, int64_t jitter_ns,
+                                    int64_t reorder_delay_ns, int64_t seed)
+{
+    impairment_t *im = calloc(1, sizeof(impairment_t));
+    if (im == NULL) return NULL;
+    im->heap = malloc(sizeof(held_t) * IMPAIRMENT_CAPACITY);
+    if (im->heap == NULL) {
+        free(im);
+        return NULL;
+    }
+    im->drop = drop;
+    im->duplicate = duplicate;
+    im->reorder = reorder;
+    im->delay_ns = delay_ns;
+    im->jitter_ns = jitter_ns;
+    im->reorder_delay_ns = reorder_delay_ns;
+    im->rng = (uint64_t)seed;
+    return im;
+}
+
 static void free_endpoint(endpoint_t *e)
 {
     for (int32_t i = 0; i < e->image_count; i++) free_image(e->images[i]);
-    if (e->impairment != NULL) {
-        for (int32_t i = 0; i < e->impairment->count; i++) free(e->impairment->heap[i].data);
-        free(e->impairment->heap);
-        free(e->impairment);
-    }
+    free_impairment(e->impairment);
+    free_impairment(e->send_impairment);
     free(e->streams);
     free(e->images);
     free(e->pending);
@@ -987,20 +1041,18 @@ static int add_endpoint(lbd_receiver_t *r, const lbd_command_t *c)
     e->control_length = c->address_length > 0 && c->address_length <= LBD_ADDRESS_LENGTH ? c->address_length : 0;
     memcpy(e->control, c->address, (size_t)e->control_length);
     e->pending = calloc((size_t)r->max_pending, sizeof(pending_t));
+    int failed = e->pending == NULL;
     if (c->drop >= 0) {
-        e->impairment = calloc(1, sizeof(impairment_t));
-        if (e->impairment != NULL) {
-            e->impairment->heap = malloc(sizeof(held_t) * IMPAIRMENT_CAPACITY);
-            e->impairment->drop = c->drop;
-            e->impairment->duplicate = c->duplicate;
-            e->impairment->reorder = c->reorder;
-            e->impairment->delay_ns = c->delay_ns;
-            e->impairment->jitter_ns = c->jitter_ns;
-            e->impairment->reorder_delay_ns = c->reorder_delay_ns;
-            e->impairment->rng = (uint64_t)c->seed;
-        }
+        e->impairment = new_impairment(c->drop, c->duplicate, c->reorder, c->delay_ns, c->jitter_ns,
+                                       c->reorder_delay_ns, c->seed);
+        failed |= e->impairment == NULL;
     }
-    if (e->pending == NULL || (c->drop >= 0 && (e->impairment == NULL || e->impairment->heap == NULL))) {
+    if (c->send_drop >= 0) {
+        e->send_impairment = new_impairment(c->send_drop, c->send_duplicate, c->send_reorder, c->send_delay_ns,
+                                            c->send_jitter_ns, c->send_reorder_delay_ns, c->send_seed);
+        failed |= e->send_impairment == NULL;
+    }
+    if (failed) {
         free_endpoint(e);
         return 0;
     }
@@ -1275,6 +1327,8 @@ int64_t lbd_receiver_next_deadline(lbd_receiver_t *r)
         if (e->image_count > 0 && e->next_poll_ns < next) next = e->next_poll_ns;
         if (e->impairment != NULL && e->impairment->count > 0 && e->impairment->heap[0].due_ns < next)
             next = e->impairment->heap[0].due_ns;
+        if (e->send_impairment != NULL && e->send_impairment->count > 0 && e->send_impairment->heap[0].due_ns < next)
+            next = e->send_impairment->heap[0].due_ns;
     }
     return next;
 }

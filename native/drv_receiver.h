@@ -77,6 +77,13 @@ typedef struct lbd_command {
     int64_t jitter_ns;
     int64_t reorder_delay_ns;
     int64_t seed;
+    double send_drop;               /* ADD_ENDPOINT send impairment of its SMs and NAKs: < 0 for none */
+    double send_duplicate;
+    double send_reorder;
+    int64_t send_delay_ns;
+    int64_t send_jitter_ns;
+    int64_t send_reorder_delay_ns;
+    int64_t send_seed;
     int32_t address_length;         /* ADD_ENDPOINT: control address (0: answer each source); ADD_IMAGE: source */
     uint8_t address[32];
 } lbd_command_t;

@@ -8,7 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from udp_rig import Received, free_udp_port, message, publish
+from udp_rig import STATUS_MESSAGES_SENT, Received, free_udp_port, message, publish, system
 
 import logbuf
 from logbuf.directory import cnc_path
@@ -113,3 +113,19 @@ def test_overlapping_data_frames_close_the_image_once(client, driver) -> None:  
     corrupt = [e for e in errors(driver) if "impossible frame" in e.text]
     assert len(corrupt) == 1 and corrupt[0].count == 1, [(e.count, e.text) for e in errors(driver)]
     assert driver.is_running
+
+
+def test_the_send_impairment_reaches_the_receivers_status_messages(tmp_path: Path) -> None:
+    """``send_impairment`` impairs every datagram the driver sends: the receiver agent's SMs too (drop=1: the
+    SM is counted, and nothing arrives)."""
+    port = free_udp_port()
+    with logbuf.MediaDriver.launch(tmp_path / "drv", idle_strategy="backoff:1000000",
+                                   send_impairment="drop=1.0") as drv, logbuf.connect(drv.directory) as cl, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+        sub = cl.add_subscription(channel(port), STREAM)
+        raw.bind(("127.0.0.1", 0))
+        raw.sendto(_setup(99), ("127.0.0.1", port))
+        wait_until(lambda: sub.images and system(cl, STATUS_MESSAGES_SENT) > 0, what="an image and its first SM")
+        raw.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            raw.recv(2048)

@@ -110,6 +110,7 @@ class NetworkConductor:
         self._endpoints_by_id: dict[int, ReceiveChannelEndpoint] = {}
         self._next_endpoint_id = 1
         self._receive_impairment: Any = None  # set by _transport for a receive transport
+        self._send_impairment: Any = None
         self.publications: list[NetworkPublication] = []
         self.subscriptions: dict[int, NetworkSubscription] = {}
         self.send_endpoints: dict[str, SendChannelEndpoint] = {}
@@ -135,12 +136,13 @@ class NetworkConductor:
             socket_rcvbuf=ctx.socket_rcvbuf,
             socket_sndbuf=ctx.socket_sndbuf,
             receive_batch=ctx.receive_batch,
-            send_impairment=ctx.impairment("send", index),
-            # the receiver agent impairs what it receives itself (the same parameters, natively)
+            send_impairment=ctx.impairment("send", index) if role is not TransportRole.RECEIVE else None,
+            # the receiver agent impairs what it receives and sends itself (the same parameters, natively)
             receive_impairment=None,
         )
         if role is TransportRole.RECEIVE:
             self._receive_impairment = ctx.impairment("receive", index)
+            self._send_impairment = ctx.impairment("send", index)
         try:
             return UdpTransport(channel, role, options)
         except OSError as exc:
@@ -219,10 +221,12 @@ class NetworkConductor:
                 fields.update(drop=impairment.drop, duplicate=impairment.duplicate, reorder=impairment.reorder,
                               delay_ns=impairment.delay_ns, jitter_ns=impairment.jitter_ns,
                               reorder_delay_ns=impairment.reorder_delay_ns, seed=impairment.seed)
-            command = self.receiver.command(lib.LBD_CMD_ADD_ENDPOINT, **fields)
-            if impairment is not None:
-                command.drop = impairment.drop
-            self.receiver.offer(command)
+            send = self._send_impairment
+            if send is not None:
+                fields.update(send_drop=send.drop, send_duplicate=send.duplicate, send_reorder=send.reorder,
+                              send_delay_ns=send.delay_ns, send_jitter_ns=send.jitter_ns,
+                              send_reorder_delay_ns=send.reorder_delay_ns, send_seed=send.seed)
+            self.receiver.offer(self.receiver.command(lib.LBD_CMD_ADD_ENDPOINT, **fields))
             self.receive_endpoints[channel.receive_key] = endpoint
             self._endpoints_by_id[endpoint_id] = endpoint
         return endpoint

@@ -83,6 +83,7 @@ class Receiver:
         command = ffi.new("lbd_command_t *")
         command.type = kind
         command.drop = -1.0
+        command.send_drop = -1.0
         address = fields.pop("address", None)
         if address:
             command.address_length = len(address)
