@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from logbuf import LogBuffers
 from logbuf.driver.receiver import Receiver
-from logbuf.driver.udp import ImageReceiver, UnicastNakDelay
+from logbuf.driver.udp import CreateImage, ImageReceiver, ReceiverDispatcher, Reply, UnicastNakDelay
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.native import ffi, lib
-from logbuf.protocol import DataHeader, DataPacket, FrameType, classify, encode_data_frame
+from logbuf.protocol import DataHeader, DataPacket, FrameType, SetupFrame, classify, encode_data_frame
 
 T = 64 * 1024
 INITIAL = 5
@@ -193,3 +193,47 @@ def test_forged_frames_never_break_the_agent(make_log: Callable[..., LogBuffers]
     if corrupt:
         assert removed[0].reason == lib.LBD_REASON_CORRUPT
         assert lib.lbd_receiver_image_view(native.receiver._native, 1, native.view) == -1
+
+
+dispatch_op = st.one_of(
+    st.tuples(st.just("setup"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1])),
+    st.tuples(st.just("data"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1])),
+    st.tuples(st.just("heartbeat"), st.integers(1, 4), st.booleans()),
+    st.tuples(st.just("tick"), st.integers(0, 400_000_000), st.just(0)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=st.lists(dispatch_op, max_size=40))
+def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tuple[str, int, Any]]) -> None:
+    """Sessions the agent has no image for, as ReceiverDispatcher: a SETUP of a subscribed stream asks for an
+    image once per pending timeout; DATA asks the sender for a SETUP at most once per elicit interval; an
+    ended stream's heartbeat asks nothing; other streams are ignored."""
+    spec = ReceiverDispatcher(9)
+    spec.add_subscription(STREAM)
+    receiver = Receiver()
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=9))
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    receiver.do_work(0)
+    out = ffi.new("uint8_t[64]")
+    now = 1_000_000_000
+    for kind, session, extra in ops:
+        if kind == "tick":
+            now += session
+            continue
+        if kind == "setup":
+            raw = SetupFrame(0, session, extra, 5, 5, T, 1408, 0).encode()
+        elif kind == "data":
+            raw = encode_data_frame(b"x" * 10, term_offset=64, session_id=session, stream_id=extra, term_id=5)
+        else:
+            raw = DataHeader.heartbeat(session, STREAM, 5, 64, end_of_stream=extra).encode()
+        expected = spec.on_datagram(raw, now, SOURCE)
+        assert lib.lbd_receiver_feed(receiver._native, 1, raw, len(raw), SOURCE, len(SOURCE), now) == 1
+        sent = []
+        while (n := lib.lbd_receiver_take_sent(receiver._native, out, 64)) >= 0:
+            sent.append(bytes(ffi.buffer(out, n)))
+        created = [(e.session_id, e.stream_id, e.term_length, e.address) for e in receiver.poll_events()
+                   if e.type == lib.LBD_EVENT_CREATE_IMAGE]
+        assert sent == [e.frame.encode() for e in expected if isinstance(e, Reply)]
+        assert created == [(e.setup.session_id, e.setup.stream_id, e.setup.term_length, e.source) for e in expected
+                           if isinstance(e, CreateImage)]
