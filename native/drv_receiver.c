@@ -1038,6 +1038,7 @@ static int add_endpoint(lbd_receiver_t *r, const lbd_command_t *c)
     e->fd = c->fd;
     e->send_fd = c->send_fd;
     e->receiver_id = c->receiver_id;
+    r->rng ^= (uint64_t)c->receiver_id;  /* receivers of one group draw different multicast NAK delays */
     e->control_length = c->address_length > 0 && c->address_length <= LBD_ADDRESS_LENGTH ? c->address_length : 0;
     memcpy(e->control, c->address, (size_t)e->control_length);
     e->pending = calloc((size_t)r->max_pending, sizeof(pending_t));
