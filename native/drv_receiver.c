@@ -51,6 +51,7 @@
 
 typedef struct image {
     int64_t id;
+    int32_t endpoint_id;
     int32_t session_id, stream_id, initial_term_id, term_length, position_bits;
     uint8_t *terms, *meta;
     int64_t *rcv_hwm, *rcv_pos;
@@ -267,9 +268,10 @@ static int slots_empty(const uint8_t *term, int64_t from, int64_t to)
 /*
  * TermRebuilder.insert: frames already there are skipped (duplicates); from the first missing one, whole
  * frames are copied for as long as the term has nothing where they go, then the first frame's length is
- * released.  Returns the bytes written.
+ * released.  Returns the bytes written, or -1 when the first missing frame overlaps something already in the
+ * term (*refused: its offset in the datagram): it can never be written.
  */
-static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uint8_t *dg, int32_t n)
+static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uint8_t *dg, int32_t n, int32_t *refused)
 {
     int64_t start = 0;
     while (__atomic_load_n((const int32_t *)(term + term_offset + start), __ATOMIC_RELAXED) != 0) {
@@ -291,11 +293,29 @@ static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uin
         end += (end + aligned > n) ? (n - end) : aligned;
     }
     if (end > n) end = n;
-    if (end <= start) return 0;
+    if (end <= start) {
+        *refused = (int32_t)start;
+        return -1;
+    }
     uint8_t *frame = term + term_offset + start;
     memcpy(frame + 4, dg + start + 4, (size_t)(end - start - 4));
     __atomic_store_n((int32_t *)frame, lb_get_i32(dg + start), __ATOMIC_RELEASE);
     return (int32_t)(end - start);
+}
+
+static void close_corrupt(lbd_receiver_t *r, image_t *im, int32_t term_id, int32_t term_offset)
+{
+    lbd_event_t ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.type = LBD_EVENT_CORRUPT_IMAGE;
+    ev.endpoint_id = im->endpoint_id;
+    ev.image_id = im->id;
+    ev.session_id = im->session_id;
+    ev.stream_id = im->stream_id;
+    ev.term_id = term_id;
+    ev.term_offset = term_offset;
+    offer_event(r, &ev);
+    im->state = LBD_REASON_CORRUPT;
 }
 
 static void image_on_data(lbd_receiver_t *r, image_t *im, const uint8_t *dg, int32_t n, int32_t kind, int32_t span,
@@ -328,7 +348,13 @@ static void image_on_data(lbd_receiver_t *r, image_t *im, const uint8_t *dg, int
         return;
     }
     uint8_t *term = im->terms + (int64_t)lb_index_by_position(position, im->position_bits) * im->term_length;
-    insert(im, term, term_offset, dg, n);
+    int32_t refused = 0;
+    if (insert(im, term, term_offset, dg, n, &refused) < 0 && position + refused == im->rebuild) {
+        /* the frame the stream waits for overlaps what the term holds: no retransmit can ever fill the gap,
+         * so the image is closed (once) instead of NAKing the same range forever */
+        close_corrupt(r, im, term_id, term_offset + refused);
+        return;
+    }
     const int64_t end = position + span;
     if (end > im->hwm) {
         if (position == im->hwm && im->hwm == im->rebuild) im->rebuild = end;
@@ -515,17 +541,7 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
         int32_t term_id = 0, offset = 0, length = 0;
         int result = scan(r, im, now_ns, &term_id, &offset, &length);
         if (result == SCAN_CORRUPT) {
-            lbd_event_t ev;
-            memset(&ev, 0, sizeof(ev));
-            ev.type = LBD_EVENT_CORRUPT_IMAGE;
-            ev.endpoint_id = e->id;
-            ev.image_id = im->id;
-            ev.session_id = im->session_id;
-            ev.stream_id = im->stream_id;
-            ev.term_id = term_id;
-            ev.term_offset = offset;
-            offer_event(r, &ev);
-            im->state = LBD_REASON_CORRUPT;
+            close_corrupt(r, im, term_id, offset);
             return work + 1;
         }
         if (result == SCAN_NAK) {
@@ -1091,6 +1107,7 @@ static void add_image(lbd_receiver_t *r, const lbd_command_t *c, int64_t now_ns)
     image_t *im = calloc(1, sizeof(*im));
     if (im == NULL) return;
     im->id = c->image_id;
+    im->endpoint_id = c->endpoint_id;
     im->session_id = c->session_id;
     im->stream_id = c->stream_id;
     im->initial_term_id = c->initial_term_id;

@@ -162,11 +162,14 @@ hostile_frame = st.tuples(
 # a frame inside another's aligned space whose payload puts an impossible length where the first says the
 # next frame begins: the term breaks
 @example(frames=[(0, 8, b"", 0), (32, 168, struct.pack("<i", 0x7FFFFFF0), 0)])
+# the frame the stream waits for overlaps one already in the term: it can never be written (no NAK loop)
+@example(frames=[(32, 168, b"", 0), (0, 8, b"", 0)])
 def test_forged_frames_never_break_the_agent(make_log: Callable[..., LogBuffers],
                                              frames: list[tuple[int, int, bytes, int]]) -> None:
     """DATA frames of a forged session at any aligned offsets, overlapping as they like, with payloads that
-    hold fake frame lengths: the agent keeps rcv-pos <= rcv-hwm and, when the term breaks, closes the image
-    once (one CORRUPT_IMAGE, one IMAGE_REMOVED) and never reports it again however often it is polled."""
+    hold fake frame lengths: the agent keeps rcv-pos <= rcv-hwm and, when the term breaks (or the frame the
+    stream waits for can never be written), closes the image once (one CORRUPT_IMAGE, one IMAGE_REMOVED) and
+    never reports it again however often it is polled."""
     native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
     now = 1
     native.start(now)
