@@ -641,6 +641,10 @@ class NetworkConductor:
             endpoint.images.clear()
             endpoint.close()
         self._endpoints_by_id.clear()
+        # the counters outlive the agent: keep a copy of its last values for the final publish
+        final = ffi.new("lbd_receiver_counters_t *")
+        ffi.memmove(final, self.receiver.counters, ffi.sizeof("lbd_receiver_counters_t"))
+        self.network_counters.native_receiver = final
         self.receiver.close()
         for send_endpoint in list(self.send_endpoints.values()):
             self.sender.remove_endpoint(send_endpoint)

@@ -71,10 +71,12 @@ class Receiver:
         return ffi.addressof(lib, "lbd_receiver_do_work"), ffi.cast("void *", self._native)
 
     def do_work(self, now_ns: int) -> int:
-        """One duty cycle (cffi releases the GIL during the call)."""
-        return lib.lbd_receiver_do_work(self._native, now_ns)
+        """One duty cycle (cffi releases the GIL during the call); 0 once closed."""
+        native = self._native
+        return 0 if native is None else lib.lbd_receiver_do_work(native, now_ns)
 
     def next_deadline_ns(self) -> int:
+        """When the agent's next timer falls due (``2**63 - 1``: none)."""
         return lib.lbd_receiver_next_deadline(self._native)
 
     @staticmethod
