@@ -129,3 +129,16 @@ def test_the_send_impairment_reaches_the_receivers_status_messages(tmp_path: Pat
         raw.setblocking(False)
         with pytest.raises(BlockingIOError):
             raw.recv(2048)
+
+
+@pytest.mark.parametrize(("option", "value", "match"), [
+    ("max_images", 0, "max_images must be >= 1"),
+    ("max_images_per_channel", -1, "max_images_per_channel must be >= 1"),
+    ("max_images_per_source", 0, "max_images_per_source must be >= 1"),
+    ("max_image_term_length", 100_000, "max_image_term_length: term length 100000 must be a power of two"),
+])
+def test_image_limits_are_validated(option: str, value: int, match: str) -> None:
+    from logbuf.driver.context import DriverContext
+
+    with pytest.raises(ValueError, match=match):
+        DriverContext.build(**{option: value})
