@@ -240,3 +240,43 @@ def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tu
         assert sent == [e.frame.encode() for e in expected if isinstance(e, Reply)]
         assert created == [(e.setup.session_id, e.setup.stream_id, e.setup.term_length, e.source) for e in expected
                            if isinstance(e, CreateImage)]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(receiver_id=st.integers(1, 2**63 - 1))
+def test_multicast_nak_delays_stay_within_the_back_off(make_log: Callable[..., LogBuffers], receiver_id: int) -> None:
+    """Multicast: a gap's first NAK and each retry come after a randomised delay in [0, max back-off] (as
+    MulticastNakDelay's), whatever the receiver id that seeds them."""
+    log = make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM)
+    receiver = Receiver()
+    counters = ffi.new("int64_t[2]")
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1,
+                                    receiver_id=receiver_id))
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    backoff = 10_000 * US
+    receiver.offer(receiver.command(
+        lib.LBD_CMD_ADD_IMAGE, endpoint_id=1, image_id=1, session_id=SESSION, stream_id=STREAM, term_length=T,
+        initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
+        terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+        rcv_hwm=counters, rcv_pos=counters + 1, liveness_timeout_ns=10**12, sm_timeout_ns=10**12,
+        multicast=1, nak_max_backoff_ns=backoff, nak_group_size=10, give_up_ns=-1, address=SOURCE))
+    receiver.do_work(1)
+    out = ffi.new("uint8_t[64]")
+
+    def naks() -> int:
+        count = 0
+        while (n := lib.lbd_receiver_take_sent(receiver._native, out, 64)) >= 0:
+            count += bytes(ffi.buffer(out, n))[6] == FrameType.NAK
+        return count
+
+    second = datagrams([[100], [100]])[1]  # the first is lost: a gap at JOIN
+    assert lib.lbd_receiver_feed(receiver._native, 1, second, len(second), SOURCE, len(SOURCE), 1) == 1
+    now, step, sent_at = 1, 100 * US, []
+    while len(sent_at) < 4 and now < 10 * backoff:
+        lib.lbd_receiver_poll_images(receiver._native, now)
+        if naks():
+            sent_at.append(now)
+        now += step
+    assert len(sent_at) == 4
+    assert sent_at[0] - 1 <= backoff + step
+    assert all(0 < b - a <= backoff + step for a, b in zip(sent_at, sent_at[1:], strict=False))
