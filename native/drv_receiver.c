@@ -41,6 +41,7 @@
 #define NAK_LENGTH 28
 #define SM_LENGTH 36
 #define ERR_HEADER_LENGTH 40
+#define MAX_ERROR_TEXT_LENGTH 1023
 #define SM_SEND_SETUP_FLAG 0x80
 #define SM_EOS_FLAG 0x40
 #define RTTM_REPLY_FLAG 0x80
@@ -693,6 +694,30 @@ static int setup_problem(const uint8_t *f)
     return ttl < 0;
 }
 
+/* Strict UTF-8 (as Python's decoder: no overlong forms, surrogates or code points past U+10FFFF). */
+static int utf8_valid(const uint8_t *p, int32_t n)
+{
+    int32_t i = 0;
+    while (i < n) {
+        const uint8_t c = p[i];
+        int32_t extra;
+        uint32_t cp, min;
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) { extra = 1; cp = c & 0x1F; min = 0x80; }
+        else if (c >= 0xE0 && c <= 0xEF) { extra = 2; cp = c & 0x0F; min = 0x800; }
+        else if (c >= 0xF0 && c <= 0xF4) { extra = 3; cp = c & 0x07; min = 0x10000; }
+        else return 0;
+        if (i + extra >= n) return 0;  /* the sequence runs past the text */
+        for (int32_t k = 1; k <= extra; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += extra + 1;
+    }
+    return 1;
+}
+
 /* The checks of logbuf.protocol.datagram's control walk: 1 when every frame is whole and known. */
 static int control_valid(const uint8_t *dg, int32_t n)
 {
@@ -717,6 +742,16 @@ static int control_valid(const uint8_t *dg, int32_t n)
         }
         if (length < min || (exact && length != min) || length > available) return 0;
         if (type == TYPE_SETUP && setup_problem(f)) return 0;
+        if (type == TYPE_SM && (lb_get_i32(f + 20) < 0 || lb_get_i32(f + 24) < 0)) return 0;
+        if (type == TYPE_NAK) {
+            const int32_t term_offset = lb_get_i32(f + 20);
+            if (term_offset < 0 || (term_offset & (LB_FRAME_ALIGNMENT - 1)) || lb_get_i32(f + 24) <= 0) return 0;
+        }
+        if (type == TYPE_ERR) {
+            const int32_t text_length = lb_get_i32(f + 36);
+            if (text_length < 0 || text_length > MAX_ERROR_TEXT_LENGTH || ERR_HEADER_LENGTH + text_length != length ||
+                !utf8_valid(f + ERR_HEADER_LENGTH, text_length)) return 0;
+        }
         offset += length;
     }
     return 1;

@@ -17,6 +17,7 @@ from logbuf.driver.udp import CreateImage, ImageReceiver, ReceiverDispatcher, Re
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.native import ffi, lib
 from logbuf.protocol import DataHeader, DataPacket, FrameType, SetupFrame, classify, encode_data_frame
+from logbuf.protocol.header import MalformedFrameError
 
 T = 64 * 1024
 INITIAL = 5
@@ -147,6 +148,7 @@ def test_native_receiver_matches_its_specification(make_log: Callable[..., LogBu
         a = native.log.terms.view[index * T + start: index * T + end]
         b = spec.log.terms.view[index * T + start: index * T + end]
         assert bytes(a) == bytes(b)
+    native.receiver.close()
 
 
 hostile_frame = st.tuples(
@@ -196,6 +198,7 @@ def test_forged_frames_never_break_the_agent(make_log: Callable[..., LogBuffers]
     if corrupt:
         assert removed[0].reason == lib.LBD_REASON_CORRUPT
         assert lib.lbd_receiver_image_view(native.receiver._native, 1, native.view) == -1
+    native.receiver.close()
 
 
 dispatch_op = st.one_of(
@@ -240,6 +243,7 @@ def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tu
         assert sent == [e.frame.encode() for e in expected if isinstance(e, Reply)]
         assert created == [(e.setup.session_id, e.setup.stream_id, e.setup.term_length, e.source) for e in expected
                            if isinstance(e, CreateImage)]
+    receiver.close()
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -277,6 +281,41 @@ def test_multicast_nak_delays_stay_within_the_back_off(make_log: Callable[..., L
         if naks():
             sent_at.append(now)
         now += step
+    receiver.close()
     assert len(sent_at) == 4
     assert sent_at[0] - 1 <= backoff + step
     assert all(0 < b - a <= backoff + step for a, b in zip(sent_at, sent_at[1:], strict=False))
+
+
+def _frame(frame_type: int, body: bytes, length_delta: int) -> bytes:
+    return struct.pack("<iBBH", 8 + len(body) + length_delta, 0, 0, frame_type) + body
+
+
+control_frame = st.builds(
+    _frame,
+    st.sampled_from([0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x0B, 0x55]),
+    st.binary(max_size=48) | st.sampled_from([bytes(20), bytes(28), bytes(32), bytes(32) + b"\xff" * 4]),
+    st.sampled_from([0, 0, 0, -4, 4]),
+)
+error_frame = st.builds(
+    lambda text, code: struct.pack("<iBBHiiqqii", 40 + len(text), 0, 0, 0x04, 1, 2, 3, 4, code, len(text)) + text,
+    st.binary(max_size=8) | st.text(max_size=4).map(str.encode), st.integers(0, 9))
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=st.lists(control_frame | error_frame, min_size=1, max_size=3) | st.binary(max_size=80).map(lambda b: [b]))
+def test_native_check_of_datagrams_matches_classify(frames: list[bytes]) -> None:
+    """Every datagram the agent counts as invalid is one ``classify`` rejects, and the other way round."""
+    raw = b"".join(frames)
+    receiver = Receiver()
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=1))
+    receiver.do_work(0)
+    assert lib.lbd_receiver_feed(receiver._native, 1, raw, len(raw), SOURCE, len(SOURCE), 1) == 1
+    try:
+        classify(raw)
+        malformed = 0
+    except MalformedFrameError:
+        malformed = 1
+    invalid = receiver.counters.invalid_packets
+    receiver.close()
+    assert invalid == malformed
