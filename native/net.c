@@ -189,15 +189,18 @@ static int32_t walk_frames(const uint8_t *dg, int32_t n, int64_t offset, int32_t
             offset += aligned;
             continue;
         }
-        if (type != LB_HDR_TYPE_PAD || (length & (LB_FRAME_ALIGNMENT - 1))) return LBN_MALFORMED;
+        if (type != LB_HDR_TYPE_PAD) return LBN_MALFORMED;
+        /* a PAD of any length: an aborted claim of 100 bytes leaves a PAD of 132 (Aeron's shape too); it
+         * covers its length aligned, as every frame does */
+        const int64_t aligned = align_frame(length);
         if (remaining == LB_HEADER_LENGTH) {  /* the PAD's header alone: the last frame, covering its frame length */
-            const int64_t span = offset + length;
+            const int64_t span = offset + aligned;
             if (span > INT32_MAX) return LBN_MALFORMED;
             *term_span = (int32_t)span;
             return count;
         }
-        if (remaining < length) return LBN_MALFORMED;
-        offset += length;
+        if (aligned > remaining && length != remaining) return LBN_MALFORMED;
+        offset += aligned;
     }
     *term_span = (int32_t)offset;
     return count;

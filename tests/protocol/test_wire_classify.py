@@ -68,6 +68,19 @@ def test_whole_pad_frame_is_accepted_too() -> None:
     assert isinstance(packet, DataPacket) and packet.kind is PacketKind.PAD and packet.length == 64
 
 
+def test_an_aborted_claims_unaligned_pad_is_accepted() -> None:
+    """An aborted claim of 100 bytes leaves a PAD of length 132 (Aeron's sender sends the same shape): it
+    covers its length aligned, header alone or whole."""
+    alone = classify(DataHeader(132, 4096, 7, 1001, 42, frame_type=FrameType.PAD).encode())
+    assert isinstance(alone, DataPacket)
+    assert (alone.kind, alone.length, alone.term_span) == (PacketKind.PAD, 32, 160)
+    whole = classify(DataHeader(132, 4096, 7, 1001, 42, frame_type=FrameType.PAD).encode() + bytes(100))
+    assert isinstance(whole, DataPacket) and (whole.kind, whole.term_span) == (PacketKind.PAD, 160)
+    then_data = classify(DataHeader(132, 4096, 7, 1001, 42, frame_type=FrameType.PAD).encode() + bytes(128)
+                         + data_datagram(b"x" * 10, term_offset=4096 + 160))
+    assert isinstance(then_data, DataPacket) and (then_data.frame_count, then_data.term_span) == (2, 160 + 64)
+
+
 def test_data_frames_then_a_pad_header_cover_the_pad() -> None:
     """Aeron's sender at a term end: the last DATA frames and the PAD's header alone, in one datagram."""
     data = data_datagram(b"m" * 100, b"n" * 100, term_offset=65184 - 320)
@@ -127,7 +140,7 @@ PAD_AT_160 = DataHeader(96, 1024 + 160, 7, 1001, 42, frame_type=FrameType.PAD).e
         (patch(GOOD, 64 + 20, "<i", 43), "different sessions", 64),
         (patch(GOOD, 64 + 8, "<i", 1024), "term offset", 64),
         (patch(GOOD, 64 + 4, "<B", 1), "version", 64),
-        (patch(GOOD, 64 + 6, "<H", FrameType.PAD), "PAD frame length 72", 64),
+        (patch(patch(GOOD, 64 + 6, "<H", FrameType.PAD), 64, "<i", 16), "shorter than its header", 64),
         (patch(GOOD, 64 + 6, "<H", FrameType.SETUP), "type 0x5", 64),
         (GOOD + PAD_AT_160 + bytes(8), "PAD in a datagram", 160),
         (GOOD + PAD_AT_160 + GOOD, "term offset", 256),
@@ -141,7 +154,8 @@ PAD_AT_160 = DataHeader(96, 1024 + 160, 7, 1001, 42, frame_type=FrameType.PAD).e
         (patch(GOOD, 8, "<i", 1000), "frame boundary", 0),
         (DataHeader.heartbeat(7, 1001, 42, 0).encode() + bytes(32), "heartbeat", 0),
         (DataHeader(4096, 0, 7, 1001, 42, frame_type=FrameType.PAD).encode() + bytes(32), "PAD in a datagram", 0),
-        (patch(DataHeader(64, 0, 7, 1001, 42, frame_type=FrameType.PAD).encode(), 0, "<i", 72), "multiple", 0),
+        (patch(DataHeader(64, 0, 7, 1001, 42, frame_type=FrameType.PAD).encode() + bytes(8), 0, "<i", 72),
+         "PAD in a datagram", 0),
         (patch(Nak(7, 1001, 42, 64, 128).encode(), 6, "<H", FrameType.RES), "not handled", 0),
         (patch(Nak(7, 1001, 42, 64, 128).encode(), 6, "<H", 0x55), "unknown", 0),
         (Nak(7, 1001, 42, 64, 128).encode() + GOOD, "not handled|type", 28),

@@ -70,6 +70,11 @@ class DriverContext:
     receive_batch: int = 32  # datagrams per recvmmsg
     send_impairment: str | None = None  # tests: e.g. "drop=0.05,reorder=0.05,seed=7" on every datagram sent
     receive_impairment: str | None = None  # ... and on every datagram received
+    # -- images a remote sender may make this driver create (SETUPs are unauthenticated) --
+    max_images: int = 1024  # images in total
+    max_images_per_channel: int = 256  # images per receive channel
+    max_images_per_source: int = 64  # images from one source (address and port)
+    max_image_term_length: int = 64 * 1024 * 1024  # the largest term a remote SETUP may ask for
 
     @classmethod
     def build(cls, **options: Any) -> DriverContext:
@@ -143,6 +148,13 @@ class DriverContext:
             raise ValueError("nak_unicast_delay_ns must be >= 0")
         if self.loss_give_up_ns is not None and self.loss_give_up_ns < 0:
             raise ValueError("loss_give_up_ns must be None (never) or >= 0")
+        for name in ("max_images", "max_images_per_channel", "max_images_per_source"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        try:
+            d.check_term_length(self.max_image_term_length)
+        except ValueError as exc:
+            raise ValueError(f"max_image_term_length: {exc}") from None
         if not 1 <= self.send_batch <= 64 or not 1 <= self.receive_batch <= 64:
             raise ValueError("send_batch and receive_batch must be in 1..64")
         for name in ("send_impairment", "receive_impairment"):

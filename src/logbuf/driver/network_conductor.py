@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,25 +43,20 @@ from logbuf.driver.send_channel import SendChannelEndpoint
 from logbuf.driver.sender import Sender
 from logbuf.driver.services import DriverServices
 from logbuf.driver.udp import (
-    CreateImage,
     FlowControl,
-    ImageReceiver,
-    ImageState,
     MinMulticastFlowControl,
-    MulticastNakDelay,
-    ReceiverDispatcher,
     RetransmitHandler,
     UnicastFlowControl,
-    UnicastNakDelay,
     receiver_window_length,
 )
-from logbuf.driver.udp.loss_detector import Gap
-from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH
+from logbuf.driver.udp.loss_detector import DEFAULT_UNICAST_RETRY_RATIO, Gap
+from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH, DEFAULT_SM_TIMEOUT_NS
 from logbuf.driver.udp_channel import UdpChannel, UnknownHostError, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
-from logbuf.native import lib
+from logbuf.native import ffi, lib
+from logbuf.protocol.setup import SetupFrame
 
 # channel endpoint status values (Aeron's ChannelEndpointStatus)
 CHANNEL_STATUS_ACTIVE = 1
@@ -130,7 +126,12 @@ class NetworkConductor:
                               for name, system_id in SENDER_AGENT_COUNTERS.items()})
         self._closing_publications: dict[int, NetworkPublication] = {}
         self._closing_endpoints: dict[int, SendChannelEndpoint] = {}
-        self.receiver = Receiver()
+        self.receiver = Receiver(receive_batch=services.ctx.receive_batch)
+        self.network_counters.native_receiver = self.receiver.counters
+        self._endpoints_by_id: dict[int, ReceiveChannelEndpoint] = {}
+        self._next_endpoint_id = 1
+        self._receive_impairment: Any = None  # set by _transport for a receive transport
+        self._send_impairment: Any = None
         self.publications: list[NetworkPublication] = []
         self.subscriptions: dict[int, NetworkSubscription] = {}
         self.send_endpoints: dict[str, SendChannelEndpoint] = {}
@@ -159,9 +160,13 @@ class NetworkConductor:
             socket_rcvbuf=ctx.socket_rcvbuf if socket_rcvbuf is None else socket_rcvbuf,
             socket_sndbuf=ctx.socket_sndbuf if socket_sndbuf is None else socket_sndbuf,
             receive_batch=ctx.receive_batch,
-            send_impairment=ctx.impairment("send", index),
-            receive_impairment=ctx.impairment("receive", index),
+            send_impairment=ctx.impairment("send", index) if role is not TransportRole.RECEIVE else None,
+            # the receiver agent impairs what it receives and sends itself (the same parameters, natively)
+            receive_impairment=None,
         )
+        if role is TransportRole.RECEIVE:
+            self._receive_impairment = ctx.impairment("receive", index)
+            self._send_impairment = ctx.impairment("send", index)
         try:
             return UdpTransport(channel, role, options)
         except OSError as exc:
@@ -228,10 +233,15 @@ class NetworkConductor:
         endpoint = self.receive_endpoints.get(channel.receive_key)
         sndbuf = None if params is None else params.socket_sndbuf
         rcvbuf = None if params is None else params.socket_rcvbuf
+        if endpoint is not None and endpoint.closing:
+            self._await_endpoint_removed(endpoint)  # its socket must be closed before this one binds
+            endpoint = None
         if endpoint is not None:
             _check_socket_buffers(endpoint.transport, channel, sndbuf, rcvbuf)
         if endpoint is None:
+            self._receive_impairment = None
             transport = self._transport(channel, TransportRole.RECEIVE, sndbuf, rcvbuf)
+            impairment = self._receive_impairment
             try:
                 status, sockaddr = self._status_counters(
                     c.RECEIVE_CHANNEL_STATUS_TYPE_ID, c.RECEIVE_CHANNEL_STATUS_NAME, c.RECEIVE_LOCAL_SOCKADDR_NAME,
@@ -239,30 +249,57 @@ class NetworkConductor:
             except BaseException:
                 transport.close()
                 raise
-            dispatcher = ReceiverDispatcher(self._rng.randint(1, 2**63 - 1), counters=self.network_counters.receiver)
-            endpoint = ReceiveChannelEndpoint(
-                channel,
-                transport,
-                dispatcher,
-                self.network_counters,
-                create_image=self._on_create_image,
-                image_removed=self._on_image_removed,
-                status_counter_id=status,
-            )
+            endpoint_id = self._next_endpoint_id
+            self._next_endpoint_id += 1
+            endpoint = ReceiveChannelEndpoint(channel, transport, endpoint_id, self._rng.randint(1, 2**63 - 1),
+                                              status_counter_id=status)
             endpoint.local_sockaddr_counter_id = sockaddr
+            fields: dict[str, Any] = {"endpoint_id": endpoint_id, "fd": transport.recv_fd, "send_fd": transport.send_fd,
+                                      "receiver_id": endpoint.receiver_id}
+            if channel.control is not None:  # multicast: SMs and NAKs go to the control group
+                fields["address"] = channel.control.sockaddr
+            if impairment is not None:
+                fields.update(drop=impairment.drop, duplicate=impairment.duplicate, reorder=impairment.reorder,
+                              delay_ns=impairment.delay_ns, jitter_ns=impairment.jitter_ns,
+                              reorder_delay_ns=impairment.reorder_delay_ns, seed=impairment.seed)
+            send = self._send_impairment
+            if send is not None:
+                fields.update(send_drop=send.drop, send_duplicate=send.duplicate, send_reorder=send.reorder,
+                              send_delay_ns=send.delay_ns, send_jitter_ns=send.jitter_ns,
+                              send_reorder_delay_ns=send.reorder_delay_ns, send_seed=send.seed)
+            self.receiver.offer(self.receiver.command(lib.LBD_CMD_ADD_ENDPOINT, **fields))
             self.receive_endpoints[channel.receive_key] = endpoint
-            self.receiver.add_endpoint(endpoint)
+            self._endpoints_by_id[endpoint_id] = endpoint
         return endpoint
 
     def _close_receive_endpoint(self, endpoint: ReceiveChannelEndpoint) -> None:
-        self.receive_endpoints.pop(endpoint.key, None)
-        self.receiver.remove_endpoint(endpoint)
+        """Asks the agent to let go of the endpoint; its socket closes when the agent says it has."""
+        if endpoint.closing:
+            return
+        endpoint.closing = True
+        self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_ENDPOINT, endpoint_id=endpoint.endpoint_id))
+
+    def _endpoint_removed(self, endpoint: ReceiveChannelEndpoint) -> None:
+        self._endpoints_by_id.pop(endpoint.endpoint_id, None)
+        if self.receive_endpoints.get(endpoint.key) is endpoint:
+            del self.receive_endpoints[endpoint.key]
         for image in list(endpoint.images.values()):
-            self._close_image(image, notify=True)
-        endpoint.images.clear()
+            self._close_image(endpoint, image, notify=True)
         self.services.counters.free(endpoint.local_sockaddr_counter_id)
         self.services.counters.free(endpoint.status_counter_id)
         endpoint.close()
+
+    def _await_endpoint_removed(self, endpoint: ReceiveChannelEndpoint, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while endpoint.endpoint_id in self._endpoints_by_id:
+            if self.receiver.runs_inline:
+                self.receiver.do_work(time.monotonic_ns())
+            elif time.monotonic() > deadline:
+                raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR,
+                                   f"channel {endpoint.channel}: its previous socket is still in use")
+            else:
+                time.sleep(0.0005)
+            self.on_receiver_events(time.monotonic_ns())
 
     # -- publications ----------------------------------------------------------------------------------
 
@@ -409,7 +446,9 @@ class NetworkConductor:
         endpoint = self._receive_endpoint(channel, uri, registration_id, params)
         self.services.ensure_wake_semaphore(stream_id)
         subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint, params)
-        endpoint.add_subscription(stream_id)
+        if endpoint.add_subscription(stream_id):
+            self.receiver.offer(self.receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=endpoint.endpoint_id,
+                                                      stream_id=stream_id))
         self.subscriptions[registration_id] = subscription
         return subscription
 
@@ -425,18 +464,82 @@ class NetworkConductor:
             return
         endpoint = subscription.endpoint
         for image in endpoint.images_of(subscription.stream_id):
-            link = image.remove_subscriber(registration_id)
-            if link is not None:
-                self.services.counters.free(link.counter_id)
-        for image in endpoint.remove_subscription(subscription.stream_id):
-            self._close_image(image, notify=True)  # the stream's last subscription: its images end
+            self._unlink(image, registration_id)
+        if endpoint.remove_subscription(subscription.stream_id):
+            # the stream's last subscription: the agent ends its images and reports each (IMAGE_REMOVED)
+            for image in endpoint.images_of(subscription.stream_id):
+                image.removing = True
+            self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_SUBSCRIPTION,
+                                                      endpoint_id=endpoint.endpoint_id,
+                                                      stream_id=subscription.stream_id))
         if endpoint.is_unused:
             self._close_receive_endpoint(endpoint)
 
+    def _unlink(self, image: PublicationImage, registration_id: int) -> None:
+        link = image.remove_subscriber(registration_id)
+        if link is None:
+            return
+        self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_SUBSCRIBER, image_id=image.correlation_id,
+                                                  position=self._position_pointer(link.position)))
+        # a freed counter is not reused before its free-for-reuse deadline: the agent's last reads are safe
+        self.services.counters.free(link.counter_id)
+
+    @staticmethod
+    def _position_pointer(position: Any) -> Any:
+        return ffi.cast("int64_t *", position.pointer)
+
     # -- images ----------------------------------------------------------------------------------------
 
-    def _on_create_image(self, endpoint: ReceiveChannelEndpoint, event: CreateImage, now_ns: int) -> None:
-        setup = event.setup
+    def on_receiver_events(self, now_ns: int) -> int:
+        """Drains the receiver agent's events: images to create or that ended, losses, corrupt images."""
+        events = self.receiver.poll_events()
+        for event in events:
+            endpoint = self._endpoints_by_id.get(event.endpoint_id)
+            if event.type == lib.LBD_EVENT_ENDPOINT_REMOVED:
+                if endpoint is not None:
+                    self._endpoint_removed(endpoint)
+            elif endpoint is None:
+                continue
+            elif event.type == lib.LBD_EVENT_CREATE_IMAGE:
+                if not endpoint.closing:
+                    setup = SetupFrame(event.term_offset, event.session_id, event.stream_id, event.initial_term_id,
+                                       event.active_term_id, event.term_length, event.mtu, event.ttl)
+                    self._on_create_image(endpoint, setup, event.address, now_ns)
+            elif event.type == lib.LBD_EVENT_IMAGE_REMOVED:
+                image = endpoint.images.get(event.image_id)
+                if image is not None:
+                    self._close_image(endpoint, image, notify=True)
+            elif event.type == lib.LBD_EVENT_LOSS:
+                image = endpoint.images.get(event.image_id)
+                if image is not None and image.loss_observer is not None:
+                    image.loss_observer(Gap(event.term_id, event.term_offset, event.length))
+            elif event.type == lib.LBD_EVENT_CORRUPT_IMAGE:
+                image = endpoint.images.get(event.image_id)
+                where = image.source_identity if image is not None else "?"
+                self.services.record_error(
+                    f"image {event.image_id} (session {event.session_id} stream {event.stream_id} from {where}) "
+                    f"closed: an impossible frame in its term {event.term_id} at offset {event.term_offset}")
+        return len(events)
+
+    def _refuse(self, source: bytes, why: str) -> None:
+        """A SETUP over a limit: one error-log entry per source (its observation count counts the refusals)."""
+        self.services.record_error(f"SETUP from {describe_sockaddr(source)} refused: {why}")
+
+    def _check_limits(self, endpoint: ReceiveChannelEndpoint, setup: SetupFrame, source: bytes) -> str | None:
+        ctx = self.services.ctx
+        if setup.term_length > ctx.max_image_term_length:
+            return f"term length {setup.term_length} is over the limit of {ctx.max_image_term_length}"
+        if len(endpoint.images) >= ctx.max_images_per_channel:
+            return f"the channel has its limit of {ctx.max_images_per_channel} images"
+        images = [i for e in self._endpoints_by_id.values() for i in e.images.values()]
+        if len(images) >= ctx.max_images:
+            return f"the driver has its limit of {ctx.max_images} images"
+        if sum(1 for i in images if i.source == source) >= ctx.max_images_per_source:
+            return f"the source has its limit of {ctx.max_images_per_source} images"
+        return None
+
+    def _on_create_image(self, endpoint: ReceiveChannelEndpoint, setup: SetupFrame, source: bytes,
+                         now_ns: int) -> None:
         subscriptions = [s for s in self.subscriptions.values()
                          if s.endpoint is endpoint and s.matches(setup.stream_id, setup.session_id)]
         if not subscriptions:
@@ -444,18 +547,21 @@ class NetworkConductor:
         try:
             d.check_mtu(setup.mtu, setup.term_length)
         except ValueError as exc:
-            self.services.record_error(f"SETUP from {describe_sockaddr(event.source)} refused: {exc}")
+            self._refuse(source, str(exc))
+            return
+        why = self._check_limits(endpoint, setup, source)
+        if why is not None:
+            self._refuse(source, why)
             return
         try:
-            self._create_image(endpoint, event, now_ns, subscriptions)
-        except (OSError, ValueError) as exc:  # the dispatcher asks again after its pending timeout
+            self._create_image(endpoint, setup, source, subscriptions)
+        except (OSError, ValueError) as exc:  # the agent asks again after its pending timeout
             self.services.record_error(f"cannot create an image for session {setup.session_id} stream {setup.stream_id}: "
                               f"{type(exc).__name__}: {exc}")
 
-    def _create_image(self, endpoint: ReceiveChannelEndpoint, event: CreateImage, now_ns: int,
+    def _create_image(self, endpoint: ReceiveChannelEndpoint, setup: SetupFrame, source: bytes,
                       subscriptions: list[NetworkSubscription]) -> None:
         ctx = self.services.ctx
-        setup = event.setup
         correlation_id = self.services.next_correlation_id()
         # rcv-wnd of the first subscription that named one, else the driver's; the first one's other settings
         initial_window = next((s.params.receiver_window for s in subscriptions
@@ -484,25 +590,11 @@ class NetworkConductor:
                                 socket_sndbuf=0 if first is None else first.socket_sndbuf or 0,
                                 socket_rcvbuf=0 if first is None else first.socket_rcvbuf or 0)
             join = setup.join_position()
-            if endpoint.channel.is_multicast:
-                nak_delay: Any = MulticastNakDelay(ctx.nak_multicast_max_backoff_ns, ctx.nak_multicast_group_size)
-            else:
-                nak_delay = UnicastNakDelay(ctx.nak_unicast_delay_ns)
-            receiver = ImageReceiver(
-                log,
-                join,
-                now_ns,
-                receiver_id=endpoint.receiver_id,
-                window_length=window,
-                nak_delay=nak_delay,
-                give_up_ns=ctx.loss_give_up_ns,
-                liveness_timeout_ns=ctx.image_liveness_timeout_ns,
-                counters=self.network_counters.receiver,
-            )
             name = endpoint.channel.uri.canonical()
+            observer = None
             if self.services.loss_report is not None:
-                receiver.on_loss = ImageLossObserver(self.services.loss_report, self.services.epoch_ms, setup.session_id,
-                                                     setup.stream_id, name, describe_sockaddr(event.source))
+                observer = ImageLossObserver(self.services.loss_report, self.services.epoch_ms, setup.session_id,
+                                             setup.stream_id, name, describe_sockaddr(source))
             key = c.stream_position_key(correlation_id, setup.session_id, setup.stream_id, name)
             for type_id in (c.RECEIVER_HWM_TYPE_ID, c.RECEIVER_POSITION_TYPE_ID):
                 label = c.stream_position_label(c.STREAM_COUNTER_NAMES[type_id], correlation_id, setup.session_id,
@@ -512,12 +604,15 @@ class NetworkConductor:
                 correlation_id=correlation_id,
                 channel=name,
                 log=log,
-                receiver=receiver,
-                source=event.source,
-                source_identity=describe_sockaddr(event.source),
+                session_id=setup.session_id,
+                stream_id=setup.stream_id,
+                join_position=join,
+                source=source,
+                source_identity=describe_sockaddr(source),
                 rcv_hwm=self.services.counters.position(counter_ids[0]),
                 rcv_pos=self.services.counters.position(counter_ids[1]),
                 waker=ImageWaker(log, wake_semaphore_name(ctx.directory, setup.stream_id)),
+                loss_observer=observer,
             )
         except BaseException:
             for counter_id in counter_ids:
@@ -526,7 +621,33 @@ class NetworkConductor:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             raise
-        endpoint.add_image(image)
+        multicast = endpoint.channel.is_multicast
+        self.receiver.offer(self.receiver.command(
+            lib.LBD_CMD_ADD_IMAGE,
+            endpoint_id=endpoint.endpoint_id,
+            image_id=correlation_id,
+            session_id=setup.session_id,
+            stream_id=setup.stream_id,
+            term_length=setup.term_length,
+            initial_term_id=setup.initial_term_id,
+            window_length=window,
+            join_position=join,
+            terms=ffi.cast("uint8_t *", log.term_pointer(0)),
+            meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+            rcv_hwm=self._position_pointer(image.rcv_hwm),
+            rcv_pos=self._position_pointer(image.rcv_pos),
+            wake=image.waker.semaphore,
+            liveness_timeout_ns=ctx.image_liveness_timeout_ns,
+            sm_timeout_ns=DEFAULT_SM_TIMEOUT_NS,
+            nak_delay_ns=ctx.nak_unicast_delay_ns,
+            nak_retry_ns=max(ctx.nak_unicast_delay_ns * DEFAULT_UNICAST_RETRY_RATIO, 1),
+            nak_max_backoff_ns=ctx.nak_multicast_max_backoff_ns,
+            nak_group_size=ctx.nak_multicast_group_size,
+            multicast=1 if multicast else 0,
+            give_up_ns=-1 if ctx.loss_give_up_ns is None else ctx.loss_give_up_ns,
+            address=source,
+        ))
+        endpoint.images[correlation_id] = image
         self.services.bytes_mapped(os.path.getsize(path))
         for subscription in subscriptions:
             self._link(subscription, image, join)
@@ -546,17 +667,17 @@ class NetworkConductor:
         image.add_subscriber(
             SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
         )
+        self.receiver.offer(self.receiver.command(lib.LBD_CMD_ADD_SUBSCRIBER, image_id=image.correlation_id,
+                                                  position=self._position_pointer(position)))
         self.services.respond(
             ControlResponse.ON_AVAILABLE_IMAGE,
             AvailableImage(image.correlation_id, image.session_id, image.stream_id, subscription.registration_id,
                            counter_id, str(image.log.path), image.source_identity),
         )
 
-    def _on_image_removed(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage,
-                          reason: ImageState) -> None:
-        self._close_image(image, notify=True)
-
-    def _close_image(self, image: PublicationImage, *, notify: bool) -> None:
+    def _close_image(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage, *, notify: bool) -> None:
+        """The agent has let go of the image: its subscribers are told, its counters freed, its log closed."""
+        endpoint.images.pop(image.correlation_id, None)
         for link in list(image.subscribers.values()):
             image.remove_subscriber(link.subscription_id)
             self.services.counters.free(link.counter_id)
@@ -583,17 +704,23 @@ class NetworkConductor:
         """The conductor's per-cycle duty: the sender agent's events (the agent itself keeps pub-pos, pub-lmt
         and cleaning of every network publication)."""
         self.now_ns = now_ns
-        return self._on_sender_events()
+        return self._on_sender_events() + self.on_receiver_events(now_ns)
 
     def close(self) -> None:
-        """Driver shutdown: sockets closed, logs closed and deleted."""
-        for endpoint in list(self.receive_endpoints.values()):
+        """Driver shutdown: sockets closed, logs closed and deleted (the agent's thread has stopped)."""
+        for endpoint in list(self._endpoints_by_id.values()):
             for image in list(endpoint.images.values()):
                 image.close()
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(image.log.path)
-            self.receiver.remove_endpoint(endpoint)
+            endpoint.images.clear()
             endpoint.close()
+        self._endpoints_by_id.clear()
+        # the counters outlive the agent: keep a copy of its last values for the final publish
+        final = ffi.new("lbd_receiver_counters_t *")
+        ffi.memmove(final, self.receiver.counters, ffi.sizeof("lbd_receiver_counters_t"))
+        self.network_counters.native_receiver = final
+        self.receiver.close()
         self.sender.close()  # no duty runs any more: nothing points into the logs or sockets after this
         for send_endpoint in [*self.send_endpoints.values(), *self._closing_endpoints.values()]:
             send_endpoint.close()
@@ -607,3 +734,4 @@ class NetworkConductor:
         self._closing_publications.clear()
         self.publications.clear()
         self.network_counters.publish()
+

@@ -10,6 +10,8 @@ of :data:`SENDER_AGENT_COUNTERS` itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 from logbuf.cnc.counters import CountersManager, SystemCounter
 from logbuf.driver.udp.counters import ReceiverCounters, SenderCounters
 from logbuf.native import lib
@@ -90,6 +92,7 @@ class NetworkCounters:
         self._ids = system
         self._published: dict[int, int] = {}
         self._positions: dict[int, Position] = {}
+        self.native_receiver: Any = None  # the receiver agent's lbd_receiver_counters_t (it writes them)
 
     def totals(self) -> dict[int, int]:
         """Every network system counter's value by system counter id."""
@@ -100,6 +103,12 @@ class NetworkCounters:
             values[system_id] = values.get(system_id, 0) + getattr(self.receiver, name)
         values[BYTES_SENT] += self.control_bytes_sent
         values[BYTES_RECEIVED] += self.control_bytes_received
+        native = self.native_receiver
+        if native is not None:
+            for name, system_id in _RECEIVER_FIELDS.items():
+                if hasattr(native, name):
+                    values[system_id] = values.get(system_id, 0) + getattr(native, name)
+            values[BYTES_SENT] += native.control_bytes_sent
         return values
 
     def publish(self) -> int:

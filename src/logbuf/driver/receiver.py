@@ -1,36 +1,120 @@
-"""``Receiver``: the driver's receiver duty - datagrams into images, then every image's loss, liveness and
-status messages.
+"""``Receiver``: the driver's receiver duty, a native agent (``native/drv_receiver.c``).
 
-In shared mode the media driver runs it in the same loop as the conductor and the sender; the conductor
-adds and removes receive channel endpoints between cycles.  One ``poll(2)`` over every endpoint's socket
-says which have datagrams waiting: one system call per cycle instead of one per endpoint.  Every endpoint's
-images are polled each cycle (cheap when nothing is due).
+Datagrams into images, loss detection and NAKs, status messages, RTT, liveness and end of stream all run in
+C, holding no GIL, on whichever thread calls the duty (:meth:`native_duty` hands it to an agent runner; in
+shared mode the media driver's loop calls :meth:`do_work`).  The conductor talks to the agent only through
+two bounded queues: it :meth:`offer` s commands (endpoints, subscriptions, images and their subscribers) and
+drains :meth:`poll_events` (images to create, images and endpoints the agent let go of, losses, corrupt
+images).  The state machines of :mod:`logbuf.driver.udp` are the agent's specification.
 """
 
 from __future__ import annotations
 
-from logbuf.driver.endpoint_poller import EndpointPoller
-from logbuf.driver.receive_channel import ReceiveChannelEndpoint
+import time
+from typing import Any
+
+from logbuf.native import ffi, lib
+
+QUEUE_CAPACITY = 4096
+DEFAULT_ELICIT_INTERVAL_NS = 100_000_000
+DEFAULT_PENDING_TIMEOUT_NS = 1_000_000_000
+DEFAULT_COOL_DOWN_NS = 1_000_000_000
+DEFAULT_MAX_PENDING = 1024  # sessions remembered per endpoint (pending SETUPs, elicits, cool-downs)
+_EVENT_FIELDS = ("type", "endpoint_id", "image_id", "reason", "session_id", "stream_id", "term_offset",
+                 "initial_term_id", "active_term_id", "term_length", "mtu", "ttl", "term_id", "length")
+
+
+class ReceiverEvent:
+    """One record from the agent's event queue (the fields of ``lbd_event_t``), copied out."""
+
+    __slots__ = (*_EVENT_FIELDS, "address")
+
+    def __init__(self, event: Any) -> None:
+        self.type: int = event.type
+        self.endpoint_id: int = event.endpoint_id
+        self.image_id: int = event.image_id
+        self.reason: int = event.reason
+        self.session_id: int = event.session_id
+        self.stream_id: int = event.stream_id
+        self.term_offset: int = event.term_offset
+        self.initial_term_id: int = event.initial_term_id
+        self.active_term_id: int = event.active_term_id
+        self.term_length: int = event.term_length
+        self.mtu: int = event.mtu
+        self.ttl: int = event.ttl
+        self.term_id: int = event.term_id
+        self.length: int = event.length
+        self.address: bytes = bytes(ffi.buffer(event.address, max(0, min(event.address_length, 32))))
+
+    def __repr__(self) -> str:
+        return "ReceiverEvent(" + ", ".join(f"{n}={getattr(self, n)}" for n in _EVENT_FIELDS) + ")"
 
 
 class Receiver:
-    def __init__(self) -> None:
-        self._endpoints: EndpointPoller[ReceiveChannelEndpoint] = EndpointPoller()
+    """The native receiver agent and the conductor's side of its queues."""
 
-    @property
-    def endpoints(self) -> list[ReceiveChannelEndpoint]:
-        return self._endpoints.endpoints
+    def __init__(self, *, receive_batch: int = 32, elicit_interval_ns: int = DEFAULT_ELICIT_INTERVAL_NS,
+                 pending_timeout_ns: int = DEFAULT_PENDING_TIMEOUT_NS, cool_down_ns: int = DEFAULT_COOL_DOWN_NS,
+                 max_pending: int = DEFAULT_MAX_PENDING) -> None:
+        native = lib.lbd_receiver_new(QUEUE_CAPACITY, receive_batch, elicit_interval_ns, pending_timeout_ns,
+                                      cool_down_ns, max_pending)
+        if native == ffi.NULL:
+            raise MemoryError("cannot allocate the receiver agent")
+        self._native = native
+        self._event = ffi.new("lbd_event_t *")
+        self.counters = lib.lbd_receiver_counters(native)
+        self.runs_inline = True  # False once an agent runner owns the duty (see native_duty)
 
-    def add_endpoint(self, endpoint: ReceiveChannelEndpoint) -> None:
-        self._endpoints.add(endpoint)
-
-    def remove_endpoint(self, endpoint: ReceiveChannelEndpoint) -> None:
-        self._endpoints.remove(endpoint)
+    def native_duty(self) -> tuple[Any, Any]:
+        """``(lbd_receiver_do_work, state)`` for an agent runner; from then on only the runner calls it."""
+        self.runs_inline = False
+        return ffi.addressof(lib, "lbd_receiver_do_work"), ffi.cast("void *", self._native)
 
     def do_work(self, now_ns: int) -> int:
-        work = 0
-        for endpoint in self._endpoints.ready():
-            work += endpoint.receive(now_ns)
-        for endpoint in self.endpoints:
-            work += endpoint.poll(now_ns)
-        return work
+        """One duty cycle (cffi releases the GIL during the call); 0 once closed."""
+        native = self._native
+        return 0 if native is None else lib.lbd_receiver_do_work(native, now_ns)
+
+    def next_deadline_ns(self) -> int:
+        """When the agent's next timer falls due (``2**63 - 1``: none)."""
+        return lib.lbd_receiver_next_deadline(self._native)
+
+    @staticmethod
+    def command(kind: int, **fields: Any) -> Any:
+        """A zeroed ``lbd_command_t`` of ``kind`` with ``fields`` set (``address``: sockaddr bytes)."""
+        command = ffi.new("lbd_command_t *")
+        command.type = kind
+        command.drop = -1.0
+        command.send_drop = -1.0
+        address = fields.pop("address", None)
+        if address:
+            command.address_length = len(address)
+            ffi.memmove(command.address, address, len(address))
+        for name, value in fields.items():
+            setattr(command, name, value)
+        return command
+
+    def offer(self, command: Any, timeout_s: float = 5.0) -> None:
+        """Queues a command; when the queue is full, waits for the agent (runs it here when nothing else
+        does).  Raises TimeoutError past ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while lib.lbd_receiver_offer(self._native, command) != 1:
+            if self.runs_inline:
+                self.do_work(time.monotonic_ns())
+            elif time.monotonic() > deadline:
+                raise TimeoutError("the receiver agent's command queue stays full")
+            else:
+                time.sleep(0.0001)
+
+    def poll_events(self, limit: int = 256) -> list[ReceiverEvent]:
+        events: list[ReceiverEvent] = []
+        event = self._event
+        while len(events) < limit and lib.lbd_receiver_poll_event(self._native, event):
+            events.append(ReceiverEvent(event))
+        return events
+
+    def close(self) -> None:
+        """Frees the agent; its runner must have stopped."""
+        if self._native is not None:
+            native, self._native = self._native, None
+            lib.lbd_receiver_free(native)

@@ -127,8 +127,8 @@ class DataHeader(NamedTuple):
             raise ValueError(f"a data header has type DATA or PAD, not {self.frame_type}")
         if self.frame_length != 0 and self.frame_length < DATA_HEADER_LENGTH:
             raise ValueError(f"frame length {self.frame_length}: 0 (heartbeat) or >= {DATA_HEADER_LENGTH}")
-        if self.frame_type == FrameType.PAD and (self.frame_length == 0 or self.frame_length % FRAME_ALIGNMENT):
-            raise ValueError(f"a PAD frame covers whole frames: length {self.frame_length}")
+        if self.frame_type == FrameType.PAD and self.frame_length == 0:
+            raise ValueError("a PAD frame covers at least its header: length 0")
         if self.term_offset < 0 or self.term_offset % FRAME_ALIGNMENT:
             raise ValueError(f"term offset {self.term_offset} must be >= 0 and a multiple of {FRAME_ALIGNMENT}")
         check_u8("flags", self.flags)

@@ -8,7 +8,8 @@ A datagram is one of:
   scan when it covers more than its header, so such a PAD is the last frame and only its 32-byte header
   travels (its frame length still says how much term it covers; its padding bytes are zeros the receiver
   already has).  At a term end this puts DATA frames and a PAD header in one datagram;
-- a PAD frame alone: its 32-byte header (or the whole frame) - it covers ``frame length`` bytes of term;
+- a PAD frame alone: its 32-byte header (or the whole frame) - it covers ``align(frame length, 32)`` bytes of
+  term (any length: an aborted claim leaves a PAD of the claimed length plus its header);
 - a heartbeat: a lone 32-byte DATA header with frame length 0 (flags 0xE0 when it ends the stream);
 - control: one or more SETUP / SM / NAK / RTTM / ERR frames back to back.
 
@@ -160,18 +161,20 @@ def _walk_frames(datagram: Any, n: int, ids: tuple[int, int, int], base: int) ->
             raise MalformedFrameError(f"frame term offset {term_offset}, expected {base + offset}", offset)
         count += 1
         if frame_type == _PAD:
-            if frame_length < HEADER_LENGTH or frame_length & (FRAME_ALIGNMENT - 1):
-                raise MalformedFrameError(f"PAD frame length {frame_length} is not a multiple of {FRAME_ALIGNMENT}",
-                                          offset)
+            # any length from a header up: an aborted claim pads what it claimed (a claim of 100 bytes
+            # leaves a PAD of 132), so the frame covers its length aligned, as every frame does
+            if frame_length < HEADER_LENGTH:
+                raise MalformedFrameError(f"PAD frame length {frame_length} is shorter than its header", offset)
+            aligned = (frame_length + FRAME_ALIGNMENT - 1) & _ALIGN_MASK
             if remaining == HEADER_LENGTH:  # the PAD's header alone: it ends the datagram, its frame the span
-                span = offset + frame_length
+                span = offset + aligned
                 if span > INT32_MAX:
                     raise MalformedFrameError(f"PAD of {frame_length} bytes runs past any term", offset)
                 return count, span
-            if remaining < frame_length:
+            if remaining < aligned and frame_length != remaining:
                 raise MalformedFrameError(f"a PAD in a datagram is its header or the whole frame, not "
                                           f"{remaining} bytes", offset)
-            offset += frame_length
+            offset += aligned
             continue
         if frame_length < HEADER_LENGTH:
             raise MalformedFrameError(f"data frame length {frame_length} inside a data datagram", offset)

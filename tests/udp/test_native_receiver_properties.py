@@ -1,0 +1,321 @@
+"""The native receiver agent (``native/drv_receiver.c``) against its specification, the sans-IO
+:class:`~logbuf.driver.udp.ImageReceiver`: the same datagrams (reordered, duplicated, dropped) and the same clock
+ticks give the same rebuild position, high-water mark, NAKs and status messages, and the same term bytes."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
+from logbuf import LogBuffers
+from logbuf.driver.receiver import Receiver
+from logbuf.driver.udp import CreateImage, ImageReceiver, ReceiverDispatcher, Reply, UnicastNakDelay
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
+from logbuf.native import ffi, lib
+from logbuf.protocol import DataHeader, DataPacket, FrameType, SetupFrame, classify, encode_data_frame
+from logbuf.protocol.header import MalformedFrameError
+
+T = 64 * 1024
+INITIAL = 5
+SESSION, STREAM = 77, 1001
+JOIN = T - 8192  # the stream crosses into the next term
+SOURCE = b"\x02\x00\x30\x39\x7f\x00\x00\x01" + bytes(8)  # sockaddr_in 127.0.0.1:12345
+US = 1_000
+
+
+def _align(n: int) -> int:
+    return (n + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
+
+
+def datagrams(groups: list[list[int]]) -> list[bytes]:
+    """Datagrams of DATA frames from JOIN on; a PAD header fills a term's end, as a sender's scan does."""
+    out = []
+    position = JOIN
+    for sizes in groups:
+        span = sum(_align(32 + s) for s in sizes)
+        if position % T + span > T:  # the rest of this term is one PAD
+            rest = T - position % T
+            out.append(DataHeader(rest, position % T, SESSION, STREAM, INITIAL + position // T,
+                                  frame_type=FrameType.PAD).encode())
+            position += rest
+        raw = b""
+        for size in sizes:
+            raw += encode_data_frame(bytes([size % 251]) * size, term_offset=position % T + len(raw),
+                                     session_id=SESSION, stream_id=STREAM, term_id=INITIAL + position // T)
+        out.append(raw)
+        position += span
+    return out
+
+
+class NativeRig:
+    def __init__(self, log: LogBuffers) -> None:
+        self.log = log
+        self.receiver = Receiver()
+        self.counters = ffi.new("int64_t[2]")
+        r = self.receiver
+        r.offer(r.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=9))
+        r.offer(r.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+        r.offer(r.command(
+            lib.LBD_CMD_ADD_IMAGE, endpoint_id=1, image_id=1, session_id=SESSION, stream_id=STREAM, term_length=T,
+            initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
+            terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+            rcv_hwm=self.counters, rcv_pos=self.counters + 1, liveness_timeout_ns=10**10, sm_timeout_ns=200_000_000,
+            nak_delay_ns=100 * US, nak_retry_ns=10_000 * US, give_up_ns=-1, address=SOURCE))
+        self.view = ffi.new("lbd_image_view_t *")
+        self.out = ffi.new("uint8_t[64]")
+
+    def sent(self) -> list[bytes]:
+        frames = []
+        while (n := lib.lbd_receiver_take_sent(self.receiver._native, self.out, 64)) >= 0:
+            frames.append(bytes(ffi.buffer(self.out, n)))
+        return frames
+
+    def start(self, now: int) -> list[bytes]:
+        self.receiver.do_work(now)
+        return self.sent()
+
+    def feed(self, raw: bytes, now: int) -> None:
+        assert lib.lbd_receiver_feed(self.receiver._native, 1, raw, len(raw), SOURCE, len(SOURCE), now) == 1
+
+    def poll(self, now: int) -> list[bytes]:
+        lib.lbd_receiver_poll_images(self.receiver._native, now)
+        return self.sent()
+
+    def positions(self) -> tuple[int, int]:
+        assert lib.lbd_receiver_image_view(self.receiver._native, 1, self.view) == 0
+        assert (self.counters[0], self.counters[1]) == (self.view.hwm_position, self.view.rebuild_position)
+        return self.view.rebuild_position, self.view.hwm_position
+
+
+class SpecRig:
+    def __init__(self, log: LogBuffers) -> None:
+        self.log = log
+        self.image = ImageReceiver(log, JOIN, 0, receiver_id=9, window_length=T // 2,
+                                   nak_delay=UnicastNakDelay(100 * US, 100))
+
+    def start(self, now: int) -> list[bytes]:
+        return self.poll(now)
+
+    def feed(self, raw: bytes, now: int) -> None:
+        packet = classify(raw)
+        assert isinstance(packet, DataPacket)
+        self.image.on_data(packet, raw, now)
+
+    def poll(self, now: int) -> list[bytes]:
+        return [frame.encode() for frame in self.image.poll(now, self.image.rebuild_position)]
+
+    def positions(self) -> tuple[int, int]:
+        return self.image.rebuild_position, self.image.hwm_position
+
+
+groups_strategy = st.lists(st.lists(st.integers(1, 400), min_size=1, max_size=3), min_size=1, max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=groups_strategy, data=st.data())
+def test_native_receiver_matches_its_specification(make_log: Callable[..., LogBuffers], groups: list[list[int]],
+                                                   data: Any) -> None:
+    raws = datagrams(groups)
+    order = data.draw(st.permutations(range(len(raws))))
+    dropped = data.draw(st.sets(st.sampled_from(range(len(raws))), max_size=max(0, len(raws) // 4)))
+    duplicates = data.draw(st.lists(st.sampled_from(range(len(raws))), max_size=5))
+    steps = [i for i in order if i not in dropped] + duplicates
+    ticks = data.draw(st.lists(st.integers(0, 20_000 * US), min_size=len(steps), max_size=len(steps)))
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    now = 1
+    assert native.start(now) == spec.start(now)
+    for index, tick in zip(steps, ticks, strict=True):
+        native.feed(raws[index], now)
+        spec.feed(raws[index], now)
+        assert native.poll(now) == spec.poll(now)
+        assert native.positions() == spec.positions()
+        now += tick
+        assert native.poll(now) == spec.poll(now)
+    for _ in range(3):  # the retries of what was dropped
+        now += 10_000 * US
+        assert native.poll(now) == spec.poll(now)
+    rebuild, hwm = spec.positions()
+    assert native.positions() == (rebuild, hwm)
+    for at in range(JOIN, hwm, T):  # the same bytes in both logs, term by term
+        index = (at // T) % 3
+        start = at % T
+        end = min(T, start + hwm - at)
+        a = native.log.terms.view[index * T + start: index * T + end]
+        b = spec.log.terms.view[index * T + start: index * T + end]
+        assert bytes(a) == bytes(b)
+    native.receiver.close()
+
+
+hostile_frame = st.tuples(
+    st.integers(0, 8).map(lambda slot: slot * FRAME_ALIGNMENT),  # term offset near the join
+    st.integers(1, 40) | st.integers(40, 600),  # payload length
+    st.integers(-(2**31), 2**31 - 1).map(lambda v: struct.pack("<i", v)) | st.binary(max_size=16),  # payload head
+    st.integers(0, 2),  # payload offset of that head, in words
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(hostile_frame, min_size=1, max_size=25))
+# a frame inside another's aligned space whose payload puts an impossible length where the first says the
+# next frame begins: the term breaks
+@example(frames=[(0, 8, b"", 0), (32, 168, struct.pack("<i", 0x7FFFFFF0), 0)])
+# the frame the stream waits for overlaps one already in the term: it can never be written (no NAK loop)
+@example(frames=[(32, 168, b"", 0), (0, 8, b"", 0)])
+def test_forged_frames_never_break_the_agent(make_log: Callable[..., LogBuffers],
+                                             frames: list[tuple[int, int, bytes, int]]) -> None:
+    """DATA frames of a forged session at any aligned offsets, overlapping as they like, with payloads that
+    hold fake frame lengths: the agent keeps rcv-pos <= rcv-hwm and, when the term breaks (or the frame the
+    stream waits for can never be written), closes the image once (one CORRUPT_IMAGE, one IMAGE_REMOVED) and
+    never reports it again however often it is polled."""
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    now = 1
+    native.start(now)
+    term_id = INITIAL + JOIN // T
+    for offset, length, head, at in frames:
+        payload = bytearray(length)
+        where = min(at * 4, max(0, length - len(head)))
+        payload[where:where + len(head)] = head[: length - where]
+        raw = encode_data_frame(bytes(payload), term_offset=JOIN % T + offset, session_id=SESSION,
+                                stream_id=STREAM, term_id=term_id)
+        native.feed(raw, now)
+        native.poll(now)
+        now += 50 * US
+        if lib.lbd_receiver_image_view(native.receiver._native, 1, native.view) == 0:
+            assert JOIN <= native.view.rebuild_position <= native.view.hwm_position
+    for _ in range(50):
+        now += 1_000 * US
+        native.poll(now)
+    events = native.receiver.poll_events()
+    corrupt = [e for e in events if e.type == lib.LBD_EVENT_CORRUPT_IMAGE]
+    removed = [e for e in events if e.type == lib.LBD_EVENT_IMAGE_REMOVED]
+    assert len(corrupt) <= 1 and len(removed) == len(corrupt)
+    event("image closed as corrupt" if corrupt else "image intact")
+    if corrupt:
+        assert removed[0].reason == lib.LBD_REASON_CORRUPT
+        assert lib.lbd_receiver_image_view(native.receiver._native, 1, native.view) == -1
+    native.receiver.close()
+
+
+dispatch_op = st.one_of(
+    st.tuples(st.just("setup"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1])),
+    st.tuples(st.just("data"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1])),
+    st.tuples(st.just("heartbeat"), st.integers(1, 4), st.booleans()),
+    st.tuples(st.just("tick"), st.integers(0, 400_000_000), st.just(0)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=st.lists(dispatch_op, max_size=40))
+def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tuple[str, int, Any]]) -> None:
+    """Sessions the agent has no image for, as ReceiverDispatcher: a SETUP of a subscribed stream asks for an
+    image once per pending timeout; DATA asks the sender for a SETUP at most once per elicit interval; an
+    ended stream's heartbeat asks nothing; other streams are ignored."""
+    spec = ReceiverDispatcher(9)
+    spec.add_subscription(STREAM)
+    receiver = Receiver()
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=9))
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    receiver.do_work(0)
+    out = ffi.new("uint8_t[64]")
+    now = 1_000_000_000
+    for kind, session, extra in ops:
+        if kind == "tick":
+            now += session
+            continue
+        if kind == "setup":
+            raw = SetupFrame(0, session, extra, 5, 5, T, 1408, 0).encode()
+        elif kind == "data":
+            raw = encode_data_frame(b"x" * 10, term_offset=64, session_id=session, stream_id=extra, term_id=5)
+        else:
+            raw = DataHeader.heartbeat(session, STREAM, 5, 64, end_of_stream=extra).encode()
+        expected = spec.on_datagram(raw, now, SOURCE)
+        assert lib.lbd_receiver_feed(receiver._native, 1, raw, len(raw), SOURCE, len(SOURCE), now) == 1
+        sent = []
+        while (n := lib.lbd_receiver_take_sent(receiver._native, out, 64)) >= 0:
+            sent.append(bytes(ffi.buffer(out, n)))
+        created = [(e.session_id, e.stream_id, e.term_length, e.address) for e in receiver.poll_events()
+                   if e.type == lib.LBD_EVENT_CREATE_IMAGE]
+        assert sent == [e.frame.encode() for e in expected if isinstance(e, Reply)]
+        assert created == [(e.setup.session_id, e.setup.stream_id, e.setup.term_length, e.source) for e in expected
+                           if isinstance(e, CreateImage)]
+    receiver.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(receiver_id=st.integers(1, 2**63 - 1))
+def test_multicast_nak_delays_stay_within_the_back_off(make_log: Callable[..., LogBuffers], receiver_id: int) -> None:
+    """Multicast: a gap's first NAK and each retry come after a randomised delay in [0, max back-off] (as
+    MulticastNakDelay's), whatever the receiver id that seeds them."""
+    log = make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM)
+    receiver = Receiver()
+    counters = ffi.new("int64_t[2]")
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1,
+                                    receiver_id=receiver_id))
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    backoff = 10_000 * US
+    receiver.offer(receiver.command(
+        lib.LBD_CMD_ADD_IMAGE, endpoint_id=1, image_id=1, session_id=SESSION, stream_id=STREAM, term_length=T,
+        initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
+        terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+        rcv_hwm=counters, rcv_pos=counters + 1, liveness_timeout_ns=10**12, sm_timeout_ns=10**12,
+        multicast=1, nak_max_backoff_ns=backoff, nak_group_size=10, give_up_ns=-1, address=SOURCE))
+    receiver.do_work(1)
+    out = ffi.new("uint8_t[64]")
+
+    def naks() -> int:
+        count = 0
+        while (n := lib.lbd_receiver_take_sent(receiver._native, out, 64)) >= 0:
+            count += bytes(ffi.buffer(out, n))[6] == FrameType.NAK
+        return count
+
+    second = datagrams([[100], [100]])[1]  # the first is lost: a gap at JOIN
+    assert lib.lbd_receiver_feed(receiver._native, 1, second, len(second), SOURCE, len(SOURCE), 1) == 1
+    now, step, sent_at = 1, 100 * US, []
+    while len(sent_at) < 4 and now < 10 * backoff:
+        lib.lbd_receiver_poll_images(receiver._native, now)
+        if naks():
+            sent_at.append(now)
+        now += step
+    receiver.close()
+    assert len(sent_at) == 4
+    assert sent_at[0] - 1 <= backoff + step
+    assert all(0 < b - a <= backoff + step for a, b in zip(sent_at, sent_at[1:], strict=False))
+
+
+def _frame(frame_type: int, body: bytes, length_delta: int) -> bytes:
+    return struct.pack("<iBBH", 8 + len(body) + length_delta, 0, 0, frame_type) + body
+
+
+control_frame = st.builds(
+    _frame,
+    st.sampled_from([0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x0B, 0x55]),
+    st.binary(max_size=48) | st.sampled_from([bytes(20), bytes(28), bytes(32), bytes(32) + b"\xff" * 4]),
+    st.sampled_from([0, 0, 0, -4, 4]),
+)
+error_frame = st.builds(
+    lambda text, code: struct.pack("<iBBHiiqqii", 40 + len(text), 0, 0, 0x04, 1, 2, 3, 4, code, len(text)) + text,
+    st.binary(max_size=8) | st.text(max_size=4).map(str.encode), st.integers(0, 9))
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=st.lists(control_frame | error_frame, min_size=1, max_size=3) | st.binary(max_size=80).map(lambda b: [b]))
+def test_native_check_of_datagrams_matches_classify(frames: list[bytes]) -> None:
+    """Every datagram the agent counts as invalid is one ``classify`` rejects, and the other way round."""
+    raw = b"".join(frames)
+    receiver = Receiver()
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=1))
+    receiver.do_work(0)
+    assert lib.lbd_receiver_feed(receiver._native, 1, raw, len(raw), SOURCE, len(SOURCE), 1) == 1
+    try:
+        classify(raw)
+        malformed = 0
+    except MalformedFrameError:
+        malformed = 1
+    invalid = receiver.counters.invalid_packets
+    receiver.close()
+    assert invalid == malformed
