@@ -75,6 +75,8 @@ class Client:
         self.client_id = self._conductor.client_id
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._held: dict[int, object] = _Holdings()  # the open publications, subscriptions, counters (_owned)
+        self._conductor.holdings = weakref.ref(self._held)
         if conductor_thread:
             # the thread holds the conductor and a weak reference to this client, never the client itself: a
             # client the application drops is collected, and its finalizer closes it (the driver frees its
@@ -187,10 +189,18 @@ _T = TypeVar("_T")
 
 
 def _owned(item: _T, client: Client) -> _T:
-    # a publication, subscription or counter keeps its client alive: the client is collected (and closed by
-    # its finalizer) only once the application holds none of them either
+    # a publication, subscription or counter keeps its client alive, and the client keeps it (as Aeron's
+    # client does: one the application drops still gets its image callbacks until it or its client closes).
+    # The two form a cycle the conductor thread does not reach, so a client the application drops with all of
+    # them is collected and closed by its finalizer.  The conductor lets go of each as it closes.
     item._client = client  # type: ignore[attr-defined]
+    client._held[id(item)] = item
     return item
+
+
+class _Holdings(dict[int, object]):
+    """The open publications, subscriptions and counters of a client by ``id()``: a dict subclass, so that
+    its conductor can refer to it weakly."""
 
 
 def _run_conductor(

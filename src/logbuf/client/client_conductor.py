@@ -156,6 +156,8 @@ class ClientConductor:
         self._subscriptions: weakref.WeakValueDictionary[int, Subscription] = weakref.WeakValueDictionary()
         self._publications: weakref.WeakValueDictionary[int, Publication] = weakref.WeakValueDictionary()
         self._counter_objects: weakref.WeakValueDictionary[int, Counter] = weakref.WeakValueDictionary()
+        # the client's own strong hold on what it made (Client._owned), reached weakly: let go of at close
+        self.holdings: weakref.ref[dict[int, object]] | None = None
         self._logs: dict[str, _MappedLog] = {}
         # the log file each publication (by registration id) and image (by subscription registration id and
         # correlation id: an IPC image's correlation id is its publication's registration id) maps
@@ -559,7 +561,13 @@ class ClientConductor:
             self._publication_logs[registration_id] = ready.log_file_name
         return publication
 
+    def _let_go(self, item: object) -> None:
+        holdings = self.holdings() if self.holdings is not None else None
+        if holdings is not None:
+            holdings.pop(id(item), None)
+
     def _on_publication_close(self, publication: Publication) -> None:
+        self._let_go(publication)
         registration_id = publication.registration_id
         with self._lock:
             if self._publications.pop(registration_id, None) is None:
@@ -617,6 +625,7 @@ class ClientConductor:
         subscription.close()
 
     def _on_subscription_close(self, subscription: Subscription, images: tuple[Image, ...]) -> None:
+        self._let_go(subscription)
         registration_id = subscription.registration_id
         with self._lock:
             if self._subscriptions.pop(registration_id, None) is None:
@@ -645,6 +654,7 @@ class ClientConductor:
         return counter
 
     def _on_counter_close(self, counter: Counter) -> None:
+        self._let_go(counter)
         with self._lock:
             if self._counter_objects.pop(counter.registration_id, None) is None:
                 return
