@@ -80,7 +80,8 @@ int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count);
 #define LBF_C_JUMPS_HELD 8
 #define LBF_C_JUMPS_CONFIRMED 9
 #define LBF_C_SHED_PACKETS 10 /* packets not queued for a full queue (recovery on): fetched again */
-#define LBF_C_COUNT 11
+#define LBF_C_JUMPS_FORGED 11 /* jumps revealed as forged by traffic continuing below them */
+#define LBF_C_COUNT 12
 
 /* Event kinds (lbf_event_t.kind). */
 #define LBF_EV_DELIVER 1            /* deliveries [a, b) */
@@ -124,6 +125,7 @@ typedef struct lbf_eng_config {
     int32_t pinned;                     /* 1: only `session` may be joined */
     uint8_t session[10];
     int64_t max_queue_packets;
+    int64_t max_queue_bytes;            /* the queue's datagram bytes at most (with max_queue_packets) */
     int64_t session_change_idle_ns;
     uint64_t max_jump;                  /* 0: no confirmation */
     int32_t recovery;                   /* 1: gaps are re-requested (else lost at once) */
@@ -148,6 +150,7 @@ typedef struct lbf_eng {
     int32_t waiting;            /* the wait for the first undeclared hole runs since wait_started_ns */
     int64_t wait_started_ns;
     int64_t queued_packets;
+    int64_t queued_bytes;       /* datagram bytes in the out-of-order queue */
     int32_t recovering;         /* re-request pacing active */
     int64_t recovery_deadline_ns; /* set by Python: when the pacing next has something to say */
     /* outputs, appended to until lbf_eng_clear_output; valid until the next call */
@@ -184,6 +187,8 @@ int32_t lbf_eng_settle(lbf_eng_t *eng, int64_t now_ns);
 void lbf_eng_settle_end(lbf_eng_t *eng, int64_t now_ns);
 /* The pacing ran: its next deadline (INT64_MAX: none). */
 void lbf_eng_recovery_polled(lbf_eng_t *eng, int64_t deadline_ns);
+/* A re-request for [first, first + count) went out: answers are accepted only inside requested ranges. */
+void lbf_eng_requested(lbf_eng_t *eng, uint64_t first, uint32_t count);
 /* Give up the first n holes (declared or not) with `reason`. */
 void lbf_eng_abandon(lbf_eng_t *eng, int64_t n, int32_t reason, int64_t now_ns);
 /* Up to `limit` missing ranges: declared ones (declared = 1: what recovery works on) or all of

@@ -134,6 +134,7 @@ class Arbiter:
             c.pinned = 1
             ffi.memmove(c.session, moldudp64.encode_session(cfg.session), _SESSION_LENGTH)
         c.max_queue_packets = cfg.max_queue_packets
+        c.max_queue_bytes = cfg.max_queue_bytes
         c.session_change_idle_ns = cfg.session_change_idle_ns
         c.max_jump = cfg.max_jump or 0
         c.recovery = 1 if recovery is not None else 0
@@ -286,6 +287,11 @@ class Arbiter:
         return int(self._c.queued_packets)
 
     @property
+    def queued_bytes(self) -> int:
+        """Datagram bytes in the out-of-order queue."""
+        return int(self._c.queued_bytes)
+
+    @property
     def recovering(self) -> bool:
         return self.recovery is not None and self.recovery.active
 
@@ -352,6 +358,8 @@ class Arbiter:
                     continue
                 break
             requests = recovery.poll(holes, now_ns)
+            for seq, count in requests:  # answers are accepted only inside these
+                lib.lbf_eng_requested(e, seq, count)
             self.counter_array[C_RECOVERY_REQUESTS] += len(requests)
             session = self.session or b""  # recovering: a session was joined
             out.extend(RecoveryRequest(session, seq, count) for seq, count in requests)

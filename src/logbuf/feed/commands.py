@@ -568,6 +568,10 @@ def _cmd_feed(args: argparse.Namespace) -> int:
                 "A.packets", "B.packets", "A.delivered", "B.delivered", "A.duplicates", "B.duplicates",
                 "A.kernel_drops", "B.kernel_drops")
         print("logbuf feed: " + ", ".join(f"{k}={summary.get(k, 0)}" for k in keys), file=sys.stderr)
+    if values["unpublished"]:
+        print(f"logbuf feed: warning: {values['unpublished']} messages were not published (no subscriber was "
+              "connected)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -645,8 +649,10 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--until-end-of-session", action="store_true",
                    help="exit after the session's end, once every hole of it is recovered or given up")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--wait-for-subscriber", type=float, default=0.0,
-                   help="before reading the feeds, wait up to this many seconds for a subscriber")
+    p.add_argument("--wait-for-subscriber", type=float, default=10.0, metavar="SECONDS",
+                   help="before reading the feeds, wait up to this long for a subscriber of the messages stream and "
+                        "exit with an error if none came; 0: publish regardless (a warning and exit status 1 if any "
+                        "message was not published)")
     p.add_argument("--summary-json", default=None, metavar="PATH", help="write the final counters as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no start line and no summary")
     p.set_defaults(func=_guard(_cmd_feed))

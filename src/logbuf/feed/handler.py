@@ -24,6 +24,7 @@ and retried with back-off. Counters (kernel drops per feed socket included) are 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import os
 import random
@@ -115,7 +116,7 @@ class FeedHandlerConfig:
     batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # while traffic flows, one sleep this long per round (0: none)
     kernel_timestamps: bool = True
     stop_at_end_of_session: bool = False
-    wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber
+    wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber (or fail)
 
     def __post_init__(self) -> None:
         feeds = self.mode.feeds
@@ -127,21 +128,33 @@ class FeedHandlerConfig:
             raise ValueError(f"ring_slots must be >= {2 * len(feeds) + RETRANSMIT_SLOTS}")
 
 
-def _open_feed_socket(address: tuple[str, int], interface: str, rcvbuf: int) -> socket.socket:
-    host, port = address
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _set_rcvbuf(sock: socket.socket, rcvbuf: int) -> None:
     try:  # past net.core.rmem_max when privileged: bursts at max speed need a deep socket buffer
         sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), rcvbuf)
     except OSError:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    if ipaddress.ip_address(host).is_multicast:
-        sock.bind((host, port))  # only this group's datagrams
+
+
+def _open_feed_socket(name: str, address: tuple[str, int], interface: str, rcvbuf: int) -> socket.socket:
+    host, port = address
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    multicast = ipaddress.ip_address(host).is_multicast
+    if multicast:  # several receivers of one group each get every datagram: sharing the port is safe
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # unicast: no SO_REUSEADDR/SO_REUSEPORT, the kernel would split the datagrams between two handlers
+    _set_rcvbuf(sock, rcvbuf)
+    try:
+        sock.bind((host, port))  # multicast: only this group's datagrams
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise FeedHandlerError(f"feed {name} {host}:{port} is already bound by another process (another "
+                                   "feed handler?); unicast ports are never shared") from None
+        raise FeedHandlerError(f"cannot bind feed {name} to {host}:{port}: {exc.strerror}") from None
+    if multicast:
         membership = socket.inet_aton(host) + socket.inet_aton(interface)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
-    else:
-        sock.bind((host, port))
     sock.setblocking(False)
     return sock
 
@@ -178,9 +191,10 @@ class FeedHandler:
         self.ring = RecvRing(capacity=cfg.ring_slots)
         for feed, address in ((Feed.A, cfg.feed_a), (Feed.B, cfg.feed_b)):
             if feed in cfg.mode.feeds and address is not None:
-                self.sockets[feed] = _open_feed_socket(address, cfg.interface, cfg.rcvbuf)
+                self.sockets[feed] = _open_feed_socket(feed.name, address, cfg.interface, cfg.rcvbuf)
         if cfg.retransmit is not None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            _set_rcvbuf(sock, cfg.rcvbuf)  # a recovery burst is answered at the server's rate
             sock.connect(cfg.retransmit)  # answers come back to this socket, and only from the server
             sock.setblocking(False)
             self.sockets[Feed.RETRANSMIT] = sock
@@ -203,9 +217,13 @@ class FeedHandler:
         self.capture = (
             client.add_exclusive_publication(cfg.channel, cfg.capture_stream) if cfg.capture_stream is not None else None
         )
-        for publication in (self.messages, self.capture):
-            if publication is not None:  # best effort: the first lap of the log then takes no page faults
-                lib.lbf_prefault_terms(publication.native_struct())
+        # best effort: the first lap of the log then takes no page faults. On a thread of its own (the native call
+        # releases the GIL; populating pages writes nothing, so the loop may append meanwhile): backing large
+        # terms takes seconds on a loaded machine, and this thread must keep the driver's keepalive going
+        structs = [p.native_struct() for p in (self.messages, self.capture) if p is not None]
+        self._prefault = threading.Thread(target=_prefault, args=(structs,), name="logbuf-feed-prefault",
+                                          daemon=True)
+        self._prefault.start()
         self._epoch_offset_ns = time.time_ns() - monotonic_ns()
         self._session = b""
         self._events_back_pressure_waits = 0  # the events publication's (Python appends those records)
@@ -277,6 +295,11 @@ class FeedHandler:
             while not self.messages.is_connected and time.monotonic() < until and not self._stop.is_set():
                 self._client_work()
                 time.sleep(0.005)
+            if not self.messages.is_connected and not self._stop.is_set():
+                raise FeedHandlerError(
+                    f"no subscriber on {cfg.channel} stream {cfg.messages_stream} after "
+                    f"{cfg.wait_for_subscriber_s:g} s: start one first, or publish regardless with "
+                    "--wait-for-subscriber 0")
         stopping = self._stop.is_set
         native_round = lib.lbf_round
         r = self._r
@@ -459,6 +482,9 @@ class FeedHandler:
                 counter.set(int(value))
 
     def close(self) -> None:
+        prefault = getattr(self, "_prefault", None)
+        if prefault is not None:  # the publications it backs must outlive it
+            prefault.join()
         native_round = getattr(self, "_round", None)
         if native_round is not None:  # before the sockets: their descriptor numbers may be reused
             native_round.close()
@@ -473,6 +499,11 @@ class FeedHandler:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _prefault(publications: list[Any]) -> None:
+    for publication in publications:
+        lib.lbf_prefault_terms(publication)
 
 
 def _replace(config: Any, **changes: Any) -> Any:

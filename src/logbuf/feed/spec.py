@@ -119,9 +119,16 @@ from logbuf.feed.stats import (
 
 NANOS_PER_MILLI = 1_000_000
 NANOS_PER_SECOND = 1_000_000_000
-# A packet more than this many messages past everything known needs a confirmation before it counts: at the
-# busiest open (~800k messages/s) this is over a second of loss on both feeds.
-DEFAULT_MAX_JUMP = 1_000_000
+# A packet more than this many messages past everything known needs a confirmation before it counts (the other
+# feed's copy, or the next packet of the same feed continuing after it): ~100 packets of ~40 messages, so an
+# ordinary loss is never held back and a jump costs one packet's wait.
+DEFAULT_MAX_JUMP = 4_096
+# The out-of-order queue's bound in datagram bytes: over 5 s of the busiest documented open (20k packets/s of
+# ~1.4 kB), so a blackout of both feeds or a late start queues everything live while recovery fetches the past.
+DEFAULT_MAX_QUEUE_BYTES = 256 << 20
+DEFAULT_MAX_QUEUE_PACKETS = 1 << 20
+# Requested ranges remembered for accepting answers (the oldest are forgotten past this).
+MAX_REQUESTED_RANGES = 4096
 _HEADER = struct.Struct(">10sQH")
 
 
@@ -134,7 +141,8 @@ class ArbiterConfig:
     lost_packet_wait_time_ns: int = 100 * NANOS_PER_MILLI
     start_sequence: int | None = 1  # None: join wherever the first packet is
     session: str | bytes | None = None  # pin the session; None: join the first seen
-    max_queue_packets: int = 16_384
+    max_queue_packets: int = DEFAULT_MAX_QUEUE_PACKETS
+    max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES  # datagram bytes queued at most
     session_change_idle_ns: int = 3 * NANOS_PER_SECOND
     delay_window_bits: int = 16
     max_jump: int | None = DEFAULT_MAX_JUMP  # messages past everything known that need a confirmation
@@ -149,6 +157,8 @@ class ArbiterConfig:
             raise ValueError("start_sequence must be a MoldUDP64 sequence (>= 1) or None")
         if self.max_queue_packets < 2:
             raise ValueError("max_queue_packets must be >= 2")
+        if self.max_queue_bytes < 2 * 1500:
+            raise ValueError("max_queue_bytes must be >= 3000 (two datagrams)")
         if self.session_change_idle_ns <= 0:
             raise ValueError("session_change_idle_ns must be > 0")
         if not 4 <= self.delay_window_bits <= 24:
@@ -199,6 +209,10 @@ class SpecArbiter:
         self.last_session_arrival_ns = 0  # last packet of the current session on any feed
         self._retired: set[bytes] = set()
         self._queue: list[tuple[int, int, _Queued]] = []  # heap by (first, arrival order)
+        self.queued_bytes = 0  # datagram bytes in the queue
+        self._requested: list[tuple[int, int]] = []  # re-requested inclusive ranges, oldest first
+        self._jump_at: int | None = None  # a confirmed jump to here is provisional until the stream reaches it
+        self._jump_floor = 0  # first sequence past everything known before that jump
         self._order = itertools.count()
         self._coverage = Coverage()
         self._wait_started_ns: int | None = None  # the wait for the first undeclared hole began
@@ -321,9 +335,83 @@ class SpecArbiter:
             self.last_session_arrival_ns = arrival_ns
         if not marker:
             st[FS_MESSAGES] += count
+        if feed == Feed.RETRANSMIT:
+            # an answer counts only for an outstanding request, and only for the sequences it asked for
+            count = 0 if marker else self._requested_count(first, count)
+            if count == 0:
+                st[FS_IGNORED] += 1
+                return
+        else:
+            self._forged_jump_revealed(feed, first, count, marker)
         if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
             return
         self._intake(feed, buf, first, count, marker, arrival_ns, out)
+
+    def note_requests(self, requests: list[tuple[int, int]]) -> None:
+        """Re-requests ``(seq, count)`` that went out: answers are accepted inside these ranges only."""
+        for seq, count in requests:
+            if len(self._requested) >= MAX_REQUESTED_RANGES:
+                del self._requested[0]
+            self._requested.append((seq, seq + count - 1))
+
+    def _requested_count(self, first: int, count: int) -> int:
+        """The messages of an answer ``[first, first + count)`` that were asked for (0: an unrequested answer);
+        ranges the stream has passed are forgotten on the way."""
+        expected = self._next if self.expected is not None else 0
+        kept = [r for r in self._requested if r[1] >= expected]
+        self._requested = kept
+        for low, high in kept:
+            if low <= first <= high:
+                return min(count, high - first + 1)
+        return 0
+
+    def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
+        """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped;
+        a confirmed jump the stream has not reached yet is undone (nothing from its range is published)."""
+        bound = self.config.max_jump
+        if bound is None or self.expected is None:
+            return False
+        position = first - 1 if marker else first
+        revealed = False
+        for h in self._held:
+            if h[0] == feed and h[2] - position > bound:
+                self._held.remove(h)
+                self.counters.jumps_forged += 1
+                revealed = True
+                break
+        jump = self._jump_at
+        if jump is not None:
+            last = position if marker else first + count - 1
+            if self._next >= jump:
+                self._jump_at = None  # the stream reached the jump: it stands
+            elif position < jump and last >= self._next and jump - position > bound:
+                self._undo_jump(jump)
+                revealed = True
+        return revealed
+
+    def _undo_jump(self, jump: int) -> None:
+        """Forget everything from a forged jump's position on: its queued packets, holes, gaps and markers."""
+        self._jump_at = None
+        self.counters.jumps_forged += 1
+        self._held.clear()
+        self._queue = [q for q in self._queue if q[0] < jump]
+        heapq.heapify(self._queue)
+        self.queued_bytes = sum(len(q[2].data) for q in self._queue)
+        self._coverage = Coverage()
+        for q in self._queue:
+            self._coverage.add(q[2].first, q[2].first + q[2].count - 1)
+        self._coverage.trim_below(self._next)
+        highest = max(self._next - 1, self._jump_floor - 1, self._coverage.ends[-1] if self._coverage else 0)
+        self.highest = highest
+        self._declared_upto = min(self._declared_upto, highest)
+        gaps: deque[OpenGap] = deque()
+        for gap in self._gaps:
+            if gap.first <= highest:
+                gap.last = min(gap.last, highest)
+                gaps.append(gap)
+        self._gaps = gaps
+        if self._pending_eos is not None and self._pending_eos - 1 > highest:
+            self._pending_eos = None
 
     def _intake(self, feed: Feed, buf: memoryview | bytes, first: int, count: int, marker: bool, arrival_ns: int,
                 out: list[Event]) -> None:
@@ -347,7 +435,9 @@ class SpecArbiter:
         if position <= base + bound:
             return False
         held = self._held
-        confirmed = [h for h in held if abs(h[2] - position) <= bound]
+        # confirmed by the other feed's copy, or by the same feed continuing after it
+        confirmed = [h for h in held if (h[2] <= position if h[0] == feed else abs(h[2] - position) <= bound)
+                     and position - h[2] <= bound]
         if not confirmed:
             # keep the newest candidate per feed; older unconfirmed candidates are dropped
             self._held = [h for h in held if h[0] != feed] + [(feed, bytes(buf), position, first, count, marker,
@@ -356,6 +446,9 @@ class SpecArbiter:
             return True
         self._held = [h for h in held if h not in confirmed]
         self.counters.jumps_confirmed += 1
+        # acted upon, but provisional: live traffic continuing below it before the stream reaches it undoes it
+        self._jump_floor = base
+        self._jump_at = min([position] + [h[2] for h in confirmed])
         for h_feed, h_buf, _pos, h_first, h_count, h_marker, h_arrival in sorted(confirmed, key=lambda h: h[2]):
             self._intake(h_feed, h_buf, h_first, h_count, h_marker, h_arrival, out)
         self._intake(feed, buf, first, count, marker, arrival_ns, out)
@@ -394,6 +487,9 @@ class SpecArbiter:
         if self.recovery is not None:
             self.recovery.stop()
         self._queue.clear()
+        self.queued_bytes = 0
+        self._requested.clear()
+        self._jump_at = None
         self._held.clear()
         self._coverage = Coverage()
         self._gaps.clear()
@@ -481,6 +577,7 @@ class SpecArbiter:
         queue = self._queue
         while queue and queue[0][0] <= self._next:
             _, _, entry = heapq.heappop(queue)
+            self.queued_bytes -= len(entry.data)
             self._walk(entry.feed, entry.data, entry.first, entry.count, entry.arrival_ns, out)
         self._coverage.trim_below(self._next)
 
@@ -493,7 +590,8 @@ class SpecArbiter:
             self.feed_stats[feed, FS_DUPLICATES] += count
         else:
             capacity = self.config.max_queue_packets
-            if len(self._queue) >= capacity:
+            max_bytes = self.config.max_queue_bytes
+            if len(self._queue) >= capacity or self.queued_bytes + len(data) > max_bytes:
                 if self.recovery is not None:
                     # shed, never abandon: the packet is not queued, its range stays a hole and is fetched again
                     # (declared like any hole, or already inside a declared one); only the server's refusal or
@@ -508,7 +606,7 @@ class SpecArbiter:
                 # recovery off: nothing can be fetched again; the oldest holes are given up
                 self.counters.queue_overflows += 1
                 out.append(QueueOverflow(self._current_session, len(self._queue), capacity))
-                while len(self._queue) > capacity // 2 and self.holes(1):
+                while (len(self._queue) > capacity // 2 or self.queued_bytes > max_bytes // 2) and self.holes(1):
                     self._abandon(1, GapReason.QUEUE_OVERFLOW, arrival_ns, out)
                 if first <= self._next:  # giving up moved the stream up to (or past) this packet
                     self._walk(feed, data, first, count, arrival_ns, out)
@@ -516,6 +614,7 @@ class SpecArbiter:
                     return
             self._shedding = False
             heapq.heappush(self._queue, (first, next(self._order), _Queued(first, count, feed, arrival_ns, data)))
+            self.queued_bytes += len(data)
             self._coverage.add(first, last)
         self._note_ahead(feed, first, arrival_ns)
 
@@ -563,7 +662,8 @@ class SpecArbiter:
             self._unrecoverable(first, head - 1, GapReason.RECOVERY_OFF, out)
             queue = self._queue
             while queue and queue[0][0] < head:  # older queued packets are dropped
-                heapq.heappop(queue)
+                _, _, dropped = heapq.heappop(queue)
+                self.queued_bytes -= len(dropped.data)
                 self.counters.dropped_packets += 1
             self._coverage.trim_below(head)
             self.expected = head
@@ -645,6 +745,7 @@ class SpecArbiter:
                     self._abandon(expired, GapReason.GIVE_UP, now_ns, out)
                     continue
                 requests = recovery.poll(self._declared_holes(limit), now_ns)
+                self.note_requests(requests)
                 self.counters.recovery_requests += len(requests)
                 out.extend(RecoveryRequest(self._current_session, seq, count) for seq, count in requests)
             break
@@ -664,6 +765,7 @@ class SpecArbiter:
 
 def _blocks(packet: bytes | memoryview, count: int) -> list[tuple[int, int]]:
     """The blocks of a packet validated before it was accepted (a malformed one never reaches the walk)."""
-    blocks = parse_blocks(memoryview(packet), count)
-    assert blocks is not None, "a malformed packet reached the walk"
-    return blocks
+    view = memoryview(packet)
+    blocks = parse_blocks(view, int.from_bytes(view[18:20], "big"))  # an answer's count may be clipped
+    assert blocks is not None and count <= len(blocks), "a malformed packet reached the walk"
+    return blocks[:count]
