@@ -297,6 +297,7 @@ static lbf_event_t *emit(lbf_eng_t *e, int32_t kind, int32_t reason, uint64_t a,
     ev->reason = reason;
     ev->a = a;
     ev->b = b;
+    ev->next = e->has_expected ? e->expected : 0;
     memcpy(ev->session, e->session, sizeof ev->session);
     return ev;
 }
@@ -693,7 +694,9 @@ static void unrecoverable(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t r
     /* saturates: a confirmed jump may name nearly 2^64 sequences, the counter is an int64 */
     uint64_t lost = last - first + 1, have = (uint64_t)e->counters[LBF_C_MESSAGES_UNRECOVERABLE];
     e->counters[LBF_C_MESSAGES_UNRECOVERABLE] = lost > (uint64_t)INT64_MAX - have ? INT64_MAX : (int64_t)(have + lost);
-    emit(e, LBF_EV_GAP_UNRECOVERABLE, reason, first, last);
+    lbf_event_t *ev = emit(e, LBF_EV_GAP_UNRECOVERABLE, reason, first, last);
+    if (ev)
+        ev->next = last + 1; /* the stream goes on after the range */
 }
 
 static void close_gaps(lbf_eng_t *e)
@@ -893,7 +896,9 @@ static int accept_session(lbf_eng_t *e, const uint8_t *session, int64_t arrival_
         e->has_session = 1;
         memcpy(e->session, session, MOLD_SESSION_LENGTH);
         e->counters[LBF_C_SESSION_CHANGES] += 1;
-        if (e->config.start_sequence)
+        if (e->config.has_resume && memcmp(session, e->config.resume_session, MOLD_SESSION_LENGTH) == 0)
+            join(e, e->config.resume_sequence);
+        else if (e->config.start_sequence)
             join(e, e->config.start_sequence);
         return 1;
     }
@@ -1681,6 +1686,11 @@ static int32_t publish_run(lbf_round_t *r, round_impl_t *im, const lbf_event_t *
         int64_t res = lb_offer_batch(r->messages, 1, (const char *)data, data_length, e->out_offset + first,
                                      e->out_length + first, (const int64_t *)(e->out_seq + first), (int32_t)count,
                                      &appended);
+        if (appended > 0 && r->checkpoint != NULL) {
+            uint64_t next = e->out_seq[first + appended - 1] + 1;
+            memcpy(r->checkpoint + LBF_CHECKPOINT_SESSION, ev->session, MOLD_SESSION_LENGTH);
+            __atomic_store_n((uint64_t *)(r->checkpoint + LBF_CHECKPOINT_NEXT), next, __ATOMIC_RELEASE);
+        }
         if (appended > 0) {
             if (!im->sampled) { /* the run's first message: the longest wait in it */
                 im->sampled = 1;

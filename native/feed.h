@@ -114,6 +114,8 @@ typedef struct lbf_event {
     int64_t t;
     uint8_t session[10];
     uint8_t previous[10];
+    uint64_t next;      /* the next sequence on the messages stream right after this event (its records'
+                           reserved value): the expected sequence then; after a GAP_UNRECOVERABLE, b + 1 */
 } lbf_event_t;
 
 typedef struct lbf_eng_config {
@@ -129,6 +131,9 @@ typedef struct lbf_eng_config {
     int64_t session_change_idle_ns;
     uint64_t max_jump;                  /* 0: no confirmation */
     int32_t recovery;                   /* 1: gaps are re-requested (else lost at once) */
+    int32_t has_resume;                 /* 1: when the first session joined is resume_session, join at */
+    uint8_t resume_session[10];         /* resume_sequence (a restart: after what the last run published) */
+    uint64_t resume_sequence;
 } lbf_eng_config_t;
 
 /* Engine state Python may read (and the outputs of the last calls). The containers are behind `impl`. */
@@ -224,6 +229,12 @@ int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const u
 /* ==== one handler round in C: receive from every feed socket -> arbitrate -> append the deliveries to the
  * messages publication -> capture rows; Python is entered only for what needs it (lbf_round's status) ==== */
 
+/* The checkpoint: "LBFCKPT1", the session (10 bytes), 6 bytes of padding, the next sequence to publish (u64,
+ * native byte order, one aligned store). A restarted handler resumes there (no duplicates for subscribers). */
+#define LBF_CHECKPOINT_LENGTH 32
+#define LBF_CHECKPOINT_SESSION 8
+#define LBF_CHECKPOINT_NEXT 24
+
 /* lbf_round / lbf_round_resume status: a kind in the low byte, flags above, < 0 a failure (fail_*). */
 #define LBF_ROUND_DONE 0             /* the round is over (drained, received say what it did) */
 #define LBF_ROUND_EVENTS 1           /* engine events [event_next, event_end) need Python (records, pacing) */
@@ -255,6 +266,8 @@ typedef struct lbf_round {
     int64_t counters_interval_ns;   /* LBF_ROUND_COUNTERS at most this often */
     int64_t *latency_ns;            /* ring of wire-to-log samples (Python-owned), latency_mask + 1 long */
     int64_t latency_mask;
+    uint8_t *checkpoint;            /* LBF_CHECKPOINT_LENGTH bytes (a shared file mapping) or NULL: after every
+                                       append, the session and the next sequence to publish */
     /* counters, read by Python */
     int64_t published;              /* messages appended */
     int64_t unpublished;            /* messages dropped: no subscriber was connected */

@@ -39,48 +39,19 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from logbuf.feed.moldudp64 import MAX_MESSAGE_COUNT
+from logbuf.feed.config import (  # noqa: F401  (re-exported: the pacing's settings)
+    DEFAULT_REQUEST_BURST,
+    DEFAULT_REQUEST_RATE,
+    NANOS_PER_MILLI,
+    NANOS_PER_SECOND,
+    RecoveryConfig,
+)
 
-NANOS_PER_MILLI = 1_000_000
-NANOS_PER_SECOND = 1_000_000_000
 _MILLI = 1_000  # request rates are kept to a thousandth of a request per second
 _TOKEN = NANOS_PER_SECOND * _MILLI  # one request in the bucket's units (rate_units are added per ns)
 
 Hole = tuple[int, int]  # inclusive (first, last) sequence range
-# Pacing: under the 1,000 requests/s per client a retransmission server typically allows, with room for a burst.
-DEFAULT_REQUEST_RATE = 800.0
-DEFAULT_REQUEST_BURST = 64
-
-
-@dataclass(frozen=True)
-class RecoveryConfig:
-    """Re-request pacing; defaults as in a common NAK scheme (initial back-off 50 ms × 0.5–1.5, retry 200 ms, give up 10 s)."""
-
-    initial_backoff_ns: int = 50 * NANOS_PER_MILLI
-    backoff_jitter: tuple[float, float] = (0.5, 1.5)
-    retry_interval_ns: int = 200 * NANOS_PER_MILLI
-    give_up_ns: int = 10 * NANOS_PER_SECOND
-    max_request_count: int = MAX_MESSAGE_COUNT
-    max_outstanding: int = 64
-    request_rate: float = DEFAULT_REQUEST_RATE  # requests per second (kept under the server's per-client limit)
-    request_burst: int = DEFAULT_REQUEST_BURST  # requests that may go out at once after a quiet period
-
-    def __post_init__(self) -> None:
-        low, high = self.backoff_jitter
-        if not 0.0 <= low <= high:
-            raise ValueError(f"backoff_jitter {self.backoff_jitter} must satisfy 0 <= low <= high")
-        if self.initial_backoff_ns < 0:
-            raise ValueError("initial_backoff_ns must be >= 0")
-        if self.retry_interval_ns <= 0 or self.give_up_ns <= 0:
-            raise ValueError("retry_interval_ns and give_up_ns must be > 0")
-        if not 1 <= self.max_request_count <= MAX_MESSAGE_COUNT:
-            raise ValueError(f"max_request_count must be within 1..{MAX_MESSAGE_COUNT} (MoldUDP64 request count)")
-        if self.max_outstanding < 1:
-            raise ValueError("max_outstanding must be >= 1")
-        if self.request_rate <= 0 or self.request_burst < 1:
-            raise ValueError("request_rate must be > 0 and request_burst >= 1")
 
 
 class Recovery:

@@ -64,11 +64,19 @@ import heapq
 import itertools
 import struct
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
 from logbuf.feed import moldudp64
+from logbuf.feed.config import (  # noqa: F401  (re-exported: the settings the specification runs under)
+    DEFAULT_MAX_JUMP,
+    DEFAULT_MAX_QUEUE_BYTES,
+    DEFAULT_MAX_QUEUE_PACKETS,
+    MAX_REQUESTED_RANGES,
+    NANOS_PER_MILLI,
+    NANOS_PER_SECOND,
+    ArbiterConfig,
+)
 from logbuf.feed.coverage import Coverage, Hole, OpenGap, parse_blocks
 from logbuf.feed.events import (
     Deliver,
@@ -117,56 +125,7 @@ from logbuf.feed.stats import (
     new_delay_stats,
 )
 
-NANOS_PER_MILLI = 1_000_000
-NANOS_PER_SECOND = 1_000_000_000
-# A packet more than this many messages past everything known needs a confirmation before it counts (the other
-# feed's copy, or the next packet of the same feed continuing after it): ~100 packets of ~40 messages, so an
-# ordinary loss is never held back and a jump costs one packet's wait.
-DEFAULT_MAX_JUMP = 4_096
-# The out-of-order queue's bound in datagram bytes: over 5 s of the busiest documented open (20k packets/s of
-# ~1.4 kB), so a blackout of both feeds or a late start queues everything live while recovery fetches the past.
-DEFAULT_MAX_QUEUE_BYTES = 256 << 20
-DEFAULT_MAX_QUEUE_PACKETS = 1 << 20
-# Requested ranges remembered for accepting answers (the oldest are forgotten past this).
-MAX_REQUESTED_RANGES = 4096
 _HEADER = struct.Struct(">10sQH")
-
-
-@dataclass(frozen=True)
-class ArbiterConfig:
-    """Arbitration and gap-detection settings (common published defaults: 3 packets, 100 ms)."""
-
-    mode: FeedMode = FeedMode.A_AND_B
-    out_of_order_max_interval: int = 3  # packets per live feed past the hole
-    lost_packet_wait_time_ns: int = 100 * NANOS_PER_MILLI
-    start_sequence: int | None = 1  # None: join wherever the first packet is
-    session: str | bytes | None = None  # pin the session; None: join the first seen
-    max_queue_packets: int = DEFAULT_MAX_QUEUE_PACKETS
-    max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES  # datagram bytes queued at most
-    session_change_idle_ns: int = 3 * NANOS_PER_SECOND
-    delay_window_bits: int = 16
-    max_jump: int | None = DEFAULT_MAX_JUMP  # messages past everything known that need a confirmation
-
-    def __post_init__(self) -> None:
-        FeedMode(self.mode)
-        if self.out_of_order_max_interval < 1:
-            raise ValueError("out_of_order_max_interval must be >= 1 packet")
-        if self.lost_packet_wait_time_ns <= 0:
-            raise ValueError("lost_packet_wait_time_ns must be > 0")
-        if self.start_sequence is not None and not 1 <= self.start_sequence <= MAX_SEQUENCE:
-            raise ValueError("start_sequence must be a MoldUDP64 sequence (>= 1) or None")
-        if self.max_queue_packets < 2:
-            raise ValueError("max_queue_packets must be >= 2")
-        if self.max_queue_bytes < 2 * 1500:
-            raise ValueError("max_queue_bytes must be >= 3000 (two datagrams)")
-        if self.session_change_idle_ns <= 0:
-            raise ValueError("session_change_idle_ns must be > 0")
-        if not 4 <= self.delay_window_bits <= 24:
-            raise ValueError("delay_window_bits must be within 4..24")
-        if self.session is not None:
-            moldudp64.encode_session(self.session)
-        if self.max_jump is not None and self.max_jump < 1:
-            raise ValueError("max_jump must be >= 1 message (or None: no confirmation)")
 
 
 class _Queued:
@@ -460,7 +419,10 @@ class SpecArbiter:
         if self.session is None:
             self.session = session
             self.counters.session_changes += 1
-            if self.config.start_sequence is not None:
+            resume = self.config.resume
+            if resume is not None and moldudp64.encode_session(resume[0]) == session:
+                self._join(resume[1], out)  # a restart: after what the previous run published
+            elif self.config.start_sequence is not None:
                 self._join(self.config.start_sequence, out)
             return True  # the packet itself fixes expected when joining wherever the stream is
         # switch once the current session has ended and nothing of it is missing any more (a hole is resolved
