@@ -468,3 +468,19 @@ def test_no_subscriber_is_refused_unless_told_and_unpublished_messages_fail_the_
             stop_process(proc, signal.SIGKILL, timeout=10)
     finally:
         driver.close()
+
+
+def test_join_live_starts_at_the_first_packet_with_one_session_event_and_no_gap(rig: Rig) -> None:
+    server = Server(rig.ports[2], rig.sent)
+    server.start()
+    try:
+        proc = started(rig, "--join", "live")
+        send_stream(rig, 5001, 6000)  # joined mid-session: 1..5000 are the skipped past
+        wait_for(rig, proc, 1000)
+        summary = end_session(rig, proc, 6000)
+        assert rig.reader.sequences() == list(range(5001, 6001))
+        assert [(record.kind, reserved) for record, reserved in rig.reader.seen] == [
+            (out.SESSION_CHANGED, 5001), (out.END_OF_SESSION, 6001)]
+        assert summary["recovery_requests"] == 0 and server.requests == 0
+    finally:
+        server.stop()

@@ -44,16 +44,23 @@ are counted as foreign and ignored (a stray packet must not hijack the stream; w
 after the switch, since the new session is expected from sequence 1). Packets of retired sessions are always
 ignored.
 
-**Bounded queue**: at ``max_queue_packets`` a ``QueueOverflow`` is emitted. With recovery on, queue pressure
-never costs a recoverable message: a packet that does not fit is *shed* (not queued, counted in
-``shed_packets``) and its range stays a hole that recovery fetches again — so only the server's refusal or
-give-up loses messages. One ``QueueOverflow`` per episode (until a packet fits again). With recovery off nothing
-can be fetched again: the oldest holes are given up until the queue is half empty.
+**Bounded queue**: at ``max_queue_packets`` queued datagrams or ``max_queue_bytes`` of them a ``QueueOverflow``
+is emitted. With recovery on, queue pressure never costs a recoverable message: a packet that does not fit is
+*shed* (not queued, counted in ``shed_packets``) and its range stays a hole that recovery fetches again — so
+only the server's refusal or give-up loses messages. One ``QueueOverflow`` per episode (until a packet fits
+again). With recovery off nothing can be fetched again: the oldest holes are given up until the queue is half
+empty (in packets and in bytes).
 
 **Validation first**: a datagram is checked completely (length, sequence, every message block) before it may
-choose or switch the session. **Unconfirmed jumps**: a packet or heartbeat more than ``max_jump`` messages past
-everything known is held back until a second one within ``max_jump`` of it confirms the jump (the other feed's
-copy, or the next packet); a lone forged datagram never declares a gap.
+choose or switch the session. **Answers**: a retransmitted packet counts only inside a range a request asked
+for (:meth:`SpecArbiter.note_requests`; the oldest of ``MAX_REQUESTED_RANGES`` are forgotten) and is cut at
+its end; anything else from the server is ignored. **Unconfirmed jumps**: a packet or heartbeat more than
+``max_jump`` messages past everything known is held back until the other feed's copy (within ``max_jump``) or
+the same feed continuing after it confirms the jump; the same feed continuing more than ``max_jump`` below it
+drops it (``jumps_forged``). A confirmed jump stays provisional until the stream reaches it: a live packet
+with fresh messages more than ``max_jump`` below it undoes it (queued packets from its position on, the holes,
+gaps and end of session past what is left are forgotten) — nothing of a forged range is ever delivered.
+**Resuming**: with ``resume = (session, next)``, that session is joined at ``next`` (a restart).
 
 **Statistics** use the layout of :mod:`logbuf.feed.stats` (shared with C).
 """
