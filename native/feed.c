@@ -1094,6 +1094,9 @@ void lbf_eng_requested(lbf_eng_t *e, uint64_t first, uint32_t count)
     eng_impl_t *im = IMPL(e);
     if (count == 0)
         return;
+    for (int64_t i = 0; i < im->req_n; i++) /* a retry: already there */
+        if (im->req_first[i] == first && im->req_last[i] == first + count - 1)
+            return;
     if (im->req_n >= ENG_MAX_REQUESTED) {
         memmove(im->req_first, im->req_first + 1, (size_t)(im->req_n - 1) * sizeof(uint64_t));
         memmove(im->req_last, im->req_last + 1, (size_t)(im->req_n - 1) * sizeof(uint64_t));

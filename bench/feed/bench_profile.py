@@ -115,6 +115,7 @@ def sender(args: argparse.Namespace) -> int:
             try:
                 if not args.no_prebuild:
                     server.prebuild()  # every packet built before the clock starts: the run only sends
+                print("sending", flush=True)  # the session starts now (a late start counts from here)
                 busy = _machine_busy()
                 summary = server.run()
                 busy_now = _machine_busy()
@@ -248,6 +249,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                                          *(["--no-prebuild"] if args.no_prebuild else [])],
                                         env=env, stdout=subprocess.PIPE, text=True)
                 procs.append(send)
+                if args.late_start and send.stdout is not None:
+                    send.stdout.readline()  # "sending": the packets are built, the session starts
                 started_at = time.monotonic()
                 if args.late_start:  # the handler starts this long into the session: it recovers the past
                     time.sleep(args.late_start)

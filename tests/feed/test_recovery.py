@@ -238,3 +238,45 @@ def test_requests_stay_under_the_rate_and_resume_as_tokens_come_back() -> None:
     assert len(r.poll(holes, 1 * MS + 1)) == 1
     assert len(r.poll(holes, 11 * MS + 1)) == 5  # 10 ms later: refilled up to the burst, no more
     assert r.requests_sent == 11 and r.requests_paced >= 3
+
+
+# -- the operator's cases at full rate, in simulated time (the engine and the pacing with their defaults) ------
+
+
+def session(rate: int, seconds: float, first_s: float = 0.0, dark: tuple[float, float] | None = None
+            ) -> tuple[list[bytes], list[Arrival]]:
+    """``rate`` packets/s per feed of 10 messages for ``seconds``; A and B (B 1 ms later) from ``first_s`` on
+    (a late start), both silent during ``dark``."""
+    packets = int(rate * seconds)
+    messages = [b"m%011d" % s for s in range(1, packets * 10 + 1)]
+    arrivals = []
+    for k, (_, _, data) in enumerate(packetise(S1, 1, messages, iter(lambda: 10, None))):
+        t = k / rate
+        if t < first_s or (dark is not None and dark[0] <= t < dark[1]):
+            continue
+        arrivals += [Arrival(int(t * 1e9), Feed.A, data), Arrival(int(t * 1e9) + MS, Feed.B, data)]
+    return messages, arrivals
+
+
+ONE_PACKET = m.HEADER_LENGTH + 10 * (2 + 12)  # the server answers one packet's worth per request
+
+
+def test_a_late_start_10_s_into_a_2k_packets_per_s_session_gives_up_nothing_the_server_answers() -> None:
+    """20,000 packets to fetch, one per answer, at 800 requests/s: 25 s, longer than the 10 s give-up."""
+    messages, arrivals = session(2_000, 20, first_s=10)
+    server = RetransmitStub(S1, messages, budget=ONE_PACKET)
+    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(3)))
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
+    assert len(result.delivered) == len(messages) and result.sequences() == list(range(1, len(messages) + 1))
+    assert 20_000 <= len(server.requests) < 25_000
+    assert result.end_ns < 40 * 1_000 * MS  # at the pacing's 800 requests/s: ~25 s after the start at 10 s
+
+
+def test_both_feeds_dark_half_a_second_at_10k_packets_per_s_with_the_defaults_loses_nothing() -> None:
+    messages, arrivals = session(10_000, 4, dark=(1.5, 2.0))
+    server = RetransmitStub(S1, messages, budget=ONE_PACKET)
+    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(4)))
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert arb.counters.messages_unrecoverable == 0 and arb.counters.shed_packets == 0
+    assert result.sequences() == list(range(1, len(messages) + 1))

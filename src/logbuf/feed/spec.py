@@ -316,6 +316,8 @@ class SpecArbiter:
     def note_requests(self, requests: list[tuple[int, int]]) -> None:
         """Re-requests ``(seq, count)`` that went out: answers are accepted inside these ranges only."""
         for seq, count in requests:
+            if (seq, seq + count - 1) in self._requested:  # a retry: already there
+                continue
             if len(self._requested) >= MAX_REQUESTED_RANGES:
                 del self._requested[0]
             self._requested.append((seq, seq + count - 1))
