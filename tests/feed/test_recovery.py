@@ -228,6 +228,17 @@ def test_answers_set_the_request_size_and_several_chunks_of_a_hole_fly_at_once()
     assert requests == [(41 + 40 * k, 40) for k in range(8)]  # eight answer-sized chunks in flight
 
 
+def test_once_an_answer_came_back_short_requests_keep_its_size() -> None:
+    """Growing past a size the server already cut would leave a remainder to ask for again after every answer."""
+    r = started(RecoveryConfig(initial_backoff_ns=0, max_outstanding=1))
+    assert r.poll([(1, 1000)], 0) == [(1, 1000)]
+    r.on_answer(1, MS, count=40)  # full at 40
+    for k in range(1, 6):
+        first = 1 + 40 * k
+        assert r.poll([(first, 1000)], k * MS) == [(first, 40)]
+        r.on_answer(first, k * MS, count=40)  # everything asked came: still 40, no probing upwards
+
+
 def test_requests_stay_under_the_rate_and_resume_as_tokens_come_back() -> None:
     config = RecoveryConfig(initial_backoff_ns=0, max_request_count=10, max_outstanding=1000, request_rate=1000.0,
                             request_burst=5)

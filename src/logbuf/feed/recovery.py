@@ -19,8 +19,9 @@ ranges inside ``[next expected, highest seen]``, head first) and the time, and a
 
 **Answer-sized requests.** A MoldUDP64 server answers a request with one packet (as many of the asked messages
 as fit); clients re-request the rest. Until the first answer shows how many messages a packet carries, requests
-ask for as much as a request may; afterwards each asks for one answer's worth (grown by a quarter when an
-answer comes back full, so a server with larger packets is found), up to ``max_outstanding`` in flight, paced
+ask for as much as a request may; afterwards each asks for one answer's worth: the count of the last answer
+that came back shorter than asked (until one has, the size grows by a quarter whenever an answer brings all it
+was asked for), up to ``max_outstanding`` in flight, paced
 by a token bucket at ``request_rate`` (under the 1,000 requests/s per client retransmission servers commonly
 allow). Recovery then fetches ``request_rate`` packets per second whatever the size of the hole.
 
@@ -59,7 +60,7 @@ class Recovery:
 
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
-                 "requests_paced", "_asked", "_quiet_ns")
+                 "requests_paced", "_asked", "_quiet_ns", "_full_seen")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | None = None) -> None:
         self.config = config or RecoveryConfig()
@@ -75,6 +76,7 @@ class Recovery:
         self.requests_sent = 0
         self.answers = 0
         self._chunk: int | None = None  # messages one answer carries: learned from the answers (None: unknown)
+        self._full_seen = False  # an answer came back shorter than asked: its packet was full
         self._asked: dict[int, int] = {}  # first sequence of a request sent -> the count it asked for
         # the token bucket in exact integer units (_TOKEN per request; _rate_units added per ns): where it stands
         # at a given time does not depend on when it was last refilled, so neither does the next deadline
@@ -124,7 +126,8 @@ class Recovery:
         if asked is not None and count is not None and count >= 1:
             if count < asked:  # the answer packet was full: that is what one request brings back
                 self._chunk = count
-            elif count == asked == self._chunk:  # maybe more fits: probe upwards
+                self._full_seen = True
+            elif count == asked == self._chunk and not self._full_seen:  # never full yet: maybe more fits
                 self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
 
     def poll(self, holes: Sequence[Hole], now_ns: int) -> list[tuple[int, int]]:
