@@ -234,17 +234,18 @@ def test_the_engine_gives_the_results_of_the_specification(seed: int, n: int, mo
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 200), batch=st.integers(1, 16),
        queue=st.sampled_from([4, 16_384]), queue_bytes=st.sampled_from([3_000, 1 << 20]),
-       per_answer=st.integers(1, 6), forge=st.booleans())
+       per_answer=st.integers(1, 6), forge=st.booleans(), resume=st.sampled_from([None, 1, 40, 10**6]))
 def test_the_engine_with_recovery_gives_the_results_of_the_specification(
-        seed: int, n: int, batch: int, queue: int, queue_bytes: int, per_answer: int, forge: bool) -> None:
+        seed: int, n: int, batch: int, queue: int, queue_bytes: int, per_answer: int, forge: bool,
+        resume: int | None) -> None:
     """Recovery end to end: holes are declared and re-requested, a server answers each batch's requests before
     the next batch (a few messages per answer, some answers lost, some forged: past the request or unasked),
-    forged jumps are held, confirmed and undone, the queue fills by packets or by bytes: the same events,
-    deliveries, counters and state."""
+    forged jumps are held, confirmed and undone, the queue fills by packets or by bytes, a restart resumes the
+    first session: the same events, deliveries, counters and state."""
     packets = traffic(seed, n)
     cuts = list(range(batch, n, batch))
     config = ArbiterConfig(start_sequence=1, out_of_order_max_interval=3, max_jump=JUMP, max_queue_packets=queue,
-                           max_queue_bytes=queue_bytes)
+                           max_queue_bytes=queue_bytes, resume=None if resume is None else (S1, resume))
     pure, pure_events = run_pure(packets, cuts, config, seed, per_answer, forge)
     arb, native_events = run_native(packets, cuts, config, seed, batch, per_answer, forge)
     assert native_events == pure_events
