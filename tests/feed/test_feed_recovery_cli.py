@@ -26,6 +26,7 @@ import pytest
 import logbuf
 from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID
 from logbuf.feed import published as out
+from logbuf.feed.handler import read_checkpoint
 from logbuf.samples.ports import free_udp_ports
 from support.processes import stop_process
 from support.waiting import wait_until
@@ -298,6 +299,9 @@ def test_a_handler_killed_and_restarted_mid_session_publishes_no_duplicate_and_l
             if not images or images[-1] != image:
                 images.append(image)
         assert len(images) == 2  # the first run's publication, then the restarted one's
+        # the session was published to its end: nothing is left to resume
+        checkpoint = rig.driver.directory / "feed-1001.checkpoint"
+        assert checkpoint.exists() and read_checkpoint(str(checkpoint)) is None
     finally:
         server.stop()
 

@@ -149,8 +149,9 @@ FEED_OPTIONS: tuple[Option, ...] = (
            "skipped: one SESSION_CHANGED names where the stream starts). A restart resumes from the checkpoint "
            "instead", choices=JOIN_CHOICES),
     Option("--checkpoint", _checkpoint, None, "file holding the session and next sequence published (updated "
-           "after every append); a restarted handler resumes the same session right after it, so subscribers "
-           "see no duplicate (default: feed-STREAM.checkpoint in the driver directory; off: none)",
+           "after every append, cleared once the session was published to its end); a restarted handler resumes "
+           "the same session right after it, so subscribers see no duplicate (default: feed-STREAM.checkpoint in "
+           "the driver directory; off: none)",
            metavar="PATH|off"),
     Option("--out-of-order-max-interval", _count, DEFAULT_OUT_OF_ORDER_MAX_INTERVAL,
            "packets per feed past a hole that declare it a gap"),

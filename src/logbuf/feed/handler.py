@@ -378,6 +378,10 @@ class FeedHandler:
                     break
         finally:
             self.cpu_ns += time.process_time_ns() - cpu_started
+        if self.end_of_session and self._checkpoint is not None:
+            # the session was published to its end: nothing to resume (replaying it again starts afresh)
+            next_at = lib.LBF_CHECKPOINT_NEXT
+            self._checkpoint[next_at : next_at + 8] = bytes(8)
         self.publish_counters()
 
     def do_work(self) -> int:
