@@ -17,7 +17,8 @@ int64_t lb_term_read(const lb_term_reader_t *r, int32_t index, int32_t term_offs
         uint16_t type;
         int32_t frame_length = lb_committed_frame(term, term_length, offset, &type);
         if (frame_length == 0) break;
-        if (frame_length < 0) {
+        if (frame_length < 0
+            || lb_next_frame_misplaced(term, term_length, offset + (int32_t)lb_align_frame(frame_length))) {
             if (count == 0) return LB_CORRUPT_FRAME;
             break;
         }
@@ -44,8 +45,11 @@ int32_t lb_term_read_batch(const uint8_t *term, int32_t term_length, int32_t ter
         uint16_t type;
         int32_t frame_length = lb_committed_frame(term, term_length, offset, &type);
         if (frame_length == 0) break;
-        if (frame_length < 0) { *next_offset = offset; return count > 0 ? count : LB_CORRUPT_FRAME; }
         int32_t aligned = (int32_t)lb_align_frame(frame_length);
+        if (frame_length < 0 || lb_next_frame_misplaced(term, term_length, offset + aligned)) {
+            *next_offset = offset;
+            return count > 0 ? count : LB_CORRUPT_FRAME;
+        }
         if (type == LB_HDR_TYPE_DATA) {
             payload_offsets[count] = offset + LB_HEADER_LENGTH;
             payload_lengths[count] = frame_length - LB_HEADER_LENGTH;

@@ -192,8 +192,8 @@ def test_peers_harness_writes_json_markdown_and_charts(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_transport_harness_smoke(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "transport", "--runs", "1", "--messages", "20000", "--sizes", "32",
-         "--rtt-samples", "2000", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "transport", "--runs", "1", "--messages", "5000", "--sizes", "32",
+         "--rtt-samples", "200", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=100,
     )
     assert proc.returncode == 0, proc.stderr
@@ -207,8 +207,8 @@ def test_transport_harness_smoke(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_transport_demo_prints_throughput_and_rtt() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "logbuf.cli", "demo", "--transport", "--transport-messages", "20000", "--sizes",
-         "32", "--rtt-samples", "2000"],
+        [sys.executable, "-m", "logbuf.cli", "demo", "--transport", "--transport-messages", "5000", "--sizes",
+         "32", "--rtt-samples", "200"],
         cwd=ROOT, capture_output=True, text=True, timeout=100,
     )
     assert proc.returncode == 0, proc.stderr

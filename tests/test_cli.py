@@ -96,6 +96,14 @@ def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) 
         assert f"    {name} " in out, name
 
 
+def test_no_help_shows_a_python_value_as_a_default() -> None:
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        text = " ".join(parser.format_help().split())  # argparse wraps lines
+        for repr_start in ("default: (", "default: [", "default: None", "default: {"):
+            assert repr_start not in text, f"logbuf {name} --help shows {repr_start}...: say it in the user's terms"
+
+
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 2
     assert "COMMAND" in capsys.readouterr().out
@@ -110,7 +118,7 @@ def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) ->
         ("logbuf-error", 1, "logbuf boom: error: the driver at /x is not running"),
         ("exit-code", 7, "logbuf boom: error: carries its own exit status"),
         ("usage", 2, "logbuf boom: error: --a and --b exclude each other"),
-        ("missing-file", 1, "logbuf boom: error: [Errno 2] No such file or directory: '/no/such/day'"),
+        ("missing-file", 1, "logbuf boom: error: /no/such/day: No such file or directory"),
         ("interrupt", 130, "logbuf boom: interrupted"),
     ],
 )

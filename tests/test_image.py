@@ -113,8 +113,8 @@ def _write_raw(log, offset: int, data: bytes) -> None:
 def test_impossible_frame_length_raises_not_crashes(pipe, length) -> None:
     p = pipe(term_length=64 * 1024)
     p.pub.offer(b"good")
-    # a hostile positive length after the good frame
-    _write_raw(p.log, 64, struct.pack("<iBBH", length, 0, 0xC0, 1))
+    # a hostile positive length after the good frame (in a header that says where it is: the length alone is bad)
+    _write_raw(p.log, 64, struct.pack("<iBBHi", length, 0, 0xC0, 1, 64))
     got = []
     assert p.image.poll(lambda b, h: got.append(bytes(b)), 10) == 1
     assert got == [b"good"]
@@ -165,3 +165,27 @@ def test_scanner_takes_whole_frames_up_to_limit_and_leading_pad(pipe) -> None:
     p.pub.offer(b"t")
     assert scan_for_availability(term0, 64 * 1024, 480, 4096) == (160, 0)  # stops before the pad
     assert scan_for_availability(term0, 64 * 1024, 640, 4096) == (32, 32)  # pad first: header only
+
+
+@pytest.mark.parametrize("length", [64, 96, 200])
+def test_a_length_that_lands_inside_another_frame_is_corruption_for_every_reader(pipe, length: int) -> None:
+    p = pipe(term_length=64 * 1024)
+    for i in range(6):
+        assert p.pub.offer(bytes([65 + i]) * 96) > 0  # 128-byte frames
+    _write_raw(p.log, 2 * 128, struct.pack("<i", length))  # the third frame's length
+    got: list[bytes] = []
+    assert p.image.poll(lambda b, h: got.append(bytes(b)), 10) == 2  # the two before it, intact
+    assert got == [b"A" * 96, b"B" * 96]
+    with pytest.raises(LogCorruptedError) as info:
+        p.image.poll(lambda b, h: got.append(bytes(b)), 10)
+    assert info.value.position == 2 * 128 and len(got) == 2
+    with pytest.raises(LogCorruptedError):
+        p.image.batch_poll()
+
+
+def test_a_header_that_is_not_where_it_says_is_corruption(pipe) -> None:
+    p = pipe(term_length=64 * 1024)
+    assert p.pub.offer(b"x" * 10) > 0
+    _write_raw(p.log, 8, struct.pack("<i", 4096))  # the term-offset field
+    with pytest.raises(LogCorruptedError):
+        p.image.poll(lambda b, h: None, 10)

@@ -116,3 +116,37 @@ def test_close_with_a_view_still_held_does_not_raise(pipe) -> None:
     p.log.close()
     p.log.close()  # idempotent
     assert p.log.is_closed
+
+
+def test_a_log_is_allocated_before_it_is_mapped(make_log) -> None:
+    log = make_log(term_length=64 * 1024)
+    info = os.stat(log.path)
+    assert info.st_blocks * 512 >= info.st_size  # every byte backed: no sparse holes to fault on later
+
+
+def test_a_log_that_would_eat_into_the_reserve_is_refused_and_leaves_no_file(shm_dir: str) -> None:
+    from logbuf.errors import StorageSpaceError
+
+    path = os.path.join(shm_dir, "reserved.logbuffer")
+    free = os.statvfs(shm_dir).f_bavail * os.statvfs(shm_dir).f_frsize
+    with pytest.raises(StorageSpaceError, match="insufficient usable storage for new log of length=") as info:
+        LogBuffers.create(path, term_length=64 * 1024, reserve=free)
+    assert isinstance(info.value, OSError) and info.value.errno == 28  # ENOSPC: handled as a full disk
+    assert not os.path.exists(path)
+
+
+def test_check_truncated_sees_a_file_that_shrank_under_the_mapping(make_log) -> None:
+    log = make_log(term_length=64 * 1024)
+    assert log.check_truncated() is None
+    os.truncate(log.path, 4096)
+    assert "shrank" in (log.check_truncated() or "")
+    # touching a lost page reads zeros instead of killing the process, and the mapping says so
+    assert log.terms.get_i32(3 * 64 * 1024 - 4) == 0
+    assert log.native.truncated
+    assert "truncated" in (log.check_truncated() or "")
+
+
+def test_check_truncated_ignores_a_log_the_driver_unlinked(make_log) -> None:
+    log = make_log(term_length=64 * 1024)
+    os.unlink(log.path)
+    assert log.check_truncated() is None

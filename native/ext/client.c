@@ -17,6 +17,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <semaphore.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "lb_frame.h"
 #include "lb_layout.h"
@@ -38,6 +41,163 @@ static PyObject *closed_error(const char *what)
 }
 
 /* =====================================================================================================
+ * The SIGBUS guard of log mappings
+ *
+ * Any process with write access can truncate a log file under its mappings; the next access to a page past
+ * the new end raises SIGBUS, which kills the process by default.  Each LogMapping registers its range here, and
+ * a SIGBUS inside a registered range is recovered: the faulting page is replaced by a private zero page (reads
+ * see "nothing committed", writes go nowhere), the mapping is flagged truncated, and the access is retried.
+ * The slow paths (the client conductor) see the flag, or the shrunk file, and close the stream with an error.
+ * A SIGBUS anywhere else goes to the disposition that was there before (by default: the process dies).
+ * ===================================================================================================== */
+
+#define GUARD_SLOTS 4096
+
+typedef struct {
+    uintptr_t start;
+    uintptr_t end;
+    int truncated;
+} GuardSlot;
+
+static GuardSlot guard_slots[GUARD_SLOTS];
+static int guard_high;             /* slots in use lie below this */
+static int guard_installed;
+static uintptr_t guard_page_size;
+static struct sigaction guard_previous;
+
+static void guard_on_sigbus(int sig, siginfo_t *info, void *context)
+{
+    (void)sig;
+    (void)context;
+    if (info != NULL && info->si_code > 0) {   /* raised by the kernel for an access, not sent by a process */
+        uintptr_t address = (uintptr_t)info->si_addr;
+        int high = __atomic_load_n(&guard_high, __ATOMIC_ACQUIRE);
+        for (int i = 0; i < high; i++) {
+            GuardSlot *slot = &guard_slots[i];
+            if (address >= __atomic_load_n(&slot->start, __ATOMIC_ACQUIRE)
+                && address < __atomic_load_n(&slot->end, __ATOMIC_ACQUIRE)) {
+                void *page = (void *)(address & ~(guard_page_size - 1));
+                if (mmap(page, guard_page_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                         0) == MAP_FAILED) {
+                    break;
+                }
+                __atomic_store_n(&slot->truncated, 1, __ATOMIC_RELEASE);
+                return;   /* the access runs again, on the zero page */
+            }
+        }
+    }
+    sigaction(SIGBUS, &guard_previous, NULL);   /* not ours: the faulting access runs again under the old one */
+}
+
+static void guard_install(void)
+{
+    if (guard_installed) return;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = guard_on_sigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    guard_page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (sigaction(SIGBUS, &action, &guard_previous) == 0) guard_installed = 1;
+}
+
+/* Registers [start, start + length); the slot, or -1 when every slot is taken (then that log is unguarded). */
+static int guard_add(const uint8_t *start, Py_ssize_t length)
+{
+    guard_install();
+    int high = guard_high;
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        GuardSlot *slot = &guard_slots[i];
+        if (i < high && slot->end != 0) continue;
+        slot->truncated = 0;
+        __atomic_store_n(&slot->start, (uintptr_t)start, __ATOMIC_RELEASE);
+        __atomic_store_n(&slot->end, (uintptr_t)start + (uintptr_t)length, __ATOMIC_RELEASE);
+        if (i >= high) __atomic_store_n(&guard_high, i + 1, __ATOMIC_RELEASE);
+        return i;
+    }
+    return -1;
+}
+
+static void guard_remove(int index)
+{
+    if (index < 0) return;
+    __atomic_store_n(&guard_slots[index].end, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&guard_slots[index].start, 0, __ATOMIC_RELEASE);
+}
+
+static int guard_truncated(int index)
+{
+    return index >= 0 && __atomic_load_n(&guard_slots[index].truncated, __ATOMIC_ACQUIRE);
+}
+
+/* MappingGuard: the SIGBUS guard for a mapping that is not a log (cnc.dat, the loss report). */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int guard;
+} MappingGuard;
+
+static PyObject *MappingGuard_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *mapping;
+    static char *kwlist[] = {"mapping", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:MappingGuard", kwlist, &mapping)) return NULL;
+    MappingGuard *self = (MappingGuard *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->guard = -1;
+    if (PyObject_GetBuffer(mapping, &self->view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->guard = guard_add((const uint8_t *)self->view.buf, self->view.len);
+    return (PyObject *)self;
+}
+
+static void mapping_guard_release(MappingGuard *self)
+{
+    guard_remove(self->guard);   /* first: the mapping may be unmapped once the export goes */
+    self->guard = -1;
+    if (self->view.obj != NULL) PyBuffer_Release(&self->view);
+}
+
+static void MappingGuard_dealloc(MappingGuard *self)
+{
+    mapping_guard_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *MappingGuard_release(MappingGuard *self, PyObject *unused)
+{
+    mapping_guard_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *MappingGuard_truncated(MappingGuard *self, void *c) { return PyBool_FromLong(guard_truncated(self->guard)); }
+
+static PyMethodDef MappingGuard_methods[] = {
+    {"release", (PyCFunction)MappingGuard_release, METH_NOARGS,
+     "Stops guarding and lets go of the mapping's export (before the mapping is closed)."},
+    {NULL}};
+
+static PyGetSetDef MappingGuard_getset[] = {
+    {"truncated", (getter)MappingGuard_truncated, NULL,
+     "True once an access past the end of the (truncated) file was recovered.", NULL},
+    {NULL}};
+
+static PyTypeObject MappingGuardType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "logbuf._client.MappingGuard",
+    .tp_basicsize = sizeof(MappingGuard),
+    .tp_dealloc = (destructor)MappingGuard_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "MappingGuard(mapping)\n--\n\nGuards a shared mapping against SIGBUS after its file is truncated "
+              "(holds an export of it until release()).",
+    .tp_methods = MappingGuard_methods,
+    .tp_getset = MappingGuard_getset,
+    .tp_new = MappingGuard_new,
+};
+
+/* =====================================================================================================
  * LogMapping: the one export of a log buffer mapping
  * ===================================================================================================== */
 
@@ -50,6 +210,7 @@ typedef struct {
     int32_t term_length;
     int32_t position_bits;
     int closed;
+    int guard;             /* its SIGBUS guard slot (-1: none) */
 } LogMapping;
 
 static PyTypeObject LogMappingType;
@@ -66,6 +227,7 @@ static PyObject *LogMapping_new(PyTypeObject *type, PyObject *args, PyObject *kw
     }
     LogMapping *self = (LogMapping *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
+    self->guard = -1;
     if (PyObject_GetBuffer(mapping, &self->view, PyBUF_WRITABLE | PyBUF_SIMPLE) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -86,11 +248,14 @@ static PyObject *LogMapping_new(PyTypeObject *type, PyObject *args, PyObject *kw
     self->meta = self->terms + self->view.len - LB_LOG_META_DATA_LENGTH;
     self->term_length = term_length;
     self->position_bits = __builtin_ctz((unsigned)term_length);
+    self->guard = guard_add(self->terms, self->view.len);
     return (PyObject *)self;
 }
 
 static void LogMapping_dealloc(LogMapping *self)
 {
+    guard_remove(self->guard);   /* before the last export goes: the range may be unmapped from then on */
+    self->guard = -1;
     if (self->view.obj != NULL) PyBuffer_Release(&self->view);
     if (self->mapping != NULL) {
         if (self->closed) {   /* the log was closed while others still held it: the last holder unmaps */
@@ -117,6 +282,7 @@ static PyObject *LogMapping_close(LogMapping *self, PyObject *unused)
 }
 
 static PyObject *LogMapping_is_closed(LogMapping *self, void *c) { return PyBool_FromLong(self->closed); }
+static PyObject *LogMapping_truncated(LogMapping *self, void *c) { return PyBool_FromLong(guard_truncated(self->guard)); }
 
 static PyMethodDef LogMapping_methods[] = {
     {"close", (PyCFunction)LogMapping_close, METH_NOARGS,
@@ -124,7 +290,10 @@ static PyMethodDef LogMapping_methods[] = {
     {NULL}};
 
 static PyGetSetDef LogMapping_getset[] = {
-    {"is_closed", (getter)LogMapping_is_closed, NULL, "True once close() was called.", NULL}, {NULL}};
+    {"is_closed", (getter)LogMapping_is_closed, NULL, "True once close() was called.", NULL},
+    {"truncated", (getter)LogMapping_truncated, NULL,
+     "True once an access past the end of the (truncated) file was recovered: the stream's data is gone.", NULL},
+    {NULL}};
 
 static PyTypeObject LogMappingType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -1053,15 +1222,16 @@ static PyObject *image_dispatch(Image *self, PyObject *const *args, Py_ssize_t n
         uint16_t type;
         int32_t frame_length = lb_committed_frame(term, T, offset, &type);
         if (frame_length == 0) break;
+        int32_t next = offset + (int32_t)lb_align_frame(frame_length);
         if (frame_length < 0
-            || (type == LB_HDR_TYPE_DATA && !lb_frame_is_own(term + offset, self->session_id, self->stream_id, term_id))) {
+            || (type == LB_HDR_TYPE_DATA && !lb_frame_is_own(term + offset, self->session_id, self->stream_id, term_id))
+            || lb_next_frame_misplaced(term, T, next)) {
             if (offset == term_offset) {
                 Py_DECREF(log);
-                return image_corrupt(self, position);
+                return image_corrupt(self, base + offset);
             }
             break;
         }
-        int32_t next = offset + (int32_t)lb_align_frame(frame_length);
         if (type != LB_HDR_TYPE_DATA) {
             offset = next;
             continue;
@@ -1073,10 +1243,11 @@ static PyObject *image_dispatch(Image *self, PyObject *const *args, Py_ssize_t n
         header->frame = term + offset;
         header->offset = offset;
         repoint_view(self->payload, (uint8_t *)term + offset + LB_HEADER_LENGTH, frame_length - LB_HEADER_LENGTH);
-        call_args[0] = self->payload;
+        call_args[0] = Py_NewRef(self->payload);   /* ours: a close on another thread may drop self->payload */
         call_args[1] = (PyObject *)header;
         PyObject *r = PyObject_Vectorcall(handler, call_args, 2, NULL);
         header->frame = NULL;
+        Py_DECREF(call_args[0]);
         if (!image_is_open(self) || self->position != position) {
             /* the handler closed the image or its log, or polled it itself (which moved the position on from
              * where this poll reads): stop here */
@@ -1181,7 +1352,9 @@ static PyObject *Image_release_to(Image *self, PyObject *arg)
 static PyObject *Image_close_native(Image *self, PyObject *unused)
 {
     self->closed = 1;
-    if (self->header != NULL) self->header->frame = NULL;
+    /* A close from another thread while a handler runs leaves that handler's header bound: the dispatch holds
+     * the log (the term stays mapped) and unbinds the header itself when the handler returns. */
+    if (self->header != NULL && !self->dispatching) self->header->frame = NULL;
     image_release(self);
     Py_RETURN_NONE;
 }
@@ -1549,13 +1722,14 @@ PyMODINIT_FUNC PyInit__client(void)
 {
     if (load_errors() < 0) return NULL;
     PyTypeObject *types[] = {&LogMappingType, &HeaderType, &PublicationType, &BufferClaimType, &ImageType,
-                             &FragmentAssemblerType};
+                             &FragmentAssemblerType, &MappingGuardType};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyType_Ready(types[i]) < 0) return NULL;
     }
     PyObject *m = PyModule_Create(&client_module);
     if (m == NULL) return NULL;
-    const char *names[] = {"LogMapping", "Header", "Publication", "BufferClaim", "Image", "FragmentAssembler"};
+    const char *names[] = {"LogMapping", "Header", "Publication", "BufferClaim", "Image", "FragmentAssembler",
+                           "MappingGuard"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     }

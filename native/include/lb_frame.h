@@ -100,17 +100,33 @@ static inline int lb_bad_start(int32_t term_length, int32_t term_offset)
 
 /*
  * The reader's one check of a frame in shared memory: returns the committed frame's length, 0 if nothing is
- * committed at offset, or -1 when the header cannot be a frame (length shorter than a header or past the
- * term, unknown type).  offset must be a frame boundary inside the term.
+ * committed at offset, or -1 when the header cannot be a frame at offset: a length shorter than a header or
+ * past the term, an unknown type, or a term-offset field that is not offset (an aborted claim's PAD keeps the
+ * claim's unaligned length, as Aeron's does, so lengths are aligned up, never required to be aligned).  Every writer (appender, unblocker, rebuilder, gap fill) stores a frame's own offset in its header
+ * before it releases the length, so the last check catches a rewritten length that made the reader skip into
+ * the middle of a frame (it lands on payload) as soon as the next frame is read, not silently.  offset must
+ * be a frame boundary inside the term.
  */
 static inline int32_t lb_committed_frame(const uint8_t *term, int32_t term_length, int32_t offset, uint16_t *type)
 {
     int32_t frame_length = lb_ld_i32(term + offset);
     if (frame_length <= 0) return 0;
     if (frame_length < LB_HEADER_LENGTH || frame_length > term_length - offset) return -1;
+    if (lb_get_i32(term + offset + LB_TERM_OFFSET_OFFSET) != offset) return -1;
     memcpy(type, term + offset + LB_TYPE_OFFSET, 2);
     if (*type != LB_HDR_TYPE_DATA && *type != LB_HDR_TYPE_PAD) return -1;
     return frame_length;
+}
+
+/*
+ * True when the frame after one ending at next (an aligned offset) is committed but does not say it starts
+ * there: the length that led to next is wrong (rewritten), so the frame must not be delivered.  A frame not
+ * yet committed at next cannot be checked now; reading it later checks it (lb_committed_frame).
+ */
+static inline int lb_next_frame_misplaced(const uint8_t *term, int32_t term_length, int32_t next)
+{
+    return next < term_length && lb_ld_i32(term + next) > 0
+        && lb_get_i32(term + next + LB_TERM_OFFSET_OFFSET) != next;
 }
 
 /* True when a DATA frame carries the session, stream and term id its image expects. */

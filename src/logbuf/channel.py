@@ -2,8 +2,8 @@
 
 ``logbuf:`` is accepted as an alias of ``aeron:`` (``logbuf:ipc``).  Parameters are ``key=value`` pairs
 separated by ``|``; sizes accept ``k``/``m``/``g`` suffixes (binary, as Aeron does).  Unknown parameters are
-kept (tools show them) but every parameter logbuf acts on is validated here, so a bad channel is refused
-with a message that says what is wrong before anything is created.
+kept here (tools show them); the driver refuses every key it does not honour (:data:`AERON_URI_KEYS` says
+which) and resolves the rest against its own settings.  Values are checked here as far as they stand alone.
 
 UDP parameters: ``endpoint`` (required; a multicast group for multicast), ``interface`` (local address to bind
 or to send and join on, ``host[:port]``), ``ttl`` (multicast), ``fc`` (flow control: ``min``, ``max`` or
@@ -30,6 +30,57 @@ CONTROL_PARAM = "control"
 FLOW_CONTROL_PARAM = "fc"
 TTL_PARAM = "ttl"
 SESSION_ID_PARAM = "session-id"
+
+# Every key of an Aeron 1.48 channel URI, with what this driver does with it.  ``implemented``: honoured as
+# aeronmd honours it; ``partial``: some values honoured, the others refused by name; ``refused``: any use is
+# refused with INVALID_CHANNEL (the behaviour lives where this driver does not have it).  Keys of neither
+# list are refused as unknown.  docs/interop.md shows this table.
+AERON_URI_KEYS: dict[str, tuple[str, str]] = {
+    "endpoint": ("implemented", "UDP: the unicast address or multicast group"),
+    "interface": ("implemented", "UDP: local address, host[:port], a CIDR subnet (10.0.0.0/24) or IPv6"),
+    "ttl": ("implemented", "UDP multicast TTL"),
+    "term-length": ("implemented", "publication term length (defaults: the driver's IPC / network one)"),
+    "mtu": ("implemented", "publication MTU, checked against the resolved term length"),
+    "session-id": ("implemented", "publications take it; subscriptions see only that session"),
+    "init-term-id": ("implemented", "with term-id and term-offset: where a new publication starts"),
+    "term-id": ("implemented", "see init-term-id"),
+    "term-offset": ("implemented", "see init-term-id"),
+    "linger": ("implemented", "how long a closed publication lingers for its subscribers"),
+    "sparse": ("implemented", "sparse=false allocates (pre-touches) the log's pages"),
+    "pub-wnd": ("implemented", "publication window (pub-lmt ahead of the slowest consumer)"),
+    "tether": ("partial", "IPC subscriptions: true and false; UDP subscriptions: true only"),
+    "untethered-window-limit-timeout": ("implemented", "IPC publications: untethered subscribers"),
+    "untethered-resting-timeout": ("implemented", "IPC publications: untethered subscribers"),
+    "eos": ("partial", "true everywhere; false on IPC only (the flag is in the log metadata)"),
+    "so-sndbuf": ("implemented", "UDP: SO_SNDBUF of the channel's socket"),
+    "so-rcvbuf": ("implemented", "UDP: SO_RCVBUF of the channel's socket"),
+    "rcv-wnd": ("implemented", "UDP subscriptions: the receiver window its images offer"),
+    "fc": ("partial", "UDP publications: min, max (and logbuf's unicast), ,t:<timeout>; not tagged or g:"),
+    "cc": ("partial", "static only (the default); cubic refused"),
+    "reliable": ("partial", "true only (the default)"),
+    "rejoin": ("partial", "true only (the default)"),
+    "alias": ("implemented", "a label: kept in the channel string, no other effect (as Aeron)"),
+    "nak-delay": ("refused", "receiver data plane"),
+    "max-resend": ("refused", "sender data plane"),
+    "group": ("refused", "receiver data plane (multicast / MDS group semantics)"),
+    "control": ("refused", "multi-destination-cast"),
+    "control-mode": ("refused", "multi-destination-cast / response channels"),
+    "tags": ("refused", "channel and publication tags"),
+    "gtag": ("refused", "tagged flow control"),
+    "ssc": ("refused", "spies"),
+    "ats": ("refused", "Aeron transport security"),
+    "media-rcv-ts-offset": ("refused", "receive timestamps"),
+    "channel-rcv-ts-offset": ("refused", "receive timestamps"),
+    "channel-snd-ts-offset": ("refused", "send timestamps"),
+    "response-correlation-id": ("refused", "response channels"),
+    "stream-id": ("refused", "response channels"),
+}
+# logbuf's own keys (not Aeron's): resume-position= on IPC subscriptions
+LOGBUF_URI_KEYS: dict[str, tuple[str, str]] = {
+    "resume-position": ("implemented", "subscriptions: sessionId:position[,...] joins an IPC image where it read "
+                                       "before while that is in the log (else its oldest); a UDP image starts "
+                                       "where it joins"),
+}
 
 _SIZE = re.compile(r"^(\d+)([kKmMgG]?)$")
 _SCALE = {"": 1, "k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024}
@@ -79,6 +130,9 @@ class ChannelUri:
         if not channel.isascii() or any(c.isspace() for c in channel):
             raise InvalidChannelError(f"channel {channel!r} must be ASCII without spaces")
         scheme, sep, rest = channel.partition(":")
+        if scheme == "aeron-spy":
+            raise InvalidChannelError(f"channel {channel!r}: aeron-spy: subscriptions are not supported by this "
+                                      f"driver")
         if not sep or scheme not in SCHEMES:
             raise InvalidChannelError(f"channel {channel!r} must start with 'aeron:' (or 'logbuf:')")
         media, _, query = rest.partition("?")
@@ -140,18 +194,18 @@ class ChannelUri:
         return FlowControlSpec(strategy, timeout)
 
     def validate(self) -> None:
-        term_length = self.term_length(d.DEFAULT_IPC_TERM_LENGTH)
+        """Syntax and ranges a value has on its own; what depends on the driver (a term length's default, the
+        MTU against it, which keys are honoured) is checked when the driver resolves the channel."""
         try:
-            d.check_term_length(term_length)
-            mtu = self.mtu(d.DEFAULT_MTU)
-            d.check_mtu(mtu, term_length)
+            if TERM_LENGTH_PARAM in self.params:
+                d.check_term_length(self.term_length(0))
+            if MTU_PARAM in self.params:
+                d.check_mtu(self.mtu(0), d.TERM_MAX_LENGTH)
         except InvalidChannelError:
             raise
         except ValueError as exc:
             raise InvalidChannelError(f"channel {self}: {exc}") from None
         if self.is_udp:
-            if mtu > MAX_UDP_PAYLOAD_LENGTH:
-                raise InvalidChannelError(f"channel {self}: mtu {mtu} exceeds a UDP datagram ({MAX_UDP_PAYLOAD_LENGTH})")
             if ENDPOINT_PARAM not in self.params and CONTROL_PARAM not in self.params:
                 raise InvalidChannelError(f"channel {self}: a UDP channel needs endpoint=host:port")
             if ENDPOINT_PARAM in self.params:

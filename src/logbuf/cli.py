@@ -23,6 +23,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from typing import NoReturn
 
 # command -> the module that registers it: each module exposes ``add_commands(subparsers)`` and every
 # sub-command sets ``func`` (args -> exit status).  Only the chosen command's module is imported.
@@ -65,6 +66,14 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one line, ``logbuf <command>: error: <message>`` (exit status 2), without the usage block
+    (``--help`` shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_EXIT_STATUS, f"{self.prog}: error: {message}\n")
+
+
 def _load(modules: Iterable[str], sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name in modules:
         try:
@@ -105,7 +114,7 @@ def _add_common_options(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``logbuf`` parser; given ``argv``, only the module of the command it names is imported."""
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="logbuf",
         description="Aeron-style shared-memory log-buffer transport, with a MoldUDP64/ITCH feed handler, "
         "recorder and analytics.",
@@ -128,6 +137,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The sub-parser of ``command`` (``parser`` itself when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
 def _log_level(args: argparse.Namespace) -> int:
     verbose = args.verbose + getattr(args, "sub_verbose", 0)
     if args.global_quiet or getattr(args, "quiet", False):
@@ -147,6 +164,9 @@ def configure_logging(level: int, command: str) -> None:
 
 def _error_line(command: str, exc: BaseException) -> str:
     message = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:  # "/x/day: No such file or directory", not "[Errno 2] ..."
+        names = [str(name) for name in (exc.filename, exc.filename2) if name is not None]
+        message = ": ".join([" -> ".join(names), exc.strerror] if names else [exc.strerror])
     return f"logbuf {command}: error: {message}"
 
 
@@ -155,7 +175,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser(argv)
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the command's parser: "logbuf feed: error: unrecognized arguments: ..."
+            _command_parser(parser, getattr(args, "command", None)).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
     except KeyboardInterrupt:  # Ctrl-C while the command's modules load
         print("logbuf: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT_STATUS

@@ -7,11 +7,25 @@ one-line ``logbuf <command>: error: argument --x: <reason>`` (exit status 2) bef
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from logbuf.errors import LogbufError
 
 USAGE_EXIT_STATUS = 2  # what argparse itself exits with on bad arguments
+INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, what shells report for Ctrl-C
+TRACEBACK_ENV = "LOGBUF_TRACEBACK"
+
+
+def traceback_wanted() -> bool:
+    """``LOGBUF_TRACEBACK=1``: a command that prints an error line itself re-raises instead (``logbuf.cli``
+    then shows the traceback)."""
+    return os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
 
 _SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
 
@@ -86,3 +100,44 @@ def host_port(text: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):  # IPv6 literal
         host = host[1:-1]
     return (host or "0.0.0.0", port)
+
+
+class StopSignal(threading.Event):
+    """Set by SIGINT or SIGTERM while :func:`stop_on_signals` is active; :attr:`signum` says which came first."""
+
+    signum: int | None = None
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopSignal]:
+    """A long-running command's clean stop: SIGINT (Ctrl-C) and SIGTERM set the event the command's loop
+    watches, instead of raising in the middle of its work; the previous handlers come back afterwards.
+
+    Outside the main thread (signals cannot be caught there) the event is only set by the caller."""
+    stop = StopSignal()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.signum is None:
+            stop.signum = signum
+        stop.set()
+
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def stopped_status(command: str, stop: StopSignal, status: int = 0) -> int:
+    """The exit status of a command that stopped cleanly: Ctrl-C (SIGINT) prints ``logbuf <command>:
+    interrupted`` and gives 130, as for any command; SIGTERM (a service manager's stop) keeps ``status``."""
+    if stop.signum == signal.SIGINT and status == 0:  # an error's own status says more
+        print(f"logbuf {command}: interrupted", file=sys.stderr, flush=True)
+        return INTERRUPTED_EXIT_STATUS
+    return status

@@ -33,8 +33,14 @@ from logbuf.cnc.counters import (
     PUBLISHER_LIMIT_TYPE_ID,
     SUBSCRIBER_POSITION_TYPE_ID,
 )
+from logbuf.errors import LogbufError
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
+
+
+class DemoError(LogbufError):
+    """A step of the demo failed (a child process ended early or with an error): one line, status 1."""
+
 
 if TYPE_CHECKING:  # the demo imports the client only when it runs
     from logbuf.client.client import Client
@@ -93,7 +99,7 @@ def _wait_for_counters(client: Client, type_id: int, at_least: int, procs: list[
     pause = 0.005
     while sum(1 for i in client.counters if i.type_id == type_id) < at_least:
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-            raise RuntimeError(failure)
+            raise DemoError(failure)
         time.sleep(pause)
         pause = min(2 * pause, 0.05)
 
@@ -217,11 +223,11 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
                 time.sleep(STATUS_INTERVAL_S)
         status.close()
         if feed.poll() is None:
-            raise RuntimeError(f"the feed handler did not reach the end of the session within {args.timeout:g} s")
+            raise DemoError(f"the feed handler did not reach the end of the session within {args.timeout:g} s")
         if feed.returncode != 0:
-            raise RuntimeError(f"the feed handler failed (exit {feed.returncode})")
+            raise DemoError(f"the feed handler failed (exit {feed.returncode})")
         if recorder.wait(120) != 0:
-            raise RuntimeError(f"the recorder failed (exit {recorder.returncode})")
+            raise DemoError(f"the recorder failed (exit {recorder.returncode})")
         _stop(replay)
         _stop(book)
         tob = book.stdout.read() if book.stdout else ""
@@ -240,7 +246,7 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
     step(f"analysing the recording with PySpark (local[*]) -> {report_dir}")
     result = subprocess.run([*logbuf_cmd, "analyze", str(recording), str(report_dir)], timeout=1200)
     if result.returncode != 0:
-        print("logbuf demo: analyze failed", file=sys.stderr)
+        print(f"logbuf demo: error: analyze failed (exit status {result.returncode})", file=sys.stderr)
         return result.returncode
     step("done")
     if lost_any:
@@ -256,7 +262,8 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     if args.transport:
         if args.transport_messages <= 0 or args.rtt_samples <= 0 or any(s < 0 for s in args.sizes):
-            print("logbuf demo: --transport-messages and --rtt-samples must be positive, sizes >= 0", file=sys.stderr)
+            print("logbuf demo: error: --transport-messages and --rtt-samples must be positive, --sizes >= 0",
+                  file=sys.stderr)
             return 2
         return run_transport_demo(args.transport_messages, args.sizes, args.rtt_samples)
     if args.messages < MIN_MESSAGES:
@@ -268,6 +275,7 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     with contextlib.suppress(KeyboardInterrupt):
         return run_market_data_demo(args)
+    print("logbuf demo: interrupted", file=sys.stderr)  # after its processes were stopped
     return 130
 
 
@@ -283,6 +291,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the replay to finish")
     parser.add_argument("--transport", action="store_true", help="the transport-only demo instead")
     parser.add_argument("--transport-messages", type=count, default=1_000_000, help="--transport messages")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256], help="--transport payload sizes")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256], help="--transport payload sizes (default: 32 256)")
     parser.add_argument("--rtt-samples", type=count, default=100_000, help="--transport ping-pong round trips")
     parser.set_defaults(func=_demo)

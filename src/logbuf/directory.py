@@ -15,11 +15,14 @@ The directory is chosen by, in order: an explicit argument, the ``LOGBUF_DIR`` e
 
 from __future__ import annotations
 
+import errno
 import getpass
 import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+from logbuf.errors import StorageSpaceError
 
 ENV_DIR = "LOGBUF_DIR"
 CNC_FILE = "cnc.dat"
@@ -29,6 +32,7 @@ LOCK_FILE = "driver.lock"
 PUBLICATIONS_DIR = "publications"
 IMAGES_DIR = "images"
 LOG_SUFFIX = ".logbuffer"
+DEFAULT_STORAGE_RESERVE = 8 * 1024 * 1024  # free space a driver leaves on its file system when it creates logs
 
 
 def default_directory() -> Path:
@@ -72,3 +76,53 @@ def wake_semaphore_name(directory: str | os.PathLike[str], stream_id: int) -> st
 def wake_semaphore_prefix(directory: str | os.PathLike[str]) -> str:
     """The common prefix of every wake-up semaphore of one driver directory (for cleaning up)."""
     return wake_semaphore_name(directory, 0).rsplit(".", 1)[0] + "."
+
+
+def usable_space(path: str | os.PathLike[str]) -> int:
+    """Bytes an unprivileged writer may still allocate on the file system holding ``path``."""
+    info = os.statvfs(path)
+    return info.f_bavail * info.f_frsize
+
+
+def check_storage(path: str | os.PathLike[str], length: int, reserve: int) -> None:
+    """Raises :class:`~logbuf.errors.StorageSpaceError` unless a new file of ``length`` bytes beside ``path``
+    leaves at least ``reserve`` bytes free (Aeron's storage check, with a reserve on top)."""
+    folder = os.path.dirname(os.fspath(path)) or "."
+    usable = usable_space(folder)
+    if usable < length + reserve:
+        raise StorageSpaceError(
+            f"insufficient usable storage for new log of length={length} usable={usable} in {folder} "
+            f"(reserve {reserve})"
+        )
+
+
+def allocate(fd: int, length: int, path: str | os.PathLike[str]) -> None:
+    """Sizes the file of ``fd`` to ``length`` bytes *with storage behind every byte* before anyone maps it.
+
+    A sparse file (``ftruncate`` alone) maps fine and then kills the first process that touches a page the
+    file system cannot supply (SIGBUS); allocating now turns a full disk into an error here instead.
+    """
+    try:
+        os.posix_fallocate(fd, 0, length)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise StorageSpaceError(f"cannot allocate {length} bytes for {os.fspath(path)}: {exc.strerror}") from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        # a file system without fallocate: size it, then write a byte into each block so it is backed
+        os.ftruncate(fd, length)
+        block = max(4096, os.fstat(fd).st_blksize)
+        try:
+            for offset in range(0, length, block):
+                os.pwrite(fd, b"\0", offset)
+        except OSError as write_error:
+            if write_error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StorageSpaceError(
+                    f"cannot allocate {length} bytes for {os.fspath(path)}: {write_error.strerror}"
+                ) from None
+            raise
+
+
+def set_mode(fd: int, mode: int) -> None:
+    """Gives a new file exactly ``mode`` (the umask narrows what ``open`` grants; group access needs 0660)."""
+    os.fchmod(fd, mode)

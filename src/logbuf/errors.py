@@ -19,6 +19,17 @@ class LogCorruptedError(LogbufError):
         self.position = position
 
 
+class StorageSpaceError(LogbufError, OSError):
+    """A file could not be backed by storage: its file system is full, or would fall below the configured free
+    space reserve.  An OSError with errno ENOSPC, so callers that handle a full disk handle this too."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(28, message)  # ENOSPC
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 class MessageTooLargeError(LogbufError, ValueError):
     """A message is longer than the publication's maximum message (or, for try_claim, payload) length."""
 
@@ -54,3 +65,13 @@ class UnboundHeaderError(LogbufError):
 
 class ReentrantPollError(LogbufError, RuntimeError):
     """A handler polled the image that is calling it (poll is not reentrant on one image)."""
+
+
+def bind_error(exc: OSError, address: tuple[str, int]) -> OSError:
+    """``exc`` from ``socket.bind(address)`` as the same kind of ``OSError`` whose message names the address,
+    e.g. ``cannot bind 127.0.0.1:31001: Address already in use`` (the bare error names nothing)."""
+    host, port = address[0], address[1]
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    error = type(exc)(exc.errno, f"cannot bind {shown}: {exc.strerror or exc}")
+    error.__cause__ = exc
+    return error

@@ -20,8 +20,9 @@ def s(text: str) -> bytes:
 
 
 def test_ids_match_reference():
-    assert [int(c) for c in m.ControlCommand] == [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x09, 0x0A, 0x0B, 0x0E]
-    assert [int(r) for r in m.ControlResponse] == list(range(0x0F01, 0x0F0B))
+    assert [int(c) for c in m.ControlCommand] == [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B,
+                                                  0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11]
+    assert [int(r) for r in m.ControlResponse] == list(range(0x0F01, 0x0F0C))
     assert m.ControlResponse.ON_CLIENT_TIMEOUT == 0x0F0A and m.ControlResponse.ON_SUBSCRIPTION_READY == 0x0F07
     assert {e.name: int(e) for e in m.ErrorCode} == {
         "INVALID_CHANNEL": 1,
@@ -32,6 +33,7 @@ def test_ids_match_reference():
         "UNKNOWN_COMMAND_TYPE_ID": 6,
         "MALFORMED_COMMAND": 7,
         "NOT_SUPPORTED": 8,
+        "UNKNOWN_HOST": 9,
         "GENERIC_ERROR": 11,
         "STORAGE_SPACE": 12,
     }
@@ -52,6 +54,13 @@ EXACT = [
         struct.pack("<qqii", 1, 2, 1000, 5) + b"abcde\0\0\0" + s("my counter"),
     ),
     (m.TerminateDriverMessage(1, 2, b"tok"), struct.pack("<qqi", 1, 2, 3) + b"tok"),
+    (m.DestinationMessage(1, 2, 3, "aeron:udp?endpoint=h:1"), struct.pack("<qqq", 1, 2, 3) + s("aeron:udp?endpoint=h:1")),
+    (m.DestinationByIdMessage(1, 2, 3, 4), struct.pack("<qqqq", 1, 2, 3, 4)),
+    (
+        m.StaticCounterMessage(1, 2, 42, 1001, b"abcde", "static"),
+        struct.pack("<qqqii", 1, 2, 42, 1001, 5) + b"abcde\0\0\0" + s("static"),
+    ),
+    (m.RejectImageMessage(1, 2, 3, 64, "bad!"), struct.pack("<qqqq", 1, 2, 3, 64) + s("bad!")),
     (
         m.PublicationReady(5, 6, 7, 8, 9, 10, "/dev/shm/x/publications/6.logbuffer"),
         struct.pack("<qqiiii", 5, 6, 7, 8, 9, 10) + s("/dev/shm/x/publications/6.logbuffer"),

@@ -79,6 +79,30 @@ def claimer(directory: str) -> None:
     time.sleep(120)  # until the test kills it
 
 
+def udp_publisher(directory: str, channel: str, count: int, publisher_id: int) -> None:
+    """An exclusive publication (its own session) on ``channel``: ``count`` messages of mixed sizes, some
+    fragmented past the MTU; each starts with (publisher id, sequence) and the rest derives from them."""
+    with logbuf.connect(directory) as client:
+        pub = client.add_exclusive_publication(channel, STREAM)
+        wait_until(lambda: pub.is_connected, timeout=30, what="a subscriber")
+        say("ready")
+        deadline = time.monotonic() + 120
+        for i in range(count):
+            msg = mixed_message(publisher_id, i)
+            while (result := pub.offer(msg)) < 0:
+                if result == logbuf.CLOSED or time.monotonic() > deadline:
+                    raise SystemExit(f"publishing stuck at {i}: {result}")
+                time.sleep(0.0001)
+        say("done", count)
+        time.sleep(120)  # keeps the session alive (a drained publication's image goes) until the test stops it
+
+
+def mixed_message(publisher_id: int, seq: int) -> bytes:
+    size = (40, 300, 1400, 3000, 6000)[(seq * 7 + publisher_id) % 5]
+    head = publisher_id.to_bytes(4, "little") + seq.to_bytes(4, "little")
+    return head + bytes((publisher_id * 131 + seq * 31 + j) & 0xFF for j in range(size - 8))
+
+
 def main() -> None:
     role, directory, *rest = sys.argv[1:]
     if role == "publisher":
@@ -87,6 +111,8 @@ def main() -> None:
         subscriber(directory, int(rest[0]))
     elif role == "idle-subscriber":
         idle_subscriber(directory)
+    elif role == "udp-publisher":
+        udp_publisher(directory, rest[0], int(rest[1]), int(rest[2]))
     elif role == "claimer":
         claimer(directory)
     else:

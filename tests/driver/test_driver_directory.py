@@ -61,7 +61,15 @@ def test_a_directory_the_driver_created_goes_on_stop(tmp_path: Path) -> None:
     with logbuf.MediaDriver.launch(directory) as driver:
         assert (directory / MARKER_FILE).is_file() and (directory / CNC_FILE).is_file()
         assert stat.S_IMODE(directory.stat().st_mode) == driver.ctx.dir_mode
-    assert not directory.exists() and (tmp_path / "a").is_dir()
+    assert not directory.exists() and not (tmp_path / "a").exists()  # the parent it made goes too
+    assert tmp_path.is_dir()  # what was there before stays
+
+
+def test_a_parent_someone_filled_meanwhile_stays(tmp_path: Path) -> None:
+    directory = tmp_path / "a" / "b" / "drv"
+    with logbuf.MediaDriver.launch(directory):
+        (tmp_path / "a" / "notes.txt").write_text("mine")
+    assert not (tmp_path / "a" / "b").exists() and (tmp_path / "a" / "notes.txt").is_file()
 
 
 def test_an_empty_directory_it_was_given_stays_as_it_was(tmp_path: Path) -> None:

@@ -106,7 +106,7 @@ def feed_process(tmp_path: Path) -> Iterator:
             while not (messages.images and events.images) and proc.poll() is None:
                 assert time.monotonic() < deadline, "logbuf feed did not publish"
                 time.sleep(0.01)
-            if proc.poll() is None or "already bound" not in errors.read_text():
+            if proc.poll() is None or "cannot bind" not in errors.read_text():
                 break
         assert proc.poll() is None, f"logbuf feed exited with {proc.returncode}: {errors.read_text()}"
         return Feed(proc, (a, b, r), messages, events, summary)

@@ -443,7 +443,7 @@ def test_a_second_handler_on_the_same_unicast_ports_is_refused_naming_the_port(r
     second = rig.start("--until-end-of-session")
     _, err = second.communicate(timeout=60)
     assert second.returncode == 1
-    assert f"127.0.0.1:{rig.ports[0]}" in err and "already bound" in err
+    assert f"cannot bind 127.0.0.1:{rig.ports[0]}: Address already in use" in err and "never shared" in err
     assert first.poll() is None  # the first one keeps its feeds
 
 

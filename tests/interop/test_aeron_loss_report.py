@@ -57,7 +57,7 @@ def test_logbuf_loss_reads_a_driver_directory(tmp_path: Path, capsys: pytest.Cap
     assert [e["total_bytes_lost"] for e in data["entries"]] == [8960]
     assert main(["loss", "--dir", str(tmp_path / "none")]) == 3
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("logbuf loss: no driver directory")
+    assert err.count("\n") == 1 and err.startswith("logbuf loss: error: no driver directory")
 
 
 def test_replayed_lossy_capture_reports_what_aeron_reported(make_log: Callable[..., LogBuffers]) -> None:

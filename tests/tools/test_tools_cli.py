@@ -96,7 +96,7 @@ def test_stat_exit_codes_for_missing_and_bad_files(tmp_path: Path, driver: FakeD
     garbage.mkdir()
     (garbage / "cnc.dat").write_bytes(b"\x7fELF" + os.urandom(8_188))
     code, out, err = run(capsys, "stat", "--dir", str(garbage))
-    assert (code, out) == (4, "") and err.startswith("logbuf stat: cannot use ")
+    assert (code, out) == (4, "") and err.startswith("logbuf stat: error: cannot use ")
 
     driver.close()
     os.truncate(driver.path, 100)
@@ -214,7 +214,7 @@ def test_errors_of_a_dead_driver_are_still_printed(driver: FakeDriver, capsys):
 
 def test_errors_exit_codes(tmp_path: Path, capsys):
     code, _, err = run(capsys, "errors", "--dir", str(tmp_path / "absent"))
-    assert code == 3 and "logbuf errors: no driver directory" in err
+    assert code == 3 and "logbuf errors: error: no driver directory" in err
     (tmp_path / "cnc.dat").write_bytes(b"short")
     code, _, err = run(capsys, "errors", "--dir", str(tmp_path))
     assert code == 4 and "truncated" in err

@@ -242,7 +242,7 @@ def test_cli_text_json_and_exit_codes(pipe: Callable[..., Pipe], tmp_path: Path,
     assert len(json.loads(capsys.readouterr().out)["terms"][0]["frames"]) == 8
 
     assert main(["logdump", str(tmp_path / "absent")]) == 3
-    assert "logbuf logdump: no log buffer file" in capsys.readouterr().err
+    assert "logbuf logdump: error: no log buffer file" in capsys.readouterr().err
     (tmp_path / "junk").write_bytes(os.urandom(1000))
     assert main(["logdump", str(tmp_path / "junk")]) == 4
     assert "not a log buffer" in capsys.readouterr().err

@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from logbuf.client.client_conductor import (
     DEFAULT_DRIVER_TIMEOUT_MS,
@@ -75,20 +76,17 @@ class Client:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if conductor_thread:
-            self._thread = threading.Thread(target=self._run_conductor, name="logbuf-client-conductor", daemon=True)
+            # the thread holds the conductor and a weak reference to this client, never the client itself: a
+            # client the application drops is collected, and its finalizer closes it (the driver frees its
+            # registrations at once instead of after the client liveness timeout)
+            self._thread = threading.Thread(
+                target=_run_conductor,
+                args=(weakref.ref(self), self._conductor, self._stop, self.error_handler),
+                name="logbuf-client-conductor",
+                daemon=True,
+            )
             self._thread.start()
-
-    # -- the client conductor --------------------------------------------------------------------------
-
-    def _run_conductor(self) -> None:
-        while not self._stop.wait(CONDUCTOR_TICK_S):
-            try:
-                self._conductor.do_work()
-            except LogbufError:
-                pass  # recorded by the conductor; the application sees it on its next call
-            except Exception as exc:  # never let the conductor thread die silently
-                with contextlib.suppress(Exception):
-                    self.error_handler(exc)
+        self._finalizer = weakref.finalize(self, _finalize, self._conductor, self._stop, self._thread)
 
     def do_work(self) -> int:
         """One client-conductor cycle (call it yourself with ``conductor_thread=False``); the work done."""
@@ -109,14 +107,14 @@ class Client:
         _check_channel(channel)
         _check_stream_id(stream_id)
         self._conductor.ensure_open()
-        return self._conductor.add_publication(channel, stream_id, exclusive=False)
+        return _owned(self._conductor.add_publication(channel, stream_id, exclusive=False), self)
 
     def add_exclusive_publication(self, channel: str, stream_id: int) -> ExclusivePublication:
         """A publication with its own log and session, for one writer thread."""
         _check_channel(channel)
         _check_stream_id(stream_id)
         self._conductor.ensure_open()
-        return self._conductor.add_publication(channel, stream_id, exclusive=True)
+        return _owned(self._conductor.add_publication(channel, stream_id, exclusive=True), self)
 
     def add_subscription(
         self,
@@ -134,7 +132,9 @@ class Client:
             if callback is not None and not callable(callback):
                 raise TypeError(f"{name} must be callable or None, got {type(callback).__name__}")
         self._conductor.ensure_open()
-        return self._conductor.add_subscription(channel, stream_id, on_available_image, on_unavailable_image)
+        return _owned(
+            self._conductor.add_subscription(channel, stream_id, on_available_image, on_unavailable_image), self
+        )
 
     def add_counter(self, type_id: int, label: str, key: bytes = b"") -> Counter:
         """A counter of this client's in cnc.dat (visible in ``logbuf stat``), freed when the client goes."""
@@ -143,7 +143,7 @@ class Client:
         if not isinstance(label, str):
             raise TypeError(f"counter label must be a str, got {type(label).__name__}")
         self._conductor.ensure_open()
-        return self._conductor.add_counter(type_id, label, bytes(key))
+        return _owned(self._conductor.add_counter(type_id, label, bytes(key)), self)
 
     @property
     def counters(self) -> CountersReader:
@@ -152,8 +152,9 @@ class Client:
 
     @property
     def is_closed(self) -> bool:
-        """True after :meth:`close`, or once the driver was lost."""
-        return self._conductor.is_closed or self._conductor.is_failed
+        """True after :meth:`close`, once the driver was lost, or in a child that inherited it across fork()."""
+        conductor = self._conductor
+        return conductor.is_closed or conductor.is_failed or conductor.is_foreign
 
     @property
     def driver_pid(self) -> int:
@@ -165,11 +166,10 @@ class Client:
 
         Later calls raise :class:`~logbuf.errors.ClosedError`; publications answer CLOSED.
         """
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._stop.set()
-            self._thread.join(timeout=CONDUCTOR_JOIN_TIMEOUT_S)
-        else:
-            self._stop.set()
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and not self._conductor.is_foreign:
+            thread.join(timeout=CONDUCTOR_JOIN_TIMEOUT_S)  # (a forked child has no conductor thread to join)
         self._conductor.close()
 
     def __enter__(self) -> Client:
@@ -181,6 +181,42 @@ class Client:
     def __repr__(self) -> str:
         state = "closed" if self._conductor.is_closed else "failed" if self._conductor.is_failed else "connected"
         return f"Client(client_id={self.client_id}, directory={str(self.directory)!r}, {state})"
+
+
+_T = TypeVar("_T")
+
+
+def _owned(item: _T, client: Client) -> _T:
+    # a publication, subscription or counter keeps its client alive: the client is collected (and closed by
+    # its finalizer) only once the application holds none of them either
+    item._client = client  # type: ignore[attr-defined]
+    return item
+
+
+def _run_conductor(
+    client: weakref.ref[Client], conductor: ClientConductor, stop: threading.Event, error_handler: ErrorHandler
+) -> None:
+    """The conductor thread: duty cycles until the client closes or is collected."""
+    while not stop.wait(CONDUCTOR_TICK_S) and client() is not None:
+        try:
+            conductor.do_work()
+        except LogbufError:
+            pass  # recorded by the conductor; the application sees it on its next call
+        except Exception as exc:  # never let the conductor thread die silently
+            with contextlib.suppress(Exception):
+                error_handler(exc)
+    if client() is None:
+        with contextlib.suppress(Exception):
+            conductor.close()  # collected: its finalizer left the close to this thread (see _finalize)
+
+
+def _finalize(conductor: ClientConductor, stop: threading.Event, thread: threading.Thread | None) -> None:
+    """Closes a client the application dropped without closing (or still held at interpreter exit)."""
+    stop.set()
+    if thread is not None and thread is threading.current_thread():
+        return  # collected on the conductor thread, mid-cycle: the thread closes it when the cycle ends
+    with contextlib.suppress(Exception):
+        conductor.close()
 
 
 def _check_channel(channel: object) -> None:
@@ -209,8 +245,9 @@ def connect(
 
     Keyword options:
 
-    - ``connect_timeout`` (seconds, default 5.0): how long to wait for the driver's cnc.dat to appear;
-      :class:`~logbuf.errors.DriverTimeout` after that.
+    - ``connect_timeout`` (seconds, default 5.0): how long to wait for the driver's cnc.dat to appear and be
+      ready (a starting driver is still writing it); :class:`~logbuf.errors.DriverTimeout` after that when
+      there is none, :class:`~logbuf.cnc.CncNotReadyError` when it never became ready.
     - ``driver_timeout_ms`` (default 10000): a driver whose heartbeat is older than this is dead, and a
       command unanswered for this long fails with DriverTimeout.
     - ``conductor_thread`` (default True): run the client conductor (keepalive, images, driver checks) on a

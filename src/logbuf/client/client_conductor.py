@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -38,7 +40,7 @@ from logbuf.cnc import counters as c
 from logbuf.cnc.broadcast import CopyBroadcastReceiver
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.counters import CountersReader
-from logbuf.cnc.errors import CncFileError, CncNotReadyError
+from logbuf.cnc.errors import CncMissingError, CncNotReadyError
 from logbuf.cnc.messages import (
     AvailableImage,
     ClientTimeout,
@@ -57,7 +59,14 @@ from logbuf.cnc.messages import (
 )
 from logbuf.cnc.ring_buffer import ManyToOneRingBuffer
 from logbuf.directory import cnc_path, wake_semaphore_name
-from logbuf.errors import ClientTimeoutError, ClosedError, DriverTimeout, LogbufError, RegistrationError
+from logbuf.errors import (
+    ClientTimeoutError,
+    ClosedError,
+    DriverTimeout,
+    InvalidLogBufferError,
+    LogbufError,
+    RegistrationError,
+)
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.logbuffer.log_buffers import LogBuffers
 
@@ -87,6 +96,20 @@ def semaphore_exists(name: str) -> bool:
     except posix_ipc.Error:
         return False
     return True
+
+
+_conductors: weakref.WeakSet[ClientConductor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread survives in the child: a lock another thread held stays held forever, and the
+    # inherited registrations are the parent's.  Mark every inherited client foreign; its close is local.
+    for conductor in list(_conductors):
+        conductor._lock = threading.RLock()
+        conductor._forked_from = conductor._pid
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _MappedLog:
@@ -128,9 +151,11 @@ class ClientConductor:
         self._lock = threading.RLock()
         self._pending: set[int] = set()
         self._responses: dict[int, tuple[int, Any]] = {}
-        self._subscriptions: dict[int, Subscription] = {}
-        self._publications: dict[int, Publication] = {}
-        self._counter_objects: dict[int, Counter] = {}
+        # weak: a publication, subscription or counter holds its Client (so the client outlives them), and the
+        # conductor thread holds this conductor; strong references here would keep every client alive forever
+        self._subscriptions: weakref.WeakValueDictionary[int, Subscription] = weakref.WeakValueDictionary()
+        self._publications: weakref.WeakValueDictionary[int, Publication] = weakref.WeakValueDictionary()
+        self._counter_objects: weakref.WeakValueDictionary[int, Counter] = weakref.WeakValueDictionary()
         self._logs: dict[str, _MappedLog] = {}
         # the log file each publication (by registration id) and image (by subscription registration id and
         # correlation id: an IPC image's correlation id is its publication's registration id) maps
@@ -140,6 +165,9 @@ class ClientConductor:
         self._last_keepalive_ms = 0
         self._error: LogbufError | None = None
         self._closed = False
+        self._pid = os.getpid()
+        self._forked_from: int | None = None  # the parent's pid once this client was inherited across fork()
+        _conductors.add(self)
         self._check_driver_alive()
         self.raise_if_failed()
         # the first command registers this client with the driver (it allocates our heartbeat counter)
@@ -153,11 +181,13 @@ class ClientConductor:
         while True:
             try:
                 cnc = CncFile.open(path)
-            except CncNotReadyError:
-                pass  # the driver is still writing it
-            except CncFileError as exc:
-                if path.exists():
-                    raise  # a file we cannot use (truncated, foreign, other version): say so at once
+            except CncNotReadyError as exc:
+                # the driver is still creating it (empty, short, or version 0): wait within the timeout
+                if time.monotonic() >= deadline:
+                    raise CncNotReadyError(
+                        f"{exc} (waited {timeout:g} s for the driver in {self.directory} to finish it)"
+                    ) from None
+            except CncMissingError as exc:  # (not "exists now?": a starting driver may create it meanwhile)
                 if time.monotonic() >= deadline:
                     raise DriverTimeout(
                         f"no media driver in {self.directory} (no cnc.dat after {timeout:g} s): "
@@ -192,8 +222,19 @@ class ClientConductor:
         if self._error is not None:
             raise self._error
 
+    @property
+    def is_foreign(self) -> bool:
+        """True in a child process that inherited this client across ``fork()`` (it is the parent's)."""
+        return self._forked_from is not None
+
     def ensure_open(self) -> None:
-        """Raises ClosedError after close(), or the driver's loss; returns when the client is usable."""
+        """Raises ClosedError after close(), in a forked child, or the driver's loss; returns when usable."""
+        if self._forked_from is not None:
+            raise ClosedError(
+                f"this client belongs to process {self._forked_from} and was inherited across fork(): it cannot "
+                f"be used in process {os.getpid()}; connect() again here (closing it here leaves the parent's "
+                f"client untouched)"
+            )
         if self._closed:
             raise ClosedError("client is closed")
         self.raise_if_failed()
@@ -247,15 +288,37 @@ class ClientConductor:
     def do_work(self) -> int:
         """One cycle: responses and image events, keepalive and the driver check; the work done."""
         with self._lock:
-            if self._error is not None or self._closed:
+            if self._error is not None or self._closed or self._forked_from is not None:
                 return 0
             work = self._receive()
             now_ms = epoch_ms()
             if now_ms - self._last_keepalive_ms >= KEEPALIVE_INTERVAL_MS:
                 self._keepalive(now_ms)
                 self._check_driver_alive()
+                self._check_logs()
                 work += 1
             return work
+
+    def _check_logs(self) -> None:
+        """Closes the publications and images of a log whose file was truncated under its mapping (before
+        they touch a page past its end, or after the SIGBUS guard recovered one), with one error each."""
+        damaged = {name: why for name, entry in self._logs.items() if (why := entry.log.check_truncated())}
+        if not damaged:
+            return
+        publications = [p for r, name in self._publication_logs.items()
+                        if name in damaged and (p := self._publications.get(r)) is not None]
+        images = [(self._subscriptions.get(s), c) for (s, c), name in self._image_logs.items() if name in damaged]
+        for publication in publications:
+            with contextlib.suppress(LogbufError):
+                publication.close()
+        for subscription, correlation_id in images:
+            if subscription is not None:
+                with contextlib.suppress(Exception):
+                    subscription._remove_image(correlation_id)
+                self._release_log_of(self._image_logs, (subscription.registration_id, correlation_id))
+        for why in damaged.values():
+            with contextlib.suppress(Exception):
+                self.error_handler(InvalidLogBufferError(f"{why}: its stream is closed in this client"))
 
     def _keepalive(self, now_ms: int) -> None:
         assert self._counters is not None
@@ -439,8 +502,8 @@ class ClientConductor:
     def _remove(self, command: ControlCommand, registration_id: int, what: str) -> None:
         """Asks the driver to remove a registration (best effort: a lost driver removes everything)."""
         with self._lock:
-            if self._error is not None or self._closed:
-                return
+            if self._error is not None or self._closed or self._forked_from is not None:
+                return  # (a forked child never removes the parent's registrations)
         with contextlib.suppress(LogbufError):
             self._request(command, RemoveMessage(self.client_id, self._next_id(), registration_id), what)
 
@@ -596,13 +659,19 @@ class ClientConductor:
             if self._closed:
                 return
             self._closed = True  # from here on the close callbacks send nothing
-            alive = self._error is None
+            # a forked child's copy is the parent's client: nothing of it is the child's to tell the driver
+            alive = self._error is None and self._forked_from is None
             publications, subscriptions = list(self._publications.values()), list(self._subscriptions.values())
             counters = list(self._counter_objects.values())
         self._close_resources(publications, subscriptions)
         for counter in counters:
             counter._mark_closed()
         with self._lock:
+            if alive:
+                assert self._ring is not None
+                # a driver that is gone drains nothing: do not wait on its full ring (a finalizer at exit)
+                heartbeat = self._ring.consumer_heartbeat_time
+                alive = heartbeat != 0 and epoch_ms() - heartbeat <= self.driver_timeout_ms
             if alive:
                 assert self._ring is not None
                 with contextlib.suppress(LogbufError):

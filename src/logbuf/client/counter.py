@@ -16,7 +16,7 @@ class Counter:
     :class:`~logbuf.errors.ClosedError`.
     """
 
-    __slots__ = ("registration_id", "counter_id", "_position", "_closed", "_on_close")
+    __slots__ = ("registration_id", "counter_id", "_position", "_closed", "_on_close", "_client", "__weakref__")
 
     def __init__(
         self,

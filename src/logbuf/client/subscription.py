@@ -22,9 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import posix_ipc
 
-from logbuf.client.image import ControlledPollAction, FragmentHandler, Image
+from logbuf.client.image import ControlledPollAction, FragmentBatch, FragmentHandler, Image
 from logbuf.errors import ClosedError, LogbufError
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.logbuffer.header import Header
@@ -139,11 +140,15 @@ class Subscription:
         """Polls the images in turn (starting one further each call) up to ``fragment_limit`` in total.
 
         ``handler(buffer, header)`` gets each fragment; both are valid only during the call.  Returns the
-        number of fragments delivered (0 once closed).
+        number of fragments delivered (0 once closed).  If the handler raises, the position has already
+        moved past that fragment (as in Aeron): the exception propagates and the fragment is not delivered
+        again (use :meth:`controlled_poll` and ``ABORT`` to see a fragment again).
         """
         images = self._images
         n = len(images)
         if n == 0:
+            if self._closed:
+                self._raise_if_client_failed()  # the client lost its driver: say so (not a silent 0)
             return 0
         if n == 1:
             return images[0].poll(handler, fragment_limit)
@@ -162,6 +167,8 @@ class Subscription:
         images = self._images
         n = len(images)
         if n == 0:
+            if self._closed:
+                self._raise_if_client_failed()
             return 0
         start = self._round_robin = (self._round_robin + 1) % n
         fragments = 0
@@ -170,6 +177,24 @@ class Subscription:
             if fragments >= fragment_limit:
                 break
         return fragments
+
+    def batch_poll(self, fragment_limit: int | None = None) -> FragmentBatch:
+        """The fragments of one image as numpy arrays (:meth:`Image.batch_poll`): the next image in turn
+        (starting one further each call) that has any, else an empty batch.
+
+        The image's position moves when the batch is committed: ``with sub.batch_poll() as batch: ...``.
+        """
+        images = self._images
+        n = len(images)
+        if n == 0:
+            return _NoFragments()
+        start = self._round_robin = (self._round_robin + 1) % n
+        for i in range(n):
+            batch = images[(start + i) % n].batch_poll(fragment_limit)
+            if batch.count:
+                return batch
+            batch.commit()  # no fragment, but it may step over padding: the next poll starts past it
+        return _NoFragments()
 
     # -- waiting for data without spinning ------------------------------------------------------------
 
@@ -354,3 +379,19 @@ class Subscription:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"images={len(self._images)}"
         return f"Subscription(channel={self.channel!r}, stream_id={self.stream_id}, {state})"
+
+
+_NO_ARRAYS = (np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64),
+              np.empty(0, dtype=np.int64), np.empty(0, dtype=np.uint8))
+
+
+class _NoFragments(FragmentBatch):
+    """The empty batch of a subscription whose images had nothing (committing it moves nothing)."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(None, _NO_ARRAYS[4], 0, 0, _NO_ARRAYS)  # type: ignore[arg-type]
+
+    def commit(self) -> None:
+        pass

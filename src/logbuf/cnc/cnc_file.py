@@ -15,7 +15,7 @@ from collections.abc import Callable
 from logbuf.cnc.broadcast import BroadcastReceiver, BroadcastTransmitter, CopyBroadcastReceiver
 from logbuf.cnc.counters import CountersManager, CountersReader
 from logbuf.cnc.error_log import DistinctErrorLog, ErrorLogReader
-from logbuf.cnc.errors import CncFileError
+from logbuf.cnc.errors import CncFileError, CncMissingError, CncNotReadyError
 from logbuf.cnc.layout import (
     CNC_VERSION,
     CNC_VERSION_OFFSET,
@@ -23,7 +23,8 @@ from logbuf.cnc.layout import (
     CncLayout,
 )
 from logbuf.cnc.ring_buffer import ManyToOneRingBuffer
-from logbuf.native import AtomicBuffer
+from logbuf.directory import allocate
+from logbuf.native import AtomicBuffer, client
 
 
 class CncFile:
@@ -37,6 +38,8 @@ class CncFile:
         self.path = path
         self.layout = layout
         self._mmap = mapping
+        # a process that truncates cnc.dat must not kill every driver and client mapping it (see docs/native.md)
+        self._guard = client.MappingGuard(mapping)
         self._buffers: list[AtomicBuffer] = []
         self.header_buffer = self._section(0, HEADER_LENGTH)
         self.to_driver_buffer = self._section(layout.to_driver_offset, layout.to_driver_buffer_length)
@@ -92,10 +95,14 @@ class CncFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
         try:
             os.fchmod(fd, mode)  # the umask must not widen or narrow what was asked for
-            os.ftruncate(fd, length)  # zero-filled: empty rings, unused counters, empty error log
+            allocate(fd, length, path)  # zero-filled and backed: empty rings, unused counters, empty error log
             mapping = mmap.mmap(fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+        except BaseException:
             os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # no half-made file for a client to find
+            raise
+        os.close(fd)
         cnc = cls(path, mapping, layout)
         cnc.header_buffer.put_bytes(0, layout.encode(version=0))
         # Clients judge driver liveness on this; a fresh file must not look like a dead driver's.
@@ -114,13 +121,15 @@ class CncFile:
         try:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
-            raise CncFileError(f"no CnC file at {path}: is the driver running?") from None
+            raise CncMissingError(f"no CnC file at {path}: is the driver running?") from None
         except OSError as exc:  # e.g. another user's driver: clients need read/write access
             raise CncFileError(f"cannot open CnC file {path} read/write: {exc.strerror}") from exc
         try:
             size = os.fstat(fd).st_size
             if size < HEADER_LENGTH:
-                raise CncFileError(
+                # a driver sizes the file right after creating it: short means "not ready yet" to a client,
+                # which retries within its connect timeout (as Aeron's client waits for a non-empty file)
+                raise CncNotReadyError(
                     f"CnC file {path} truncated: {size} bytes, the header alone is {HEADER_LENGTH}"
                 )
             mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -184,6 +193,7 @@ class CncFile:
             return
         for buffer in self._buffers:
             buffer.release()
+        self._guard.release()
         self._mmap.close()
 
     def __enter__(self) -> CncFile:

@@ -10,6 +10,10 @@ class CncFileError(LogbufError):
     lengths that do not add up, a capacity that is not a power of two, …"""
 
 
+class CncMissingError(CncFileError):
+    """There is no cnc.dat (yet): no driver, or one that has not created it; a connecting client waits."""
+
+
 class CncNotReadyError(CncFileError):
     """The CnC version field is still 0: the driver is creating the file; retry after a short wait."""
 

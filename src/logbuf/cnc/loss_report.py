@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from logbuf.cnc.errors import CncFileError
-from logbuf.native import AtomicBuffer
+from logbuf.directory import allocate, set_mode
+from logbuf.native import AtomicBuffer, client
 
 DEFAULT_LOSS_REPORT_LENGTH = 1024 * 1024
 
@@ -143,6 +144,7 @@ class LossReportFile:
     def __init__(self, path: Path, mapping: mmap.mmap) -> None:
         self.path = path
         self._mmap = mapping
+        self._guard = client.MappingGuard(mapping)  # truncating the file must not kill the driver (SIGBUS)
         self.buffer = AtomicBuffer(mapping, 0, len(mapping))
 
     @classmethod
@@ -156,10 +158,15 @@ class LossReportFile:
             os.unlink(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
         try:
-            os.ftruncate(fd, length)
+            set_mode(fd, mode)  # the umask must not narrow what was asked for
+            allocate(fd, length, path)  # backed before mapped: a full disk is an error here, not a SIGBUS later
             mapping = mmap.mmap(fd, length)
-        finally:
+        except BaseException:
             os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # no half-made file for a client to find
+            raise
+        os.close(fd)
         return cls(path, mapping)
 
     @classmethod
@@ -194,6 +201,7 @@ class LossReportFile:
 
     def close(self) -> None:
         self.buffer.release()
+        self._guard.release()
         self._mmap.close()
 
     def __enter__(self) -> LossReportFile:

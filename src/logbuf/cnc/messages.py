@@ -63,10 +63,17 @@ class ControlCommand(IntEnum):
     ADD_SUBSCRIPTION = 0x04
     REMOVE_SUBSCRIPTION = 0x05
     CLIENT_KEEPALIVE = 0x06
+    ADD_DESTINATION = 0x07
+    REMOVE_DESTINATION = 0x08
     ADD_COUNTER = 0x09
     REMOVE_COUNTER = 0x0A
     CLIENT_CLOSE = 0x0B
+    ADD_RCV_DESTINATION = 0x0C
+    REMOVE_RCV_DESTINATION = 0x0D
     TERMINATE_DRIVER = 0x0E
+    ADD_STATIC_COUNTER = 0x0F
+    REJECT_IMAGE = 0x10
+    REMOVE_DESTINATION_BY_ID = 0x11
 
 
 class ControlResponse(IntEnum):
@@ -82,6 +89,7 @@ class ControlResponse(IntEnum):
     ON_COUNTER_READY = 0x0F08
     ON_UNAVAILABLE_COUNTER = 0x0F09
     ON_CLIENT_TIMEOUT = 0x0F0A
+    ON_STATIC_COUNTER = 0x0F0B
 
 
 class ErrorCode(IntEnum):
@@ -95,6 +103,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_COMMAND_TYPE_ID = 6
     MALFORMED_COMMAND = 7
     NOT_SUPPORTED = 8
+    UNKNOWN_HOST = 9
     GENERIC_ERROR = 11
     STORAGE_SPACE = 12
 
@@ -299,6 +308,113 @@ class TerminateDriverMessage(_Message):
         return cls(client_id, correlation_id, token)
 
 
+_DESTINATION = struct.Struct("<qqq")
+
+
+@dataclass(frozen=True)
+class DestinationMessage(_Message):
+    """ADD_DESTINATION, REMOVE_DESTINATION (a publication's), ADD_RCV_DESTINATION, REMOVE_RCV_DESTINATION (a
+    subscription's): the resource's registration id and the destination channel."""
+
+    client_id: int
+    correlation_id: int
+    registration_id: int
+    channel: str
+
+    def encode(self) -> bytes:
+        return _DESTINATION.pack(self.client_id, self.correlation_id, self.registration_id) + _string(self.channel)
+
+    @classmethod
+    def decode(cls, data: Buffer) -> DestinationMessage:
+        reader = _Reader(data, cls.__name__)
+        client_id, correlation_id, registration_id = reader.fixed(_DESTINATION, 0)
+        channel, _ = reader.string(_DESTINATION.size, "channel")
+        return cls(client_id, correlation_id, registration_id, channel)
+
+
+_DESTINATION_BY_ID = struct.Struct("<qqqq")
+
+
+@dataclass(frozen=True)
+class DestinationByIdMessage(_Message):
+    """REMOVE_DESTINATION_BY_ID: a publication's registration id and the destination's."""
+
+    client_id: int
+    correlation_id: int
+    registration_id: int
+    destination_id: int
+
+    def encode(self) -> bytes:
+        return _DESTINATION_BY_ID.pack(self.client_id, self.correlation_id, self.registration_id,
+                                       self.destination_id)
+
+    @classmethod
+    def decode(cls, data: Buffer) -> DestinationByIdMessage:
+        return cls(*_Reader(data, cls.__name__).fixed(_DESTINATION_BY_ID, 0))
+
+
+_STATIC_COUNTER = struct.Struct("<qqqi")
+
+
+@dataclass(frozen=True)
+class StaticCounterMessage(_Message):
+    """ADD_STATIC_COUNTER: a counter found by (type id, registration id) or made once, owned by no client."""
+
+    client_id: int
+    correlation_id: int
+    registration_id: int
+    type_id: int
+    key: bytes
+    label: str
+
+    def encode(self) -> bytes:
+        if len(self.key) > MAX_COUNTER_KEY_LENGTH:
+            raise ValueError(f"counter key of {len(self.key)} bytes exceeds {MAX_COUNTER_KEY_LENGTH}")
+        key = bytes(self.key)
+        padding = b"\0" * (_align4(len(key)) - len(key))
+        return _STATIC_COUNTER.pack(self.client_id, self.correlation_id, self.registration_id, self.type_id) + (
+            _I32.pack(len(key)) + key + padding + _string(self.label)
+        )
+
+    @classmethod
+    def decode(cls, data: Buffer) -> StaticCounterMessage:
+        reader = _Reader(data, cls.__name__)
+        client_id, correlation_id, registration_id, type_id = reader.fixed(_STATIC_COUNTER, 0)
+        key, end = reader.raw(_STATIC_COUNTER.size, "key", MAX_COUNTER_KEY_LENGTH)
+        label, _ = reader.string(_align4(end), "label")
+        return cls(client_id, correlation_id, registration_id, type_id, key, label)
+
+
+_REJECT_IMAGE = struct.Struct("<qqqq")
+# Aeron's command struct ends in a one-byte reason array, packed to 4: shorter records are malformed
+REJECT_IMAGE_MIN_LENGTH = 40
+
+
+@dataclass(frozen=True)
+class RejectImageMessage(_Message):
+    """REJECT_IMAGE: an image's correlation id, the position and the reason it is rejected."""
+
+    client_id: int
+    correlation_id: int
+    image_correlation_id: int
+    position: int
+    reason: str
+
+    def encode(self) -> bytes:
+        body = _REJECT_IMAGE.pack(self.client_id, self.correlation_id, self.image_correlation_id,
+                                  self.position) + _string(self.reason)
+        return body + b"\0" * max(0, REJECT_IMAGE_MIN_LENGTH - len(body))
+
+    @classmethod
+    def decode(cls, data: Buffer) -> RejectImageMessage:
+        if len(data) < REJECT_IMAGE_MIN_LENGTH:
+            raise MalformedCommandError(f"{cls.__name__}: {len(data)} bytes, need at least {REJECT_IMAGE_MIN_LENGTH}")
+        reader = _Reader(data, cls.__name__)
+        client_id, correlation_id, image_correlation_id, position = reader.fixed(_REJECT_IMAGE, 0)
+        reason, _ = reader.string(_REJECT_IMAGE.size, "reason")
+        return cls(client_id, correlation_id, image_correlation_id, position, reason)
+
+
 # -- responses ---------------------------------------------------------------------------------------
 
 _PUBLICATION_READY = struct.Struct("<qqiiii")
@@ -499,6 +615,13 @@ COMMAND_TYPES: dict[ControlCommand, type[_Message]] = {
     ControlCommand.REMOVE_COUNTER: RemoveMessage,
     ControlCommand.CLIENT_CLOSE: CorrelatedMessage,
     ControlCommand.TERMINATE_DRIVER: TerminateDriverMessage,
+    ControlCommand.ADD_DESTINATION: DestinationMessage,
+    ControlCommand.REMOVE_DESTINATION: DestinationMessage,
+    ControlCommand.ADD_RCV_DESTINATION: DestinationMessage,
+    ControlCommand.REMOVE_RCV_DESTINATION: DestinationMessage,
+    ControlCommand.ADD_STATIC_COUNTER: StaticCounterMessage,
+    ControlCommand.REJECT_IMAGE: RejectImageMessage,
+    ControlCommand.REMOVE_DESTINATION_BY_ID: DestinationByIdMessage,
 }
 
 RESPONSE_TYPES: dict[ControlResponse, type[_Message]] = {
@@ -512,6 +635,7 @@ RESPONSE_TYPES: dict[ControlResponse, type[_Message]] = {
     ControlResponse.ON_COUNTER_READY: CounterUpdate,
     ControlResponse.ON_UNAVAILABLE_COUNTER: CounterUpdate,
     ControlResponse.ON_CLIENT_TIMEOUT: ClientTimeout,
+    ControlResponse.ON_STATIC_COUNTER: CounterUpdate,
 }
 
 _COMMAND_BY_ID: dict[int, type[_Message]] = {int(k): v for k, v in COMMAND_TYPES.items()}

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import re
+import signal
 import sys
+from typing import TYPE_CHECKING
 
 from logbuf.channel import InvalidChannelError, parse_size
-from logbuf.cli_args import add_driver_dir
+from logbuf.cli_args import INTERRUPTED_EXIT_STATUS, UsageError, add_driver_dir
+from logbuf.driver.agents import THREADING_MODES
 from logbuf.driver.context import MS, SECOND
-from logbuf.errors import LogbufError
+
+if TYPE_CHECKING:
+    from logbuf.driver.context import DriverContext
+    from logbuf.driver.media_driver import MediaDriver
 
 
 def _size(text: str) -> int:
@@ -38,6 +45,15 @@ def _impairment(text: str) -> str:
     return text
 
 
+def _idle(text: str) -> str:
+    from logbuf.driver.agents import IdleSpec
+
+    try:
+        return str(IdleSpec.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _batch(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 64:
         raise argparse.ArgumentTypeError("must be 1..64")
@@ -59,14 +75,31 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-liveness-timeout", type=_seconds, help="seconds without a client heartbeat (10)")
     p.add_argument("--linger-timeout", type=_seconds, help="seconds a closed publication may drain (5)")
     p.add_argument("--timer-interval", type=_seconds, help="seconds between timer duties (1)")
-    p.add_argument("--idle", help="idle strategy: backoff[:max_park_ns] (default backoff:4000000), sleep[:ns], yield, spin")
+    p.add_argument("--idle", help="the Python conductor loop's idle strategy: backoff[:max_park_ns] "
+                   "(default backoff:4000000), sleep[:ns], yield, spin")
     p.add_argument("--force", action="store_true",
                    help="take over the directory of a driver that died (never a directory that is not a "
                    "driver's; default: refuse)")
     p.add_argument("--group-access", action="store_true", help="directory 0770 and files 0660 (default 0700/0600)")
     p.add_argument("--pre-touch", action="store_true", help="fault log pages in when a log is created (default: off)")
+    p.add_argument("--storage-reserve", type=_size,
+                   help="free space to keep on the directory's file system: a new log that would leave less "
+                   "is refused (default 8m; 0: refuse only logs that do not fit)")
     udp = p.add_argument_group("UDP (network publications and images)")
-    udp.add_argument("--threading-mode", choices=["shared"], help="conductor, sender and receiver in one loop (default: shared, the only mode)")
+    agents = p.add_argument_group(
+        "native agents (the data plane; the Python conductor always runs on its own thread)",
+        "IDLE: backoff[:spins=N,yields=N,min-park=D,max-park=D] (default "
+        "backoff:spins=10,yields=5,min-park=1us,max-park=1ms; D is a whole number with ns, us, ms or s), "
+        "sleep[:park=D], yield, or spin / noop (these two never give the core away: a core of their own only)")
+    agents.add_argument("--threading-mode", choices=list(THREADING_MODES),
+                        help="shared: one native agent runs sender, receiver and the conductor's native duties; "
+                        "shared-network: sender and receiver on one, the conductor's on another; dedicated: an "
+                        "agent each (default: dedicated with 4 or more cores, else shared)")
+    agents.add_argument("--sender-idle", type=_idle, metavar="IDLE",
+                        help="the sender agent's idle strategy (also the shared and shared-network agents')")
+    agents.add_argument("--receiver-idle", type=_idle, metavar="IDLE", help="the receiver agent's idle strategy")
+    agents.add_argument("--conductor-idle", type=_idle, metavar="IDLE",
+                        help="the native conductor agent's idle strategy (shared-network, dedicated)")
     udp.add_argument("--network-term-length", type=_size, help="term length of network publications (16m)")
     udp.add_argument("--network-publication-window", type=_size, help="pub-lmt ahead of snd-pos (half a term)")
     udp.add_argument("--receiver-window", type=_size, help="window SMs offer senders (min(128k, T/2))")
@@ -104,7 +137,11 @@ def _run_driver(args: argparse.Namespace) -> int:
             force=args.force or None,
             group_access=args.group_access or None,
             pre_touch=args.pre_touch or None,
+            storage_reserve=args.storage_reserve,
             threading_mode=args.threading_mode,
+            sender_idle=args.sender_idle,
+            receiver_idle=args.receiver_idle,
+            conductor_idle=args.conductor_idle,
             network_term_length=args.network_term_length,
             network_publication_window=args.network_publication_window,
             receiver_window=args.receiver_window,
@@ -118,14 +155,31 @@ def _run_driver(args: argparse.Namespace) -> int:
             send_impairment=args.impair_send,
             receive_impairment=args.impair_receive,
         )
-    except (LogbufError, ValueError) as exc:
-        print(f"logbuf driver: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:  # a value the options let through but the driver cannot use: name the option
+        raise UsageError(_option_names(str(exc), args)) from exc
     ctx = driver.ctx
+    # until run_foreground takes the signals over, Ctrl-C or SIGTERM raise here, and the driver still closes
+    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        stopped_by = _announce_and_run(driver, ctx)
+    except KeyboardInterrupt:
+        driver.close()
+        stopped_by = signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    if stopped_by == signal.SIGINT:
+        print("logbuf driver: interrupted", file=sys.stderr, flush=True)  # after a clean shutdown
+        return INTERRUPTED_EXIT_STATUS  # Ctrl-C, as for every command; SIGTERM is a clean stop (0)
+    print("logbuf driver: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _announce_and_run(driver: MediaDriver, ctx: DriverContext) -> int | None:
     print(
         f"logbuf driver: pid {driver.cnc.layout.pid if driver.cnc else '?'} in {driver.directory} "
         f"(ipc term {ctx.ipc_term_length >> 10} KiB, network term {ctx.network_term_length >> 10} KiB, "
-        f"mtu {ctx.mtu}, idle {ctx.idle_strategy}, {ctx.threading_mode} mode, "
+        f"mtu {ctx.mtu}, idle {ctx.idle_strategy}, {ctx.threading_mode} mode (sender idle {ctx.sender_idle}, "
+        f"receiver idle {ctx.receiver_idle}, conductor idle {ctx.conductor_idle}), "
         f"client liveness {ctx.client_liveness_timeout_ns // MS} ms, unblock {ctx.unblock_timeout_ns // MS} ms"
         + "".join(f", {name} impairment {spec}" for name, spec in (("send", ctx.send_impairment),
                                                                   ("receive", ctx.receive_impairment)) if spec)
@@ -133,6 +187,26 @@ def _run_driver(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    driver.run_foreground()
-    print("logbuf driver: stopped", file=sys.stderr, flush=True)
-    return 0
+    return driver.run_foreground()
+
+
+# the driver's option names -> this command's options, for errors worded in the user's terms
+_OPTION_OF = {
+    "ipc_term_length": "--ipc-term-length", "mtu": "--mtu", "ipc_publication_window": "--publication-window",
+    "unblock_timeout_ns": "--unblock-timeout", "client_liveness_timeout_ns": "--client-liveness-timeout",
+    "publication_linger_timeout_ns": "--linger-timeout", "timer_interval_ns": "--timer-interval",
+    "idle_strategy": "--idle", "threading_mode": "--threading-mode", "network_term_length": "--network-term-length",
+    "network_publication_window": "--network-publication-window", "receiver_window": "--receiver-window",
+    "image_liveness_timeout_ns": "--image-liveness-timeout",
+    "flow_control_receiver_timeout_ns": "--flow-control-receiver-timeout", "loss_give_up_ns": "--loss-give-up",
+    "socket_rcvbuf": "--socket-rcvbuf", "socket_sndbuf": "--socket-sndbuf", "send_batch": "--send-batch",
+    "receive_batch": "--receive-batch", "send_impairment": "--impair-send", "receive_impairment": "--impair-receive",
+    "storage_reserve": "--storage-reserve", "sender_idle": "--sender-idle", "receiver_idle": "--receiver-idle",
+    "conductor_idle": "--conductor-idle",
+}
+_DRIVER_NAME = re.compile(r"\b(" + "|".join(sorted(_OPTION_OF, key=len, reverse=True)) + r")\b")
+
+
+def _option_names(message: str, args: argparse.Namespace) -> str:
+    """``ipc_term_length: term length ... must be a power of two`` -> ``--ipc-term-length: ...``."""
+    return _DRIVER_NAME.sub(lambda match: _OPTION_OF[match.group(1)], message)

@@ -50,21 +50,27 @@ from logbuf.cnc.messages import (
     ControlResponse,
     CounterMessage,
     CounterUpdate,
+    DestinationMessage,
     ErrorCode,
     ErrorResponse,
     OperationSuccess,
     PublicationMessage,
     PublicationReady,
+    RejectImageMessage,
     RemoveMessage,
+    StaticCounterMessage,
     SubscriptionMessage,
     SubscriptionReady,
     TerminateDriverMessage,
     decode_command,
 )
+from logbuf.driver.agents import AERON_THREADING_MODE, NativeDuty, add, propose_max
+from logbuf.driver.channel_params import resolve_publication, resolve_subscription
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.context import MS, DriverContext
 from logbuf.driver.ipc_conductor import IpcConductor, SubscriptionLink
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.native_ipc import NativeIpcDuty
 from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.services import DriverServices
@@ -120,7 +126,9 @@ class DriverConductor:
         self.transmitter: BroadcastTransmitter = cnc.broadcast_transmitter()
         self.counters: CountersManager = cnc.counters_manager(epoch_ms)
         self.error_log: DistinctErrorLog = cnc.distinct_error_log(epoch_ms)
-        self.system = self.counters.allocate_system_counters()
+        # Aeron's labels name the threading mode (its MAX_CYCLE_TIME and THRESHOLD_EXCEEDED counters)
+        self.system = self.counters.allocate_system_counters(c.system_counter_labels(
+            threading_mode=AERON_THREADING_MODE[ctx.threading_mode], cycle_threshold_ns=CYCLE_THRESHOLD_NS))
         self.ensure_wake_semaphore = ensure_wake_semaphore or (lambda stream_id: None)
         self.on_terminate = on_terminate
         self.clients: dict[int, ClientSession] = {}
@@ -147,12 +155,14 @@ class DriverConductor:
         self._time_of_last_ring_move_ns = 0
         self._max_cycle_ns = 0
         self._now_ns = 0
+        self._linger_ns: dict[int, int] = {}  # publication registration id -> its channel's linger timeout
 
     # -- the duty cycle --------------------------------------------------------------------------------
 
     def do_work(self, now_ns: int) -> int:
         self._now_ns = now_ns
         self.network.now_ns = now_ns
+        self.ipc.now_ns = now_ns
         work = self._read_commands()
         work += self.ipc.update()
         work += self.network.update(now_ns)
@@ -172,11 +182,38 @@ class DriverConductor:
         return work
 
     def record_cycle_time(self, cycle_ns: int) -> None:
+        # atomic: the native conductor agent writes the same two counters
         if cycle_ns > self._max_cycle_ns:
             self._max_cycle_ns = cycle_ns
-            self.counters.set_counter_value(self.system[CONDUCTOR_MAX_CYCLE_TIME], cycle_ns)
+            propose_max(self.counters.position(self.system[CONDUCTOR_MAX_CYCLE_TIME]), cycle_ns)
         if cycle_ns > CYCLE_THRESHOLD_NS:
-            self._increment(CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED)
+            add(self.counters.position(self.system[CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED]))
+
+    # -- native duties ---------------------------------------------------------------------------------
+
+    def native_duties(self) -> dict[str, NativeDuty]:
+        """The data-plane duties for native agents, by role (``sender``, ``receiver``, ``conductor``); a role
+        absent here runs as a Python duty in the media driver's loop.  The first call hands the IPC limit
+        duties to their native duty (``conductor``)."""
+        if self.ipc.native is None:
+            unblocked = self.counters.position(self.system[c.SystemCounter.UNBLOCKED_PUBLICATIONS])
+            self.ipc.use_native(NativeIpcDuty(self.ctx.timer_interval_ns, unblocked_publications=unblocked))
+        assert self.ipc.native is not None
+        return {"conductor": self.ipc.native.duty, **self.network_native_duties()}
+
+    def network_native_duties(self) -> dict[str, NativeDuty]:
+        """The sender's and receiver's native duties (none yet: they run in the media driver's Python loop)."""
+        return {}
+
+    def cycle_counters(self, role: str) -> tuple[int, int]:
+        """The (max cycle time, threshold exceeded) system counter ids of an agent role."""
+        ids = {
+            "conductor": (CONDUCTOR_MAX_CYCLE_TIME, CONDUCTOR_CYCLE_THRESHOLD_EXCEEDED),
+            "sender": (c.SystemCounter.SENDER_MAX_CYCLE_TIME, c.SystemCounter.SENDER_CYCLE_TIME_THRESHOLD_EXCEEDED),
+            "receiver": (c.SystemCounter.RECEIVER_MAX_CYCLE_TIME,
+                         c.SystemCounter.RECEIVER_CYCLE_TIME_THRESHOLD_EXCEEDED),
+        }[role]
+        return self.system[ids[0]], self.system[ids[1]]
 
     def on_timer(self, now_ns: int, now_ms: int) -> int:
         work = self.ipc.on_timer(now_ns)
@@ -263,6 +300,16 @@ class DriverConductor:
             self._release_client(client)
         elif command == ControlCommand.TERMINATE_DRIVER:
             self._terminate(msg)
+        elif command == ControlCommand.ADD_STATIC_COUNTER:
+            self._add_static_counter(msg)
+        elif command in (ControlCommand.ADD_DESTINATION, ControlCommand.REMOVE_DESTINATION):
+            self._send_destination(client, msg, command)
+        elif command in (ControlCommand.ADD_RCV_DESTINATION, ControlCommand.REMOVE_RCV_DESTINATION):
+            self._receive_destination(client, msg)
+        elif command == ControlCommand.REJECT_IMAGE:
+            self._reject_image(msg)
+        # REMOVE_DESTINATION_BY_ID: aeronmd answers nothing and records nothing when the publication has no
+        # manual destinations (no publication here has any)
 
     def _client(self, client_id: int) -> ClientSession:
         """The client's session; its first command allocates its heartbeat counter (type 11)."""
@@ -292,14 +339,22 @@ class DriverConductor:
 
     def _add_publication(self, client: ClientSession, msg: PublicationMessage, exclusive: bool) -> None:
         uri = self._parse_channel(msg.channel)
+        try:
+            params = resolve_publication(uri, self.ctx)
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
         publication: Publication
         created = False
         if uri.is_udp:
-            publication = self.network.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive,
+            count = len(self.network.publications)
+            publication = self.network.add_publication(msg.correlation_id, uri, params, msg.stream_id, exclusive,
                                                        client.client_id)
+            created = len(self.network.publications) > count
         else:
-            publication, created = self.ipc.add_publication(msg.correlation_id, uri, msg.stream_id, exclusive,
-                                                            client.client_id)
+            publication, created = self.ipc.add_publication(msg.correlation_id, uri, params, msg.stream_id,
+                                                            exclusive, client.client_id)
+        if created:
+            self._linger_ns[publication.registration_id] = params.linger_timeout_ns
         publication.publishers[msg.correlation_id] = client.client_id
         client.publication_links[msg.correlation_id] = publication
         response = (
@@ -331,10 +386,12 @@ class DriverConductor:
         publication = client.publication_links.pop(link_id)
         publication.publishers.pop(link_id, None)
         if not publication.publishers and publication.state == PublicationState.ACTIVE:
-            publication.start_draining(self._now_ns, self.ctx.publication_linger_timeout_ns)
+            linger = self._linger_ns.get(publication.registration_id, self.ctx.publication_linger_timeout_ns)
+            publication.start_draining(self._now_ns, linger)
 
     def _close_publication(self, publication: Publication) -> None:
         """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
+        self._linger_ns.pop(publication.registration_id, None)
         if isinstance(publication, NetworkPublication):
             self.network.close_publication(publication)
         else:
@@ -344,17 +401,22 @@ class DriverConductor:
 
     def _add_subscription(self, client: ClientSession, msg: SubscriptionMessage) -> None:
         uri = self._parse_channel(msg.channel)
+        try:
+            params = resolve_subscription(uri, self.ctx)
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
         if msg.correlation_id in self.subscriptions:
             raise CommandError(ErrorCode.GENERIC_ERROR, f"registration id {msg.correlation_id} already in use")
         if uri.is_udp:
-            network = self.network.add_subscription(msg.correlation_id, client.client_id, uri, msg.stream_id)
+            network = self.network.add_subscription(msg.correlation_id, client.client_id, uri, params,
+                                                    msg.stream_id)
             self.subscriptions[msg.correlation_id] = network
             client.subscriptions.add(msg.correlation_id)
             self._send(ControlResponse.ON_SUBSCRIPTION_READY,
                        SubscriptionReady(msg.correlation_id, network.endpoint.status_counter_id))
             self.network.link_existing_images(network)
             return
-        subscription = self.ipc.add_subscription(msg.correlation_id, client.client_id, uri, msg.stream_id)
+        subscription = self.ipc.add_subscription(msg.correlation_id, client.client_id, uri, params, msg.stream_id)
         self.subscriptions[msg.correlation_id] = subscription
         client.subscriptions.add(msg.correlation_id)
 
@@ -390,6 +452,44 @@ class DriverConductor:
         self.counters.free(counter_id)
         self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
         self._send(ControlResponse.ON_UNAVAILABLE_COUNTER, CounterUpdate(msg.registration_id, counter_id))
+
+    def _add_static_counter(self, msg: StaticCounterMessage) -> None:
+        """Aeron's static counter: the one of this type and registration id, else a new one; owned by no
+        client's lifetime (it stays when the client goes)."""
+        counter_id = self.counters.find(msg.type_id, msg.registration_id)
+        if counter_id == c.NULL_COUNTER_ID:
+            # owned by no client (owner id -1, as aeronmd writes it)
+            counter_id = self.counters.allocate(msg.type_id, msg.label, msg.key, registration_id=msg.registration_id,
+                                                owner_id=NULL_VALUE)
+        self._send(ControlResponse.ON_STATIC_COUNTER, CounterUpdate(msg.correlation_id, counter_id))
+
+    # -- destinations and images (multi-destination-cast is not supported: answered as aeronmd answers for
+    # publications and subscriptions without manual control) -----------------------------------------------
+
+    def _send_destination(self, client: ClientSession, msg: DestinationMessage, command: ControlCommand) -> None:
+        publication = client.publication_links.get(msg.registration_id)
+        if not isinstance(publication, NetworkPublication):
+            verb = "add" if command == ControlCommand.ADD_DESTINATION else "remove"
+            raise CommandError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown {verb} destination client_id="
+                                                              f"{client.client_id} registration_id={msg.registration_id}")
+        raise CommandError(ErrorCode.GENERIC_ERROR,
+                           f"channel does not allow manual control of destinations: {msg.channel}")
+
+    def _receive_destination(self, client: ClientSession, msg: DestinationMessage) -> None:
+        if not isinstance(self.subscriptions.get(msg.registration_id), NetworkSubscription):
+            raise CommandError(ErrorCode.UNKNOWN_SUBSCRIPTION, f"unknown subscription client_id={client.client_id} "
+                                                               f"registration_id={msg.registration_id}")
+        raise CommandError(ErrorCode.INVALID_CHANNEL, "channel does not allow manual control")
+
+    def _reject_image(self, msg: RejectImageMessage) -> None:
+        for endpoint in self.network.receive_endpoints.values():
+            for image in endpoint.images.values():
+                if image.correlation_id == msg.image_correlation_id:
+                    raise CommandError(ErrorCode.NOT_SUPPORTED,
+                                       f"rejecting image correlationId={msg.image_correlation_id} is not supported "
+                                       f"by this driver")
+        raise CommandError(ErrorCode.GENERIC_ERROR,
+                           f"Unable to resolve image for correlationId={msg.image_correlation_id}")
 
     # -- clients ---------------------------------------------------------------------------------------
 
@@ -457,3 +557,5 @@ class DriverConductor:
         self.ring.consumer_heartbeat_time = 0
         self.network.close()
         self.ipc.close()
+        if self.ipc.native is not None:
+            self.ipc.native.close()

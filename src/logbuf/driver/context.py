@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from logbuf.directory import resolve_directory
+from logbuf.directory import DEFAULT_STORAGE_RESERVE, resolve_directory
+from logbuf.driver.agents import DEFAULT_AGENT_IDLE, IdleSpec, check_threading_mode, default_threading_mode
 from logbuf.driver.udp.impairment import Impairment
 from logbuf.idle import idle_strategy
 from logbuf.logbuffer import descriptor as d
@@ -31,8 +32,8 @@ class DriverContext:
     client_liveness_timeout_ns: int = 10 * SECOND
     publication_linger_timeout_ns: int = 5 * SECOND
     timer_interval_ns: int = 1 * SECOND
-    # parks up to 4 ms when idle: a Python duty cycle costs tens of µs, so a 1 ms park alone is ~4% of a core;
-    # only commands and pub-lmt updates wait on it (the data path never passes through the driver)
+    # the Python conductor's loop: parks up to 4 ms when idle (a Python duty cycle costs tens of µs, so a 1 ms
+    # park alone is ~4% of a core); only commands wait on it (pub-lmt moves on a native agent)
     idle_strategy: str = "backoff:4000000"
     to_driver_capacity: int = 1024 * 1024
     to_clients_capacity: int = 1024 * 1024
@@ -42,9 +43,18 @@ class DriverContext:
     force: bool = False  # take over the directory of a driver that died (never a directory that is not a driver's)
     group_access: bool = False  # directory 0770 / files 0660 instead of 0700 / 0600
     pre_touch: bool = False  # fault log pages in when a log is created (no page faults on the first lap)
+    storage_reserve: int = DEFAULT_STORAGE_RESERVE  # bytes left free on the directory's file system: new logs
+    # that would eat into it are refused (STORAGE_SPACE), as are logs the file system cannot back at all
     terminate_token: bytes | None = None  # TERMINATE_DRIVER is honoured only with this token
     # -- UDP (network publications and images) --
-    threading_mode: str = "shared"  # conductor, sender and receiver duties in one loop (the only mode)
+    # the native agents that run the data plane (agents.py): shared, shared-network or dedicated; dedicated
+    # where there are 4 cores or more, shared otherwise
+    threading_mode: str = field(default_factory=default_threading_mode)
+    # each native agent's idle strategy (IdleSpec text); an agent running several roles takes its first
+    # role's (shared: the sender's; shared-network: the sender's for sender+receiver)
+    sender_idle: str = DEFAULT_AGENT_IDLE
+    receiver_idle: str = DEFAULT_AGENT_IDLE
+    conductor_idle: str = DEFAULT_AGENT_IDLE
     conductor_interval_ns: int = 1_000_000  # shared mode: the conductor's duty runs at most this often
     network_publication_window: int = 0  # 0: half a term; pub-lmt = snd-pos + this window
     receiver_window: int = 0  # 0: min(128 KiB, T/2); what SMs offer the sender
@@ -108,9 +118,15 @@ class DriverContext:
             raise ValueError("loss_report_length must be a multiple of 4096")
         if self.counters_values_length < 64 * 128 or self.counters_values_length % 128:
             raise ValueError("counters_values_length must hold at least 64 counters of 128 bytes")
+        if self.storage_reserve < 0:
+            raise ValueError("storage_reserve must be >= 0")
         idle_strategy(self.idle_strategy)  # raises for an unknown name
-        if self.threading_mode != "shared":
-            raise ValueError(f"threading_mode {self.threading_mode!r}: only 'shared' is supported")
+        check_threading_mode(self.threading_mode)
+        for name in ("sender_idle", "receiver_idle", "conductor_idle"):
+            try:
+                IdleSpec.parse(getattr(self, name))
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
         for name in ("network_publication_window", "receiver_window", "socket_rcvbuf", "socket_sndbuf",
                      "conductor_interval_ns"):
             if getattr(self, name) < 0:
@@ -155,6 +171,10 @@ class DriverContext:
         if self.network_publication_window:
             return min(self.network_publication_window, term_length // 2)
         return term_length // 2
+
+    def agent_idle(self, role: str) -> IdleSpec:
+        """The idle strategy of the native agent whose first role is ``role``."""
+        return IdleSpec.parse(getattr(self, f"{role}_idle"))
 
     def impairment(self, which: str, index: int) -> Impairment | None:
         """A fresh impairment for the ``index``-th transport from the ``send`` / ``receive`` spec, or None."""

@@ -6,6 +6,12 @@ stream (and every later one): a sub-pos counter at the publication's join positi
 ``resume-position`` channel parameter, where the subscriber read up to before, if still in the log), then
 ON_AVAILABLE_IMAGE.  A new publication answers its publisher first, then links subscriptions, in Aeron's
 order.
+
+The data-limit duties (pub-pos, pub-lmt, cleaning, isConnected, unblocking) run here, in Python, until
+:meth:`IpcConductor.use_native` hands them to a native agent (the media driver does, in every threading mode):
+from then on this object only sends the native duty commands and, on its acknowledgements, frees sub-pos
+counters and deletes logs, so a starved Python thread never holds a publisher back.  The Python duties
+(:class:`IpcPublicationDuty`) remain the specification the native one is tested against.
 """
 
 from __future__ import annotations
@@ -19,50 +25,36 @@ from logbuf.cnc.messages import (
     SubscriptionReady,
     UnavailableImage,
 )
+from logbuf.driver.channel_params import PublicationParams, SubscriptionParams, confirm_match
 from logbuf.driver.command_error import CommandError
-from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink
+from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink, TetherState
+from logbuf.driver.native_ipc import COMMAND_REFUSED, PUBLICATION_REMOVED, SUBSCRIBER_REMOVED, NativeIpcDuty
 from logbuf.driver.services import DriverServices
-from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 
 IPC_SOURCE_IDENTITY = "aeron:ipc"
 
-# logbuf's extension: ``resume-position=<sessionId>:<position>[,...]`` on a subscription asks to join that
-# session's image at a position it read before (a restarted durable consumer) instead of the current one.
-RESUME_POSITION_PARAM = "resume-position"
-
-
-def parse_resume_positions(uri: ChannelUri) -> dict[int, int]:
-    text = uri.params.get(RESUME_POSITION_PARAM)
-    if text is None:
-        return {}
-    resume: dict[int, int] = {}
-    for item in text.split(","):
-        session, sep, position = item.partition(":")
-        try:
-            session_id, pos = int(session), int(position)
-        except ValueError:
-            raise CommandError(
-                ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}={text!r}: expected sessionId:position[,...]"
-            ) from None
-        if not sep or pos < 0 or pos % FRAME_ALIGNMENT:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, f"{RESUME_POSITION_PARAM}: bad position in {item!r}")
-        resume[session_id] = pos
-    return resume
-
-
 class SubscriptionLink:
-    """An IPC subscription: its registration id, client, stream, channel and resume positions."""
+    """An IPC subscription: its registration id, client, stream, channel and resolved parameters (session,
+    tether, resume positions)."""
 
-    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "resume")
+    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "params")
 
     def __init__(
-        self, registration_id: int, client_id: int, stream_id: int, channel: str, resume: dict[int, int]
+        self, registration_id: int, client_id: int, stream_id: int, channel: str, params: SubscriptionParams
     ) -> None:
         self.registration_id = registration_id
         self.client_id = client_id
         self.stream_id = stream_id
         self.channel = channel
-        self.resume = resume
+        self.params = params
+
+    @property
+    def resume(self) -> dict[int, int]:
+        return self.params.resume_positions
+
+    def matches(self, publication: IpcPublication) -> bool:
+        """Whether this subscription reads ``publication`` (its stream, and its session when it names one)."""
+        return publication.stream_id == self.stream_id and self.params.matches(publication.session_id)
 
 
 class IpcConductor:
@@ -72,20 +64,56 @@ class IpcConductor:
         self.services = services
         self.publications: list[IpcPublication] = []
         self.subscriptions: dict[int, SubscriptionLink] = {}
+        self.native: NativeIpcDuty | None = None
+        self.now_ns = 0  # the driver conductor's clock, set every duty cycle
+        # waiting for the native duty's acknowledgement: removed publications (then their files and counters
+        # go) and removed subscriber links (then their sub-pos counters go)
+        self._closing: dict[int, IpcPublication] = {}
+        self._unlinking: dict[tuple[int, int], int] = {}
+
+    def use_native(self, native: NativeIpcDuty) -> None:
+        """From now on the native duty moves every publication's limits (the existing ones handed over with
+        their state); call before its agent starts or while it runs."""
+        if self.native is not None:
+            raise RuntimeError("the IPC duties already run natively")
+        self.native = native
+        for publication in self.publications:
+            self._hand_over(publication)
+
+    def _hand_over(self, publication: IpcPublication) -> None:
+        native = self.native
+        assert native is not None
+        native.add_publication(publication)
+        publication.on_draining = lambda p: native.draining(p.registration_id)
+        if publication.state != PublicationState.ACTIVE:
+            native.draining(publication.registration_id)
+        for link in publication.subscribers.values():
+            native.add_subscriber(publication.registration_id, link)
 
     # -- publications ----------------------------------------------------------------------------------
 
-    def add_publication(self, registration_id: int, uri: ChannelUri, stream_id: int, exclusive: bool,
-                        client_id: int) -> tuple[IpcPublication, bool]:
+    def add_publication(self, registration_id: int, uri: ChannelUri, params: PublicationParams, stream_id: int,
+                        exclusive: bool, client_id: int) -> tuple[IpcPublication, bool]:
         """The stream's shared publication, or a new one; ``(publication, created)``.  The caller answers
         the publisher, then calls :meth:`link_subscriptions` for a new one."""
         if not exclusive:
-            shared = self._shared_publication(stream_id, uri)
+            shared = self._shared_publication(stream_id, params)
             if shared is not None:
                 return shared, False
-        return self._new_publication(registration_id, uri, stream_id, exclusive, client_id), True
+        if params.session_id is not None:
+            self._check_session_clash(stream_id, params.session_id)
+        return self._new_publication(registration_id, uri, params, stream_id, exclusive, client_id), True
 
-    def _shared_publication(self, stream_id: int, uri: ChannelUri) -> IpcPublication | None:
+    def _check_session_clash(self, stream_id: int, session_id: int) -> None:
+        for publication in self.publications:
+            if (publication.stream_id == stream_id and publication.session_id == session_id
+                    and publication.state != PublicationState.CLOSED):
+                raise CommandError(
+                    ErrorCode.GENERIC_ERROR,  # as aeronmd answers a clash
+                    f"existing publication has clashing session-id={session_id} for stream-id={stream_id} "
+                    f"channel={IPC_SOURCE_IDENTITY}")
+
+    def _shared_publication(self, stream_id: int, params: PublicationParams) -> IpcPublication | None:
         for publication in self.publications:
             if (
                 publication.is_exclusive
@@ -93,24 +121,18 @@ class IpcConductor:
                 or publication.state != PublicationState.ACTIVE
             ):
                 continue
-            term_length = uri.term_length(publication.log.term_length)
-            mtu = uri.mtu(publication.log.mtu)
-            if term_length != publication.log.term_length or mtu != publication.log.mtu:
-                raise CommandError(
-                    ErrorCode.INVALID_CHANNEL,
-                    f"stream {stream_id} already has a publication with term-length={publication.log.term_length} "
-                    f"mtu={publication.log.mtu}; asked for term-length={term_length} mtu={mtu}",
-                )
+            mismatch = confirm_match(params, publication.log.term_length, publication.log.mtu, publication.session_id,
+                                     f"stream-id={stream_id} channel={IPC_SOURCE_IDENTITY}")
+            if mismatch is not None:
+                raise CommandError(ErrorCode.GENERIC_ERROR, mismatch)  # aeronmd's code for it
             return publication
         return None
 
-    def _new_publication(self, registration_id: int, uri: ChannelUri, stream_id: int, exclusive: bool,
-                         client_id: int) -> IpcPublication:
+    def _new_publication(self, registration_id: int, uri: ChannelUri, params: PublicationParams, stream_id: int,
+                         exclusive: bool, client_id: int) -> IpcPublication:
         services = self.services
         ctx = services.ctx
-        term_length = uri.term_length(ctx.ipc_term_length)
-        window = ctx.ipc_window(term_length)
-        log = services.create_publication_log(registration_id, stream_id, term_length, uri.mtu(ctx.mtu), window)
+        log = services.create_publication_log(registration_id, stream_id, params)
         channel = uri.canonical()
         counter_ids: list[int] = []
         try:
@@ -127,46 +149,58 @@ class IpcConductor:
                 publisher_limit=services.counters.position(pub_lmt_id),
                 pub_pos_counter_id=pub_pos_id,
                 pub_lmt_counter_id=pub_lmt_id,
-                window_length=window,
+                window_length=params.window_length,
                 unblock_timeout_ns=ctx.unblock_timeout_ns,
                 on_unblocked=lambda: services.increment(c.SystemCounter.UNBLOCKED_PUBLICATIONS),
+                untethered_window_limit_timeout_ns=params.untethered_window_limit_timeout_ns,
+                untethered_resting_timeout_ns=params.untethered_resting_timeout_ns,
+                linger_timeout_ns=params.linger_timeout_ns,
             )
         except BaseException:
             services.free_counters(counter_ids)
             services.delete_log(log)
             raise
         self.publications.append(publication)
+        if self.native is not None:
+            self._hand_over(publication)
         return publication
 
     def link_subscriptions(self, publication: IpcPublication) -> None:
         """Every subscription of a new publication's stream reads it from now on."""
         for subscription in list(self.subscriptions.values()):
-            if subscription.stream_id == publication.stream_id:
+            if subscription.matches(publication):
                 self._link(subscription, publication)
 
     def close_publication(self, publication: IpcPublication) -> None:
         """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
         for link in list(publication.subscribers.values()):
             self._unlink_subscriber(publication, link, notify=True)
-        self.services.free_counters((publication.pub_pos_counter_id, publication.pub_lmt_counter_id))
         publication.state = PublicationState.CLOSED
         self.publications.remove(publication)
+        if self.native is not None:
+            # the agent may be reading the log and counters right now: they go when it says it let go
+            self._closing[publication.registration_id] = publication
+            self.native.remove_publication(publication.registration_id)
+        else:
+            self._release_publication(publication)
+
+    def _release_publication(self, publication: IpcPublication) -> None:
+        self.services.free_counters((publication.pub_pos_counter_id, publication.pub_lmt_counter_id))
         self.services.delete_log(publication.log)
 
     # -- subscriptions ---------------------------------------------------------------------------------
 
-    def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri,
+    def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri, params: SubscriptionParams,
                          stream_id: int) -> SubscriptionLink:
         """A new subscription: ON_SUBSCRIPTION_READY, then an image of every active publication of its
-        stream."""
-        resume = parse_resume_positions(uri)
+        stream (of its session, when the channel names one)."""
         services = self.services
         services.ensure_wake_semaphore(stream_id)
-        subscription = SubscriptionLink(registration_id, client_id, stream_id, uri.canonical(), resume)
+        subscription = SubscriptionLink(registration_id, client_id, stream_id, uri.canonical(), params)
         self.subscriptions[registration_id] = subscription
         services.respond(ControlResponse.ON_SUBSCRIPTION_READY, SubscriptionReady(registration_id, c.NULL_COUNTER_ID))
         for publication in self.publications:
-            if publication.stream_id == stream_id and publication.state == PublicationState.ACTIVE:
+            if subscription.matches(publication) and publication.state == PublicationState.ACTIVE:
                 self._link(subscription, publication)
         return subscription
 
@@ -183,7 +217,7 @@ class IpcConductor:
         if wanted is not None:
             # still in the log and not cleaned (a dead consumer's sub-pos holds cleaning until it times out);
             # otherwise the oldest position that is: the consumer sees join > wanted and knows what it missed
-            oldest = max(publication.duty.cleaner.clean_position, join - 2 * publication.log.term_length, 0)
+            oldest = max(self._clean_position(publication), join - 2 * publication.log.term_length, 0)
             join = min(max(wanted, oldest), join)
         # Aeron's sub-pos: the subscription's registration id and channel, owned by its client, referring to
         # the publication it reads
@@ -197,20 +231,47 @@ class IpcConductor:
                                        owner_id=subscription.client_id, reference_id=publication.registration_id)
         position = counters.position(counter_id)
         position.set(join)
-        publication.add_subscriber(
-            SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join)
-        )
+        link = SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join,
+                              is_tether=subscription.params.tether, now_ns=self.now_ns)
+        publication.add_subscriber(link)
+        if self.native is not None:
+            # (a resumed join the native cleaner passes meanwhile is moved up to the oldest position left)
+            self.native.add_subscriber(publication.registration_id, link)
+        self._announce_image(publication, link)
+
+    def _announce_image(self, publication: IpcPublication, link: SubscriberLink) -> None:
         self.services.respond(
             ControlResponse.ON_AVAILABLE_IMAGE,
             AvailableImage(publication.registration_id, publication.session_id, publication.stream_id,
-                           subscription.registration_id, counter_id, str(publication.log.path),
+                           link.subscription_id, link.counter_id, str(publication.log.path),
                            IPC_SOURCE_IDENTITY),
         )
 
+    def _clean_position(self, publication: IpcPublication) -> int:
+        if self.native is not None:
+            position = self.native.clean_position(publication.registration_id)
+            if position is not None:
+                return position
+        return publication.duty.cleaner.clean_position
+
+    def set_included(self, publication: IpcPublication, subscription_id: int, included: bool) -> bool:
+        """Whether a subscriber link's position counts toward the publication's pub-lmt; False when the
+        publication has no such link."""
+        if not publication.set_included(subscription_id, included):
+            return False
+        if self.native is not None:
+            self.native.set_included(publication.registration_id, subscription_id, included)
+        return True
+
     def _unlink_subscriber(self, publication: IpcPublication, link: SubscriberLink, notify: bool) -> None:
         publication.remove_subscriber(link.subscription_id)
-        self.services.counters.free(link.counter_id)
-        if notify:
+        if self.native is not None:
+            # the agent may be reading the sub-pos counter: it is freed on the acknowledgement
+            self._unlinking[(publication.registration_id, link.subscription_id)] = link.counter_id
+            self.native.remove_subscriber(publication.registration_id, link.subscription_id)
+        else:
+            self.services.counters.free(link.counter_id)
+        if notify and link.tether_state == TetherState.ACTIVE:  # an untethered one was told when it left
             self.services.respond(
                 ControlResponse.ON_UNAVAILABLE_IMAGE,
                 UnavailableImage(publication.registration_id, link.subscription_id, publication.stream_id,
@@ -220,18 +281,63 @@ class IpcConductor:
     # -- duties ----------------------------------------------------------------------------------------
 
     def update(self) -> int:
-        """Every publication's conductor duty (pub-pos, pub-lmt, cleaning, isConnected)."""
-        work = 0
+        """Every publication's conductor duty (pub-pos, pub-lmt, cleaning, isConnected) - with the native duty,
+        its acknowledgements instead - and its untethered subscribers' states (an image that goes or comes back
+        is announced; whether a link counts toward the limit is handed to the native duty)."""
+        if self.native is not None:
+            work = self._on_native_events()
+        else:
+            work = sum(publication.update() for publication in self.publications)
         for publication in self.publications:
-            work += publication.update()
+            if publication.state == PublicationState.ACTIVE and publication.has_untethered:
+                work += self._check_untethered(publication)
         return work
 
+    def _check_untethered(self, publication: IpcPublication) -> int:
+        native = self.native
+        consumer = native.consumer_position(publication.registration_id) if native is not None else None
+        events = publication.check_untethered(self.now_ns, consumer)
+        for event in events:
+            link = event.link
+            if native is not None:
+                native.set_included(publication.registration_id, link.subscription_id, link.included_in_limit)
+            if event.available:
+                self._announce_image(publication, link)
+            elif event.available is False:
+                self.services.respond(
+                    ControlResponse.ON_UNAVAILABLE_IMAGE,
+                    UnavailableImage(publication.registration_id, link.subscription_id,
+                                     publication.stream_id, publication.channel))
+        return len(events)
+
+    def _on_native_events(self) -> int:
+        assert self.native is not None
+        events = self.native.poll_events()
+        for kind, registration_id, subscription_id, value in events:
+            if kind == PUBLICATION_REMOVED:
+                publication = self._closing.pop(registration_id, None)
+                if publication is not None:
+                    self._release_publication(publication)
+            elif kind == SUBSCRIBER_REMOVED:
+                counter_id = self._unlinking.pop((registration_id, subscription_id), None)
+                if counter_id is not None:
+                    self.services.counters.free(counter_id)
+            elif kind == COMMAND_REFUSED:
+                self.services.record_error(
+                    f"native IPC duty refused command {value} (publication {registration_id}, "
+                    f"subscription {subscription_id})")
+        return len(events)
+
     def on_timer(self, now_ns: int) -> int:
-        """Unblock checks."""
+        """Unblock checks (the native duty runs its own)."""
+        if self.native is not None:
+            return 0
         return sum(1 for publication in self.publications if publication.on_timer(now_ns))
 
     def close(self) -> None:
-        """Driver shutdown: every log closed and deleted."""
-        for publication in list(self.publications):
+        """Driver shutdown (the native duty's agent already stopped): every log closed and deleted."""
+        for publication in [*self.publications, *self._closing.values()]:
             self.services.delete_log(publication.log)
         self.publications.clear()
+        self._closing.clear()
+        self._unlinking.clear()

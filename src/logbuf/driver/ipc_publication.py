@@ -105,17 +105,53 @@ class PublicationState:
     CLOSED = "closed"  # counters freed and file deleted
 
 
+class TetherState:
+    """Where an untethered subscriber stands (Aeron's IPC publication): ``active`` holds the publication back
+    like any subscriber; one that stayed more than a window behind for the window-limit timeout is told its
+    image is gone and ``linger``s (still counted) for another such timeout, then ``rest``s (not counted) for the
+    resting timeout, then rejoins at the consumer position with the same sub-pos counter."""
+
+    ACTIVE = "active"
+    LINGER = "linger"
+    RESTING = "resting"
+
+
 class SubscriberLink:
-    """One subscription reading one publication's log: its sub-pos counter."""
+    """One subscription reading one publication's log: its sub-pos counter, whether its position counts
+    toward the publication's pub-lmt (:attr:`included_in_limit`), and for an untethered subscription
+    (``tether=false``) its :class:`TetherState`."""
 
-    __slots__ = ("subscription_id", "client_id", "counter_id", "position", "join_position")
+    __slots__ = ("subscription_id", "client_id", "counter_id", "position", "join_position", "included",
+                 "is_tether", "tether_state", "time_of_last_update_ns")
 
-    def __init__(self, subscription_id: int, client_id: int, counter_id: int, position: Position, join: int) -> None:
+    def __init__(self, subscription_id: int, client_id: int, counter_id: int, position: Position, join: int,
+                 included: bool = True, *, is_tether: bool = True, now_ns: int = 0) -> None:
         self.subscription_id = subscription_id
         self.client_id = client_id
         self.counter_id = counter_id
         self.position = position
         self.join_position = join
+        self.included = included  # False: left out of the limit by the conductor, whatever its tether state
+        self.is_tether = is_tether
+        self.tether_state = TetherState.ACTIVE
+        self.time_of_last_update_ns = now_ns
+
+    @property
+    def included_in_limit(self) -> bool:
+        """Whether this subscriber's position holds the publication back (pub-lmt, cleaning, draining)."""
+        return self.included and self.tether_state != TetherState.RESTING
+
+
+class UntetheredEvent:
+    """A change of an untethered subscriber: ``available`` False = ON_UNAVAILABLE_IMAGE, True =
+    ON_AVAILABLE_IMAGE again (the link rejoined at ``join_position``), None = only whether it counts toward
+    the limit changed (it went resting)."""
+
+    __slots__ = ("link", "available")
+
+    def __init__(self, link: SubscriberLink, available: bool | None) -> None:
+        self.link = link
+        self.available = available
 
 
 class IpcPublication:
@@ -140,8 +176,15 @@ class IpcPublication:
         window_length: int,
         unblock_timeout_ns: int,
         on_unblocked: Callable[[], None],
+        untethered_window_limit_timeout_ns: int = 5_000_000_000,
+        untethered_resting_timeout_ns: int = 10_000_000_000,
+        linger_timeout_ns: int = 5_000_000_000,
     ) -> None:
         self.registration_id = registration_id
+        self.window_length = window_length
+        self.untethered_window_limit_timeout_ns = untethered_window_limit_timeout_ns
+        self.untethered_resting_timeout_ns = untethered_resting_timeout_ns
+        self.linger_timeout_ns = linger_timeout_ns
         self.channel = channel
         self.is_exclusive = is_exclusive
         self.log = log
@@ -152,9 +195,12 @@ class IpcPublication:
         self.channel_status_id = -1  # IPC has no channel endpoint
         self.subscribers: dict[int, SubscriberLink] = {}
         self._positions: tuple[Position, ...] = ()
+        self._untethered: tuple[SubscriberLink, ...] = ()
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
         self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
+        # set by a conductor whose native duty runs this publication (it stops unblocking a draining one)
+        self.on_draining: Callable[[IpcPublication], None] | None = None
         self.duty = IpcPublicationDuty(
             log,
             publisher_position,
@@ -169,12 +215,68 @@ class IpcPublication:
 
     def add_subscriber(self, link: SubscriberLink) -> None:
         self.subscribers[link.subscription_id] = link
-        self._positions = tuple(s.position for s in self.subscribers.values())
+        self._refresh_positions()
 
     def remove_subscriber(self, subscription_id: int) -> SubscriberLink | None:
         link = self.subscribers.pop(subscription_id, None)
-        self._positions = tuple(s.position for s in self.subscribers.values())
+        self._refresh_positions()
         return link
+
+    def set_included(self, subscription_id: int, included: bool) -> bool:
+        """Whether the link's position may count toward pub-lmt; False for an unknown link."""
+        link = self.subscribers.get(subscription_id)
+        if link is None:
+            return False
+        link.included = included
+        self._refresh_positions()
+        return True
+
+    def _refresh_positions(self) -> None:
+        # the positions pub-lmt, cleaning and draining wait for: every link included in the limit
+        self._positions = tuple(s.position for s in self.subscribers.values() if s.included_in_limit)
+        self._untethered = tuple(s for s in self.subscribers.values() if not s.is_tether)
+
+    @property
+    def has_untethered(self) -> bool:
+        return bool(self._untethered)
+
+    def check_untethered(self, now_ns: int, consumer_position: int | None = None) -> list[UntetheredEvent]:
+        """Moves untethered subscribers through active -> linger -> resting -> active (see
+        :class:`TetherState`); returns what the conductor must announce or hand to the native duty.
+        ``consumer_position``: the publication's consumer position where the native duty keeps it."""
+        events: list[UntetheredEvent] = []
+        untethered = self._untethered
+        if not untethered:
+            return events
+        included = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
+        consumer = max([*included, self.duty.consumer_position if consumer_position is None else consumer_position])
+        window_limit = consumer - self.window_length + self.window_length // 8
+        timeout = self.untethered_window_limit_timeout_ns
+        changed = False
+        for link in untethered:
+            if link.tether_state == TetherState.ACTIVE:
+                if link.position.get() > window_limit:
+                    link.time_of_last_update_ns = now_ns
+                elif now_ns - link.time_of_last_update_ns >= timeout:
+                    link.tether_state = TetherState.LINGER
+                    link.time_of_last_update_ns = now_ns
+                    events.append(UntetheredEvent(link, available=False))
+            elif link.tether_state == TetherState.LINGER:
+                if now_ns - link.time_of_last_update_ns >= timeout:
+                    link.tether_state = TetherState.RESTING
+                    link.time_of_last_update_ns = now_ns
+                    changed = True
+                    events.append(UntetheredEvent(link, available=None))
+            elif now_ns - link.time_of_last_update_ns >= self.untethered_resting_timeout_ns:
+                link.position.set(consumer)
+                link.join_position = consumer
+                link.tether_state = TetherState.ACTIVE
+                link.time_of_last_update_ns = now_ns
+                changed = True
+                events.append(UntetheredEvent(link, available=True))
+        if changed:
+            self._refresh_positions()
+        return events
 
     def join_position(self) -> int:
         """Where a new subscriber starts: the current producer position (live data only)."""
@@ -194,10 +296,12 @@ class IpcPublication:
     def start_draining(self, now_ns: int, linger_ns: int) -> None:
         """No publisher is left: mark the end of stream and give subscribers until the deadline to read it."""
         self.state = PublicationState.DRAINING
+        if self.on_draining is not None:
+            self.on_draining(self)
         self.log.end_of_stream_position = self.log.producer_position()
         self.drain_deadline_ns = now_ns + linger_ns
 
     def is_drained(self, now_ns: int) -> bool:
         end = self.log.producer_position()
-        caught_up = all(s.position.get() >= end for s in self.subscribers.values())
+        caught_up = all(s.position.get() >= end for s in self.subscribers.values() if s.included_in_limit)
         return caught_up or now_ns >= self.drain_deadline_ns

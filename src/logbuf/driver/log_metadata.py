@@ -43,6 +43,11 @@ def fill_publication_metadata(
     linger_timeout_ns: int,
     untethered_window_limit_timeout_ns: int = DEFAULT_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS,
     untethered_resting_timeout_ns: int = DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS,
+    *,
+    signal_eos: bool = True,
+    sparse: bool = False,
+    socket_sndbuf: int = 0,
+    socket_rcvbuf: int = 0,
 ) -> None:
     """A new publication log's metadata as aeronmd writes it (before any client maps the log)."""
     meta = log.meta
@@ -52,14 +57,23 @@ def fill_publication_metadata(
     meta.put_i64(d.LOG_LINGER_TIMEOUT_NS_OFFSET, linger_timeout_ns)
     meta.put_i64(d.LOG_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS_OFFSET, untethered_window_limit_timeout_ns)
     meta.put_i64(d.LOG_UNTETHERED_RESTING_TIMEOUT_NS_OFFSET, untethered_resting_timeout_ns)
-    meta.put_bytes(d.LOG_SIGNAL_EOS_OFFSET, b"\x01")
+    meta.put_bytes(d.LOG_SIGNAL_EOS_OFFSET, b"\x01" if signal_eos else b"\x00")
+    meta.put_bytes(d.LOG_SPARSE_OFFSET, b"\x01" if sparse else b"\x00")
+    # the channel's so-sndbuf / so-rcvbuf (0: it named none), as aeronmd records them
+    meta.put_i32(d.LOG_SOCKET_SNDBUF_LENGTH_OFFSET, socket_sndbuf)
+    meta.put_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET, socket_rcvbuf)
 
 
-def fill_image_metadata(log: LogBuffers, initial_receiver_window: int) -> None:
-    """A new image log's metadata as aeronmd writes it."""
+def fill_image_metadata(log: LogBuffers, initial_receiver_window: int, *, sparse: bool = False,
+                        socket_sndbuf: int = 0, socket_rcvbuf: int = 0) -> None:
+    """A new image log's metadata as aeronmd writes it (socket buffers: the subscription channel's, 0 when it
+    named none)."""
     meta = log.meta
     _socket_buffers(log)
     meta.put_i32(d.LOG_RECEIVER_WINDOW_LENGTH_OFFSET, initial_receiver_window)
+    meta.put_i32(d.LOG_SOCKET_SNDBUF_LENGTH_OFFSET, socket_sndbuf)
+    meta.put_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET, socket_rcvbuf)
+    meta.put_bytes(d.LOG_SPARSE_OFFSET, b"\x01" if sparse else b"\x00")
     meta.put_i32(d.LOG_ACTIVE_TRANSPORT_COUNT_OFFSET, 1)
     for offset in (d.LOG_REJOIN_OFFSET, d.LOG_RELIABLE_OFFSET, d.LOG_TETHER_OFFSET):
         meta.put_bytes(offset, b"\x01")

@@ -3,7 +3,10 @@ endpoints and images (Aeron's DriverConductor, the parts about ``aeron:udp`` cha
 
 It is called by :class:`~logbuf.driver.conductor.DriverConductor` for commands on UDP channels and by the
 receive channel endpoints when a SETUP asks for a new image or an image ends; it registers what it creates
-with the :class:`Sender` and :class:`Receiver` duties (the same thread in shared mode: no queues).
+with the :class:`Receiver` duty and hands publications and send endpoints to the native sender agent
+(:class:`Sender`) through its command queue; the agent's events (removals acknowledged, publications drained)
+come back in :meth:`NetworkConductor.update`.  A log, counter or socket the agent uses is released only once it
+acknowledged the removal.
 
 - publications: one :class:`SendChannelEndpoint` per transport (endpoint + interface), shared by every
   publication on it; non-exclusive publications of one stream on one transport share a log and a session;
@@ -26,10 +29,11 @@ from logbuf.cnc import counters as c
 from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import AvailableImage, ControlResponse, ErrorCode, UnavailableImage
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
+from logbuf.driver.channel_params import PublicationParams, SubscriptionParams, confirm_match
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
 from logbuf.driver.log_metadata import fill_image_metadata
-from logbuf.driver.network_counters import NetworkCounters
+from logbuf.driver.network_counters import SENDER_AGENT_COUNTERS, NetworkCounters
 from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
 from logbuf.driver.publication_image import ImageWaker, PublicationImage
 from logbuf.driver.receive_channel import ReceiveChannelEndpoint
@@ -44,7 +48,6 @@ from logbuf.driver.udp import (
     ImageState,
     MinMulticastFlowControl,
     MulticastNakDelay,
-    PublicationSender,
     ReceiverDispatcher,
     RetransmitHandler,
     UnicastFlowControl,
@@ -53,10 +56,11 @@ from logbuf.driver.udp import (
 )
 from logbuf.driver.udp.loss_detector import Gap
 from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH
-from logbuf.driver.udp_channel import UdpChannel, describe_sockaddr
+from logbuf.driver.udp_channel import UdpChannel, UnknownHostError, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.native import lib
 
 # channel endpoint status values (Aeron's ChannelEndpointStatus)
 CHANNEL_STATUS_ACTIVE = 1
@@ -64,17 +68,32 @@ CHANNEL_STATUS_CLOSING = 2
 
 
 class NetworkSubscription:
-    """A subscription on a UDP channel: the receive endpoint it reads from."""
+    """A subscription on a UDP channel: the receive endpoint it reads from and its resolved parameters."""
 
-    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "endpoint")
+    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "endpoint", "params")
 
     def __init__(self, registration_id: int, client_id: int, stream_id: int, channel: str,
-                 endpoint: ReceiveChannelEndpoint) -> None:
+                 endpoint: ReceiveChannelEndpoint, params: SubscriptionParams | None = None) -> None:
         self.registration_id = registration_id
         self.client_id = client_id
         self.stream_id = stream_id
         self.channel = channel
         self.endpoint = endpoint
+        self.params = params
+
+    def matches(self, stream_id: int, session_id: int) -> bool:
+        """Whether an image of ``session_id`` on ``stream_id`` is for this subscription."""
+        return stream_id == self.stream_id and (self.params is None or self.params.matches(session_id))
+
+
+def _check_socket_buffers(transport: UdpTransport, channel: UdpChannel, sndbuf: int | None,
+                          rcvbuf: int | None) -> None:
+    """A channel that names socket buffers must agree with the endpoint it shares (one socket)."""
+    for key, wanted, asked in (("so-sndbuf", sndbuf, transport.options.socket_sndbuf),
+                               ("so-rcvbuf", rcvbuf, transport.options.socket_rcvbuf)):
+        if wanted is not None and wanted != asked:
+            raise CommandError(ErrorCode.INVALID_CHANNEL,
+                               f"channel {channel}: {key}={wanted} differs from the endpoint's ({asked})")
 
 
 class ImageLossObserver:
@@ -106,7 +125,11 @@ class NetworkConductor:
     def __init__(self, services: DriverServices) -> None:
         self.services = services
         self.network_counters = NetworkCounters(services.counters, services.system)
-        self.sender = Sender()
+        system = services.system
+        self.sender = Sender({name: services.counters.position(system[system_id]).pointer
+                              for name, system_id in SENDER_AGENT_COUNTERS.items()})
+        self._closing_publications: dict[int, NetworkPublication] = {}
+        self._closing_endpoints: dict[int, SendChannelEndpoint] = {}
         self.receiver = Receiver()
         self.publications: list[NetworkPublication] = []
         self.subscriptions: dict[int, NetworkSubscription] = {}
@@ -122,16 +145,19 @@ class NetworkConductor:
     def udp_channel(uri: ChannelUri) -> UdpChannel:
         try:
             return UdpChannel.from_uri(uri)
+        except UnknownHostError as exc:
+            raise CommandError(ErrorCode.UNKNOWN_HOST, str(exc)) from None
         except InvalidChannelError as exc:
             raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
 
-    def _transport(self, channel: UdpChannel, role: TransportRole) -> UdpTransport:
+    def _transport(self, channel: UdpChannel, role: TransportRole, socket_sndbuf: int | None = None,
+                   socket_rcvbuf: int | None = None) -> UdpTransport:
         ctx = self.services.ctx
         index = self._transports_opened
         self._transports_opened += 1
         options = TransportOptions(
-            socket_rcvbuf=ctx.socket_rcvbuf,
-            socket_sndbuf=ctx.socket_sndbuf,
+            socket_rcvbuf=ctx.socket_rcvbuf if socket_rcvbuf is None else socket_rcvbuf,
+            socket_sndbuf=ctx.socket_sndbuf if socket_sndbuf is None else socket_sndbuf,
             receive_batch=ctx.receive_batch,
             send_impairment=ctx.impairment("send", index),
             receive_impairment=ctx.impairment("receive", index),
@@ -160,10 +186,13 @@ class NetworkConductor:
         self.services.counters.set_counter_value(sockaddr, CHANNEL_STATUS_ACTIVE)
         return status, sockaddr
 
-    def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int) -> SendChannelEndpoint:
+    def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int,
+                       sndbuf: int | None = None, rcvbuf: int | None = None) -> SendChannelEndpoint:
         endpoint = self.send_endpoints.get(channel.key)
+        if endpoint is not None:
+            _check_socket_buffers(endpoint.transport, channel, sndbuf, rcvbuf)
         if endpoint is None:
-            transport = self._transport(channel, TransportRole.SEND)
+            transport = self._transport(channel, TransportRole.SEND, sndbuf, rcvbuf)
             try:
                 status, sockaddr = self._status_counters(
                     c.SEND_CHANNEL_STATUS_TYPE_ID, c.SEND_CHANNEL_STATUS_NAME, c.SEND_LOCAL_SOCKADDR_NAME,
@@ -171,24 +200,38 @@ class NetworkConductor:
             except BaseException:
                 transport.close()
                 raise
-            endpoint = SendChannelEndpoint(channel, transport, self.network_counters, status)
+            endpoint = SendChannelEndpoint(channel, transport, self.network_counters, status,
+                                           self.sender.next_endpoint_id())
             endpoint.local_sockaddr_counter_id = sockaddr
             self.send_endpoints[channel.key] = endpoint
-            self.sender.add_endpoint(endpoint)
+            command = self.sender.new_command(lib.LBD_SND_ADD_ENDPOINT)
+            endpoint.fill_add_command(command)
+            self.sender.offer(command)
         return endpoint
 
     def _close_send_endpoint(self, endpoint: SendChannelEndpoint) -> None:
-        self.send_endpoints.pop(endpoint.key, None)
-        self.sender.remove_endpoint(endpoint)
+        """Asks the agent to let go of the endpoint; its sockets and counters go when it acknowledged."""
+        if self.send_endpoints.get(endpoint.key) is endpoint:
+            del self.send_endpoints[endpoint.key]
+        self._closing_endpoints[endpoint.endpoint_id] = endpoint
+        command = self.sender.new_command(lib.LBD_SND_REMOVE_ENDPOINT)
+        command.endpoint_id = endpoint.endpoint_id
+        self.sender.offer(command)
+
+    def _send_endpoint_removed(self, endpoint: SendChannelEndpoint) -> None:
         self.services.counters.free(endpoint.local_sockaddr_counter_id)
         self.services.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
-    def _receive_endpoint(self, channel: UdpChannel, uri: ChannelUri,
-                          registration_id: int) -> ReceiveChannelEndpoint:
+    def _receive_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int,
+                          params: SubscriptionParams | None = None) -> ReceiveChannelEndpoint:
         endpoint = self.receive_endpoints.get(channel.receive_key)
+        sndbuf = None if params is None else params.socket_sndbuf
+        rcvbuf = None if params is None else params.socket_rcvbuf
+        if endpoint is not None:
+            _check_socket_buffers(endpoint.transport, channel, sndbuf, rcvbuf)
         if endpoint is None:
-            transport = self._transport(channel, TransportRole.RECEIVE)
+            transport = self._transport(channel, TransportRole.RECEIVE, sndbuf, rcvbuf)
             try:
                 status, sockaddr = self._status_counters(
                     c.RECEIVE_CHANNEL_STATUS_TYPE_ID, c.RECEIVE_CHANNEL_STATUS_NAME, c.RECEIVE_LOCAL_SOCKADDR_NAME,
@@ -223,11 +266,8 @@ class NetworkConductor:
 
     # -- publications ----------------------------------------------------------------------------------
 
-    def _flow_control(self, uri: ChannelUri, channel: UdpChannel) -> FlowControl:
-        try:
-            spec = uri.flow_control()
-        except InvalidChannelError as exc:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
+    def _flow_control(self, params: PublicationParams) -> FlowControl:
+        spec = params.flow_control
         timeout = self.services.ctx.flow_control_receiver_timeout_ns
         if spec is not None and spec.receiver_timeout_ns is not None:
             timeout = spec.receiver_timeout_ns
@@ -236,49 +276,47 @@ class NetworkConductor:
         # unicast, and "max" (Aeron's multicast default): the limit follows the receiver that is furthest on
         return UnicastFlowControl(timeout)
 
-    def add_publication(self, registration_id: int, uri: ChannelUri, stream_id: int,
+    def add_publication(self, registration_id: int, uri: ChannelUri, params: PublicationParams, stream_id: int,
                         exclusive: bool, client_id: int = 0) -> NetworkPublication:
         """The stream's publication on this channel (a new one unless a shared one exists); ``client_id``
         owns a new one's pub-lmt counter."""
         channel = self.udp_channel(uri)
-        term_length = uri.term_length(self.services.ctx.network_term_length)
-        mtu = uri.mtu(self.services.ctx.mtu)
-        try:
-            d.check_term_length(term_length)
-            d.check_mtu(mtu, term_length)
-        except ValueError as exc:
-            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel {uri}: {exc}") from None
-        flow_control = self._flow_control(uri, channel)
+        flow_control = self._flow_control(params)
         if not exclusive:
             for publication in self.publications:
                 if (publication.is_exclusive or publication.stream_id != stream_id
                         or publication.endpoint_key != channel.key or publication.state != PublicationState.ACTIVE):
                     continue
-                if term_length != publication.log.term_length or mtu != publication.log.mtu:
-                    raise CommandError(
-                        ErrorCode.INVALID_CHANNEL,
-                        f"stream {stream_id} on {channel.key} already has a publication with "
-                        f"term-length={publication.log.term_length} mtu={publication.log.mtu}; asked for "
-                        f"term-length={term_length} mtu={mtu}",
-                    )
+                mismatch = confirm_match(params, publication.log.term_length, publication.log.mtu,
+                                         publication.session_id, f"stream-id={stream_id} channel={channel.key}")
+                if mismatch is not None:
+                    raise CommandError(ErrorCode.GENERIC_ERROR, mismatch)  # aeronmd's code for it
                 return publication
-        endpoint = self._send_endpoint(channel, uri, registration_id)
+        if params.session_id is not None:
+            for publication in self.publications:
+                if (publication.stream_id == stream_id and publication.session_id == params.session_id
+                        and publication.endpoint_key == channel.key and publication.state != PublicationState.CLOSED):
+                    raise CommandError(
+                        ErrorCode.GENERIC_ERROR,  # as aeronmd answers a clash
+                        f"existing publication has clashing session-id={params.session_id} for "
+                        f"stream-id={stream_id} channel={channel.key}")
+        endpoint = self._send_endpoint(channel, uri, registration_id, params.socket_sndbuf, params.socket_rcvbuf)
         try:
             return self._new_publication(registration_id, uri, channel, endpoint, stream_id, exclusive,
-                                         term_length, mtu, flow_control, client_id)
+                                         params, flow_control, client_id)
         except BaseException:
             if endpoint.is_unused:
                 self._close_send_endpoint(endpoint)
             raise
 
     def _new_publication(self, registration_id: int, uri: ChannelUri, channel: UdpChannel,
-                         endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, term_length: int,
-                         mtu: int, flow_control: FlowControl, client_id: int) -> NetworkPublication:
+                         endpoint: SendChannelEndpoint, stream_id: int, exclusive: bool, params: PublicationParams,
+                         flow_control: FlowControl, client_id: int) -> NetworkPublication:
         ctx = self.services.ctx
         services = self.services
-        window = ctx.network_window(term_length)
+        term_length, mtu, window = params.term_length, params.mtu, params.window_length
         # the client's publication opens the stream's wake-up semaphore (nobody waits on it)
-        log = services.create_publication_log(registration_id, stream_id, term_length, mtu, window)
+        log = services.create_publication_log(registration_id, stream_id, params)
         name = uri.canonical()
         counter_ids: list[int] = []
         try:
@@ -286,28 +324,24 @@ class NetworkConductor:
                 (c.PUBLISHER_POSITION_TYPE_ID, c.PUBLISHER_LIMIT_TYPE_ID, c.SENDER_POSITION_TYPE_ID,
                  c.SENDER_LIMIT_TYPE_ID, c.SENDER_BPE_TYPE_ID), registration_id, log.session_id, stream_id, name,
                 client_id)
-            sender = PublicationSender(
-                log,
-                self.now_ns,
-                flow_control=flow_control,
-                mtu=mtu,
-                ttl=channel.ttl,
-                counters=self.network_counters.sender,
-                retransmit=RetransmitHandler(term_length, log.initial_term_id,
-                                             counters=self.network_counters.sender),
-            )
             publication = NetworkPublication(
                 registration_id=registration_id,
                 channel=name,
                 is_exclusive=exclusive,
                 log=log,
-                sender=sender,
-                transport=endpoint.transport,
+                sender=self.sender,
                 endpoint_key=endpoint.key,
+                endpoint_id=endpoint.endpoint_id,
+                destination=endpoint.transport.channel.data.sockaddr,
                 channel_status_id=endpoint.status_counter_id,
                 positions=NetworkPublicationPositions(*(self.services.counters.position(i) for i in counter_ids)),
                 window_length=window,
                 max_datagrams=ctx.send_batch,
+                flow_control=flow_control,
+                retransmit=RetransmitHandler(term_length, log.initial_term_id),
+                now_ns=self.now_ns,
+                mtu=mtu,
+                ttl=channel.ttl,
             )
             endpoint.add(publication)
         except BaseException:
@@ -315,31 +349,66 @@ class NetworkConductor:
             services.delete_log(log)
             raise
         self.publications.append(publication)
-        self.sender.publications.append(publication)
+        command = self.sender.new_command(lib.LBD_SND_ADD_PUBLICATION)
+        publication.fill_add_command(command)
+        self.sender.offer(command)
         return publication
 
     def close_publication(self, publication: NetworkPublication) -> None:
-        """Drained or lingered long enough: counters freed, file deleted, endpoint closed when unused."""
+        """Drained or lingered long enough: the agent lets go of it, then (on its acknowledgement) counters
+        are freed and the file deleted; the endpoint is closed when unused."""
         with contextlib.suppress(ValueError):
             self.publications.remove(publication)
-        with contextlib.suppress(ValueError):
-            self.sender.publications.remove(publication)
-        endpoint = self.send_endpoints[publication.endpoint_key]
-        endpoint.remove(publication)
-        if endpoint.is_unused:
-            self._close_send_endpoint(endpoint)
-        self.services.free_counters(publication.counter_ids)
         publication.state = PublicationState.CLOSED
+        self._closing_publications[publication.registration_id] = publication
+        command = self.sender.new_command(lib.LBD_SND_REMOVE_PUBLICATION)
+        command.endpoint_id = publication.endpoint_id
+        command.publication_id = publication.registration_id
+        self.sender.offer(command)
+        endpoint = self.send_endpoints.get(publication.endpoint_key)
+        if endpoint is not None and endpoint.endpoint_id == publication.endpoint_id:
+            endpoint.remove(publication)
+            if endpoint.is_unused:
+                self._close_send_endpoint(endpoint)
+
+    def _publication_removed(self, publication: NetworkPublication) -> None:
+        self.services.free_counters(publication.counter_ids)
         self.services.delete_log(publication.log)
+
+    def _on_sender_events(self) -> int:
+        events = self.sender.poll_events()
+        for event in events:
+            if event.type == lib.LBD_SND_PUBLICATION_REMOVED:
+                publication = self._closing_publications.pop(event.publication_id, None)
+                if publication is not None:
+                    self._publication_removed(publication)
+            elif event.type == lib.LBD_SND_ENDPOINT_REMOVED:
+                endpoint = self._closing_endpoints.pop(event.endpoint_id, None)
+                if endpoint is not None:
+                    self._send_endpoint_removed(endpoint)
+            elif event.type == lib.LBD_SND_PUBLICATION_DRAINED:
+                for publication in self.publications:
+                    if publication.registration_id == event.publication_id:
+                        publication.on_drained(event.value)
+            elif event.type == lib.LBD_SND_LOG_CORRUPTED:
+                self.services.record_error(f"network publication {event.publication_id}: corrupted frame header at "
+                                           f"position {event.value}; nothing more is sent from its log")
+            elif event.type == lib.LBD_SND_SEND_ERROR:
+                self.services.record_error(f"send endpoint {event.endpoint_id}: send failed: "
+                                           f"{os.strerror(event.value)}")
+            elif event.type == lib.LBD_SND_COMMAND_REFUSED:
+                self.services.record_error(f"sender agent refused command {event.value} (endpoint "
+                                           f"{event.endpoint_id}, publication {event.publication_id})")
+        return len(events)
 
     # -- subscriptions ---------------------------------------------------------------------------------
 
-    def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri,
+    def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri, params: SubscriptionParams,
                          stream_id: int) -> NetworkSubscription:
         channel = self.udp_channel(uri)
-        endpoint = self._receive_endpoint(channel, uri, registration_id)
+        endpoint = self._receive_endpoint(channel, uri, registration_id, params)
         self.services.ensure_wake_semaphore(stream_id)
-        subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint)
+        subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint, params)
         endpoint.add_subscription(stream_id)
         self.subscriptions[registration_id] = subscription
         return subscription
@@ -347,7 +416,8 @@ class NetworkConductor:
     def link_existing_images(self, subscription: NetworkSubscription) -> None:
         """A subscription that arrives while images of its stream exist joins them at their live end."""
         for image in subscription.endpoint.images_of(subscription.stream_id):
-            self._link(subscription, image, image.subscriber_join_position())
+            if subscription.matches(image.stream_id, image.session_id):
+                self._link(subscription, image, image.subscriber_join_position())
 
     def remove_subscription(self, registration_id: int) -> None:
         subscription = self.subscriptions.pop(registration_id, None)
@@ -368,7 +438,7 @@ class NetworkConductor:
     def _on_create_image(self, endpoint: ReceiveChannelEndpoint, event: CreateImage, now_ns: int) -> None:
         setup = event.setup
         subscriptions = [s for s in self.subscriptions.values()
-                         if s.endpoint is endpoint and s.stream_id == setup.stream_id]
+                         if s.endpoint is endpoint and s.matches(setup.stream_id, setup.session_id)]
         if not subscriptions:
             return
         try:
@@ -387,7 +457,13 @@ class NetworkConductor:
         ctx = self.services.ctx
         setup = event.setup
         correlation_id = self.services.next_correlation_id()
-        window = receiver_window_length(setup.term_length, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+        # rcv-wnd of the first subscription that named one, else the driver's; the first one's other settings
+        initial_window = next((s.params.receiver_window for s in subscriptions
+                               if s.params is not None and s.params.receiver_window is not None),
+                              ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+        first = subscriptions[0].params
+        sparse = not ctx.pre_touch if first is None else first.sparse
+        window = receiver_window_length(setup.term_length, initial_window)
         path = self.services.images_dir / f"{correlation_id}{LOG_SUFFIX}"
         log = LogBuffers.create(
             path,
@@ -399,11 +475,14 @@ class NetworkConductor:
             correlation_id=correlation_id,
             receiver_window_length=window,
             mode=ctx.file_mode,
-            pre_touch=ctx.pre_touch,
+            pre_touch=not sparse,
+            reserve=ctx.storage_reserve,
         )
         counter_ids: list[int] = []
         try:
-            fill_image_metadata(log, ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+            fill_image_metadata(log, initial_window, sparse=sparse,
+                                socket_sndbuf=0 if first is None else first.socket_sndbuf or 0,
+                                socket_rcvbuf=0 if first is None else first.socket_rcvbuf or 0)
             join = setup.join_position()
             if endpoint.channel.is_multicast:
                 nak_delay: Any = MulticastNakDelay(ctx.nak_multicast_max_backoff_ns, ctx.nak_multicast_group_size)
@@ -501,12 +580,10 @@ class NetworkConductor:
     # -- duty cycle ------------------------------------------------------------------------------------
 
     def update(self, now_ns: int) -> int:
-        """The conductor's per-cycle duty on every network publication (pub-pos, pub-lmt, cleaning)."""
+        """The conductor's per-cycle duty: the sender agent's events (the agent itself keeps pub-pos, pub-lmt
+        and cleaning of every network publication)."""
         self.now_ns = now_ns
-        work = 0
-        for publication in self.publications:
-            work += publication.update()
-        return work
+        return self._on_sender_events()
 
     def close(self) -> None:
         """Driver shutdown: sockets closed, logs closed and deleted."""
@@ -517,15 +594,16 @@ class NetworkConductor:
                     os.unlink(image.log.path)
             self.receiver.remove_endpoint(endpoint)
             endpoint.close()
-        for send_endpoint in list(self.send_endpoints.values()):
-            self.sender.remove_endpoint(send_endpoint)
+        self.sender.close()  # no duty runs any more: nothing points into the logs or sockets after this
+        for send_endpoint in [*self.send_endpoints.values(), *self._closing_endpoints.values()]:
             send_endpoint.close()
-        for publication in self.publications:
+        for publication in [*self.publications, *self._closing_publications.values()]:
             publication.log.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(publication.log.path)
         self.receive_endpoints.clear()
         self.send_endpoints.clear()
+        self._closing_endpoints.clear()
+        self._closing_publications.clear()
         self.publications.clear()
-        self.sender.publications.clear()
         self.network_counters.publish()

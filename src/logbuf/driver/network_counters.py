@@ -2,14 +2,18 @@
 
 The sans-IO state machines count with ``counters.name += n`` on one driver-wide :class:`SenderCounters` and
 one :class:`ReceiverCounters` (cheap: no shared-memory store per datagram).  :meth:`NetworkCounters.publish`
-copies what changed into the system counters (Aeron's ids) - the driver calls it after duty cycles that did
-work and at least every millisecond or so, which is as fresh as any reader can use.
+adds what changed since its last call to the system counters (Aeron's ids) - the driver calls it at least
+every millisecond or so, which is as fresh as any reader can use.  It adds (atomically) rather than stores
+because native agents add to the same counters from their own threads: the sender agent counts the fields
+of :data:`SENDER_AGENT_COUNTERS` itself.
 """
 
 from __future__ import annotations
 
 from logbuf.cnc.counters import CountersManager, SystemCounter
 from logbuf.driver.udp.counters import ReceiverCounters, SenderCounters
+from logbuf.native import lib
+from logbuf.position import Position
 
 # system counter id -> (sender field, receiver field, extra field): the value is their sum
 BYTES_SENT = SystemCounter.BYTES_SENT
@@ -34,6 +38,21 @@ ERROR_FRAMES_SENT = SystemCounter.ERROR_FRAMES_SENT
 
 _SENDER_FIELDS = {
     "bytes_sent": BYTES_SENT,
+    "naks_received": NAKS_RECEIVED,
+    "status_messages_received": STATUS_MESSAGES_RECEIVED,
+    "heartbeats_sent": HEARTBEATS_SENT,
+    "retransmits_sent": RETRANSMITS_SENT,
+    "invalid_packets": INVALID_PACKETS,
+    "short_sends": SHORT_SENDS,
+    "flow_control_limits": SENDER_FLOW_CONTROL_LIMITS,
+    "retransmitted_bytes": RETRANSMITTED_BYTES,
+    "retransmit_pool_overflow": RETRANSMIT_POOL_OVERFLOW,
+    "error_frames_received": ERROR_FRAMES_RECEIVED,
+}
+#: the system counters the native sender agent adds to (``lbd_snd_counters_t`` field -> system counter id)
+SENDER_AGENT_COUNTERS = {
+    "bytes_sent": BYTES_SENT,
+    "bytes_received": BYTES_RECEIVED,  # control frames the sender received
     "naks_received": NAKS_RECEIVED,
     "status_messages_received": STATUS_MESSAGES_RECEIVED,
     "heartbeats_sent": HEARTBEATS_SENT,
@@ -70,6 +89,7 @@ class NetworkCounters:
         self._counters = counters
         self._ids = system
         self._published: dict[int, int] = {}
+        self._positions: dict[int, Position] = {}
 
     def totals(self) -> dict[int, int]:
         """Every network system counter's value by system counter id."""
@@ -83,12 +103,17 @@ class NetworkCounters:
         return values
 
     def publish(self) -> int:
-        """Stores the counters that changed since the last call; returns how many."""
+        """Adds to each system counter what its fields counted since the last call; returns how many
+        changed."""
         changed = 0
         published = self._published
         for system_id, value in self.totals().items():
-            if published.get(system_id) != value:
+            delta = value - published.get(system_id, 0)
+            if delta:
                 published[system_id] = value
-                self._counters.set_counter_value(self._ids[system_id], value)
+                position = self._positions.get(system_id)
+                if position is None:
+                    position = self._positions[system_id] = self._counters.position(self._ids[system_id])
+                lib.lb_get_and_add_i64(position.pointer, delta)
                 changed += 1
         return changed

@@ -1,40 +1,42 @@
 """``NetworkPublication``: a publication whose log the driver sends over UDP (Aeron's NetworkPublication).
 
-Publishers append to the log exactly as for IPC; the driver's duties on it are
+Publishers append to the log exactly as for IPC.  Every data-plane duty on it runs in the native sender agent
+(:class:`~logbuf.driver.sender.Sender`, ``native/drv_sender.c``), which the conductor hands the publication
+once (:meth:`fill_add_command`: pointers to the log and its five counters, the destination, the flow control
+and retransmit settings):
 
-- conductor (every duty cycle, :meth:`update`): pub-pos from the tail; while a receiver is connected
-  ``pub-lmt = snd-pos + window`` (with the trip-gain hysteresis of IPC), else ``pub-lmt = snd-pos`` and
-  isConnected false; clean the log up to ``snd-pos - T``, so one term behind the sender stays intact for
-  retransmits.  The sender duty also runs it the moment snd-pos passes a trip point, so pub-lmt never waits
-  for the conductor's rate-limited cycle;
-- sender (every duty cycle, :meth:`send`): the :class:`~logbuf.driver.udp.PublicationSender` plans SETUP,
-  data datagrams within snd-lmt, heartbeats and due retransmits; they go out in one ``sendmmsg`` and the
-  sender learns what went (a datagram that did not go is planned again); snd-pos, snd-lmt and snd-bpe are
-  published to their counters;
-- control frames from receivers (:meth:`on_control`, routed by the send channel endpoint): SMs move snd-lmt,
-  NAKs are answered from the term at once, RTT requests are echoed.
+- SETUP until a receiver's first status message (and when one asks), whole committed frames from snd-pos
+  within snd-lmt (``sendmmsg``), heartbeats when idle, retransmits from NAKs (delay / linger), RTTM replies;
+- flow control from status messages (unicast, or ``fc=min`` with receivers timing out);
+- snd-pos, snd-lmt, snd-bpe; pub-pos; and while a receiver is connected ``pub-lmt = snd-pos + window`` (with
+  the trip-gain hysteresis of IPC) after cleaning the log up to ``snd-pos - T`` (one term behind the sender
+  stays intact for retransmits), else ``pub-lmt = snd-pos`` and isConnected false.  The agent moves pub-lmt
+  itself, so a starved conductor never holds a publisher back.
+
+The Python state machines in :mod:`logbuf.driver.udp` (``PublicationSender`` and its parts) are the executable
+specification the agent follows; property tests compare the two.
 
 When its last publisher leaves, the publication drains: the end of stream is where the producer stopped; the
-sender's heartbeats carry the EOS flag once snd-pos is there, and the publication closes when every receiver
-acknowledged it (an SM with the EOS flag), when no receiver is connected, or after the linger timeout.
+agent's heartbeats carry the EOS flag once snd-pos is there, and it reports the publication drained when every
+receiver acknowledged it (an SM with the EOS flag), when no receiver is connected, or after the linger timeout.
 """
 
 from __future__ import annotations
 
-import errno
-from collections.abc import Sequence
+from typing import Any
 
 from logbuf.driver.ipc_publication import PublicationState
-from logbuf.driver.udp import Outgoing, PublicationSender
-from logbuf.driver.udp_transport import UdpTransport
-from logbuf.errors import LogCorruptedError
-from logbuf.logbuffer.descriptor import PARTITION_COUNT
+from logbuf.driver.sender import Sender
+from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl
+from logbuf.driver.udp.retransmit import RetransmitHandler
+from logbuf.driver.udp.sender_schedule import DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_SETUP_INTERVAL_NS
 from logbuf.logbuffer.log_buffers import LogBuffers
-from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.native import ffi, lib
 from logbuf.position import Position
-from logbuf.protocol import ErrorFrame, Nak, RttMeasurement, StatusMessage
-from logbuf.protocol.datagram import ControlFrame
+
+DRAINED_EOS_ACKNOWLEDGED = 1  # every receiver sent an SM with the EOS flag
+DRAINED_LINGER = 2  # the linger timeout passed
+DRAINED_NO_RECEIVER = 3  # no receiver was connected
 
 
 class NetworkPublicationPositions:
@@ -56,6 +58,9 @@ class NetworkPublicationPositions:
 
 
 class NetworkPublication:
+    """The conductor's view of a network publication: its log, counters, publishers and life cycle (the
+    sender agent owns everything that moves)."""
+
     is_network = True
 
     def __init__(
@@ -65,87 +70,101 @@ class NetworkPublication:
         channel: str,
         is_exclusive: bool,
         log: LogBuffers,
-        sender: PublicationSender,
-        transport: UdpTransport,
+        sender: Sender,
         endpoint_key: str,
+        endpoint_id: int,
+        destination: bytes,
         channel_status_id: int,
         positions: NetworkPublicationPositions,
         window_length: int,
         max_datagrams: int,
+        flow_control: FlowControl,
+        retransmit: RetransmitHandler,
+        now_ns: int,
+        mtu: int | None = None,
+        ttl: int = 0,
+        setup_interval_ns: int = DEFAULT_SETUP_INTERVAL_NS,
+        heartbeat_interval_ns: int = DEFAULT_HEARTBEAT_INTERVAL_NS,
     ) -> None:
         if not 0 < window_length <= log.term_length // 2:
             raise ValueError(f"publication window {window_length} must be in (0, T/2]")
+        if not 0 < len(destination) <= lib.LBN_ADDRESS_SLOT:
+            raise ValueError(f"destination sockaddr of {len(destination)} bytes")
         self.registration_id = registration_id
         self.channel = channel
         self.is_exclusive = is_exclusive
         self.log = log
         self.session_id = log.session_id
         self.stream_id = log.stream_id
-        self.sender = sender
-        self.transport = transport  # the send channel endpoint's: data out, control frames in
         self.endpoint_key = endpoint_key
+        self.endpoint_id = endpoint_id
+        self.destination = destination
         self.positions = positions
         self.pub_lmt_counter_id = positions.pub_lmt.counter_id
         self.window_length = window_length
-        self.trip_gain = window_length // 8
         self.max_datagrams = max_datagrams
-        self.destination = transport.channel.data.sockaddr
-        self._native_send = transport.send_impairment is None  # an impairment needs every datagram in Python
-        self._fd = transport.send_fd
-        self._destination_handle = transport.destination(self.destination)
-        self._send_result = ffi.new("int64_t[4]")
+        self.mtu = log.mtu if mtu is None else mtu
+        self.ttl = ttl
+        self.flow_control = flow_control
+        self.retransmit = retransmit
+        self.setup_interval_ns = setup_interval_ns
+        self.heartbeat_interval_ns = heartbeat_interval_ns
+        self.created_ns = now_ns
+        self.initial_position = log.producer_position()
         self.channel_status_id = channel_status_id
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
         self.subscribers: dict = {}  # IPC subscribers never link to a network publication
         self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
         self.end_of_stream_position: int | None = None
-        self._cleaner = LogCleaner(log, sender.snd_pos)
-        self._next_poll_ns = 0  # the sender's next timer (SETUP, heartbeat, retransmit); 0: poll now
-        self._blocked_lmt: int | None = None  # snd-lmt at which committed data was last held back
-        self._trip_limit = 0
-        self._published = [-1, -1, -1, -1]  # pub-pos, snd-pos, snd-lmt, snd-bpe as last stored
-        positions.pub_lmt.set(sender.snd_pos)
+        self.drained_reason = 0  # DRAINED_*, once the agent reported it
+        self._sender = sender
+        self._linger_ns = 0
+        positions.pub_lmt.set(self.initial_position)
+
+    def fill_add_command(self, command: Any) -> None:
+        """Fills an ``LBD_SND_ADD_PUBLICATION`` command for the sender agent."""
+        log = self.log
+        fc = self.flow_control
+        rtx = self.retransmit
+        p = self.positions
+        command.type = lib.LBD_SND_ADD_PUBLICATION
+        command.endpoint_id = self.endpoint_id
+        command.publication_id = self.registration_id
+        command.terms = log.terms.pointer(0)
+        command.meta = log.meta.pointer(0)
+        counter = ffi.cast
+        command.pub_pos = counter("int64_t *", p.pub_pos.pointer)
+        command.pub_lmt = counter("int64_t *", p.pub_lmt.pointer)
+        command.snd_pos = counter("int64_t *", p.snd_pos.pointer)
+        command.snd_lmt = counter("int64_t *", p.snd_lmt.pointer)
+        command.snd_bpe = counter("int64_t *", p.snd_bpe.pointer)
+        command.term_length = log.term_length
+        command.initial_term_id = log.initial_term_id
+        command.session_id = log.session_id
+        command.stream_id = log.stream_id
+        command.mtu = self.mtu
+        command.ttl = self.ttl
+        command.window_length = self.window_length
+        command.max_datagrams = self.max_datagrams
+        command.flow_control = lib.LBD_FC_MIN if isinstance(fc, MinMulticastFlowControl) else lib.LBD_FC_UNICAST
+        command.receiver_timeout_ns = fc.receiver_timeout_ns  # type: ignore[attr-defined]
+        command.retransmit_max_actions = rtx.max_actions
+        command.retransmit_delay_ns = rtx.delay_ns
+        command.retransmit_linger_ns = rtx.linger_ns
+        command.retained_window = rtx.retained_window
+        command.setup_interval_ns = self.setup_interval_ns
+        command.heartbeat_interval_ns = self.heartbeat_interval_ns
+        command.position = self.initial_position
+        command.now_ns = self.created_ns
+        command.destination_length = len(self.destination)
+        command.destination[0 : len(self.destination)] = self.destination
 
     # -- conductor duty --------------------------------------------------------------------------------
 
     def update(self) -> int:
-        """pub-pos, pub-lmt, cleaning and isConnected; returns work done."""
-        work = 0
-        log = self.log
-        producer = log.producer_position()
-        if producer != self._published[0]:
-            self._published[0] = producer
-            self.positions.pub_pos.set(producer)
-        snd_pos = self.sender.snd_pos
-        if self.sender.is_connected:
-            proposed = snd_pos + self.window_length
-            if proposed > self._trip_limit:
-                # retransmits read at most the retained window (< T) behind snd-pos: one term stays intact
-                work += self._clean(snd_pos - log.term_length)
-                self.positions.pub_lmt.set(proposed)
-                self._trip_limit = proposed + self.trip_gain
-                work += 1
-            if not log.is_connected:
-                log.is_connected = True
-        else:
-            if self.positions.pub_lmt.get() > snd_pos:
-                self.positions.pub_lmt.set(snd_pos)
-                self._trip_limit = snd_pos
-                work += 1
-            if log.is_connected:
-                log.is_connected = False
-        return work
-
-    def _clean(self, target: int) -> int:
-        """Zeroes the log up to ``target``; a call of the cleaner stops at a term's end, so a few calls."""
-        cleaner = self._cleaner
-        cleaned = 0
-        for _ in range(3):
-            if cleaner.clean_position >= target:
-                break
-            cleaned += cleaner.clean_to(min(target, cleaner.clean_position + 3 * self.log.term_length))
-        return 1 if cleaned else 0
+        """Nothing left for the conductor's cycle: the sender agent keeps pub-pos, pub-lmt and cleaning."""
+        return 0
 
     def on_timer(self, now_ns: int) -> bool:
         return False  # a network publication's sender never waits on a claim: nothing to unblock
@@ -153,120 +172,33 @@ class NetworkPublication:
     def join_position(self) -> int:
         return self.log.producer_position()
 
-    # -- sender duty -----------------------------------------------------------------------------------
-
-    def send(self, now_ns: int) -> int:
-        """One sender duty cycle; returns the datagrams sent.
-
-        The sender is polled only when there is something for it: a committed frame at snd-pos that the
-        window does not (still) hold back, a due timer, or a control frame since the last poll - so an idle
-        or blocked publication costs one load per cycle, not a planning pass."""
-        sender = self.sender
-        if now_ns < self._next_poll_ns:
-            if not sender.planner.frame_waiting(sender.snd_pos) or sender.snd_lmt == self._blocked_lmt:
-                return 0
-            if self._native_send:
-                return self._send_data(now_ns)
-        position = sender.snd_pos
-        items = sender.poll(now_ns, self.max_datagrams)
-        sent = self.transmit(items, now_ns) if items else 0
-        # nothing went although a frame is there: the window holds it until an SM moves snd-lmt
-        self._blocked_lmt = sender.snd_lmt if sender.snd_pos == position and sender.planner.frame_waiting(
-            position) else None
-        self._next_poll_ns = sender.next_deadline_ns()
-        self._publish_sender_positions()
-        return sent
-
-    def _send_data(self, now_ns: int) -> int:
-        """Data only (no timer due, no control frame since the last poll): one native call plans a batch
-        of the term from snd-pos and sends it; the sender learns where snd-pos moved."""
-        sender = self.sender
-        planner = sender.planner
-        position = planner.position
-        T = planner.term_length
-        term_offset = position & (T - 1)
-        out = self._send_result
-        rc = lib.lbn_send_term(self._fd, planner.term_pointers[(position >> planner.position_bits) % PARTITION_COUNT], T,
-                               term_offset, sender.snd_lmt - position, planner.mtu, self.max_datagrams,
-                               self._destination_handle, len(self.destination), out)
-        if rc == lib.LB_CORRUPT_FRAME:
-            raise LogCorruptedError(f"corrupted frame header at term offset {term_offset}", term_offset)
-        planned, sent = out[0], out[1]
-        if sent:
-            sender.on_data_sent(position + out[3], out[2], now_ns)
-        if planned == 0:
-            planner.note_nothing_planned()
-            self._blocked_lmt = sender.snd_lmt  # a frame waits (checked above) and the window holds it
-        elif sent < planned:
-            sender.counters.short_sends += 1  # the rest goes again next cycle
-            if rc < 0 and -rc not in (errno.EAGAIN, errno.ENOBUFS):
-                self.transport.send_errors += 1
-        self._publish_sender_positions()
-        return sent
-
-    def transmit(self, items: Sequence[Outgoing], now_ns: int) -> int:
-        """Sends ``items`` in order to the data address and tells the sender what went."""
-        sent = self.transport.send([item.buffer for item in items], self.destination, now_ns)
-        on_sent = self.sender.on_sent
-        for item in items[:sent]:
-            on_sent(item, len(item.buffer), now_ns)
-        if sent < len(items):
-            on_sent(items[sent], 0, now_ns)  # a short send; what follows is planned again
-        return sent
-
-    def _publish_sender_positions(self) -> None:
-        sender, published, positions = self.sender, self._published, self.positions
-        if sender.snd_pos + self.window_length > self._trip_limit:
-            self.update()  # pub-lmt is due to move: at once, not at the conductor's next (rate-limited) cycle
-        if sender.snd_pos != published[1]:
-            published[1] = sender.snd_pos
-            positions.snd_pos.set(sender.snd_pos)
-        if sender.snd_lmt != published[2]:
-            published[2] = sender.snd_lmt
-            positions.snd_lmt.set(sender.snd_lmt)
-        if sender.snd_bpe != published[3]:
-            published[3] = sender.snd_bpe
-            positions.snd_bpe.set(sender.snd_bpe)
-
-    def on_control(self, frame: ControlFrame, source: bytes, now_ns: int) -> int:
-        """A control frame from a receiver of this session; returns work done."""
-        sender = self.sender
-        self._next_poll_ns = 0  # an SM may open the window or ask for a SETUP: the sender runs next cycle
-        if isinstance(frame, StatusMessage):
-            sender.on_status_message(frame, now_ns)
-            self._publish_sender_positions()
-        elif isinstance(frame, Nak):
-            resend = sender.on_nak(frame, now_ns)
-            if resend:
-                self.transmit(resend, now_ns)
-        elif isinstance(frame, RttMeasurement):
-            reply = sender.on_rtt_measurement(frame, now_ns)
-            if reply is not None:
-                self.transport.send([reply.buffer], source, now_ns)
-        elif isinstance(frame, ErrorFrame):
-            sender.on_error_frame(frame, now_ns)
-        else:
-            return 0
-        return 1
+    @property
+    def snd_pos(self) -> int:
+        return self.positions.snd_pos.get()
 
     # -- life cycle ------------------------------------------------------------------------------------
 
     def start_draining(self, now_ns: int, linger_ns: int) -> None:
-        """No publisher is left: the stream ends where the producer stopped."""
+        """No publisher is left: the stream ends where the producer stopped; the agent drains it."""
         self.state = PublicationState.DRAINING
         end = self.log.producer_position()
         self.end_of_stream_position = end
         self.log.end_of_stream_position = end
-        self.sender.end_of_stream_position = end
         self.drain_deadline_ns = now_ns + linger_ns
-        self._next_poll_ns = 0
+        self._linger_ns = linger_ns
+        command = self._sender.new_command(lib.LBD_SND_DRAIN_PUBLICATION)
+        command.endpoint_id = self.endpoint_id
+        command.publication_id = self.registration_id
+        command.end_position = end
+        command.deadline_ns = self.drain_deadline_ns
+        self._sender.offer(command)
+
+    def on_drained(self, reason: int) -> None:
+        self.drained_reason = reason
 
     def is_drained(self, now_ns: int) -> bool:
-        if now_ns >= self.drain_deadline_ns or not self.sender.is_connected:
-            return True
-        end = self.end_of_stream_position
-        return (end is not None and self.sender.snd_pos >= end
-                and self.sender.flow_control.receivers_at_end_of_stream)
+        """The agent reported it drained (or, should it never answer, the linger passed twice over)."""
+        return bool(self.drained_reason) or now_ns >= self.drain_deadline_ns + self._linger_ns
 
     @property
     def counter_ids(self) -> list[int]:
@@ -274,4 +206,4 @@ class NetworkPublication:
 
     def __repr__(self) -> str:
         return (f"NetworkPublication({self.registration_id}, session {self.session_id}, stream {self.stream_id}, "
-                f"{self.channel}, snd-pos {self.sender.snd_pos})")
+                f"{self.channel}, snd-pos {self.snd_pos})")

@@ -1,51 +1,50 @@
 """``SendChannelEndpoint``: one UDP send channel (its sockets) shared by the network publications on it.
 
 Publications on the same transport (same endpoint and interface, any stream or session) share the sockets.
-The endpoint reads the control frames receivers send back (SM, NAK, RTTM, ERR) and routes each to the
-publication of its ``(session id, stream id)``; frames for sessions it does not have are ignored, anything
-malformed or not a control frame is counted as an invalid packet and dropped.
+The conductor creates the sockets (:class:`UdpTransport`) and hands the native sender agent their file
+descriptors (:meth:`add_command`); the agent reads the control frames receivers send back (SM, NAK, RTTM, ERR)
+and routes each to the publication of its ``(session id, stream id)``.  Frames for sessions it does not have
+are ignored; a datagram that is malformed or not all control frames is counted as an invalid packet and
+dropped.  The sockets are closed only after the agent acknowledged the endpoint's removal.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from logbuf.driver.network_counters import NetworkCounters
+from logbuf.driver.udp.impairment import Impairment
 from logbuf.driver.udp_channel import UdpChannel
-from logbuf.driver.udp_transport import NOT_DATA, UdpTransport
-from logbuf.protocol.datagram import ControlFrame, ControlPacket, classify
-from logbuf.protocol.header import MalformedFrameError
+from logbuf.driver.udp_transport import MAX_BATCH, UdpTransport
+from logbuf.native import lib
 
 
-class ControlFrameHandler(Protocol):
-    """What the endpoint hands a control frame to: a network publication of one session and stream."""
+class SessionHolder(Protocol):
+    """What sends on an endpoint: a network publication of one session and stream."""
 
     session_id: int
     stream_id: int
 
-    def on_control(self, frame: ControlFrame, source: bytes, now_ns: int) -> int: ...
-
-MAX_BATCHES_PER_CYCLE = 4
-
 
 class SendChannelEndpoint:
-    def __init__(self, channel: UdpChannel, transport: UdpTransport, counters: NetworkCounters,
-                 status_counter_id: int = -1) -> None:
+    def __init__(self, channel: UdpChannel, transport: UdpTransport, counters: NetworkCounters | None = None,
+                 status_counter_id: int = -1, endpoint_id: int = 0) -> None:
         self.channel = channel
         self.key = channel.key
         self.transport = transport
         self.counters = counters
         self.status_counter_id = status_counter_id
+        self.endpoint_id = endpoint_id  # the native sender agent's name for it
         self.local_sockaddr_counter_id = -1  # snd-local-sockaddr, when the conductor allocated one
-        self.publications: dict[tuple[int, int], ControlFrameHandler] = {}
+        self.publications: dict[tuple[int, int], SessionHolder] = {}
 
-    def add(self, publication: ControlFrameHandler) -> None:
+    def add(self, publication: SessionHolder) -> None:
         key = (publication.session_id, publication.stream_id)
         if key in self.publications:
             raise ValueError(f"session {key[0]} stream {key[1]} already sends on {self.key}")
         self.publications[key] = publication
 
-    def remove(self, publication: ControlFrameHandler) -> None:
+    def remove(self, publication: SessionHolder) -> None:
         key = (publication.session_id, publication.stream_id)
         if self.publications.get(key) is publication:
             del self.publications[key]
@@ -54,44 +53,34 @@ class SendChannelEndpoint:
     def is_unused(self) -> bool:
         return not self.publications
 
-    def poll_control(self, now_ns: int) -> int:
-        """Reads control frames (a few batches at most) and hands them to their publications."""
-        work = 0
+    def fill_add_command(self, command: Any) -> None:
+        """Fills an ``LBD_SND_ADD_ENDPOINT`` command: the fds, the receive batch and the impairments (applied
+        in C, with the impairment's parameters and seed, to everything the endpoint sends and to the control
+        datagrams it receives)."""
         transport = self.transport
-        for _ in range(MAX_BATCHES_PER_CYCLE):
-            batch = transport.receive(now_ns)
-            for received in batch:
-                work += self._on_datagram(received.datagram, received.kind, received.source, now_ns)
-            if len(batch) < transport.options.receive_batch:
-                break
-        if transport.send_impairment is not None:
-            transport.service(now_ns)
-        return work
-
-    def _on_datagram(self, datagram: memoryview | bytes, kind: int, source: bytes, now_ns: int) -> int:
-        counters = self.counters
-        counters.control_bytes_received += len(datagram)
-        if kind != NOT_DATA:  # data (or malformed data) has no business on a sender's control socket
-            counters.sender.invalid_packets += 1
-            return 1
-        try:
-            packet = classify(datagram)
-        except MalformedFrameError:
-            counters.sender.invalid_packets += 1
-            return 1
-        if not isinstance(packet, ControlPacket):
-            counters.sender.invalid_packets += 1
-            return 1
-        work = 1
-        publications = self.publications
-        for frame in packet.frames:
-            publication = publications.get((frame.session_id, frame.stream_id))
-            if publication is not None:
-                work += publication.on_control(frame, source, now_ns)
-        return work
+        command.type = lib.LBD_SND_ADD_ENDPOINT
+        command.endpoint_id = self.endpoint_id
+        command.send_fd = transport.send_fd
+        command.control_fd = transport.recv_fd
+        command.receive_batch = max(1, min(transport.options.receive_batch, MAX_BATCH))
+        _fill_impairment(command.send_impairment, transport.send_impairment)
+        _fill_impairment(command.receive_impairment, transport.receive_impairment)
 
     def close(self) -> None:
         self.transport.close()
 
     def __repr__(self) -> str:
         return f"SendChannelEndpoint({self.key}, {len(self.publications)} publications)"
+
+
+def _fill_impairment(spec: Any, impairment: Impairment | None) -> None:
+    if impairment is None:
+        return
+    spec.enabled = 1
+    spec.drop = impairment.drop
+    spec.duplicate = impairment.duplicate
+    spec.reorder = impairment.reorder
+    spec.delay_ns = impairment.delay_ns
+    spec.jitter_ns = impairment.jitter_ns
+    spec.reorder_delay_ns = impairment.reorder_delay_ns
+    spec.seed = impairment.seed & 0xFFFFFFFFFFFFFFFF

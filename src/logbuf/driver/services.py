@@ -10,6 +10,7 @@ one a live publication has.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import random
@@ -23,11 +24,29 @@ from logbuf.cnc.counters import CountersManager
 from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import ControlResponse
 from logbuf.directory import IMAGES_DIR, LOG_SUFFIX, PUBLICATIONS_DIR
+from logbuf.driver.channel_params import PublicationParams
 from logbuf.driver.context import MS, DriverContext
 from logbuf.driver.log_metadata import fill_publication_metadata
+from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
 
 _INT32_RANGE = 2**32
+# Aeron's default reserved range: generated session ids avoid it, so ids chosen by channels here never clash
+RESERVED_SESSION_ID_LOW = -1
+RESERVED_SESSION_ID_HIGH = 1000
+
+
+def _start_at(log: LogBuffers, initial_term_id: int, term_id: int, term_offset: int) -> None:
+    """A new log's tails as Aeron sets them for a channel's init-term-id, term-id and term-offset: the active
+    term at that id and offset, the other partitions at the ids they would have had three terms before."""
+    term_count = (term_id - initial_term_id) & 0xFFFFFFFF
+    index = term_count % d.PARTITION_COUNT
+    meta = log.meta
+    meta.put_i64_release(d.TERM_TAIL_COUNTERS_OFFSET + 8 * index, d.pack_tail(term_id, term_offset))
+    for i in range(1, d.PARTITION_COUNT):
+        meta.put_i64_release(d.TERM_TAIL_COUNTERS_OFFSET + 8 * ((index + i) % d.PARTITION_COUNT),
+                             d.pack_tail(term_id + i - d.PARTITION_COUNT, 0))
+    meta.put_i32_release(d.LOG_ACTIVE_TERM_COUNT_OFFSET, term_count - (1 << 32) if term_count >= 1 << 31 else term_count)
 
 
 def _epoch_ms() -> int:
@@ -62,23 +81,33 @@ class DriverServices:
         self.publications_dir = Path(ctx.directory) / PUBLICATIONS_DIR
         self.images_dir = Path(ctx.directory) / IMAGES_DIR
         self._bytes_mapped = 0
-        self._sessions_in_use: set[int] = set()
+        # session id -> live publications with it (a chosen id may be on several streams at once)
+        self._sessions_in_use: collections.Counter[int] = collections.Counter()
         self._next_session_id = random.SystemRandom().randint(-(2**31), 2**31 - 1)
 
     # -- ids and system counters -----------------------------------------------------------------------
 
     def new_session_id(self) -> int:
-        """The next session id after the last one handed out that no live publication has (reserved until
-        :meth:`release_session_id`)."""
+        """The next session id after the last one handed out that no live publication has and that is outside
+        Aeron's reserved range (kept for channels that name their session-id); reserved until
+        :meth:`release_session_id`."""
         session_id = self._next_session_id
-        while session_id in self._sessions_in_use:
+        while session_id in self._sessions_in_use or RESERVED_SESSION_ID_LOW <= session_id <= RESERVED_SESSION_ID_HIGH:
             session_id = (session_id + 1 + 2**31) % _INT32_RANGE - 2**31
         self._next_session_id = (session_id + 1 + 2**31) % _INT32_RANGE - 2**31
-        self._sessions_in_use.add(session_id)
+        self._sessions_in_use[session_id] += 1
         return session_id
 
+    def reserve_session_id(self, session_id: int) -> None:
+        """A session id a channel named (the caller checked it does not clash on its stream and transport)."""
+        self._sessions_in_use[session_id] += 1
+
     def release_session_id(self, session_id: int) -> None:
-        self._sessions_in_use.discard(session_id)
+        count = self._sessions_in_use[session_id] - 1
+        if count > 0:
+            self._sessions_in_use[session_id] = count
+        else:
+            del self._sessions_in_use[session_id]
 
     def increment(self, system_id: int, delta: int = 1) -> None:
         counter_id = self.system[system_id]
@@ -91,23 +120,34 @@ class DriverServices:
 
     # -- logs and stream counters ----------------------------------------------------------------------
 
-    def create_publication_log(self, registration_id: int, stream_id: int, term_length: int, mtu: int,
-                               window_length: int) -> LogBuffers:
-        """``publications/<registrationId>.logbuffer`` with a new session id and aeronmd's metadata."""
+    def create_publication_log(self, registration_id: int, stream_id: int, params: PublicationParams) -> LogBuffers:
+        """``publications/<registrationId>.logbuffer`` with the channel's session id (or a new one), its initial
+        position, and aeronmd's metadata for its settings."""
         ctx = self.ctx
         path = self.publications_dir / f"{registration_id}{LOG_SUFFIX}"
         self.ensure_wake_semaphore(stream_id)
-        session_id = self.new_session_id()
+        if params.session_id is None:
+            session_id = self.new_session_id()
+        else:
+            session_id = params.session_id
+            self.reserve_session_id(session_id)
+        start = params.initial_position
         try:
-            log = LogBuffers.create(path, term_length=term_length, mtu=mtu, session_id=session_id,
+            log = LogBuffers.create(path, term_length=params.term_length, mtu=params.mtu, session_id=session_id,
                                     stream_id=stream_id, correlation_id=registration_id,
-                                    publication_window_length=window_length, mode=ctx.file_mode,
-                                    pre_touch=ctx.pre_touch)
+                                    initial_term_id=None if start is None else start.initial_term_id,
+                                    publication_window_length=params.window_length, mode=ctx.file_mode,
+                                    pre_touch=not params.sparse, reserve=ctx.storage_reserve)
         except BaseException:
             self.release_session_id(session_id)
             raise
         try:
-            fill_publication_metadata(log, ctx.publication_linger_timeout_ns)
+            if start is not None:
+                _start_at(log, start.initial_term_id, start.term_id, start.term_offset)
+            fill_publication_metadata(log, params.linger_timeout_ns, params.untethered_window_limit_timeout_ns,
+                                      params.untethered_resting_timeout_ns, signal_eos=params.signal_eos,
+                                      sparse=params.sparse, socket_sndbuf=params.socket_sndbuf or 0,
+                                      socket_rcvbuf=params.socket_rcvbuf or 0)
         except BaseException:
             self._discard(log)
             raise

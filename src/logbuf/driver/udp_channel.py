@@ -30,6 +30,10 @@ SOCKADDR_IN_LENGTH = 16
 SOCKADDR_IN6_LENGTH = 28
 
 
+class UnknownHostError(InvalidChannelError):
+    """A channel's host name does not resolve (Aeron's UNKNOWN_HOST)."""
+
+
 @dataclass(frozen=True)
 class SocketAddress:
     """A numeric IPv4/IPv6 address and port; ``sockaddr`` is its raw C form."""
@@ -73,7 +77,7 @@ class SocketAddress:
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
         except (socket.gaierror, UnicodeError) as exc:
-            raise InvalidChannelError(f"{what} {host!r} does not resolve: {exc}") from None
+            raise UnknownHostError(f"{what} {host!r} does not resolve: {exc}") from None
         for family, _, _, _, address in infos:
             if family in (socket.AF_INET, socket.AF_INET6):
                 return cls(str(address[0]), port, family)
@@ -89,6 +93,54 @@ def describe_sockaddr(raw: bytes) -> str:
         return str(SocketAddress.from_sockaddr(raw))
     except (ValueError, OSError):
         return "?"
+
+
+_SIOCGIFADDR = 0x8915
+_IF_INET6 = "/proc/net/if_inet6"
+
+
+def local_addresses() -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses of this host's network interfaces (IPv4 through SIOCGIFADDR, IPv6 from procfs)."""
+    import fcntl
+
+    found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address on it
+            found.append(ipaddress.IPv4Address(raw[20:24]))
+    try:
+        with open(_IF_INET6) as lines:
+            for line in lines:
+                hex_address = line.split()[0]
+                found.append(ipaddress.IPv6Address(bytes.fromhex(hex_address)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return found
+
+
+def parse_interface(text: str) -> SocketAddress:
+    """``interface=``: ``host``, ``host:port``, ``[v6]``, ``[v6]:port``, a bare IPv6 address, or any of these
+    with ``/prefix`` (Aeron's form: ``10.0.0.0/24`` picks the local interface address in that subnet)."""
+    address_text, slash, prefix = text.partition("/")
+    has_port = address_text.startswith("[") or address_text.count(":") == 1
+    if has_port and not (address_text.startswith("[") and address_text.endswith("]")):
+        host, port = parse_endpoint(address_text)
+    else:
+        host, port = address_text.strip("[]"), 0
+    if not slash:
+        return SocketAddress.resolve(host, port, "interface")
+    try:
+        subnet = ipaddress.ip_network(f"{host}/{prefix}", strict=False)
+    except ValueError as exc:
+        raise InvalidChannelError(f"interface {text!r} is not address/prefix: {exc}") from None
+    for address in local_addresses():
+        if address.version == subnet.version and address in subnet:
+            family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+            return SocketAddress(str(address), port, family)
+    raise InvalidChannelError(f"interface {text!r}: no local interface has an address in {subnet}")
 
 
 def _control_group(group: SocketAddress) -> SocketAddress:
@@ -124,9 +176,7 @@ class UdpChannel:
         interface = None
         text = uri.params.get(INTERFACE_PARAM)
         if text is not None:
-            has_port = text.startswith("[") or text.count(":") == 1
-            if_host, if_port = parse_endpoint(text) if has_port else (text, 0)
-            interface = SocketAddress.resolve(if_host, if_port, "interface")
+            interface = parse_interface(text)
             if interface.family != data.family:
                 raise InvalidChannelError(f"channel {uri}: interface {interface} and endpoint {data} are of "
                                           f"different address families")

@@ -1,13 +1,16 @@
 """``logbuf synth``, ``logbuf replay`` and ``logbuf retransmit``: argument parsing and wiring only.
 
-User errors (missing file, bad host:port, bad numbers) print one line to stderr and exit with status 2;
-SIGINT and SIGTERM stop the replay and the retransmission workers cleanly (exit status 130 / 143 not used:
-a stopped run still prints its summary and exits 0).
+User errors (missing file, bad host:port, bad numbers) end in one line on stderr and exit status 2, runtime
+errors (a busy port, a failing send) in one line and 1, both printed by ``logbuf.cli``;
+SIGINT and SIGTERM stop the replay, the retransmission workers and the feed handler cleanly: a stopped run
+still prints its summary, then Ctrl-C (SIGINT) ends with ``logbuf <command>: interrupted`` and status 130,
+SIGTERM with 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -17,7 +20,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from logbuf.cli_args import DefaultsHelpFormatter, add_driver_dir, count
+from logbuf.cli_args import (
+    DefaultsHelpFormatter,
+    StopSignal,
+    add_driver_dir,
+    count,
+    stop_on_signals,
+    stopped_status,
+    traceback_wanted,
+)
+from logbuf.cli_args import UsageError as CommandLineError
 from logbuf.errors import LogbufError
 from logbuf.feed import moldudp64
 
@@ -111,39 +123,20 @@ def _existing_file(path: str) -> str:
     return path
 
 
-@contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
+def _stop_on_signals() -> contextlib.AbstractContextManager[StopSignal]:
     """An event set by SIGINT or SIGTERM while the block runs (previous handlers restored afterwards)."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def handler(signum: int, frame: object) -> None:
-        stop.set()
-
-    for sig in previous:
-        signal.signal(sig, handler)
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    return stop_on_signals()
 
 
 def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn user errors into one line on stderr and exit status 2, without a traceback."""
+    """A bad value met after parsing is a usage error (status 2); ``logbuf.cli`` prints it as one line (and
+    an ``OSError``, e.g. a busy port, with status 1)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
-        except UsageError as exc:
-            print(f"logbuf {args.command}: error: {exc}", file=sys.stderr)
-            return USAGE_ERROR
-        except (ValueError, OSError) as exc:
-            print(f"logbuf {args.command}: error: {exc}", file=sys.stderr)
-            return USAGE_ERROR
+        except (UsageError, ValueError) as exc:
+            raise CommandLineError(str(exc)) from exc
 
     return run
 
@@ -340,7 +333,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if "retransmit" in report:
             print("  retransmit: " + ", ".join(f"{k}={v}" for k, v in report["retransmit"].items()),
                   file=sys.stderr)
-    return 0
+    return stopped_status("replay", stop)
 
 
 # ---- retransmit -----------------------------------------------------------------------------------------
@@ -368,7 +361,7 @@ def _cmd_retransmit(args: argparse.Namespace) -> int:
             server.close()
         if not args.quiet:
             print("retransmit: " + ", ".join(f"{k}={v}" for k, v in vars(server.stats).items()), file=sys.stderr)
-    return 0
+    return stopped_status("retransmit", stop)
 
 
 # ---- registration ---------------------------------------------------------------------------------------
@@ -426,8 +419,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="feed B lags feed A by this much (default: %(default)s)")
     p.add_argument("--b-jitter-ms", type=_non_negative, default=1.0,
                    help="plus up to this much random jitter (default: %(default)s)")
-    p.add_argument("--speed", type=_speed, default=1.0,
-                   help="1 = real time, 10, 1000, ..., or max (default: %(default)s)")
+    p.add_argument("--speed", type=_speed, default=1000.0,
+                   help="replay the timestamps this many times faster: 1 = real time (a synthetic day spans 17 h), "
+                        "1000 = that day in about a minute, or max: as fast as the sockets take it "
+                        "(default: %(default)g)")
     p.add_argument("--packet-rate", type=_positive, default=None, metavar="PER_SECOND",
                    help="a load profile: this many packets per second per feed, each filled to --budget; "
                         "--speed and --flush-gap-us are then ignored (default: off, follow the timestamps)")
@@ -545,6 +540,8 @@ def _cmd_feed(args: argparse.Namespace) -> int:
     try:
         handler = FeedHandler(config)
     except LogbufError as exc:
+        if traceback_wanted():
+            raise
         print(f"logbuf feed: error: {exc}", file=sys.stderr)
         return 1
     with handler, _stop_on_signals() as stop:
@@ -565,11 +562,13 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         try:
             handler.run(duration_s=args.duration)
         except LogbufError as exc:
+            if traceback_wanted():
+                raise
             print(f"logbuf feed: error: {exc}", file=sys.stderr)
             return 1
         values = handler.counter_values()
         latency = handler.latency_percentiles_ns()
-        stop.set()
+        stop.set()  # ends the watcher thread (signum stays None unless a signal came)
     summary: dict[str, float] = {k: v for k, v in values.items() if not k.startswith("RETRANSMIT.") or v}
     summary.update({f"wire_to_log_{k}_ns": v for k, v in latency.items()})
     received = sum(values.get(f"{feed}.packets", 0) for feed in ("A", "B", "RETRANSMIT"))
@@ -581,11 +580,12 @@ def _cmd_feed(args: argparse.Namespace) -> int:
                 "A.packets", "B.packets", "A.delivered", "B.delivered", "A.duplicates", "B.duplicates",
                 "A.kernel_drops", "B.kernel_drops")
         print("logbuf feed: " + ", ".join(f"{k}={summary.get(k, 0)}" for k in keys), file=sys.stderr)
+    status = stopped_status("feed", stop)
     if values["unpublished"]:
         print(f"logbuf feed: warning: {values['unpublished']} messages were not published (no subscriber was "
               "connected)", file=sys.stderr)
-        return 1
-    return 0
+        return status or 1
+    return status
 
 
 _NANOS_PER_MILLI = 1_000_000
@@ -609,6 +609,8 @@ def _cmd_book(args: argparse.Namespace) -> int:
     try:
         return run_top_of_book(args)
     except LogbufError as exc:  # no driver, a bad channel, ...: one line, no traceback
+        if traceback_wanted():
+            raise
         print(f"logbuf book: error: {exc}", file=sys.stderr)
         return 1
 
@@ -624,9 +626,9 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
         "them from a retransmission server, and publishes every ITCH message in sequence order into a logbuf "
         "publication (reserved value = sequence); gap and session events go on the events stream.")
     p.add_argument("--feed-a", type=_host_port, default=("127.0.0.1", 30001), metavar="HOST:PORT|off",
-                   help="feed A address to bind (a multicast group joins it on --interface)")
+                   help="feed A address to bind (a multicast group joins it on --interface) (default: 127.0.0.1:30001)")
     p.add_argument("--feed-b", type=_host_port, default=("127.0.0.1", 30002), metavar="HOST:PORT|off",
-                   help="feed B address to bind")
+                   help="feed B address to bind (default: 127.0.0.1:30002)")
     p.add_argument("--interface", default="0.0.0.0", help="interface address for multicast joins")
     p.add_argument("--mode", choices=("ab", "a", "b"), default="ab", help="arbitrate A+B, A only or B only")
     p.add_argument("--retransmit", type=_host_port, default=None, metavar="HOST:PORT",

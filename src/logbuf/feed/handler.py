@@ -41,7 +41,7 @@ import numpy as np
 from logbuf.client.client import Client, Counter, connect
 from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
 from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID
-from logbuf.errors import LogbufError
+from logbuf.errors import LogbufError, bind_error
 from logbuf.feed import published as out
 from logbuf.feed.arbiter import Arbiter
 from logbuf.feed.config import (
@@ -196,10 +196,11 @@ def _open_feed_socket(name: str, address: tuple[str, int], interface: str, rcvbu
         sock.bind((host, port))  # multicast: only this group's datagrams
     except OSError as exc:
         sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise FeedHandlerError(f"feed {name} {host}:{port} is already bound by another process (another "
-                                   "feed handler?); unicast ports are never shared") from None
-        raise FeedHandlerError(f"cannot bind feed {name} to {host}:{port}: {exc.strerror}") from None
+        error = bind_error(exc, (host, port))
+        if exc.errno == errno.EADDRINUSE:  # who is likely there
+            error = type(exc)(exc.errno, f"feed {name}: unicast ports are never shared (another feed handler?): "
+                                         f"{error.strerror}")
+        raise error from exc
     if multicast:
         membership = socket.inet_aton(host) + socket.inet_aton(interface)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)

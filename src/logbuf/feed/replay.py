@@ -47,6 +47,7 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import dataclasses
 import errno
 import heapq
 import itertools
@@ -389,6 +390,7 @@ class FeedScheduler:
     def _control(self, t: int, kind: str, count: int) -> SendEvent:
         data = _HEADER.pack(self._session, self._next_sequence or 1, count)
         self._last_time = max(self._last_time, t)
+        self.stats.bytes += len(data)  # a feed's bytes are all its packets' (the summary's total is their sum)
         return SendEvent(t, self.index, kind, data, self._next_sequence or 1, 0, None)
 
     def _dropped(self, plan: PacketPlan) -> bool:
@@ -750,21 +752,26 @@ class ReplayCore:
             times: list[np.ndarray] = []
             index: list[np.ndarray] = []
             counts: list[np.ndarray] = []
+            ends: list[np.ndarray] = []
             for part in parts:
                 if isinstance(part, list):
                     times.append(np.fromiter((e.time_ns for e in part), np.int64, len(part)))
                     index.append(np.arange(next_extra, next_extra + len(part)))
                     counts.append(np.fromiter((e.count for e in part), np.int64, len(part)))
+                    ends.append(np.fromiter((e.sequence + e.count for e in part), np.int64, len(part)))
                     next_extra += len(part)
                 else:
                     assert plans is not None
                     index.append(part[0])
                     times.append(part[1])
                     counts.append(plans.count[part[0]])
+                    ends.append(plans.sequence[part[0]] + plans.count[part[0]])
             at = np.concatenate(index) if index else np.empty(0, dtype=np.int64)
+            empty = np.empty(0, dtype=np.int64)
             feeds.append(FeedBatch(
-                np.concatenate(times) if times else np.empty(0, dtype=np.int64), offsets[at].astype(np.int32),
-                all_sizes[at].astype(np.int32), np.concatenate(counts) if counts else np.empty(0, dtype=np.int64)))
+                np.concatenate(times) if times else empty, offsets[at].astype(np.int32),
+                all_sizes[at].astype(np.int32), np.concatenate(counts) if counts else empty,
+                np.concatenate(ends).astype(np.int64) if ends else empty))
         return SendBatch(wire, feeds, publish, horizon)
 
     def _event_batches(self) -> Iterator[SendBatch]:
@@ -792,12 +799,14 @@ class ReplayCore:
 
 class FeedBatch(NamedTuple):
     """One feed's packets of a :class:`SendBatch` in send order: packet i is ``offsets[i]``, ``lengths[i]`` into
-    the batch's wire buffer, due ``times[i]`` ns after the start, carrying ``counts[i]`` messages."""
+    the batch's wire buffer, due ``times[i]`` ns after the start, carrying ``counts[i]`` messages, the next
+    message after it being ``ends[i]`` (a heartbeat's: the sequence it announces)."""
 
     times: np.ndarray  # int64, non-decreasing
     offsets: np.ndarray  # int32
     lengths: np.ndarray  # int32
     counts: np.ndarray  # int64
+    ends: np.ndarray  # int64
 
 
 class SendBatch(NamedTuple):
@@ -850,7 +859,8 @@ class ReplaySummary:
 class _Queued:
     """A feed's part of a batch while it is being sent: Python lists for the loop, native pointers for sendmmsg."""
 
-    __slots__ = ("times", "wire", "view", "offsets", "lengths", "counts", "bytes", "sent", "native", "run_end")
+    __slots__ = ("times", "wire", "view", "offsets", "lengths", "counts", "bytes", "data", "reached", "sent", "native",
+                 "run_end")
 
     def __init__(self, wire: np.ndarray, feed: FeedBatch, native: Any, segmenting: bool) -> None:
         self.times: list[int] = feed.times.tolist()
@@ -861,6 +871,10 @@ class _Queued:
         # prefix sums: the messages and bytes of packets [lo, hi) without a loop
         self.counts: list[int] = [0, *np.cumsum(feed.counts).tolist()]
         self.bytes: list[int] = [0, *np.cumsum(feed.lengths, dtype=np.int64).tolist()]
+        # and of the data packets (heartbeats and end-of-session packets carry no message); the highest
+        # sequence reached by packets [0, hi): what an interrupted run reports
+        self.data: list[int] = [0, *np.cumsum(feed.counts > 0).tolist()]
+        self.reached: list[int] = [0, *np.maximum.accumulate(feed.ends).tolist()] if feed.ends.size else [0]
         self.sent = 0  # packets [0, sent) went
         # run_end[i]: where the run of equal-sized packets lying back to back in the wire from packet i ends
         self.run_end: list[int] | None = None
@@ -886,6 +900,15 @@ def _native_net() -> Any:
     except ImportError:
         return None
     return native
+
+
+def _went(planned: FeedStats, data: int, other: int, messages: int, nbytes: int) -> FeedStats:
+    """A stopped run's feed statistics: the packets, messages and bytes that went.  Heartbeats come before
+    the end-of-session packets, so the first ``other`` packets without messages were heartbeats.  The fault
+    counts stay those decided (a few ms of packets are decided ahead of their time)."""
+    heartbeats = min(planned.heartbeats, other)
+    return dataclasses.replace(planned, packets=data, messages=messages, bytes=nbytes, heartbeats=heartbeats,
+                               end_of_session=other - heartbeats)
 
 
 class ReplayServer:
@@ -1060,6 +1083,9 @@ class ReplayServer:
         more = True
         packets = messages = nbytes = 0
         unreported = 0
+        # per feed what went: data packets, other packets (heartbeats, end of session), messages, bytes
+        went = [[0, 0, 0, 0] for _ in self.destinations]
+        reached = 0  # the highest "next sequence" a packet sent so far announced
         while True:
             now = clock() - start
             while more and now + _PREFETCH_NS >= horizon:  # keep a few ms of packets built ahead
@@ -1097,7 +1123,15 @@ class ReplayServer:
                         sent_messages = queued.counts[hi] - queued.counts[lo]
                         messages += sent_messages
                         unreported += sent_messages
-                        nbytes += queued.bytes[hi] - queued.bytes[lo]
+                        sent_bytes = queued.bytes[hi] - queued.bytes[lo]
+                        nbytes += sent_bytes
+                        tally = went[feed]
+                        data = queued.data[hi] - queued.data[lo]
+                        tally[0] += data
+                        tally[1] += hi - lo - data
+                        tally[2] += sent_messages
+                        tally[3] += sent_bytes
+                        reached = max(reached, queued.reached[hi])
                     if hi < len(times):
                         wake = times[hi] if wake is None else min(wake, times[hi])
                         break
@@ -1113,8 +1147,13 @@ class ReplayServer:
         if progress is not None and unreported:
             progress(unreported)
         seconds = (self.clock() - start) / NANOS_PER_SECOND
+        feeds = {feed.config.name: feed.stats for feed in self.core.feeds}
+        next_sequence = self.core.next_sequence
+        if more or any(queues):  # stopped early: what went, not what was planned a few ms ahead
+            feeds = {name: _went(stats, *tally) for (name, stats), tally in zip(feeds.items(), went, strict=True)}
+            next_sequence = max(reached, self.core.first_sequence or 1)
         return ReplaySummary(
             seconds, packets, messages, nbytes, self.core.skipped, self.core.first_sequence,
-            self.core.next_sequence, {feed.config.name: feed.stats for feed in self.core.feeds},
-            self.late_packets, self.max_late_ns / NANOS_PER_MILLI, self.refused, time.process_time() - cpu,
+            next_sequence, feeds, self.late_packets, self.max_late_ns / NANOS_PER_MILLI, self.refused,
+            time.process_time() - cpu,
         )

@@ -56,7 +56,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from logbuf.errors import LogbufError
+from logbuf.errors import LogbufError, bind_error
 from logbuf.feed import moldudp64
 from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE
 from logbuf.feed.moldudp64 import DEFAULT_PAYLOAD_BUDGET, HEADER_LENGTH, MAX_MESSAGE_COUNT, REQUEST_LENGTH
@@ -414,7 +414,10 @@ def bind_server_socket(host: str, port: int) -> socket.socket:
             sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", socket.SO_RCVBUF), _SOCKET_RCVBUF)
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_RCVBUF)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise bind_error(exc, (host, port)) from exc
         sock.setblocking(False)
     except OSError:
         sock.close()

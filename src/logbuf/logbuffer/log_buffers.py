@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from logbuf.directory import allocate, check_storage, set_mode
 from logbuf.errors import ClosedError, InvalidLogBufferError
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer import frame as f
@@ -66,8 +67,15 @@ class LogBuffers:
         receiver_window_length: int = 0,
         mode: int = 0o600,
         pre_touch: bool = False,
+        reserve: int = 0,
     ) -> LogBuffers:
-        """Creates a new log file in Aeron's layout (fails if it exists) and maps it."""
+        """Creates a new log file in Aeron's layout (fails if it exists) and maps it.
+
+        The file gets exactly ``mode`` (whatever the umask) and is allocated before it is mapped: a file
+        system that cannot hold it, or would keep less than ``reserve`` bytes free afterwards, raises
+        :class:`~logbuf.errors.StorageSpaceError` (an OSError, ENOSPC) and leaves no file behind — never a
+        mapping that kills its first writer with SIGBUS.
+        """
         d.check_term_length(term_length)
         d.check_page_size(page_size)
         d.check_mtu(mtu, term_length)
@@ -75,9 +83,11 @@ class LogBuffers:
         session_id = rng.randint(-(2**31), 2**31 - 1) if session_id is None else session_id
         initial_term_id = rng.randint(-(2**31), 2**31 - 1) if initial_term_id is None else initial_term_id
         length = d.compute_log_length(term_length, page_size)
+        check_storage(path, length, reserve)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
         try:
-            os.ftruncate(fd, length)
+            set_mode(fd, mode)
+            allocate(fd, length, path)
             mapping = new_mmap(fd, length)
         except BaseException:
             os.close(fd)
@@ -105,7 +115,7 @@ class LogBuffers:
         meta.put_i32_release(d.LOG_ACTIVE_TERM_COUNT_OFFSET, 0)
         meta.release()
         if pre_touch:
-            # fault the pages in now, not on the first lap of appends
+            # fault the pages in now, not on the first lap of appends (they are allocated: no SIGBUS)
             for offset in range(0, d.PARTITION_COUNT * term_length, page_size):
                 mapping[offset] = 0
         return cls(path, mapping, term_length)
@@ -190,6 +200,23 @@ class LogBuffers:
     def is_closed(self) -> bool:
         """True once :meth:`close` was called."""
         return self._closed
+
+    def check_truncated(self) -> str | None:
+        """Why this log can no longer be trusted, or None: its file shrank under the mapping (any process with
+        write access can truncate it), or an access past the new end was already recovered (the native SIGBUS
+        guard put zero pages there).  A slow-path check (one ``stat``): call it periodically, not per message."""
+        native = self._native
+        if native is not None and native.truncated:
+            return f"log buffer {self.path} was truncated under its mapping (pages past the end read as zeros)"
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            return None  # unlinked by the driver (the stream ended): the mapping stays valid
+        except OSError:
+            return None
+        if size < self.file_length:
+            return f"log buffer {self.path} shrank from {self.file_length} to {size} bytes under its mapping"
+        return None
 
     @property
     def native(self) -> client.LogMapping:

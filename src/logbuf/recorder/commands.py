@@ -1,7 +1,8 @@
 """``logbuf record``: argument parsing, signals and progress; the work is :class:`~logbuf.recorder.Recorder`.
 
-Exit status: 0 recorded and stopped cleanly, 1 stopped by data loss or a lost driver (the recording is
-consistent up to the last commit), 2 bad arguments or a recording that cannot be opened.
+Exit status: 0 recorded and stopped cleanly (SIGTERM, ``--duration``, the end of the session), 130 the same
+after Ctrl-C, 1 stopped by data loss or a lost driver (the recording is consistent up to the last commit),
+2 bad arguments or a recording that cannot be opened.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from logbuf.cli_args import add_driver_dir, count
+from logbuf.cli_args import StopSignal, UsageError, add_driver_dir, count, stopped_status, traceback_wanted
 from logbuf.feed import published
 from logbuf.recorder.config import (
     DEFAULT_COMMIT_INTERVAL_S,
@@ -104,18 +105,25 @@ def _cmd_record(args: argparse.Namespace) -> int:
             connect_timeout_s=args.connect_timeout, **options,
         )
     except (ValueError, RecordingFormatError) as exc:
-        print(f"logbuf record: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+        raise UsageError(str(exc)) from exc
     progress = None if args.quiet else _Progress()
     if args.quiet:  # warnings (and allowed losses, which _recorder_losses.jsonl keeps) are not errors
         logging.getLogger("logbuf.recorder").setLevel(logging.ERROR)
     try:
         recorder = Recorder(config, progress=progress)
-    except (RecorderError, RecordingFormatError, LogbufError, OSError, ValueError) as exc:
-        print(f"logbuf record: error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
-    previous = {sig: signal.signal(sig, lambda *_: recorder.stop()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except (RecordingFormatError, ValueError) as exc:  # OUT is not a recording we can continue
+        raise UsageError(str(exc)) from exc
+    # anything else (no driver, another recorder on OUT, ...): logbuf.cli prints it (status 1)
+    stopped = StopSignal()
+
+    def stop(signum: int, frame: object) -> None:
+        stopped.signum = stopped.signum or signum
+        stopped.set()
+        recorder.stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     status = 0
+    newline = "\n" if progress is not None and progress.tty else ""  # ends the progress line being rewritten
     try:
         if not args.quiet:
             what = ("until the end of the session" if args.until_end_of_session
@@ -132,16 +140,21 @@ def _cmd_record(args: argparse.Namespace) -> int:
             print(f"logbuf record: stopped cleanly after {stats.elapsed_s:.1f} s; {stats.commits} commits; "
                   f"recording totals: {totals}", file=sys.stderr)
     except RecorderDataLoss as exc:
-        print(f"\nlogbuf record: data loss: {exc}", file=sys.stderr)
+        if traceback_wanted():
+            raise
+        print(f"{newline}logbuf record: error: data loss: {exc}", file=sys.stderr)
         status = RUNTIME_ERROR
     except (RecorderError, LogbufError, RuntimeError, OSError) as exc:  # a lost driver, a full disk, ...
-        print(f"\nlogbuf record: error: {exc} (the recording is consistent up to its last commit)", file=sys.stderr)
+        if traceback_wanted():
+            raise
+        print(f"{newline}logbuf record: error: {exc} (the recording is consistent up to its last commit)",
+              file=sys.stderr)
         status = RUNTIME_ERROR
     finally:
         recorder.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return status
+    return stopped_status("record", stopped, status)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

@@ -3,13 +3,14 @@
 Exit statuses (``logbuf.tools.exit_codes``): 0 OK, 2 usage, 3 nothing there (no driver directory, no
 cnc.dat, no log file), 4 unusable file (truncated, foreign, wrong CnC version, still initialising, not a
 log buffer), 5 driver inactive (``stat`` only: stale or zero heartbeat; counters printed with ``--force``).
-Errors are one line on stderr, prefixed with the command name.
+Errors are one line on stderr, ``logbuf <command>: error: <message>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -64,7 +65,7 @@ def _frame_limit(text: str) -> int | None:
 
 
 def _fail(command: str, exc: ToolError) -> int:
-    print(f"logbuf {command}: {exc}", file=sys.stderr)
+    print(f"logbuf {command}: error: {exc}", file=sys.stderr)
     return int(exc.exit_code)
 
 
@@ -86,16 +87,18 @@ def _on_broken_pipe() -> int:
 
 def _cmd_stat(args: argparse.Namespace) -> int:
     if args.count is not None and not args.watch:
-        print("logbuf stat: --count needs --watch", file=sys.stderr)
+        print("logbuf stat: error: --count needs --watch", file=sys.stderr)
         return int(ExitCode.USAGE)
     try:
         keep = CounterFilter.parse(args.type, args.label)
     except ValueError as exc:
-        print(f"logbuf stat: {exc}", file=sys.stderr)
+        print(f"logbuf stat: error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
     path = cnc_path(args.dir)
     try:
         if args.watch:
+            # a terminal shows what fits: the counters that moved (unless chosen), cut to its height
+            screen = sys.stdout.isatty() and not args.json and not args.all and not args.type and not args.label
             with CncStatSource(path, stale_after_ms=args.stale_ms) as source:
                 return watch(
                     source.read,
@@ -104,6 +107,8 @@ def _cmd_stat(args: argparse.Namespace) -> int:
                     count=args.count,
                     json_lines=args.json,
                     keep=keep,
+                    hide_zero=screen,
+                    max_lines=shutil.get_terminal_size().lines - 1 if screen else None,
                 )
         try:
             snapshot = read_stat(path, stale_after_ms=args.stale_ms)
@@ -112,7 +117,7 @@ def _cmd_stat(args: argparse.Namespace) -> int:
         reason = snapshot.header.inactive_reason()
         if reason:
             print(
-                f"logbuf stat: {reason}" + ("" if args.force else " (--force prints its counters)"),
+                f"logbuf stat: error: {reason}" + ("" if args.force else " (--force prints its counters)"),
                 file=sys.stderr,
             )
             if not args.force:
@@ -134,7 +139,7 @@ def _cmd_errors(args: argparse.Namespace) -> int:
         return _fail("errors", exc)
     reason = report.header.inactive_reason()
     if reason and not args.json:
-        print(f"logbuf errors: {reason}", file=sys.stderr)  # stdout stays ErrorStat's text
+        print(f"logbuf errors: WARNING: {reason}", file=sys.stderr)  # stdout stays ErrorStat's text
     try:
         _write(sys.stdout, report.to_json(indent=2) + "\n" if args.json else format_errors(report))
     except BrokenPipeError:
@@ -201,7 +206,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         epilog=_EXIT_CODES_HELP,
     )
     add_driver_dir(p)
-    p.add_argument("--watch", "-w", action="store_true", help="redraw every --interval seconds, with rates")
+    p.add_argument("--watch", "-w", action="store_true",
+                   help="redraw every --interval seconds, with rates; on a terminal, without --type/--label/--all, "
+                   "counters at 0 are left out and the frame is cut to the terminal's height (both said in the "
+                   "frame)")
+    p.add_argument("--all", "-a", action="store_true",
+                   help="--watch on a terminal: every counter, at 0 or not, however long the frame")
     p.add_argument("--interval", type=_positive_float, default=1.0, metavar="S", help="--watch period (1 s)")
     p.add_argument(
         "--count",

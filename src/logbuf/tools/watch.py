@@ -7,6 +7,10 @@ writes and sleeps.  On a terminal each frame clears the screen and redraws; othe
 frames follow each other separated by a blank line, or as JSON Lines with ``--json``.  The view never
 exits on the driver's state: a missing or dead driver is shown in the frame and the view keeps polling
 (a restarted driver's new cnc.dat is picked up).  Ctrl-C ends it with status 0.
+
+A driver has 40 system counters before any stream (a feed handler adds ~90 more), most of them 0: on a
+terminal, unless ``--type``/``--label`` choose, the view leaves out counters that are 0 (``--all`` shows
+them) and cuts the frame to the terminal's height, saying what it left out.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ def watch(
     json_lines: bool = False,
     tty: bool | None = None,
     keep: Callable[[CounterSample], bool] | None = None,
+    hide_zero: bool = False,
+    max_lines: int | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     clock_ms: Callable[[], int] = _fmt.epoch_ms,
@@ -75,6 +81,8 @@ def watch(
     """Renders ``read()`` every ``interval_s`` until Ctrl-C or ``count`` frames; returns 0.
 
     ``read`` raising a ToolError (no driver, bad file) shows the error in that frame and carries on.
+    ``hide_zero`` leaves out the counters that are 0 and ``max_lines`` cuts a text frame to that many
+    lines; the frame's last line then says what was left out.
     """
     if tty is None:
         tty = out.isatty()
@@ -87,6 +95,11 @@ def watch(
                 snapshot = read()
                 rates = tracker.update(snapshot, started)
                 shown = snapshot.select(keep) if keep else snapshot
+                zeros = 0
+                if hide_zero:
+                    nonzero = shown.select(lambda sample: sample.value != 0)
+                    zeros = len(shown.counters) - len(nonzero.counters)
+                    shown = nonzero
                 # lags pair counters the filter may hide (a sub-pos with its pub-pos): computed on the whole
                 # snapshot, shown for the subscriber positions the filter keeps
                 kept = {s.counter_id for s in shown.counters}
@@ -97,6 +110,7 @@ def watch(
                     text = format_stat(shown, rates=rates, details=True, lags=lags)
                     if shown.header.inactive_reason():
                         text += f"\n{shown.header.inactive_reason()}\n"
+                    text = _fit(text, zeros, max_lines)
             except ToolError as exc:
                 tracker.reset()
                 now_ms = clock_ms()
@@ -130,3 +144,16 @@ def watch(
             out.write("\n")
             out.flush()
         return ExitCode.OK
+
+
+def _fit(text: str, zeros: int, max_lines: int | None) -> str:
+    """``text`` cut to ``max_lines`` lines (the last saying what was cut) and a note of hidden zero counters."""
+    notes = [f"{zeros} counters at 0 not shown (--all shows them)"] if zeros else []
+    lines = text.splitlines()
+    if max_lines is not None and len(lines) + len(notes) > max_lines:
+        keep = max(1, max_lines - 1)
+        notes = [f"{len(lines) - keep} more lines"
+                 + (f", {zeros} counters at 0" if zeros else "")
+                 + " not shown: narrow with --type/--label (or a taller terminal)"]
+        lines = lines[:keep]
+    return "\n".join(lines + [f"({note})" for note in notes]) + "\n"

@@ -58,6 +58,7 @@ class Impairment:
         self.delay_ns = delay_ns
         self.jitter_ns = jitter_ns
         self.reorder_delay_ns = max(delay_ns, 100_000) if reorder_delay_ns is None else reorder_delay_ns
+        self.seed = seed  # the driver's native send path seeds its own dice with it
         self._rng = random.Random(seed)
         self._queue: list[tuple[int, int, bytes, Any]] = []
         self._sequence = 0

@@ -1,8 +1,10 @@
-"""``PublicationSender``: the sender side of one network publication, sans-IO.
+"""``PublicationSender``: the sender side of one network publication, sans-IO - the executable specification
+of the driver's native sender agent (``native/drv_sender.c``, whose state machines property tests compare
+with :class:`SenderSchedule`, the flow controls and :class:`RetransmitHandler`).
 
 It composes the pieces - :class:`SenderSchedule` (SETUP / heartbeats), :class:`SendPlanner` (data datagrams
 within snd-lmt), a flow control (:mod:`flow_control`) and :class:`RetransmitHandler` (NAKs) - over the
-publication's log.  The driver's sender thread does::
+publication's log.  A sender duty cycle does::
 
     for frame in received control frames for this publication:
         sender.on_status_message(sm, now) / out += sender.on_nak(nak, now) / sender.on_rtt_measurement(...)
@@ -12,7 +14,8 @@ publication's log.  The driver's sender thread does::
             break                                      # short send: the rest of the batch is re-planned later
     counters: snd-pos = sender.snd_pos, snd-lmt = sender.snd_lmt, snd-bpe = sender.snd_bpe
 
-and the conductor: ``pub-lmt = snd-pos + window`` while ``sender.is_connected``, clean to ``snd-pos - T``.
+and ``pub-lmt = snd-pos + window`` while ``sender.is_connected``, after cleaning to ``snd-pos - T`` (the
+native agent does this too, so a starved conductor never holds a publisher back).
 """
 
 from __future__ import annotations

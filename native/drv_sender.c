@@ -1,0 +1,1130 @@
+/*
+ * The media driver's sender agent: every network publication's sender duty in C (see drv_sender.h).
+ *
+ * One duty cycle: commands from the conductor; control frames from receivers on every send endpoint (recvmmsg,
+ * each datagram checked whole before any frame acts: hostile input); then per publication: SETUP while no SM
+ * came (or one asks), whole committed frames from snd-pos within snd-lmt in one sendmmsg, a heartbeat when
+ * nothing went for the heartbeat interval, delayed retransmits; snd-pos, snd-lmt, snd-bpe, pub-pos and pub-lmt
+ * (snd-pos + window while a receiver is connected, after cleaning the log one term behind snd-pos), so a
+ * starved Python thread never holds a publisher back.  The state machines are those of driver/udp/ in Python
+ * (include/lb_snd_machines.h).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "logbuf.h"
+#include "lb_spsc.h"
+#include "net.h"
+#include "drv_sender.h"
+#include "lb_frame.h"
+#include "lb_layout.h"
+#include "lb_snd_machines.h"
+
+#define FRAME_TYPE_NAK 0x02
+#define FRAME_TYPE_SM 0x03
+#define FRAME_TYPE_ERR 0x04
+#define FRAME_TYPE_SETUP 0x05
+#define FRAME_TYPE_RTTM 0x06
+#define SM_LENGTH 36
+#define NAK_LENGTH 28
+#define RTTM_LENGTH 40
+#define SETUP_LENGTH 40
+#define ERR_HEADER_LENGTH 40
+#define ERR_MAX_TEXT 1023
+#define RTTM_REPLY_FLAG 0x80
+#define SETUP_MAX_MTU 65504
+#define CONTROL_SLOT 8192             /* control datagrams are small: a bigger one is truncated, so invalid */
+#define MAX_BATCHES_PER_CYCLE 4
+#define MAX_COMMANDS_PER_CYCLE 64
+#define MAX_PENDING_EVENTS 4096
+#define NO_LIMIT INT64_MIN
+
+/* ---- impairment: a seeded model of a bad network on an endpoint's send path (driver/udp/impairment.py) ---- */
+
+typedef struct held {
+    int64_t due_ns;
+    uint64_t sequence;
+    uint8_t *data;
+    int32_t length;
+    int32_t address_length;
+    uint8_t address[LBN_ADDRESS_SLOT];
+} held_t;
+
+typedef struct impairment {
+    double drop, duplicate, reorder;
+    int64_t delay_ns, jitter_ns, reorder_delay_ns;
+    uint64_t state;
+    uint64_t sequence;
+    held_t *heap;
+    int32_t count, capacity;
+} impairment_t;
+
+static uint64_t rng_next(impairment_t *im)
+{
+    /* splitmix64: seeded, reproducible, good enough for dice */
+    uint64_t z = (im->state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(impairment_t *im) { return (double)(rng_next(im) >> 11) * (1.0 / 9007199254740992.0); }
+
+static int64_t rng_upto(impairment_t *im, int64_t bound)  /* uniform in [0, bound] */
+{
+    return bound <= 0 ? 0 : (int64_t)(rng_next(im) % (uint64_t)(bound + 1));
+}
+
+static int held_before(const held_t *a, const held_t *b)
+{
+    return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->sequence < b->sequence);
+}
+
+static void held_push(impairment_t *im, int64_t due, const uint8_t *data, int32_t length, const uint8_t *address,
+                      int32_t address_length)
+{
+    if (im->count >= LBD_SND_MAX_HELD) return;  /* the network lost it */
+    if (im->count == im->capacity) {
+        int32_t capacity = im->capacity ? im->capacity * 2 : 256;
+        held_t *heap = realloc(im->heap, sizeof(held_t) * (size_t)capacity);
+        if (heap == NULL) return;
+        im->heap = heap;
+        im->capacity = capacity;
+    }
+    uint8_t *copy = malloc(length > 0 ? (size_t)length : 1);
+    if (copy == NULL) return;
+    memcpy(copy, data, (size_t)length);
+    held_t h = {due, im->sequence++, copy, length, address_length, {0}};
+    memcpy(h.address, address, (size_t)address_length);
+    int32_t i = im->count++;
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (!held_before(&h, &im->heap[parent])) break;
+        im->heap[i] = im->heap[parent];
+        i = parent;
+    }
+    im->heap[i] = h;
+}
+
+static held_t held_pop(impairment_t *im)
+{
+    held_t top = im->heap[0];
+    held_t last = im->heap[--im->count];
+    int32_t i = 0;
+    for (;;) {
+        int32_t child = 2 * i + 1;
+        if (child >= im->count) break;
+        if (child + 1 < im->count && held_before(&im->heap[child + 1], &im->heap[child])) child++;
+        if (!held_before(&im->heap[child], &last)) break;
+        im->heap[i] = im->heap[child];
+        i = child;
+    }
+    if (im->count > 0) im->heap[i] = last;
+    return top;
+}
+
+static void impairment_submit(impairment_t *im, const uint8_t *data, int32_t length, const uint8_t *address,
+                              int32_t address_length, int64_t now_ns)
+{
+    if (rng_unit(im) < im->drop) return;
+    int64_t due = now_ns + im->delay_ns + (im->jitter_ns ? rng_upto(im, im->jitter_ns) : 0);
+    if (rng_unit(im) < im->reorder) due += im->reorder_delay_ns;
+    held_push(im, due, data, length, address, address_length);
+    if (rng_unit(im) < im->duplicate)
+        held_push(im, due + rng_upto(im, im->reorder_delay_ns), data, length, address, address_length);
+}
+
+static int impairment_init(impairment_t *im, const lbd_snd_impairment_t *spec)
+{
+    memset(im, 0, sizeof(*im));
+    if (!spec->enabled) return 0;
+    im->drop = spec->drop;
+    im->duplicate = spec->duplicate;
+    im->reorder = spec->reorder;
+    im->delay_ns = spec->delay_ns < 0 ? 0 : spec->delay_ns;
+    im->jitter_ns = spec->jitter_ns < 0 ? 0 : spec->jitter_ns;
+    im->reorder_delay_ns = spec->reorder_delay_ns < 0 ? 0 : spec->reorder_delay_ns;
+    im->state = spec->seed;
+    return 1;
+}
+
+static void impairment_free(impairment_t *im)
+{
+    for (int32_t i = 0; i < im->count; i++) free(im->heap[i].data);
+    free(im->heap);
+    im->heap = NULL;
+    im->count = im->capacity = 0;
+}
+
+/* ---- the agent's state ---- */
+
+typedef struct endpoint {
+    int32_t id;
+    int32_t send_fd;
+    int32_t control_fd;
+    int32_t receive_batch;
+    int32_t impaired;           /* the send impairment applies */
+    int32_t receive_impaired;
+    int32_t last_errno;         /* the last send error reported (one event per change, not one per send) */
+    impairment_t impairment;
+    impairment_t receive_impairment;
+} endpoint_t;
+
+typedef struct publication {
+    int64_t id;
+    endpoint_t *endpoint;
+    uint8_t *terms;
+    uint8_t *meta;
+    int64_t *pub_pos_counter, *pub_lmt_counter, *snd_pos_counter, *snd_lmt_counter, *snd_bpe_counter;
+    int32_t term_length, position_bits, initial_term_id, session_id, stream_id, mtu, ttl;
+    int32_t window_length, trip_gain, max_datagrams;
+    int32_t destination_length;
+    uint8_t destination[LBN_ADDRESS_SLOT];
+    /* sender */
+    int64_t snd_pos, snd_lmt, snd_bpe;
+    int track_limits;
+    int64_t next_poll_ns;
+    int64_t blocked_lmt;
+    int corrupted;
+    snd_schedule_t schedule;
+    snd_flow_control_t fc;
+    snd_retransmit_t rtx;
+    /* conductor duties moved here: pub-pos, pub-lmt, cleaning, isConnected */
+    int64_t trip_limit, pub_lmt, clean_position;
+    int64_t published_pub_pos, published_snd_pos, published_snd_lmt, published_snd_bpe;
+    int connected_flag;
+    /* draining */
+    int64_t end_position;              /* INT64_MAX until the last publisher left */
+    int64_t deadline_ns;
+    int draining, drained_reported;
+} publication_t;
+
+typedef struct counts {
+    int64_t bytes_sent, bytes_received, naks_received, status_messages_received, heartbeats_sent,
+        retransmits_sent, invalid_packets, short_sends, flow_control_limits, retransmitted_bytes,
+        retransmit_pool_overflow, error_frames_received;
+} counts_t;
+
+struct lbd_sender {
+    lb_spsc_t *commands;
+    lb_spsc_t *events;
+    lbd_snd_counters_t counters;
+    counts_t delta;
+    int64_t setups_sent;
+    endpoint_t *endpoints[LBD_SND_MAX_ENDPOINTS];
+    int32_t endpoint_count;
+    publication_t *publications[LBD_SND_MAX_PUBLICATIONS];
+    int32_t publication_count;
+    lbd_snd_event_t pending[MAX_PENDING_EVENTS];
+    int32_t pending_count;
+    uint8_t slots[LBN_MAX_BATCH * CONTROL_SLOT];
+    uint8_t addresses[LBN_MAX_BATCH * LBN_ADDRESS_SLOT];
+    int32_t lengths[LBN_MAX_BATCH];
+    int32_t address_lengths[LBN_MAX_BATCH];
+};
+
+static inline int32_t rd_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static inline int64_t rd_i64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
+static inline uint16_t rd_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline void wr_i32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
+static inline void wr_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
+static inline void wr_u16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+static inline void store_counter(int64_t *counter, int64_t value)
+{
+    if (counter != NULL) __atomic_store_n(counter, value, __ATOMIC_RELEASE);
+}
+
+/* ---- events ---- */
+
+static void emit(lbd_sender_t *s, int32_t type, int32_t endpoint_id, int64_t publication_id, int64_t value)
+{
+    lbd_snd_event_t e = {type, endpoint_id, publication_id, value};
+    if (s->pending_count == 0 && lb_spsc_offer(s->events, &e, (int32_t)sizeof(e)) == 1) return;
+    if (s->pending_count < MAX_PENDING_EVENTS) s->pending[s->pending_count++] = e;  /* offered again next cycle */
+}
+
+static void flush_pending(lbd_sender_t *s)
+{
+    int32_t i = 0;
+    while (i < s->pending_count && lb_spsc_offer(s->events, &s->pending[i], (int32_t)sizeof(lbd_snd_event_t)) == 1) i++;
+    if (i) {
+        memmove(s->pending, s->pending + i, sizeof(lbd_snd_event_t) * (size_t)(s->pending_count - i));
+        s->pending_count -= i;
+    }
+}
+
+/* ---- sending through an endpoint (impaired or not) ---- */
+
+static int32_t ep_send(endpoint_t *ep, const uint8_t **buffers, const int32_t *lengths, int32_t count,
+                       const uint8_t *address, int32_t address_length, int64_t now_ns)
+{
+    if (ep->impaired) {
+        for (int32_t i = 0; i < count; i++)
+            impairment_submit(&ep->impairment, buffers[i], lengths[i], address, address_length, now_ns);
+        return count;
+    }
+    return lbn_send_batch(ep->send_fd, buffers, lengths, count, address, address_length);
+}
+
+static int32_t ep_release(endpoint_t *ep, int64_t now_ns)
+{
+    impairment_t *im = &ep->impairment;
+    int32_t released = 0;
+    while (im->count > 0 && im->heap[0].due_ns <= now_ns) {
+        held_t h = held_pop(im);
+        const uint8_t *buffer = h.data;
+        lbn_send_batch(ep->send_fd, &buffer, &h.length, 1, h.address, h.address_length);  /* full buffer: lost */
+        free(h.data);
+        released++;
+    }
+    return released;
+}
+
+static void note_send_error(lbd_sender_t *s, endpoint_t *ep, int32_t rc)
+{
+    /* a full socket buffer is back-pressure, not an error; anything else is reported once until it changes */
+    if (rc >= 0 || -rc == EAGAIN || -rc == EWOULDBLOCK || -rc == ENOBUFS || -rc == ep->last_errno) return;
+    ep->last_errno = -rc;
+    emit(s, LBD_SND_SEND_ERROR, ep->id, 0, -rc);
+}
+
+/* ---- one publication ---- */
+
+static inline uint8_t *term_of(const publication_t *p, int64_t position)
+{
+    return p->terms + (int64_t)lb_index_by_position(position, p->position_bits) * p->term_length;
+}
+
+static inline int frame_waiting(const publication_t *p, int64_t position)
+{
+    const int32_t offset = (int32_t)(position & (p->term_length - 1));
+    return __atomic_load_n((const int32_t *)(term_of(p, position) + offset), __ATOMIC_RELAXED) > 0;
+}
+
+static void note_nothing_planned(lbd_sender_t *s, publication_t *p)
+{
+    if (p->track_limits && frame_waiting(p, p->snd_pos)) {
+        p->track_limits = 0;
+        p->snd_bpe++;
+        s->delta.flow_control_limits++;
+    }
+}
+
+static void corrupted(lbd_sender_t *s, publication_t *p, int64_t position)
+{
+    if (!p->corrupted) emit(s, LBD_SND_LOG_CORRUPTED, p->endpoint->id, p->id, position);
+    p->corrupted = 1;  /* nothing more goes from this log: the conductor closes it */
+}
+
+/* Data from snd-pos within snd-lmt, up to max_datagrams, crossing into the next term when a term ends.
+ * Returns datagrams sent; *planned_any tells whether anything could be planned. */
+static int32_t send_data(lbd_sender_t *s, publication_t *p, int64_t now_ns, int *planned_any)
+{
+    endpoint_t *ep = p->endpoint;
+    const int32_t T = p->term_length;
+    int32_t total = 0;
+    *planned_any = 0;
+    while (total < p->max_datagrams && p->snd_lmt > p->snd_pos) {
+        const int64_t position = p->snd_pos;
+        const int32_t term_offset = (int32_t)(position & (T - 1));
+        const uint8_t *term = term_of(p, position);
+        int64_t result[4] = {0, 0, 0, 0};
+        int32_t rc;
+        if (ep->impaired) {
+            int32_t offsets[LBN_MAX_BATCH], lengths[LBN_MAX_BATCH], paddings[LBN_MAX_BATCH];
+            rc = lbn_plan_batch(term, T, term_offset, p->snd_lmt - position, p->mtu, p->max_datagrams - total,
+                                offsets, lengths, paddings);
+            if (rc > 0) {
+                result[0] = result[1] = rc;
+                for (int32_t i = 0; i < rc; i++) {
+                    impairment_submit(&ep->impairment, term + offsets[i], lengths[i], p->destination,
+                                      p->destination_length, now_ns);
+                    result[2] += lengths[i];
+                    result[3] += (int64_t)lengths[i] + paddings[i];
+                }
+                rc = 0;
+            }
+        } else {
+            int32_t max = p->max_datagrams - total;
+            if (max > LBN_MAX_BATCH) max = LBN_MAX_BATCH;
+            rc = lbn_send_term(ep->send_fd, term, T, term_offset, p->snd_lmt - position, p->mtu, max, p->destination,
+                               p->destination_length, result);
+        }
+        if (rc == LB_CORRUPT_FRAME) {
+            corrupted(s, p, position);
+            break;
+        }
+        const int64_t planned = result[0], sent = result[1];
+        if (planned) *planned_any = 1;
+        if (sent) {
+            p->snd_pos = position + result[3];
+            s->delta.bytes_sent += result[2];
+            p->track_limits = 1;
+            p->schedule.last_send_ns = now_ns;
+            total += (int32_t)sent;
+        }
+        if (planned == 0) break;
+        if (sent < planned) {
+            s->delta.short_sends++;  /* the rest goes again next cycle */
+            note_send_error(s, ep, rc);
+            break;
+        }
+        if ((p->snd_pos & (T - 1)) != 0) break;  /* stopped inside the term: nothing more committed, or no window */
+    }
+    if (!*planned_any) note_nothing_planned(s, p);
+    return total;
+}
+
+static int send_control(lbd_sender_t *s, publication_t *p, const uint8_t *frame, int32_t length,
+                        const uint8_t *address, int32_t address_length, int64_t now_ns)
+{
+    const uint8_t *buffers[1] = {frame};
+    int32_t lengths[1] = {length};
+    int32_t rc = ep_send(p->endpoint, buffers, lengths, 1, address, address_length, now_ns);
+    if (rc == 1) return 1;
+    s->delta.short_sends++;
+    note_send_error(s, p->endpoint, rc);
+    return 0;
+}
+
+static int send_setup(lbd_sender_t *s, publication_t *p, int64_t now_ns)
+{
+    uint8_t f[SETUP_LENGTH];
+    memset(f, 0, sizeof(f));
+    wr_i32(f, SETUP_LENGTH);
+    wr_u16(f + 6, FRAME_TYPE_SETUP);
+    wr_i32(f + 8, (int32_t)(p->snd_pos & (p->term_length - 1)));
+    wr_i32(f + 12, p->session_id);
+    wr_i32(f + 16, p->stream_id);
+    wr_i32(f + 20, p->initial_term_id);
+    wr_i32(f + 24, lb_term_id_of_position(p->snd_pos, p->position_bits, p->initial_term_id));
+    wr_i32(f + 28, p->term_length);
+    wr_i32(f + 32, p->mtu);
+    wr_i32(f + 36, p->ttl);
+    if (!send_control(s, p, f, SETUP_LENGTH, p->destination, p->destination_length, now_ns)) return 0;
+    s->delta.bytes_sent += SETUP_LENGTH;
+    s->setups_sent++;
+    snd_schedule_on_setup_sent(&p->schedule, now_ns);
+    return 1;
+}
+
+static int send_heartbeat(lbd_sender_t *s, publication_t *p, int64_t now_ns)
+{
+    uint8_t f[LB_HEADER_LENGTH];
+    memset(f, 0, sizeof(f));
+    const int eos = p->end_position != INT64_MAX && p->snd_pos >= p->end_position;
+    f[LB_FLAGS_OFFSET] = (uint8_t)(LB_UNFRAGMENTED | (eos ? LB_EOS_FLAG : 0));
+    wr_u16(f + LB_TYPE_OFFSET, LB_HDR_TYPE_DATA);
+    wr_i32(f + LB_TERM_OFFSET_OFFSET, (int32_t)(p->snd_pos & (p->term_length - 1)));
+    wr_i32(f + LB_SESSION_ID_OFFSET, p->session_id);
+    wr_i32(f + LB_STREAM_ID_OFFSET, p->stream_id);
+    wr_i32(f + LB_TERM_ID_OFFSET, lb_term_id_of_position(p->snd_pos, p->position_bits, p->initial_term_id));
+    if (!send_control(s, p, f, LB_HEADER_LENGTH, p->destination, p->destination_length, now_ns)) return 0;
+    s->delta.bytes_sent += LB_HEADER_LENGTH;
+    s->delta.heartbeats_sent++;
+    p->schedule.last_send_ns = now_ns;
+    return 1;
+}
+
+/* The datagrams covering a resend range (never past snd-pos nor the term end), sent at once. */
+static int32_t resend(lbd_sender_t *s, publication_t *p, const snd_resend_t *r, int64_t now_ns)
+{
+    s->delta.retransmits_sent++;
+    const int64_t start = lb_compute_position(r->term_id, r->term_offset, p->position_bits, p->initial_term_id);
+    int64_t end = start + r->length;
+    if (p->snd_pos < end) end = p->snd_pos;
+    if (start - r->term_offset + p->term_length < end) end = start - r->term_offset + p->term_length;
+    const uint8_t *term = term_of(p, start);
+    const uint8_t *buffers[LBN_MAX_BATCH];
+    int32_t lengths[LBN_MAX_BATCH];
+    int32_t sent_total = 0;
+    int64_t position = start;
+    while (position < end) {
+        int32_t count = 0;
+        while (position < end && count < LBN_MAX_BATCH) {
+            int64_t max = end - position < p->mtu ? end - position : p->mtu;
+            const int32_t offset = (int32_t)(position & (p->term_length - 1));
+            int64_t scan = lb_term_scan(term, p->term_length, offset, (int32_t)max);
+            if (scan == LB_CORRUPT_FRAME) {
+                corrupted(s, p, position);
+                position = end;
+                break;
+            }
+            const int32_t available = (int32_t)(scan & 0xFFFFFFFF), padding = (int32_t)(scan >> 32);
+            if (available == 0) {
+                position = end;
+                break;
+            }
+            buffers[count] = term + offset;
+            lengths[count++] = available;
+            position += (int64_t)available + padding;
+        }
+        if (count == 0) break;
+        int32_t rc = ep_send(p->endpoint, buffers, lengths, count, p->destination, p->destination_length, now_ns);
+        int32_t sent = rc > 0 ? rc : 0;
+        for (int32_t i = 0; i < sent; i++) {
+            s->delta.bytes_sent += lengths[i];
+            s->delta.retransmitted_bytes += lengths[i];
+        }
+        sent_total += sent;
+        if (sent < count) {
+            s->delta.short_sends++;
+            note_send_error(s, p->endpoint, rc);
+            break;
+        }
+    }
+    return sent_total;
+}
+
+static int64_t producer_position(const publication_t *p)
+{
+    const int32_t term_count = lb_get_i32_acquire(p->meta + LB_META_ACTIVE_TERM_COUNT);
+    const int index = lb_index_by_term_count(term_count);
+    const int64_t raw = lb_get_i64_acquire(p->meta + LB_META_TAIL_COUNTERS + index * LB_TAIL_COUNTER_LENGTH);
+    return lb_compute_position(lb_raw_term_id(raw), lb_raw_term_offset(raw, p->term_length), p->position_bits,
+                               p->initial_term_id);
+}
+
+static int32_t clean(publication_t *p, int64_t target)
+{
+    int32_t cleaned = 0;
+    for (int i = 0; i < 3 && p->clean_position < target; i++) {
+        int64_t limit = p->clean_position + 3 * (int64_t)p->term_length;
+        int64_t next = lb_clean(p->terms, p->term_length, p->clean_position, target < limit ? target : limit);
+        if (next == p->clean_position) break;
+        p->clean_position = next;
+        cleaned = 1;
+    }
+    return cleaned;
+}
+
+/* pub-pos, pub-lmt (with cleaning), isConnected, and the sender positions: as NetworkPublication.update did
+ * in the conductor, so the publisher's limit moves as soon as snd-pos does. */
+static int32_t update_positions(publication_t *p)
+{
+    int32_t work = 0;
+    const int64_t producer = producer_position(p);
+    if (producer != p->published_pub_pos) {
+        p->published_pub_pos = producer;
+        store_counter(p->pub_pos_counter, producer);
+    }
+    if (p->fc.count > 0) {
+        const int64_t proposed = p->snd_pos + p->window_length;
+        if (proposed > p->trip_limit) {
+            /* retransmits read at most the retained window (< T) behind snd-pos: one term stays intact */
+            work += clean(p, p->snd_pos - p->term_length);
+            p->pub_lmt = proposed;
+            store_counter(p->pub_lmt_counter, proposed);
+            p->trip_limit = proposed + p->trip_gain;
+            work++;
+        }
+        if (!p->connected_flag) {
+            p->connected_flag = 1;
+            lb_put_i32_release(p->meta + LB_META_IS_CONNECTED, 1);
+        }
+    } else {
+        if (p->pub_lmt > p->snd_pos) {
+            p->pub_lmt = p->snd_pos;
+            store_counter(p->pub_lmt_counter, p->snd_pos);
+            p->trip_limit = p->snd_pos;
+            work++;
+        }
+        if (p->connected_flag) {
+            p->connected_flag = 0;
+            lb_put_i32_release(p->meta + LB_META_IS_CONNECTED, 0);
+        }
+    }
+    if (p->snd_pos != p->published_snd_pos) {
+        p->published_snd_pos = p->snd_pos;
+        store_counter(p->snd_pos_counter, p->snd_pos);
+    }
+    if (p->snd_lmt != p->published_snd_lmt) {
+        p->published_snd_lmt = p->snd_lmt;
+        store_counter(p->snd_lmt_counter, p->snd_lmt);
+    }
+    if (p->snd_bpe != p->published_snd_bpe) {
+        p->published_snd_bpe = p->snd_bpe;
+        store_counter(p->snd_bpe_counter, p->snd_bpe);
+    }
+    return work;
+}
+
+static int64_t next_deadline(const publication_t *p)
+{
+    int64_t deadline = snd_schedule_next_deadline(&p->schedule), rtx = 0;
+    if (snd_rtx_next_deadline(&p->rtx, &rtx) && rtx < deadline) deadline = rtx;
+    return deadline;
+}
+
+static int32_t publication_send(lbd_sender_t *s, publication_t *p, int64_t now_ns)
+{
+    int32_t sent = 0;
+    if (p->corrupted) return 0;
+    if (now_ns < p->next_poll_ns) {
+        /* no timer due, no control frame since the last poll: data only, and only when something waits that
+         * the window does not (still) hold back - an idle or blocked publication costs one load */
+        if (!frame_waiting(p, p->snd_pos) || p->snd_lmt == p->blocked_lmt) return 0;
+        int planned;
+        sent = send_data(s, p, now_ns, &planned);
+        if (!planned) p->blocked_lmt = p->snd_lmt;
+        return sent;
+    }
+    const int64_t position = p->snd_pos;
+    const int setup = snd_schedule_setup_due(&p->schedule, now_ns);
+    if (setup) sent += send_setup(s, p, now_ns);
+    int planned;
+    sent += send_data(s, p, now_ns, &planned);
+    if (!planned && !setup && snd_schedule_heartbeat_due(&p->schedule, now_ns)) sent += send_heartbeat(s, p, now_ns);
+    p->snd_lmt = snd_fc_on_idle(&p->fc, p->snd_lmt, now_ns);
+    snd_resend_t due[LBD_SND_MAX_RETRANSMIT_ACTIONS];
+    const int32_t n = snd_rtx_on_timer(&p->rtx, now_ns, p->snd_pos, due);
+    for (int32_t i = 0; i < n; i++) sent += resend(s, p, &due[i], now_ns);
+    /* nothing went although a frame is there: the window holds it until an SM moves snd-lmt */
+    p->blocked_lmt = (p->snd_pos == position && frame_waiting(p, position)) ? p->snd_lmt : NO_LIMIT;
+    p->next_poll_ns = next_deadline(p);
+    return sent;
+}
+
+static int32_t check_drained(lbd_sender_t *s, publication_t *p, int64_t now_ns)
+{
+    if (!p->draining || p->drained_reported) return 0;
+    int64_t reason = 0;
+    if (now_ns >= p->deadline_ns) reason = 2;
+    else if (p->fc.count == 0) reason = 3;
+    else if (p->snd_pos >= p->end_position && snd_fc_receivers_at_eos(&p->fc)) reason = 1;
+    if (!reason) return 0;
+    p->drained_reported = 1;
+    emit(s, LBD_SND_PUBLICATION_DRAINED, p->endpoint->id, p->id, reason);
+    return 1;
+}
+
+/* ---- control frames ---- */
+
+static int valid_term_length(int32_t t)
+{
+    return t >= 64 * 1024 && t <= 1024 * 1024 * 1024 && (t & (t - 1)) == 0;
+}
+
+static int valid_utf8(const uint8_t *p, int32_t n)
+{
+    int32_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        int32_t extra;
+        uint32_t cp;
+        if (c < 0x80) { i++; continue; }
+        if ((c & 0xE0) == 0xC0) { extra = 1; cp = c & 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { extra = 2; cp = c & 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { extra = 3; cp = c & 0x07; }
+        else return 0;
+        if (i + extra >= n) return 0;
+        for (int32_t k = 1; k <= extra; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
+            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += extra + 1;
+    }
+    return 1;
+}
+
+/* Every frame of a control datagram checked as logbuf.protocol.datagram.classify does; 1 when all are valid. */
+static int control_datagram_valid(const uint8_t *dg, int32_t n)
+{
+    if (n <= 0) return 0;
+    int32_t frame_count = 0, term_span = 0;
+    if (lbn_classify_data(dg, n, &frame_count, &term_span) != LBN_NOT_DATA) return 0;
+    int64_t offset = 0;
+    while (offset < n) {
+        const int64_t available = n - offset;
+        if (available < 8) return 0;
+        const uint8_t *f = dg + offset;
+        const int32_t length = rd_i32(f);
+        if (f[LB_VERSION_OFFSET] != LB_CURRENT_VERSION) return 0;
+        const uint16_t type = rd_u16(f + LB_TYPE_OFFSET);
+        switch (type) {
+        case FRAME_TYPE_SM:
+            if (length < SM_LENGTH || length > available) return 0;
+            if (rd_i32(f + 20) < 0 || rd_i32(f + 24) < 0) return 0;
+            break;
+        case FRAME_TYPE_NAK:
+            if (length != NAK_LENGTH || length > available) return 0;
+            if (rd_i32(f + 20) < 0 || (rd_i32(f + 20) & (LB_FRAME_ALIGNMENT - 1)) || rd_i32(f + 24) <= 0) return 0;
+            break;
+        case FRAME_TYPE_RTTM:
+            if (length != RTTM_LENGTH || length > available) return 0;
+            break;
+        case FRAME_TYPE_SETUP: {
+            if (length != SETUP_LENGTH || length > available) return 0;
+            const int32_t term_offset = rd_i32(f + 8), term_length = rd_i32(f + 28), mtu = rd_i32(f + 32);
+            if (!valid_term_length(term_length)) return 0;
+            if (mtu <= LB_HEADER_LENGTH || mtu > SETUP_MAX_MTU || (mtu & (LB_FRAME_ALIGNMENT - 1))) return 0;
+            if (term_offset < 0 || term_offset >= term_length || (term_offset & (LB_FRAME_ALIGNMENT - 1))) return 0;
+            if (rd_i32(f + 36) < 0) return 0;
+            break;
+        }
+        case FRAME_TYPE_ERR: {
+            if (length < ERR_HEADER_LENGTH || length > available) return 0;
+            const int32_t text_length = rd_i32(f + 36);
+            if (text_length < 0 || text_length > ERR_MAX_TEXT || ERR_HEADER_LENGTH + text_length != length) return 0;
+            if (!valid_utf8(f + ERR_HEADER_LENGTH, text_length)) return 0;
+            break;
+        }
+        default:
+            return 0;
+        }
+        offset += length;
+    }
+    return 1;
+}
+
+static publication_t *find_publication(lbd_sender_t *s, const endpoint_t *ep, int32_t session_id, int32_t stream_id)
+{
+    for (int32_t i = 0; i < s->publication_count; i++) {
+        publication_t *p = s->publications[i];
+        if (p->endpoint == ep && p->session_id == session_id && p->stream_id == stream_id) return p;
+    }
+    return NULL;
+}
+
+static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *f, const uint8_t *source,
+                                int32_t source_length, int64_t now_ns)
+{
+    const uint16_t type = rd_u16(f + LB_TYPE_OFFSET);
+    if (type == FRAME_TYPE_SETUP) return 0;  /* a receiver's business, never a sender's */
+    publication_t *p = find_publication(s, ep, rd_i32(f + 8), rd_i32(f + 12));
+    if (p == NULL) return 0;
+    p->next_poll_ns = 0;  /* an SM may open the window or ask for a SETUP: the sender runs this cycle */
+    const uint8_t flags = f[LB_FLAGS_OFFSET];
+    switch (type) {
+    case FRAME_TYPE_SM: {
+        s->delta.status_messages_received++;
+        const int setup_requested = (flags & SND_SM_SETUP_FLAG) != 0;
+        snd_schedule_on_sm(&p->schedule, setup_requested);
+        if (!setup_requested) {
+            const int64_t position = lb_compute_position(rd_i32(f + 16), rd_i32(f + 20), p->position_bits,
+                                                         p->initial_term_id);
+            p->snd_lmt = snd_fc_on_sm(&p->fc, rd_i64(f + 28), position, rd_i32(f + 24),
+                                      (flags & SND_SM_EOS_FLAG) != 0, p->snd_lmt, now_ns);
+        }
+        return 1;
+    }
+    case FRAME_TYPE_NAK: {
+        s->delta.naks_received++;
+        snd_resend_t r;
+        const int64_t invalid = p->rtx.invalid, overflow = p->rtx.overflow;
+        const int go = snd_rtx_on_nak(&p->rtx, rd_i32(f + 16), rd_i32(f + 20), rd_i32(f + 24), now_ns, p->snd_pos, &r);
+        s->delta.invalid_packets += p->rtx.invalid - invalid;
+        s->delta.retransmit_pool_overflow += p->rtx.overflow - overflow;
+        if (go) resend(s, p, &r, now_ns);
+        return 1;
+    }
+    case FRAME_TYPE_RTTM: {
+        if (!(flags & RTTM_REPLY_FLAG)) return 1;
+        uint8_t reply[RTTM_LENGTH];
+        memset(reply, 0, sizeof(reply));
+        wr_i32(reply, RTTM_LENGTH);
+        wr_u16(reply + 6, FRAME_TYPE_RTTM);
+        wr_i32(reply + 8, p->session_id);
+        wr_i32(reply + 12, p->stream_id);
+        wr_i64(reply + 16, rd_i64(f + 16));  /* echo timestamp */
+        wr_i64(reply + 32, rd_i64(f + 32));  /* receiver id */
+        const uint8_t *buffers[1] = {reply};
+        int32_t lengths[1] = {RTTM_LENGTH};
+        ep_send(ep, buffers, lengths, 1, source, source_length, now_ns);
+        return 1;
+    }
+    case FRAME_TYPE_ERR:
+        s->delta.error_frames_received++;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int32_t on_control_datagram(lbd_sender_t *s, endpoint_t *ep, const uint8_t *dg, int32_t length,
+                                   const uint8_t *source, int32_t source_length, int64_t now_ns)
+{
+    int32_t work = 1;
+    if (length > 0) s->delta.bytes_received += length;
+    if (length < 0 || !control_datagram_valid(dg, length)) {  /* checked whole before any frame acts */
+        s->delta.invalid_packets++;
+        return work;
+    }
+    for (int32_t offset = 0; offset < length; offset += rd_i32(dg + offset))
+        work += on_control_frame(s, ep, dg + offset, source, source_length, now_ns);
+    return work;
+}
+
+static int32_t poll_control(lbd_sender_t *s, endpoint_t *ep, int64_t now_ns)
+{
+    int32_t work = 0;
+    for (int b = 0; b < MAX_BATCHES_PER_CYCLE; b++) {
+        const int32_t n = lbn_recv_batch(ep->control_fd, s->slots, CONTROL_SLOT, ep->receive_batch, s->lengths,
+                                         s->addresses, s->address_lengths);
+        if (n <= 0) break;
+        for (int32_t i = 0; i < n; i++) {
+            const uint8_t *dg = s->slots + (int64_t)i * CONTROL_SLOT;
+            const uint8_t *source = s->addresses + (int64_t)i * LBN_ADDRESS_SLOT;
+            if (ep->receive_impaired) {  /* through the impairment: acted on once released (below) */
+                work++;
+                if (s->lengths[i] >= 0)
+                    impairment_submit(&ep->receive_impairment, dg, s->lengths[i], source, s->address_lengths[i],
+                                      now_ns);
+                continue;
+            }
+            work += on_control_datagram(s, ep, dg, s->lengths[i], source, s->address_lengths[i], now_ns);
+        }
+        if (n < ep->receive_batch) break;
+    }
+    impairment_t *im = &ep->receive_impairment;
+    while (ep->receive_impaired && im->count > 0 && im->heap[0].due_ns <= now_ns) {
+        held_t h = held_pop(im);
+        work += on_control_datagram(s, ep, h.data, h.length, h.address, h.address_length, now_ns);
+        free(h.data);
+    }
+    return work;
+}
+
+/* ---- commands ---- */
+
+static endpoint_t *find_endpoint(lbd_sender_t *s, int32_t id)
+{
+    for (int32_t i = 0; i < s->endpoint_count; i++)
+        if (s->endpoints[i]->id == id) return s->endpoints[i];
+    return NULL;
+}
+
+static int32_t find_publication_index(lbd_sender_t *s, int64_t id)
+{
+    for (int32_t i = 0; i < s->publication_count; i++)
+        if (s->publications[i]->id == id) return i;
+    return -1;
+}
+
+static int publication_fields_valid(const lbd_snd_command_t *c)
+{
+    const int32_t T = c->term_length;
+    return c->terms != NULL && c->meta != NULL && valid_term_length(T) && c->mtu > LB_HEADER_LENGTH &&
+           c->mtu <= SETUP_MAX_MTU && (c->mtu & (LB_FRAME_ALIGNMENT - 1)) == 0 && c->window_length > 0 &&
+           c->window_length <= T / 2 && c->max_datagrams > 0 && c->destination_length > 0 &&
+           c->destination_length <= LBN_ADDRESS_SLOT && c->retransmit_max_actions > 0 &&
+           c->retransmit_max_actions <= LBD_SND_MAX_RETRANSMIT_ACTIONS && c->setup_interval_ns > 0 &&
+           c->heartbeat_interval_ns > 0 && c->retransmit_linger_ns >= 0 && c->retransmit_delay_ns >= 0 &&
+           c->retained_window > 0 && (c->flow_control == LBD_FC_UNICAST || c->flow_control == LBD_FC_MIN);
+}
+
+static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpoint_t *ep)
+{
+    memset(p, 0, sizeof(*p));
+    p->id = c->publication_id;
+    p->endpoint = ep;
+    p->terms = c->terms;
+    p->meta = c->meta;
+    p->pub_pos_counter = c->pub_pos;
+    p->pub_lmt_counter = c->pub_lmt;
+    p->snd_pos_counter = c->snd_pos;
+    p->snd_lmt_counter = c->snd_lmt;
+    p->snd_bpe_counter = c->snd_bpe;
+    p->term_length = c->term_length;
+    p->position_bits = __builtin_ctz((unsigned)c->term_length);
+    p->initial_term_id = c->initial_term_id;
+    p->session_id = c->session_id;
+    p->stream_id = c->stream_id;
+    p->mtu = c->mtu;
+    p->ttl = c->ttl;
+    p->window_length = c->window_length;
+    p->trip_gain = c->window_length / 8;
+    p->max_datagrams = c->max_datagrams;
+    p->destination_length = c->destination_length;
+    memcpy(p->destination, c->destination, (size_t)c->destination_length);
+    p->snd_pos = p->snd_lmt = c->position;  /* nothing may be sent before a receiver's first SM */
+    p->track_limits = 1;
+    p->blocked_lmt = NO_LIMIT;
+    snd_schedule_init(&p->schedule, c->now_ns, c->setup_interval_ns, c->heartbeat_interval_ns);
+    p->fc.strategy = c->flow_control;
+    p->fc.receiver_timeout_ns = c->receiver_timeout_ns;
+    p->rtx.term_length = c->term_length;
+    p->rtx.position_bits = p->position_bits;
+    p->rtx.initial_term_id = c->initial_term_id;
+    p->rtx.max_actions = c->retransmit_max_actions;
+    p->rtx.linger_ns = c->retransmit_linger_ns;
+    p->rtx.delay_ns = c->retransmit_delay_ns;
+    p->rtx.retained_window = c->retained_window;
+    p->trip_limit = c->position;
+    p->pub_lmt = c->position;
+    p->clean_position = c->position;
+    p->published_pub_pos = p->published_snd_pos = p->published_snd_lmt = p->published_snd_bpe = INT64_MIN;
+    p->end_position = INT64_MAX;
+}
+
+static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
+{
+    switch (c->type) {
+    case LBD_SND_ADD_ENDPOINT: {
+        if (find_endpoint(s, c->endpoint_id) != NULL || s->endpoint_count >= LBD_SND_MAX_ENDPOINTS ||
+            c->send_fd < 0 || c->control_fd < 0 || c->receive_batch <= 0) {
+            emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
+            return;
+        }
+        endpoint_t *ep = calloc(1, sizeof(endpoint_t));
+        if (ep == NULL) {
+            emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
+            return;
+        }
+        ep->id = c->endpoint_id;
+        ep->send_fd = c->send_fd;
+        ep->control_fd = c->control_fd;
+        ep->receive_batch = c->receive_batch > LBN_MAX_BATCH ? LBN_MAX_BATCH : c->receive_batch;
+        ep->impaired = impairment_init(&ep->impairment, &c->send_impairment);
+        ep->receive_impaired = impairment_init(&ep->receive_impairment, &c->receive_impairment);
+        s->endpoints[s->endpoint_count++] = ep;
+        return;
+    }
+    case LBD_SND_REMOVE_ENDPOINT: {
+        for (int32_t i = 0; i < s->endpoint_count; i++) {
+            endpoint_t *ep = s->endpoints[i];
+            if (ep->id != c->endpoint_id) continue;
+            for (int32_t k = 0; k < s->publication_count;) {  /* a publication cannot outlive its endpoint */
+                publication_t *p = s->publications[k];
+                if (p->endpoint != ep) { k++; continue; }
+                s->publications[k] = s->publications[--s->publication_count];
+                emit(s, LBD_SND_PUBLICATION_REMOVED, ep->id, p->id, 0);
+                free(p);
+            }
+            impairment_free(&ep->impairment);
+            impairment_free(&ep->receive_impairment);
+            free(ep);
+            s->endpoints[i] = s->endpoints[--s->endpoint_count];
+            break;
+        }
+        emit(s, LBD_SND_ENDPOINT_REMOVED, c->endpoint_id, 0, 0);
+        return;
+    }
+    case LBD_SND_ADD_PUBLICATION: {
+        endpoint_t *ep = find_endpoint(s, c->endpoint_id);
+        publication_t *p = NULL;
+        if (ep == NULL || find_publication_index(s, c->publication_id) >= 0 ||
+            s->publication_count >= LBD_SND_MAX_PUBLICATIONS || !publication_fields_valid(c) ||
+            (p = malloc(sizeof(publication_t))) == NULL) {
+            emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
+            return;
+        }
+        init_publication(p, c, ep);
+        s->publications[s->publication_count++] = p;
+        return;
+    }
+    case LBD_SND_REMOVE_PUBLICATION: {
+        const int32_t i = find_publication_index(s, c->publication_id);
+        if (i >= 0) {
+            free(s->publications[i]);
+            /* keep the order: publications are served in the order they came */
+            memmove(&s->publications[i], &s->publications[i + 1],
+                    sizeof(publication_t *) * (size_t)(s->publication_count - i - 1));
+            s->publication_count--;
+        }
+        emit(s, LBD_SND_PUBLICATION_REMOVED, c->endpoint_id, c->publication_id, 0);
+        return;
+    }
+    case LBD_SND_DRAIN_PUBLICATION: {
+        const int32_t i = find_publication_index(s, c->publication_id);
+        if (i < 0) {
+            emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
+            return;
+        }
+        publication_t *p = s->publications[i];
+        p->draining = 1;
+        p->end_position = c->end_position;
+        p->deadline_ns = c->deadline_ns;
+        p->next_poll_ns = 0;
+        return;
+    }
+    default:
+        emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
+    }
+}
+
+static void flush_counts(lbd_sender_t *s)
+{
+    int64_t *const targets[] = {
+        s->counters.bytes_sent, s->counters.bytes_received, s->counters.naks_received,
+        s->counters.status_messages_received, s->counters.heartbeats_sent, s->counters.retransmits_sent,
+        s->counters.invalid_packets, s->counters.short_sends, s->counters.flow_control_limits,
+        s->counters.retransmitted_bytes, s->counters.retransmit_pool_overflow, s->counters.error_frames_received,
+    };
+    int64_t *deltas = &s->delta.bytes_sent;
+    for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
+        if (deltas[i] && targets[i] != NULL) __atomic_fetch_add(targets[i], deltas[i], __ATOMIC_RELEASE);
+        deltas[i] = 0;
+    }
+}
+
+/* ---- the agent ---- */
+
+lbd_sender_t *lbd_sender_new(const lbd_snd_counters_t *counters, int32_t command_capacity, int32_t event_capacity)
+{
+    lbd_sender_t *s = calloc(1, sizeof(lbd_sender_t));
+    if (s == NULL) return NULL;
+    s->commands = lb_spsc_new(command_capacity, (int32_t)sizeof(lbd_snd_command_t));
+    s->events = lb_spsc_new(event_capacity, (int32_t)sizeof(lbd_snd_event_t));
+    if (s->commands == NULL || s->events == NULL) {
+        lbd_sender_free(s);
+        return NULL;
+    }
+    if (counters != NULL) s->counters = *counters;
+    return s;
+}
+
+void lbd_sender_free(lbd_sender_t *s)
+{
+    if (s == NULL) return;
+    for (int32_t i = 0; i < s->publication_count; i++) free(s->publications[i]);
+    for (int32_t i = 0; i < s->endpoint_count; i++) {
+        impairment_free(&s->endpoints[i]->impairment);
+        impairment_free(&s->endpoints[i]->receive_impairment);
+        free(s->endpoints[i]);
+    }
+    if (s->commands) lb_spsc_free(s->commands);
+    if (s->events) lb_spsc_free(s->events);
+    free(s);
+}
+
+void *lbd_sender_commands(lbd_sender_t *s) { return s->commands; }
+void *lbd_sender_events(lbd_sender_t *s) { return s->events; }
+int64_t lbd_sender_setups_sent(lbd_sender_t *s) { return s->setups_sent; }
+int32_t lbd_sender_publication_count(lbd_sender_t *s) { return s->publication_count; }
+int32_t lbd_sender_endpoint_count(lbd_sender_t *s) { return s->endpoint_count; }
+
+int32_t lbd_sender_do_work(void *agent, int64_t now_ns)
+{
+    lbd_sender_t *s = agent;
+    int32_t work = 0;
+    if (s->pending_count) flush_pending(s);
+    lbd_snd_command_t command;
+    for (int i = 0; i < MAX_COMMANDS_PER_CYCLE; i++) {
+        const int32_t n = lb_spsc_poll(s->commands, &command, (int32_t)sizeof(command));
+        if (n < 0) break;
+        work++;
+        if (n != (int32_t)sizeof(command)) {
+            emit(s, LBD_SND_COMMAND_REFUSED, 0, 0, n);
+            continue;
+        }
+        on_command(s, &command);
+    }
+    for (int32_t i = 0; i < s->endpoint_count; i++)  /* SMs first: they may open the window this cycle uses */
+        work += poll_control(s, s->endpoints[i], now_ns);
+    for (int32_t i = 0; i < s->publication_count; i++) {
+        publication_t *p = s->publications[i];
+        work += publication_send(s, p, now_ns);
+        work += update_positions(p);
+        work += check_drained(s, p, now_ns);
+    }
+    for (int32_t i = 0; i < s->endpoint_count; i++)
+        if (s->endpoints[i]->impaired) work += ep_release(s->endpoints[i], now_ns);
+    flush_counts(s);
+    return work;
+}
+
+/* ---- test-only model ---- */
+
+struct lbd_snd_model {
+    publication_t p;
+};
+
+lbd_snd_model_t *lbd_snd_model_new(const lbd_snd_command_t *c)
+{
+    if (c == NULL || c->retransmit_max_actions <= 0 || c->retransmit_max_actions > LBD_SND_MAX_RETRANSMIT_ACTIONS ||
+        !valid_term_length(c->term_length) || c->window_length <= 0 || c->destination_length < 0 ||
+        c->destination_length > LBN_ADDRESS_SLOT)
+        return NULL;
+    lbd_snd_model_t *m = malloc(sizeof(lbd_snd_model_t));
+    if (m == NULL) return NULL;
+    init_publication(&m->p, c, NULL);
+    return m;
+}
+
+void lbd_snd_model_free(lbd_snd_model_t *m) { free(m); }
+
+int64_t lbd_snd_model_on_sm(lbd_snd_model_t *m, int32_t term_id, int32_t term_offset, int32_t window,
+                            int64_t receiver_id, int32_t flags, int64_t now_ns)
+{
+    publication_t *p = &m->p;
+    const int setup_requested = (flags & SND_SM_SETUP_FLAG) != 0;
+    snd_schedule_on_sm(&p->schedule, setup_requested);
+    if (!setup_requested) {
+        const int64_t position = lb_compute_position(term_id, term_offset, p->position_bits, p->initial_term_id);
+        p->snd_lmt = snd_fc_on_sm(&p->fc, receiver_id, position, window, (flags & SND_SM_EOS_FLAG) != 0, p->snd_lmt,
+                                  now_ns);
+    }
+    return p->snd_lmt;
+}
+
+int64_t lbd_snd_model_on_idle(lbd_snd_model_t *m, int64_t now_ns)
+{
+    m->p.snd_lmt = snd_fc_on_idle(&m->p.fc, m->p.snd_lmt, now_ns);
+    return m->p.snd_lmt;
+}
+
+int32_t lbd_snd_model_on_nak(lbd_snd_model_t *m, int32_t term_id, int32_t term_offset, int32_t length,
+                             int64_t now_ns, int32_t *out)
+{
+    snd_resend_t r;
+    if (!snd_rtx_on_nak(&m->p.rtx, term_id, term_offset, length, now_ns, m->p.snd_pos, &r)) return 0;
+    out[0] = r.term_id;
+    out[1] = r.term_offset;
+    out[2] = r.length;
+    return 1;
+}
+
+int32_t lbd_snd_model_on_timer(lbd_snd_model_t *m, int64_t now_ns, int32_t *out)
+{
+    snd_resend_t due[LBD_SND_MAX_RETRANSMIT_ACTIONS];
+    const int32_t n = snd_rtx_on_timer(&m->p.rtx, now_ns, m->p.snd_pos, due);
+    for (int32_t i = 0; i < n; i++) {
+        out[3 * i] = due[i].term_id;
+        out[3 * i + 1] = due[i].term_offset;
+        out[3 * i + 2] = due[i].length;
+    }
+    return n;
+}
+
+void lbd_snd_model_set_position(lbd_snd_model_t *m, int64_t snd_pos) { m->p.snd_pos = snd_pos; }
+
+int32_t lbd_snd_model_setup_due(lbd_snd_model_t *m, int64_t now_ns)
+{
+    return snd_schedule_setup_due(&m->p.schedule, now_ns);
+}
+
+int32_t lbd_snd_model_heartbeat_due(lbd_snd_model_t *m, int64_t now_ns)
+{
+    return snd_schedule_heartbeat_due(&m->p.schedule, now_ns);
+}
+
+void lbd_snd_model_on_sent(lbd_snd_model_t *m, int32_t kind, int64_t now_ns)
+{
+    if (kind == 1) snd_schedule_on_setup_sent(&m->p.schedule, now_ns);
+    else m->p.schedule.last_send_ns = now_ns;
+}
+
+int32_t lbd_snd_model_receiver_count(lbd_snd_model_t *m) { return m->p.fc.count; }
+int32_t lbd_snd_model_receivers_at_eos(lbd_snd_model_t *m) { return snd_fc_receivers_at_eos(&m->p.fc); }
+
+void lbd_snd_model_stats(lbd_snd_model_t *m, int64_t *out)
+{
+    out[0] = m->p.rtx.invalid;
+    out[1] = m->p.rtx.out_of_window;
+    out[2] = m->p.rtx.suppressed;
+    out[3] = m->p.rtx.overflow;
+    out[4] = 0;
+}
+
+int32_t lbd_snd_control_valid(const uint8_t *datagram, int32_t length)
+{
+    return datagram != NULL && control_datagram_valid(datagram, length);
+}

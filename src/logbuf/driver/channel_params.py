@@ -1,0 +1,294 @@
+"""Resolving a channel once: a :class:`ChannelUri` plus the driver's context become the validated parameters
+of a publication (:class:`PublicationParams`) or a subscription (:class:`SubscriptionParams`).
+
+Everything that creates a log, a window, a socket or a subscriber link takes its values from here; nothing
+re-derives them from the URI.  Every key is checked against :data:`logbuf.channel.AERON_URI_KEYS`: a key the
+driver does not honour (an Aeron key whose behaviour it lacks, a value of a partly honoured key, an unknown or
+misspelt key) is refused with :class:`InvalidChannelError` naming it, never silently ignored.  Keys that Aeron
+reads only on the other side (``term-length`` on a subscription, ``tether`` on a publication) are accepted
+and have no effect there, as on aeronmd, so one channel string serves both ends.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from logbuf.channel import (
+    AERON_URI_KEYS,
+    LOGBUF_URI_KEYS,
+    ChannelUri,
+    FlowControlSpec,
+    InvalidChannelError,
+    parse_size,
+)
+from logbuf.driver.context import SECOND, DriverContext
+from logbuf.logbuffer import descriptor as d
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
+
+# Aeron's defaults for the untethered subscriber timeouts
+DEFAULT_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS = 5 * SECOND
+DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS = 10 * SECOND
+
+# keys that only mean something on one medium (refused on the other: they would be ignored there)
+UDP_ONLY_KEYS = frozenset({"interface", "ttl", "so-sndbuf", "so-rcvbuf", "rcv-wnd", "fc", "cc", "reliable",
+                           "rejoin"})
+IPC_ONLY_KEYS = frozenset({"untethered-window-limit-timeout", "untethered-resting-timeout"})
+
+# partly honoured keys: the values honoured on each medium
+_HONOURED_VALUES: dict[str, dict[str, frozenset[str]]] = {
+    "tether": {"ipc": frozenset({"true", "false"}), "udp": frozenset({"true"})},
+    "eos": {"ipc": frozenset({"true", "false"}), "udp": frozenset({"true"})},
+    "cc": {"udp": frozenset({"static"})},
+    "reliable": {"udp": frozenset({"true"})},
+    "rejoin": {"udp": frozenset({"true"})},
+}
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_DURATION = re.compile(r"^(\d+)(ns|us|ms|s)?$")
+_DURATION_NS = {None: 1, "ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def check_keys(uri: ChannelUri) -> None:
+    """Refuses (InvalidChannelError naming the key) every key of ``uri`` this driver does not honour."""
+    for key, value in uri.params.items():
+        known = AERON_URI_KEYS.get(key) or LOGBUF_URI_KEYS.get(key)
+        if known is None:
+            raise InvalidChannelError(f"channel {uri}: unknown channel parameter {key!r}")
+        status, note = known
+        if status == "refused":
+            raise InvalidChannelError(
+                f"channel {uri}: parameter {key!r} is not supported by this driver ({note})")
+        if uri.is_ipc and key in UDP_ONLY_KEYS:
+            raise InvalidChannelError(f"channel {uri}: parameter {key!r} has no meaning on aeron:ipc")
+        if uri.is_udp and key in IPC_ONLY_KEYS:
+            raise InvalidChannelError(f"channel {uri}: parameter {key!r} is supported on aeron:ipc only "
+                                      f"(untethered spies and images are not supported)")
+        honoured = _HONOURED_VALUES.get(key, {}).get(uri.media)
+        if honoured is not None and value not in honoured:
+            raise InvalidChannelError(
+                f"channel {uri}: {key}={value} is not supported by this driver on aeron:{uri.media} "
+                f"(supported: {', '.join(sorted(honoured))})")
+
+
+def parse_bool(uri: ChannelUri, key: str, default: bool) -> bool:
+    """``true`` / ``false`` (Aeron's only spellings)."""
+    text = uri.params.get(key)
+    if text is None:
+        return default
+    if text not in ("true", "false"):
+        raise InvalidChannelError(f"channel {uri}: {key}={text!r} must be true or false")
+    return text == "true"
+
+
+def parse_int32(uri: ChannelUri, key: str) -> int | None:
+    text = uri.params.get(key)
+    if text is None:
+        return None
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise InvalidChannelError(f"channel {uri}: {key}={text!r} is not an integer") from None
+    if not _INT32_MIN <= value <= _INT32_MAX:
+        raise InvalidChannelError(f"channel {uri}: {key}={text} is out of the int32 range")
+    return value
+
+
+def parse_timeout_ns(uri: ChannelUri, key: str, default: int) -> int:
+    """A duration as Aeron writes one: digits (nanoseconds) with an optional ns, us, ms or s suffix."""
+    text = uri.params.get(key)
+    if text is None:
+        return default
+    match = _DURATION.match(text)
+    if not match:
+        raise InvalidChannelError(f"channel {uri}: {key}={text!r} is not a duration (digits, then ns, us, ms or s)")
+    return int(match.group(1)) * _DURATION_NS[match.group(2)]
+
+
+def _size(uri: ChannelUri, key: str) -> int | None:
+    text = uri.params.get(key)
+    return None if text is None else parse_size(text, key)
+
+
+@dataclass(frozen=True)
+class InitialPosition:
+    """``init-term-id``, ``term-id``, ``term-offset``: where a new publication's log starts."""
+
+    initial_term_id: int
+    term_id: int
+    term_offset: int
+
+    def position(self, term_length: int) -> int:
+        return ((self.term_id - self.initial_term_id) & 0xFFFFFFFF) * term_length + self.term_offset
+
+
+@dataclass(frozen=True)
+class PublicationParams:
+    """A publication's settings, resolved from its channel and the driver's context."""
+
+    term_length: int
+    mtu: int
+    window_length: int
+    linger_timeout_ns: int
+    sparse: bool
+    signal_eos: bool
+    session_id: int | None
+    initial_position: InitialPosition | None
+    untethered_window_limit_timeout_ns: int
+    untethered_resting_timeout_ns: int
+    socket_sndbuf: int | None
+    socket_rcvbuf: int | None
+    flow_control: FlowControlSpec | None
+    term_length_given: bool = False  # the channel named it (a shared publication must then match it)
+    mtu_given: bool = False
+
+
+@dataclass(frozen=True)
+class SubscriptionParams:
+    """A subscription's settings, resolved from its channel and the driver's context."""
+
+    session_id: int | None
+    tether: bool
+    receiver_window: int | None  # UDP: rcv-wnd, None = the driver's
+    socket_sndbuf: int | None
+    socket_rcvbuf: int | None
+    sparse: bool = True  # UDP: the images' logs
+    resume_positions: dict[int, int] = field(default_factory=dict)
+
+    def matches(self, session_id: int) -> bool:
+        """Whether an image of ``session_id`` is for this subscription."""
+        return self.session_id is None or self.session_id == session_id
+
+
+def _socket_buffers(uri: ChannelUri) -> tuple[int | None, int | None]:
+    sndbuf = _size(uri, "so-sndbuf")
+    rcvbuf = _size(uri, "so-rcvbuf")
+    for key, value in (("so-sndbuf", sndbuf), ("so-rcvbuf", rcvbuf)):
+        if value is not None and not 0 < value <= _INT32_MAX:
+            raise InvalidChannelError(f"channel {uri}: {key}={value} must be positive")
+    return sndbuf, rcvbuf
+
+
+def resolve_publication(uri: ChannelUri, ctx: DriverContext) -> PublicationParams:
+    """The publication parameters of ``uri`` on a driver with ``ctx`` (InvalidChannelError when not valid)."""
+    check_keys(uri)
+    term_length = _size(uri, "term-length")
+    term_length_given = term_length is not None
+    if term_length is None:
+        term_length = ctx.ipc_term_length if uri.is_ipc else ctx.network_term_length
+    mtu = _size(uri, "mtu")
+    mtu_given = mtu is not None
+    if mtu is None:
+        mtu = ctx.mtu
+    try:
+        d.check_term_length(term_length)
+        d.check_mtu(mtu, term_length)
+    except ValueError as exc:
+        raise InvalidChannelError(f"channel {uri}: {exc} (term length {term_length})") from None
+    window = _size(uri, "pub-wnd")
+    if window is not None:
+        if not mtu <= window <= term_length // 2:
+            raise InvalidChannelError(
+                f"channel {uri}: pub-wnd={window} must be at least the mtu ({mtu}) and at most half the term "
+                f"length ({term_length // 2})")
+    elif uri.is_ipc:
+        window = ctx.ipc_window(term_length)
+    else:
+        window = ctx.network_window(term_length)
+    linger = parse_timeout_ns(uri, "linger", ctx.publication_linger_timeout_ns)
+    session_id = parse_int32(uri, "session-id")
+    initial_position = _initial_position(uri, term_length)
+    sndbuf, rcvbuf = _socket_buffers(uri)
+    if sndbuf is not None and sndbuf < mtu:
+        raise InvalidChannelError(f"channel {uri}: so-sndbuf={sndbuf} is less than the mtu ({mtu})")
+    return PublicationParams(
+        term_length=term_length,
+        mtu=mtu,
+        window_length=window,
+        linger_timeout_ns=linger,
+        sparse=parse_bool(uri, "sparse", not ctx.pre_touch),
+        signal_eos=parse_bool(uri, "eos", True),
+        session_id=session_id,
+        initial_position=initial_position,
+        untethered_window_limit_timeout_ns=parse_timeout_ns(
+            uri, "untethered-window-limit-timeout", DEFAULT_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS),
+        untethered_resting_timeout_ns=parse_timeout_ns(
+            uri, "untethered-resting-timeout", DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS),
+        socket_sndbuf=sndbuf,
+        socket_rcvbuf=rcvbuf,
+        flow_control=uri.flow_control() if uri.is_udp else None,
+        term_length_given=term_length_given,
+        mtu_given=mtu_given,
+    )
+
+
+def _initial_position(uri: ChannelUri, term_length: int) -> InitialPosition | None:
+    keys = ("init-term-id", "term-id", "term-offset")
+    given = [k for k in keys if k in uri.params]
+    if not given:
+        return None
+    if len(given) < len(keys):
+        raise InvalidChannelError(f"channel {uri}: init-term-id, term-id and term-offset must be used as a "
+                                  f"complete set")
+    initial_term_id = parse_int32(uri, "init-term-id")
+    term_id = parse_int32(uri, "term-id")
+    term_offset = parse_int32(uri, "term-offset")
+    assert initial_term_id is not None and term_id is not None and term_offset is not None
+    if ((term_id - initial_term_id + 2**31) & 0xFFFFFFFF) - 2**31 < 0:
+        raise InvalidChannelError(f"channel {uri}: term-id={term_id} is before init-term-id={initial_term_id}")
+    if not 0 <= term_offset <= term_length:
+        raise InvalidChannelError(f"channel {uri}: term-offset={term_offset} must be in [0, term-length "
+                                  f"{term_length}]")
+    if term_offset % FRAME_ALIGNMENT:
+        raise InvalidChannelError(f"channel {uri}: term-offset={term_offset} must be a multiple of "
+                                  f"{FRAME_ALIGNMENT}")
+    return InitialPosition(initial_term_id, term_id, term_offset)
+
+
+def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionParams:
+    """The subscription parameters of ``uri`` on a driver with ``ctx`` (InvalidChannelError when not valid)."""
+    check_keys(uri)
+    window = _size(uri, "rcv-wnd")
+    if window is not None and not 0 < window <= _INT32_MAX:
+        raise InvalidChannelError(f"channel {uri}: rcv-wnd={window} must be positive")
+    sndbuf, rcvbuf = _socket_buffers(uri)
+    return SubscriptionParams(
+        session_id=parse_int32(uri, "session-id"),
+        tether=parse_bool(uri, "tether", True),
+        receiver_window=window,
+        socket_sndbuf=sndbuf,
+        socket_rcvbuf=rcvbuf,
+        sparse=parse_bool(uri, "sparse", not ctx.pre_touch),
+        resume_positions=parse_resume_positions(uri),
+    )
+
+
+def confirm_match(params: PublicationParams, term_length: int, mtu: int, session_id: int, where: str) -> str | None:
+    """Why a shared publication (``term_length``, ``mtu``, ``session_id``) cannot take a publisher asking for
+    ``params`` - what aeronmd says, with the first setting that differs - or None when it can."""
+    for name, given, asked, existing in (("mtu", params.mtu_given, params.mtu, mtu),
+                                         ("term-length", params.term_length_given, params.term_length, term_length),
+                                         ("session-id", params.session_id is not None, params.session_id, session_id)):
+        if given and asked != existing:
+            return f"existing publication has different '{name}': existing={existing} requested={asked} {where}"
+    return None
+
+
+def parse_resume_positions(uri: ChannelUri) -> dict[int, int]:
+    """logbuf's ``resume-position=<sessionId>:<position>[,...]``: join those sessions where the subscriber
+    read up to before (a restarted durable consumer) instead of their live end."""
+    text = uri.params.get("resume-position")
+    if text is None:
+        return {}
+    resume: dict[int, int] = {}
+    for item in text.split(","):
+        session, sep, position = item.partition(":")
+        try:
+            session_id, pos = int(session), int(position)
+        except ValueError:
+            raise InvalidChannelError(
+                f"channel {uri}: resume-position={text!r}: expected sessionId:position[,...]") from None
+        if not sep or pos < 0 or pos % FRAME_ALIGNMENT:
+            raise InvalidChannelError(f"channel {uri}: resume-position: bad position in {item!r}")
+        resume[session_id] = pos
+    return resume

@@ -1,0 +1,82 @@
+"""logbuf's native sender against the real Aeron C media driver as the receiving peer: Aeron's own C samples
+publish through a logbuf driver over UDP to an ``aeronmd`` that drops 5 % of the DATA it receives (Aeron's
+loss interceptor), so Aeron's receiver NAKs and logbuf's sender agent retransmits; Aeron's subscriber must
+count every message.  Skipped, with the reason, where the Aeron binaries are not available (``$AERON_BIN``,
+else ``../shared/aeron-bin`` beside the repository)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import logbuf
+from logbuf.cnc.counters import SystemCounter
+from support import stop_process, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(120)
+
+
+def aeron_bin() -> Path:
+    named = os.environ.get("AERON_BIN")
+    for candidate in ([Path(named)] if named else []) + [REPO / ".." / "shared" / "aeron-bin",
+                                                           Path("/work/shared/aeron-bin")]:
+        if (candidate / "bin" / "aeronmd").is_file():
+            return candidate.resolve()
+    pytest.skip("Aeron C binaries not found ($AERON_BIN, or ../shared/aeron-bin beside the repository)")
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def totals(path: Path) -> int:
+    found = re.findall(r"totals (\d+) messages", path.read_text(errors="replace"))
+    return int(found[-1]) if found else -1
+
+
+@pytest.mark.parametrize(("count", "length"), [(50_000, 32), (3_000, 3_000)])
+def test_aeron_receives_everything_from_logbuf_s_native_sender_through_loss(tmp_path: Path, count: int,
+                                                                           length: int) -> None:
+    bin_dir = aeron_bin() / "bin"
+    if shutil.which("stdbuf") is None:
+        pytest.skip("stdbuf (coreutils) is needed to read Aeron's subscriber as it runs")
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    env = dict(os.environ, AERON_DIR=str(tmp_path / "aeron"), AERON_DIR_DELETE_ON_START="1",
+               AERON_DIR_DELETE_ON_SHUTDOWN="1", AERON_UDP_CHANNEL_INCOMING_INTERCEPTORS="loss",
+               AERON_UDP_CHANNEL_TRANSPORT_BINDINGS_LOSS_ARGS="rate=0.05|seed=7|recv-msg-mask=0x2")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        procs.append(proc)
+        return proc
+
+    with logbuf.MediaDriver.launch(tmp_path / "logbuf", idle_strategy="backoff:200000"):
+        try:
+            start([str(bin_dir / "aeronmd")], tmp_path / "aeronmd.log")
+            wait_until(lambda: (tmp_path / "aeron" / "cnc.dat").is_file(), timeout=15, what="aeronmd's cnc.dat")
+            sub_log = tmp_path / "subscriber.log"
+            # line-buffered: its running totals reach the file as it prints them
+            start(["stdbuf", "-oL", str(bin_dir / "rate_subscriber"), "-p", str(tmp_path / "aeron"), "-c", channel, "-s", "1001"],
+                  sub_log)
+            publisher = start([str(bin_dir / "streaming_publisher"), "-p", str(tmp_path / "logbuf"), "-c", channel,
+                               "-s", "1001", "-m", str(count), "-L", str(length)], tmp_path / "publisher.log")
+            wait_until(lambda: publisher.poll() is not None, timeout=60, what="Aeron's publisher to finish")
+            wait_until(lambda: totals(sub_log) == count, timeout=30,
+                       what=f"Aeron's subscriber to count {count} messages")
+            with logbuf.connect(tmp_path / "logbuf") as client:  # the loss was real: Aeron NAKed, logbuf resent
+                assert client.counters.counter_value(SystemCounter.NAK_MESSAGES_RECEIVED) > 0
+                assert client.counters.counter_value(SystemCounter.RETRANSMITS_SENT) > 0
+        finally:
+            for proc in reversed(procs):
+                stop_process(proc, grace=0.0)

@@ -1,0 +1,398 @@
+"""Differential tests: the same channel settings and commands through logbuf's driver and Aeron's aeronmd,
+observed with logbuf's Python client (sessions, initial positions, windows, who receives what, images going
+and coming back, error codes) and Aeron's C samples; the observations must be equal.
+
+Each scenario returns what it observed on one driver; the test runs it on both and compares.  Skipped with
+the reason when aeronmd is not there (see ``aeron_driver``).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aeron_driver import require_aeron_bin, running
+
+import logbuf
+from logbuf.cnc.cnc_file import CncFile
+from logbuf.cnc.messages import (
+    ControlCommand,
+    ControlResponse,
+    CorrelatedMessage,
+    DestinationByIdMessage,
+    DestinationMessage,
+    PublicationMessage,
+    RejectImageMessage,
+    StaticCounterMessage,
+    SubscriptionMessage,
+    decode_response,
+)
+from logbuf.logbuffer import descriptor as d
+from support import stop_process, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+STREAM = 10
+Observation = dict[str, Any]
+
+
+def free_udp_port() -> int:
+    """A port nothing on 127.0.0.1 is bound to right now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _poll(sub: logbuf.Subscription, into: list[bytes]) -> int:
+    return sub.poll(lambda buffer, header: into.append(bytes(buffer)), 100)
+
+
+def _offer(pub: logbuf.Publication, count: int, prefix: bytes = b"m") -> list[bytes]:
+    sent = [prefix + b"%d" % i for i in range(count)]
+    for message in sent:
+        wait_until(lambda message=message: pub.offer(message) > 0, what="offer")
+    return sent
+
+
+def _code(add: Callable[[], object]) -> int | str:
+    """The error code a registration is refused with, or "ok"."""
+    try:
+        add()
+    except logbuf.RegistrationError as exc:
+        return exc.code
+    return "ok"
+
+
+def _refused(add: Callable[[], object]) -> str:
+    """"refused" or "ok": a bad channel value is refused by both, with INVALID_CHANNEL here and aeronmd's
+    GENERIC_ERROR (errno EINVAL) there (see docs/interop.md)."""
+    return "ok" if _code(add) == "ok" else "refused"
+
+
+# -- scenarios (each: directory of a running driver -> observation) ------------------------------------------
+
+
+def session_specific_subscriptions(directory: Path, base: str) -> Observation:
+    with logbuf.connect(directory) as client:
+        other = client.add_subscription(base + "session-id=779", STREAM)
+        mine = client.add_subscription(base + "session-id=778", STREAM)
+        pub = client.add_publication(base + "session-id=778", STREAM)
+        wait_until(lambda: pub.is_connected and mine.images, what="the session 778 image")
+        sent = _offer(pub, 10)
+        got: list[bytes] = []
+        wait_until(lambda: _poll(mine, got) >= 0 and len(got) == len(sent), what="session 778's messages")
+        got_other: list[bytes] = []
+        _poll(other, got_other)
+        return {"session": pub.session_id, "mine": got == sent, "image sessions": [i.session_id for i in mine.images],
+                "other images": len(other.images), "other got": got_other}
+
+
+def session_ipc(directory: Path) -> Observation:
+    return session_specific_subscriptions(directory, "aeron:ipc?")
+
+
+def session_udp(directory: Path) -> Observation:
+    return session_specific_subscriptions(directory, f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|")
+
+
+def session_clashes(directory: Path) -> Observation:
+    with logbuf.connect(directory) as client:
+        shared = client.add_publication("aeron:ipc?session-id=778", STREAM)
+        return {
+            "shared": shared.session_id,
+            "shared again": client.add_publication("aeron:ipc?session-id=778", STREAM).session_id,
+            "shared, another session": _code(lambda: client.add_publication("aeron:ipc?session-id=779", STREAM)),
+            "exclusive, same session": _code(
+                lambda: client.add_exclusive_publication("aeron:ipc?session-id=778", STREAM)),
+            "shared, another term length": _code(
+                lambda: client.add_publication("aeron:ipc?term-length=128k", STREAM)),
+            "shared, another mtu": _code(lambda: client.add_publication("aeron:ipc?mtu=4096", STREAM)),
+            "exclusive, another stream": client.add_exclusive_publication(
+                "aeron:ipc?session-id=778", STREAM + 1).session_id,
+        }
+
+
+def exclusive_initial_position(directory: Path) -> Observation:
+    with logbuf.connect(directory) as client:
+        pub = client.add_exclusive_publication("aeron:ipc?init-term-id=5|term-id=7|term-offset=1024", STREAM)
+        images: list[logbuf.Image] = []
+        sub = client.add_subscription("aeron:ipc", STREAM, on_available_image=images.append)
+        wait_until(lambda: pub.is_connected and images, what="image")
+        _offer(pub, 1)
+        got: list[bytes] = []
+        wait_until(lambda: _poll(sub, got) or got, what="message")
+        return {"initial term id": pub.initial_term_id, "start": images[0].join_position, "got": got,
+                "position": pub.position, "half-set": _refused(
+                    lambda: client.add_exclusive_publication("aeron:ipc?init-term-id=5|term-id=7", STREAM))}
+
+
+def publication_window(directory: Path) -> Observation:
+    with logbuf.connect(directory) as client:
+        limits = {}
+        for stream, window in enumerate(("16k", "32k"), start=STREAM):
+            sub = client.add_subscription("aeron:ipc", stream)
+            pub = client.add_publication(f"aeron:ipc?pub-wnd={window}", stream)
+            wait_until(lambda pub=pub, sub=sub: pub.is_connected and sub.images, what="connected")
+            wait_until(lambda pub=pub: pub.position_limit_value > 0, what="a publication limit")
+            time.sleep(0.2)  # let more conductor cycles pass: the limit must be stable, not just set once
+            limits[window] = pub.position_limit_value
+        for window in ("1k", "48k"):  # below the MTU, above half the term
+            limits[window] = _refused(
+                lambda window=window: client.add_publication(f"aeron:ipc?pub-wnd={window}", STREAM + 9))
+        return limits
+
+
+def term_length_and_mtu(directory: Path) -> Observation:
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication("aeron:ipc?term-length=128k|mtu=4096", STREAM)
+        return {"term length": pub.term_length, "max payload": pub.max_payload_length,
+                "term-length=3k": _refused(lambda: client.add_publication("aeron:ipc?term-length=3k", STREAM + 2)),
+                "mtu=100": _refused(lambda: client.add_publication("aeron:ipc?mtu=100", STREAM + 3)),
+                "session-id=abc": _refused(lambda: client.add_publication("aeron:ipc?session-id=abc", STREAM + 4)),
+                "tether=maybe": _refused(lambda: client.add_subscription("aeron:ipc?tether=maybe", STREAM + 5)),
+                "unknown host": _code(lambda: client.add_publication("aeron:udp?endpoint=nohost.invalid:40555",
+                                                                     STREAM + 6))}
+
+
+def untethered_subscriber(directory: Path) -> Observation:
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication(
+            "aeron:ipc?untethered-window-limit-timeout=200ms|untethered-resting-timeout=300ms", STREAM)
+        tethered = client.add_subscription("aeron:ipc", STREAM)
+        events: list[tuple[str, int]] = []
+        client.add_subscription("aeron:ipc?tether=false", STREAM,
+                                on_available_image=lambda i: events.append(("available", i.join_position)),
+                                on_unavailable_image=lambda i: events.append(("unavailable", 0)))
+        wait_until(lambda: pub.is_connected and tethered.images and events, what="both images")
+        got: list[bytes] = []
+
+        def step() -> bool:
+            pub.offer(bytes(500))
+            _poll(tethered, got)
+            return len(events) >= 3
+
+        wait_until(step, timeout=30, what="the untethered subscriber going and coming back")
+        window = 32 * 1024
+        return {"events": [kind for kind, _ in events[:3]],
+                "rejoined more than a window on": events[2][1] > events[0][1] + window}
+
+
+def interface_forms(directory: Path) -> Observation:
+    """Data over UDP channels whose interface is a subnet, an IPv4 address with a port, and with cc, alias,
+    reliable, rejoin and tether at the values both drivers honour."""
+    observed: dict[str, Any] = {}
+    with logbuf.connect(directory) as client:
+        for stream, extra in enumerate(("interface=127.0.0.0/8", "interface=127.0.0.1:0|cc=static|alias=x",
+                                        "reliable=true|rejoin=true|tether=true|eos=true"), start=STREAM):
+            channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|{extra}"
+            sub = client.add_subscription(channel, stream)
+            pub = client.add_publication(channel, stream)
+            wait_until(lambda pub=pub, sub=sub: pub.is_connected and sub.images, what="connection")
+            sent = _offer(pub, 3)
+            got: list[bytes] = []
+            wait_until(lambda sub=sub, got=got: _poll(sub, got) >= 0 and len(got) == 3, what="messages")
+            observed[extra] = got == sent
+    return observed
+
+
+def _metadata(pub: logbuf.Publication) -> Observation:
+    """The fields of a publication's log metadata that channel settings decide, as the driver wrote them."""
+    meta = pub.log.meta
+    fields = {
+        "term length": meta.get_i32(d.LOG_TERM_LENGTH_OFFSET),
+        "mtu": meta.get_i32(d.LOG_MTU_LENGTH_OFFSET),
+        "window": meta.get_i32(d.LOG_PUBLICATION_WINDOW_LENGTH_OFFSET),
+        "so-sndbuf": meta.get_i32(d.LOG_SOCKET_SNDBUF_LENGTH_OFFSET),
+        "so-rcvbuf": meta.get_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET),
+        "linger": meta.get_i64(d.LOG_LINGER_TIMEOUT_NS_OFFSET),
+        "untethered window limit": meta.get_i64(d.LOG_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS_OFFSET),
+        "untethered resting": meta.get_i64(d.LOG_UNTETHERED_RESTING_TIMEOUT_NS_OFFSET),
+    }
+    for name, offset in (("sparse", d.LOG_SPARSE_OFFSET), ("signal eos", d.LOG_SIGNAL_EOS_OFFSET),
+                         ("tether", d.LOG_TETHER_OFFSET), ("rejoin", d.LOG_REJOIN_OFFSET),
+                         ("reliable", d.LOG_RELIABLE_OFFSET)):
+        fields[name] = bytes(meta.get_bytes(offset, 1))[0]
+    return fields
+
+
+def publication_metadata(directory: Path) -> Observation:
+    port = free_udp_port()
+    channels = {
+        "ipc, every setting": "aeron:ipc?linger=250ms|sparse=false|eos=false|untethered-window-limit-timeout=700ms|"
+                              "untethered-resting-timeout=900ms|pub-wnd=16k|term-length=128k|mtu=4096",
+        "ipc, sparse": "aeron:ipc?sparse=true|linger=0",
+        # logbuf's logs are sparse unless asked otherwise (aeronmd's are not): the defaults say so explicitly
+        "udp, default sockets": f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|sparse=true",
+        "udp, sockets": f"aeron:udp?endpoint=127.0.0.1:{port}|so-sndbuf=128k|so-rcvbuf=256k|pub-wnd=8k|linger=3s|"
+                        "sparse=false",
+    }
+    with logbuf.connect(directory) as client:
+        return {name: _metadata(client.add_exclusive_publication(channel, STREAM))
+                for name, channel in channels.items()}
+
+
+def image_metadata(directory: Path) -> Observation:
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    with logbuf.connect(directory) as client:
+        images: list[logbuf.Image] = []
+        client.add_subscription(channel + "|rcv-wnd=32k|so-rcvbuf=256k|sparse=true", STREAM,
+                                on_available_image=images.append)
+        pub = client.add_publication(channel, STREAM)
+        wait_until(lambda: pub.is_connected and images, what="the image")
+        meta = images[0].log.meta
+        fields = {"receiver window": meta.get_i32(d.LOG_RECEIVER_WINDOW_LENGTH_OFFSET),
+                  "so-rcvbuf": meta.get_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET),
+                  "so-sndbuf": meta.get_i32(d.LOG_SOCKET_SNDBUF_LENGTH_OFFSET)}
+        for name, offset in (("sparse", d.LOG_SPARSE_OFFSET), ("tether", d.LOG_TETHER_OFFSET),
+                             ("rejoin", d.LOG_REJOIN_OFFSET), ("reliable", d.LOG_RELIABLE_OFFSET),
+                             ("group", d.LOG_GROUP_OFFSET)):
+            fields[name] = bytes(meta.get_bytes(offset, 1))[0]
+        return fields
+
+
+def _command_answers(directory: Path, commands: list[tuple[int, bytes, int]]) -> list[Any]:
+    """Raw commands ``(type, body, correlation id)``: each one's answer (response name and, for errors, the
+    code) or "none" when no answer came within a second."""
+    answers: list[Any] = []
+    with CncFile.open(directory / "cnc.dat") as cnc:
+        receiver = cnc.copy_broadcast_receiver()
+        seen: list[tuple[int, Any]] = []
+
+        def collect() -> None:
+            while receiver.receive(lambda t, b: seen.append((t, decode_response(t, b)))):
+                pass
+
+        for msg_type, body, correlation_id in commands:
+            assert cnc.to_driver.write(msg_type, body)
+
+            def answer(correlation_id: int = correlation_id) -> Any:
+                collect()
+                for response, message in seen:
+                    if response == ControlResponse.ON_ERROR and message.offending_correlation_id == correlation_id:
+                        return ("ON_ERROR", message.error_code)
+                    if getattr(message, "correlation_id", None) == correlation_id:
+                        return (ControlResponse(response).name, getattr(message, "counter_id", None))
+                return None
+
+            try:
+                answers.append(wait_until(answer, timeout=1.0, what="an answer"))
+            except Exception:
+                answers.append("none")
+    return answers
+
+
+def aeron_commands(directory: Path) -> Observation:
+    with CncFile.open(directory / "cnc.dat") as cnc:
+        ids = [cnc.to_driver.next_correlation_id() for _ in range(16)]
+    client_id = ids[0]
+    port = free_udp_port()
+    udp = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    dest = "aeron:udp?endpoint=127.0.0.1:4000"
+    setup = [
+        (ControlCommand.CLIENT_KEEPALIVE, CorrelatedMessage(client_id, 0).encode(), -99),
+        (ControlCommand.ADD_PUBLICATION, PublicationMessage(client_id, ids[1], STREAM, "aeron:ipc").encode(), ids[1]),
+        (ControlCommand.ADD_PUBLICATION, PublicationMessage(client_id, ids[2], STREAM, udp).encode(), ids[2]),
+        (ControlCommand.ADD_SUBSCRIPTION, SubscriptionMessage(client_id, ids[3], -1, STREAM, udp).encode(), ids[3]),
+    ]
+    _command_answers(directory, setup)
+    answers = _command_answers(directory, [
+        (ControlCommand.ADD_DESTINATION, DestinationMessage(client_id, ids[4], ids[1], dest).encode(), ids[4]),
+        (ControlCommand.ADD_DESTINATION, DestinationMessage(client_id, ids[5], ids[2], dest).encode(), ids[5]),
+        (ControlCommand.REMOVE_DESTINATION, DestinationMessage(client_id, ids[6], 999_999, dest).encode(), ids[6]),
+        (ControlCommand.ADD_RCV_DESTINATION, DestinationMessage(client_id, ids[7], ids[3], dest).encode(), ids[7]),
+        (ControlCommand.ADD_RCV_DESTINATION, DestinationMessage(client_id, ids[8], 999_999, dest).encode(), ids[8]),
+        (ControlCommand.REMOVE_RCV_DESTINATION, DestinationMessage(client_id, ids[9], 999_999, dest).encode(),
+         ids[9]),
+        (ControlCommand.REJECT_IMAGE, RejectImageMessage(client_id, ids[10], 999_999, 0, "bad!").encode(), ids[10]),
+        (ControlCommand.REMOVE_DESTINATION_BY_ID, DestinationByIdMessage(client_id, ids[11], ids[2], 5).encode(),
+         ids[11]),
+        (ControlCommand.ADD_STATIC_COUNTER,
+         StaticCounterMessage(client_id, ids[12], 42, 1001, b"k", "static").encode(), ids[12]),
+        (ControlCommand.ADD_STATIC_COUNTER,
+         StaticCounterMessage(client_id, ids[13], 42, 1001, b"k", "again").encode(), ids[13]),
+        (ControlCommand.ADD_STATIC_COUNTER,
+         StaticCounterMessage(client_id, ids[14], 43, 1001, b"k", "other").encode(), ids[14]),
+    ])
+    statics = [answer[1] for answer in answers[-3:]]
+    with CncFile.open(directory / "cnc.dat") as cnc:
+        info = next(i for i in cnc.counters_reader() if i.counter_id == statics[0])
+    static = {"type": info.type_id, "registration id": info.registration_id, "label": info.label,
+              "key": info.key[:1], "owner": "client" if info.owner_id == client_id else info.owner_id}
+    return {"static counter": static,"answers": [a if a == "none" or a[0] != "ON_STATIC_COUNTER" else "ON_STATIC_COUNTER"
+                        for a in answers],
+            "same static counter": statics[0] == statics[1], "another static counter": statics[2] != statics[0]}
+
+
+def c_samples_session(directory: Path) -> Observation:
+    """Aeron's basic_publisher on session 778 (UDP); basic_subscribers on 778 and 779: who prints messages."""
+    binaries = require_aeron_bin()
+    base = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    logs = {session: directory.parent / f"basic_subscriber_{session}.txt" for session in (778, 779)}
+    subscribers = {}
+    for session, log in logs.items():
+        with open(log, "w") as out:
+            subscribers[session] = subprocess.Popen(
+                [str(binaries / "bin" / "basic_subscriber"), "-p", str(directory), "-c", f"{base}|session-id={session}",
+                 "-s", str(STREAM)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(1.0)  # the subscribers register before the publisher's messages
+        subprocess.run([str(binaries / "bin" / "basic_publisher"), "-p", str(directory), "-c",
+                        f"{base}|session-id=778", "-s", str(STREAM), "-m", "5", "-l", "1"], capture_output=True,
+                       timeout=60)
+        time.sleep(0.5)
+    finally:
+        for proc in subscribers.values():
+            stop_process(proc, signal.SIGINT)
+    # the first of the publisher's messages may go before it is connected: who received any is what counts
+    return {session: any("from session 778" in line for line in log.read_text().splitlines())
+            for session, log in logs.items()}
+
+
+SCENARIOS: dict[str, Callable[[Path], Observation]] = {
+    "session-id, IPC": session_ipc,
+    "session-id, UDP": session_udp,
+    "session-id clashes": session_clashes,
+    "exclusive init-term-id|term-id|term-offset": exclusive_initial_position,
+    "pub-wnd": publication_window,
+    "term-length and mtu": term_length_and_mtu,
+    "tether=false with untethered timeouts": untethered_subscriber,
+    "Aeron's commands": aeron_commands,
+    "publication log metadata": publication_metadata,
+    "interface forms, cc, alias and defaults said aloud": interface_forms,
+    "image log metadata": image_metadata,
+    "C samples, session-id": c_samples_session,
+}
+
+
+# what each scenario must show on aeronmd (so that equal observations are not equal for a vacuous reason)
+GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
+    "session-id, IPC": lambda o: o["session"] == 778 and o["mine"] and o["other got"] == [],
+    "session-id, UDP": lambda o: o["session"] == 778 and o["mine"] and o["other got"] == [],
+    "session-id clashes": lambda o: o["shared"] == 778 and o["exclusive, another stream"] == 778,
+    "exclusive init-term-id|term-id|term-offset": lambda o: o["start"] == 2 * 64 * 1024 + 1024,
+    "pub-wnd": lambda o: o["16k"] == 16 * 1024,
+    "term-length and mtu": lambda o: o["term length"] == 128 * 1024,
+    "tether=false with untethered timeouts": lambda o: o["events"] == ["available", "unavailable", "available"],
+    "Aeron's commands": lambda o: o["same static counter"] and o["another static counter"],
+    "publication log metadata": lambda o: o["ipc, every setting"]["linger"] == 250_000_000,
+    "interface forms, cc, alias and defaults said aloud": lambda o: all(o.values()),
+    "image log metadata": lambda o: o["receiver window"] == 32 * 1024,
+    "C samples, session-id": lambda o: o == {778: True, 779: False},
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_logbuf_observes_what_aeronmd_does(tmp_path: Path, name: str) -> None:
+    require_aeron_bin()
+    scenario = SCENARIOS[name]
+    observed: dict[str, Observation] = {}
+    for kind in ("aeronmd", "logbuf"):
+        with running(kind, tmp_path / kind) as directory:
+            observed[kind] = scenario(directory)
+    assert GROUND_TRUTH[name](observed["aeronmd"]), observed
+    assert observed["logbuf"] == observed["aeronmd"], observed
