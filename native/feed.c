@@ -1800,6 +1800,8 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
         } else if (got < 0) {
             return round_fail(r, LBF_FAIL_RECEIVE, got, LBF_FEED_RETRANSMIT);
         }
+        if (got == want && want > 0)
+            drained = 0; /* answers still waiting: time must not run ahead of them (no give-up they refute) */
         n += got;
     }
     r->answers_waiting = 0;

@@ -276,7 +276,7 @@ typedef struct lbf_round {
     int64_t rounds;                 /* rounds that received something */
     /* per round */
     int32_t answers_waiting;        /* ppoll saw the answers socket readable: read it next round */
-    int32_t drained;                /* the last round read every live feed socket to the end */
+    int32_t drained;                /* the last round read every socket (the answers' included) to the end */
     int32_t received;               /* datagrams the last round received */
     int64_t event_next, event_end;  /* LBF_ROUND_EVENTS: the engine events Python handles */
     int64_t pace_ns;                /* LBF_ROUND_PACE: the time the pacing runs at */
