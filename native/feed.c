@@ -208,6 +208,7 @@ int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count)
  */
 
 #define ENG_MAX_HELD LBF_FEEDS /* one unconfirmed jump per feed */
+#define ENG_MAX_REQUESTED 4096 /* requested ranges remembered for accepting answers (spec.py MAX_REQUESTED_RANGES) */
 
 typedef struct q_entry {
     uint64_t first;
@@ -257,6 +258,11 @@ typedef struct eng_impl {
     int32_t progress;
     int32_t recovery_dirty;
     int32_t shedding; /* the queue is full and packets past it are being shed (recovery on) */
+    uint64_t *req_first, *req_last; /* re-requested inclusive ranges, oldest first */
+    int64_t req_n, req_cap;
+    int32_t has_jump;    /* a confirmed jump to jump_at is provisional until the stream reaches it */
+    uint64_t jump_at;
+    uint64_t jump_floor; /* first sequence past everything known before that jump */
     int64_t events_cap, out_cap, bytes_cap;
     int32_t oom;
 } eng_impl_t;
@@ -291,6 +297,7 @@ static lbf_event_t *emit(lbf_eng_t *e, int32_t kind, int32_t reason, uint64_t a,
     ev->reason = reason;
     ev->a = a;
     ev->b = b;
+    ev->next = e->has_expected ? e->expected : 0;
     memcpy(ev->session, e->session, sizeof ev->session);
     return ev;
 }
@@ -477,6 +484,24 @@ static void q_clear(eng_impl_t *im)
     im->heap_n = 0;
 }
 
+static void q_sift_down(eng_impl_t *im, int64_t i)
+{
+    int64_t n = im->heap_n;
+    q_entry_t x = im->heap[i];
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && q_less(&im->heap[c + 1], &im->heap[c]))
+            c++;
+        if (!q_less(&im->heap[c], &x))
+            break;
+        im->heap[i] = im->heap[c];
+        i = c;
+    }
+    im->heap[i] = x;
+}
+
 /* ---- state helpers (names follow spec.py) ---- */
 
 static int64_t *fstats(lbf_eng_t *e, int32_t feed) { return e->feed_stats + (int64_t)feed * LBF_FS_COUNT; }
@@ -599,6 +624,7 @@ static void eng_drain(lbf_eng_t *e)
     eng_impl_t *im = IMPL(e);
     while (im->heap_n && im->heap[0].first <= e->expected && !im->oom) {
         q_entry_t q = q_pop(im);
+        e->queued_bytes -= q.length;
         eng_walk(e, q.feed, q.data, q.length, q.first, q.count, q.arrival_ns, -1, 0);
         free(q.data);
     }
@@ -668,7 +694,9 @@ static void unrecoverable(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t r
     /* saturates: a confirmed jump may name nearly 2^64 sequences, the counter is an int64 */
     uint64_t lost = last - first + 1, have = (uint64_t)e->counters[LBF_C_MESSAGES_UNRECOVERABLE];
     e->counters[LBF_C_MESSAGES_UNRECOVERABLE] = lost > (uint64_t)INT64_MAX - have ? INT64_MAX : (int64_t)(have + lost);
-    emit(e, LBF_EV_GAP_UNRECOVERABLE, reason, first, last);
+    lbf_event_t *ev = emit(e, LBF_EV_GAP_UNRECOVERABLE, reason, first, last);
+    if (ev)
+        ev->next = last + 1; /* the stream goes on after the range */
 }
 
 static void close_gaps(lbf_eng_t *e)
@@ -736,6 +764,7 @@ static void declare(lbf_eng_t *e, int32_t reason, int64_t now_ns)
         unrecoverable(e, first, head - 1, LBF_REASON_RECOVERY_OFF);
         while (im->heap_n && im->heap[0].first < head) { /* older queued packets are dropped */
             q_entry_t q = q_pop(im);
+            e->queued_bytes -= q.length;
             free(q.data);
             e->counters[LBF_C_DROPPED_PACKETS] += 1;
         }
@@ -835,6 +864,9 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
     }
     q_clear(im);
     e->queued_packets = 0;
+    e->queued_bytes = 0;
+    im->req_n = 0;
+    im->has_jump = 0;
     free_held(im);
     im->cov_n = 0;
     im->gap_head = im->gap_n = 0;
@@ -864,7 +896,9 @@ static int accept_session(lbf_eng_t *e, const uint8_t *session, int64_t arrival_
         e->has_session = 1;
         memcpy(e->session, session, MOLD_SESSION_LENGTH);
         e->counters[LBF_C_SESSION_CHANGES] += 1;
-        if (e->config.start_sequence)
+        if (e->config.has_resume && memcmp(session, e->config.resume_session, MOLD_SESSION_LENGTH) == 0)
+            join(e, e->config.resume_sequence);
+        else if (e->config.start_sequence)
             join(e, e->config.start_sequence);
         return 1;
     }
@@ -902,8 +936,8 @@ static void enqueue(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length
     if (cov_covers(im, first, last)) {
         fstats(e, feed)[LBF_FS_DUPLICATES] += count;
     } else {
-        int64_t capacity = e->config.max_queue_packets;
-        if (im->heap_n >= capacity) {
+        int64_t capacity = e->config.max_queue_packets, max_bytes = e->config.max_queue_bytes;
+        if (im->heap_n >= capacity || e->queued_bytes + length > max_bytes) {
             if (e->config.recovery) {
                 /* shed, never abandon: the packet is not queued, its range stays a hole that recovery fetches
                  * again; only the server's refusal or give-up loses messages */
@@ -919,7 +953,7 @@ static void enqueue(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length
             /* recovery off: nothing can be fetched again; the oldest holes are given up */
             e->counters[LBF_C_QUEUE_OVERFLOWS] += 1;
             emit(e, LBF_EV_QUEUE_OVERFLOW, 0, (uint64_t)im->heap_n, (uint64_t)capacity);
-            while (im->heap_n > capacity / 2 && has_hole(e) && !im->oom)
+            while ((im->heap_n > capacity / 2 || e->queued_bytes > max_bytes / 2) && has_hole(e) && !im->oom)
                 eng_abandon(e, 1, LBF_REASON_QUEUE_OVERFLOW, arrival_ns);
             if (first <= e->expected) { /* giving up moved the stream up to (or past) this packet */
                 eng_walk(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
@@ -935,7 +969,13 @@ static void enqueue(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length
         }
         memcpy(copy, p, (size_t)length);
         q_entry_t q = {first, im->order++, count, feed, arrival_ns, copy, length};
-        if (!q_push(im, q) || !cov_add(im, first, last)) {
+        if (!q_push(im, q)) {
+            free(copy);
+            im->oom = 1;
+            return;
+        }
+        e->queued_bytes += length;
+        if (!cov_add(im, first, last)) {
             im->oom = 1;
             return;
         }
@@ -994,8 +1034,10 @@ static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_
     int32_t nc = 0, kept = 0;
     for (int32_t i = 0; i < im->held_n; i++) {
         held_t *h = &im->held[i];
+        /* confirmed by the other feed's copy, or by the same feed continuing after it */
         uint64_t d = h->position > position ? h->position - position : position - h->position;
-        if (d <= bound)
+        int ok = h->feed == feed ? (h->position <= position && d <= bound) : d <= bound;
+        if (ok)
             confirmed[nc++] = *h;
         else
             im->held[kept++] = *h;
@@ -1022,6 +1064,13 @@ static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_
         return 1;
     }
     e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
+    /* acted upon, but provisional: live traffic continuing below it before the stream reaches it undoes it */
+    im->has_jump = 1;
+    im->jump_floor = base;
+    im->jump_at = position;
+    for (int32_t i = 0; i < nc; i++)
+        if (confirmed[i].position < im->jump_at)
+            im->jump_at = confirmed[i].position;
     for (int32_t i = 1; i < nc; i++) { /* stable insertion sort by position */
         held_t h = confirmed[i];
         int32_t j = i - 1;
@@ -1038,6 +1087,135 @@ static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_
     }
     intake(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
     return 1;
+}
+
+void lbf_eng_requested(lbf_eng_t *e, uint64_t first, uint32_t count)
+{
+    eng_impl_t *im = IMPL(e);
+    if (count == 0)
+        return;
+    for (int64_t i = 0; i < im->req_n; i++) /* a retry: already there */
+        if (im->req_first[i] == first && im->req_last[i] == first + count - 1)
+            return;
+    if (im->req_n >= ENG_MAX_REQUESTED) {
+        memmove(im->req_first, im->req_first + 1, (size_t)(im->req_n - 1) * sizeof(uint64_t));
+        memmove(im->req_last, im->req_last + 1, (size_t)(im->req_n - 1) * sizeof(uint64_t));
+        im->req_n--;
+    }
+    int64_t c0 = im->req_cap;
+    if (!grow((void **)&im->req_first, &c0, im->req_n + 1, sizeof(uint64_t))) {
+        im->oom = 1;
+        return;
+    }
+    c0 = im->req_cap;
+    if (!grow((void **)&im->req_last, &c0, im->req_n + 1, sizeof(uint64_t))) {
+        im->oom = 1;
+        return;
+    }
+    im->req_cap = c0;
+    im->req_first[im->req_n] = first;
+    im->req_last[im->req_n] = first + count - 1;
+    im->req_n++;
+}
+
+/* the messages of an answer [first, first + count) that were asked for (0: unrequested); ranges the stream
+ * has passed are forgotten on the way (spec.py _requested_count) */
+static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t expected = e->has_expected ? e->expected : 0;
+    int64_t kept = 0;
+    for (int64_t i = 0; i < im->req_n; i++) {
+        if (im->req_last[i] >= expected) {
+            im->req_first[kept] = im->req_first[i];
+            im->req_last[kept] = im->req_last[i];
+            kept++;
+        }
+    }
+    im->req_n = kept;
+    for (int64_t i = 0; i < kept; i++) {
+        if (im->req_first[i] <= first && first <= im->req_last[i]) {
+            uint64_t room = im->req_last[i] - first + 1;
+            return room < count ? (uint32_t)room : count;
+        }
+    }
+    return 0;
+}
+
+/* forget everything from a forged jump's position on: its queued packets, holes, gaps and markers */
+static void undo_jump(lbf_eng_t *e, uint64_t jump)
+{
+    eng_impl_t *im = IMPL(e);
+    im->has_jump = 0;
+    e->counters[LBF_C_JUMPS_FORGED] += 1;
+    free_held(im);
+    int64_t kept = 0;
+    e->queued_bytes = 0;
+    for (int64_t i = 0; i < im->heap_n; i++) {
+        if (im->heap[i].first < jump) {
+            im->heap[kept++] = im->heap[i];
+            e->queued_bytes += im->heap[i].length;
+        } else {
+            free(im->heap[i].data);
+        }
+    }
+    im->heap_n = kept;
+    for (int64_t i = kept / 2 - 1; i >= 0; i--)
+        q_sift_down(im, i);
+    e->queued_packets = kept;
+    im->cov_n = 0;
+    for (int64_t i = 0; i < kept; i++)
+        if (!cov_add(im, im->heap[i].first, im->heap[i].first + im->heap[i].count - 1))
+            im->oom = 1;
+    cov_trim_below(im, e->expected);
+    uint64_t highest = e->expected - 1;
+    if (im->jump_floor - 1 > highest && im->jump_floor > 0)
+        highest = im->jump_floor - 1;
+    if (im->cov_n && im->cov_end[im->cov_n - 1] > highest)
+        highest = im->cov_end[im->cov_n - 1];
+    e->highest = highest;
+    if (im->declared_upto > highest)
+        im->declared_upto = highest;
+    int64_t n = 0;
+    for (int64_t g = 0; g < im->gap_n; g++) {
+        gap_t gap = im->gaps[im->gap_head + g];
+        if (gap.first <= highest) {
+            if (gap.last > highest)
+                gap.last = highest;
+            im->gaps[im->gap_head + n++] = gap;
+        }
+    }
+    im->gap_n = n;
+    if (im->has_pending_eos && im->pending_eos - 1 > highest)
+        im->has_pending_eos = 0;
+}
+
+/* live traffic continuing below a jump reveals it as forged (spec.py _forged_jump_revealed) */
+static void forged_jump_revealed(lbf_eng_t *e, int32_t feed, uint64_t first, uint32_t count, int is_marker)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t bound = e->config.max_jump;
+    if (!bound || !e->has_expected)
+        return;
+    uint64_t position = is_marker ? first - 1 : first;
+    for (int32_t i = 0; i < im->held_n; i++) {
+        held_t *h = &im->held[i];
+        if (h->feed == feed && h->position > position && h->position - position > bound) {
+            free(h->data);
+            memmove(im->held + i, im->held + i + 1, (size_t)(im->held_n - i - 1) * sizeof(held_t));
+            im->held_n--;
+            e->counters[LBF_C_JUMPS_FORGED] += 1;
+            break;
+        }
+    }
+    if (im->has_jump) {
+        uint64_t jump = im->jump_at;
+        uint64_t last = is_marker ? position : first + count - 1;
+        if (e->expected >= jump)
+            im->has_jump = 0; /* the stream reached the jump: it stands */
+        else if (position < jump && last >= e->expected && jump - position > bound)
+            undo_jump(e, jump);
+    }
 }
 
 static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t feed, int32_t truncated,
@@ -1075,6 +1253,16 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
         e->last_session_arrival_ns = arrival_ns;
     if (!is_marker)
         st[LBF_FS_MESSAGES] += count;
+    if (feed == LBF_FEED_RETRANSMIT) {
+        /* an answer counts only for an outstanding request, and only for the sequences it asked for */
+        count = is_marker ? 0 : requested_count(e, first, count);
+        if (count == 0) {
+            st[LBF_FS_IGNORED] += 1;
+            return;
+        }
+    } else {
+        forged_jump_revealed(e, feed, first, count, is_marker);
+    }
     if (unconfirmed_jump(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset))
         return;
     intake(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset);
@@ -1234,6 +1422,8 @@ void lbf_eng_destroy(lbf_eng_t *e)
     free(im->cov_end);
     free(im->gaps);
     free(im->retired);
+    free(im->req_first);
+    free(im->req_last);
     free(im);
     e->impl = NULL;
     free(e->events);
@@ -1499,6 +1689,11 @@ static int32_t publish_run(lbf_round_t *r, round_impl_t *im, const lbf_event_t *
         int64_t res = lb_offer_batch(r->messages, 1, (const char *)data, data_length, e->out_offset + first,
                                      e->out_length + first, (const int64_t *)(e->out_seq + first), (int32_t)count,
                                      &appended);
+        if (appended > 0 && r->checkpoint != NULL) {
+            uint64_t next = e->out_seq[first + appended - 1] + 1;
+            memcpy(r->checkpoint + LBF_CHECKPOINT_SESSION, ev->session, MOLD_SESSION_LENGTH);
+            __atomic_store_n((uint64_t *)(r->checkpoint + LBF_CHECKPOINT_NEXT), next, __ATOMIC_RELEASE);
+        }
         if (appended > 0) {
             if (!im->sampled) { /* the run's first message: the longest wait in it */
                 im->sampled = 1;
@@ -1605,6 +1800,8 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
         } else if (got < 0) {
             return round_fail(r, LBF_FAIL_RECEIVE, got, LBF_FEED_RETRANSMIT);
         }
+        if (got == want && want > 0)
+            drained = 0; /* answers still waiting: time must not run ahead of them (no give-up they refute) */
         n += got;
     }
     r->answers_waiting = 0;

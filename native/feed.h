@@ -80,7 +80,8 @@ int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count);
 #define LBF_C_JUMPS_HELD 8
 #define LBF_C_JUMPS_CONFIRMED 9
 #define LBF_C_SHED_PACKETS 10 /* packets not queued for a full queue (recovery on): fetched again */
-#define LBF_C_COUNT 11
+#define LBF_C_JUMPS_FORGED 11 /* jumps revealed as forged by traffic continuing below them */
+#define LBF_C_COUNT 12
 
 /* Event kinds (lbf_event_t.kind). */
 #define LBF_EV_DELIVER 1            /* deliveries [a, b) */
@@ -113,6 +114,8 @@ typedef struct lbf_event {
     int64_t t;
     uint8_t session[10];
     uint8_t previous[10];
+    uint64_t next;      /* the next sequence on the messages stream right after this event (its records'
+                           reserved value): the expected sequence then; after a GAP_UNRECOVERABLE, b + 1 */
 } lbf_event_t;
 
 typedef struct lbf_eng_config {
@@ -124,9 +127,13 @@ typedef struct lbf_eng_config {
     int32_t pinned;                     /* 1: only `session` may be joined */
     uint8_t session[10];
     int64_t max_queue_packets;
+    int64_t max_queue_bytes;            /* the queue's datagram bytes at most (with max_queue_packets) */
     int64_t session_change_idle_ns;
     uint64_t max_jump;                  /* 0: no confirmation */
     int32_t recovery;                   /* 1: gaps are re-requested (else lost at once) */
+    int32_t has_resume;                 /* 1: when the first session joined is resume_session, join at */
+    uint8_t resume_session[10];         /* resume_sequence (a restart: after what the last run published) */
+    uint64_t resume_sequence;
 } lbf_eng_config_t;
 
 /* Engine state Python may read (and the outputs of the last calls). The containers are behind `impl`. */
@@ -148,6 +155,7 @@ typedef struct lbf_eng {
     int32_t waiting;            /* the wait for the first undeclared hole runs since wait_started_ns */
     int64_t wait_started_ns;
     int64_t queued_packets;
+    int64_t queued_bytes;       /* datagram bytes in the out-of-order queue */
     int32_t recovering;         /* re-request pacing active */
     int64_t recovery_deadline_ns; /* set by Python: when the pacing next has something to say */
     /* outputs, appended to until lbf_eng_clear_output; valid until the next call */
@@ -184,6 +192,8 @@ int32_t lbf_eng_settle(lbf_eng_t *eng, int64_t now_ns);
 void lbf_eng_settle_end(lbf_eng_t *eng, int64_t now_ns);
 /* The pacing ran: its next deadline (INT64_MAX: none). */
 void lbf_eng_recovery_polled(lbf_eng_t *eng, int64_t deadline_ns);
+/* A re-request for [first, first + count) went out: answers are accepted only inside requested ranges. */
+void lbf_eng_requested(lbf_eng_t *eng, uint64_t first, uint32_t count);
 /* Give up the first n holes (declared or not) with `reason`. */
 void lbf_eng_abandon(lbf_eng_t *eng, int64_t n, int32_t reason, int64_t now_ns);
 /* Up to `limit` missing ranges: declared ones (declared = 1: what recovery works on) or all of
@@ -219,6 +229,12 @@ int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const u
 /* ==== one handler round in C: receive from every feed socket -> arbitrate -> append the deliveries to the
  * messages publication -> capture rows; Python is entered only for what needs it (lbf_round's status) ==== */
 
+/* The checkpoint: "LBFCKPT1", the session (10 bytes), 6 bytes of padding, the next sequence to publish (u64,
+ * native byte order, one aligned store). A restarted handler resumes there (no duplicates for subscribers). */
+#define LBF_CHECKPOINT_LENGTH 32
+#define LBF_CHECKPOINT_SESSION 8
+#define LBF_CHECKPOINT_NEXT 24
+
 /* lbf_round / lbf_round_resume status: a kind in the low byte, flags above, < 0 a failure (fail_*). */
 #define LBF_ROUND_DONE 0             /* the round is over (drained, received say what it did) */
 #define LBF_ROUND_EVENTS 1           /* engine events [event_next, event_end) need Python (records, pacing) */
@@ -250,6 +266,8 @@ typedef struct lbf_round {
     int64_t counters_interval_ns;   /* LBF_ROUND_COUNTERS at most this often */
     int64_t *latency_ns;            /* ring of wire-to-log samples (Python-owned), latency_mask + 1 long */
     int64_t latency_mask;
+    uint8_t *checkpoint;            /* LBF_CHECKPOINT_LENGTH bytes (a shared file mapping) or NULL: after every
+                                       append, the session and the next sequence to publish */
     /* counters, read by Python */
     int64_t published;              /* messages appended */
     int64_t unpublished;            /* messages dropped: no subscriber was connected */
@@ -258,7 +276,7 @@ typedef struct lbf_round {
     int64_t rounds;                 /* rounds that received something */
     /* per round */
     int32_t answers_waiting;        /* ppoll saw the answers socket readable: read it next round */
-    int32_t drained;                /* the last round read every live feed socket to the end */
+    int32_t drained;                /* the last round read every socket (the answers' included) to the end */
     int32_t received;               /* datagrams the last round received */
     int64_t event_next, event_end;  /* LBF_ROUND_EVENTS: the engine events Python handles */
     int64_t pace_ns;                /* LBF_ROUND_PACE: the time the pacing runs at */

@@ -115,6 +115,7 @@ def sender(args: argparse.Namespace) -> int:
             try:
                 if not args.no_prebuild:
                     server.prebuild()  # every packet built before the clock starts: the run only sends
+                print("sending", flush=True)  # the session starts now (a late start counts from here)
                 busy = _machine_busy()
                 summary = server.run()
                 busy_now = _machine_busy()
@@ -183,6 +184,17 @@ def _stop(proc: subprocess.Popen, timeout: float) -> None:
         proc.wait(10)
 
 
+def _wait_for_handler(directory: object, feed: subprocess.Popen) -> None:
+    import logbuf
+
+    with logbuf.connect(directory) as client:  # the handler's publications are up
+        deadline = time.monotonic() + 30
+        while not any(c.type_id == HANDLER_COUNTER_TYPE for c in client.counters):
+            if time.monotonic() > deadline or feed.poll() is not None:
+                raise SystemExit("the feed handler did not start")
+            time.sleep(0.05)
+
+
 def _last_json(text: str | None) -> dict:
     lines = [line for line in (text or "").strip().splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else {}
@@ -199,6 +211,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
     a, b, r = free_udp_ports(3)
     received: dict = {}
     driver_cpu = 0.0
+    late_started = caught_up_s = 0.0
     sent: dict = {}
     summary: dict = {}
     timeout = args.duration + 120
@@ -209,21 +222,21 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
             me = [sys.executable, __file__, "--dir", str(driver.directory)]
             procs: list[subprocess.Popen] = []
             try:
-                feed = subprocess.Popen([*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
-                                         "--retransmit", f"127.0.0.1:{r}", "--until-end-of-session", "-q",
-                                         "--summary-json", f"{tmp}/feed.json"], env=env)
-                procs.append(feed)
+                for _ in range(args.busy_cores):  # other work on the machine: a process keeping a core busy
+                    procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+                feed_cmd = [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
+                            "--retransmit", f"127.0.0.1:{r}", "--until-end-of-session", "-q",
+                            "--summary-json", f"{tmp}/feed.json", *args.handler_arg]
                 sub = subprocess.Popen([*me, "--role", "subscriber", "--messages", str(messages),
                                         "--timeout", str(timeout), "--stall", str(args.stall)],
                                        env=env, stdout=subprocess.PIPE, text=True)
                 procs.append(sub)
-                with logbuf.connect(driver.directory) as client:  # the handler's publications are up
-                    deadline = time.monotonic() + 30
-                    while not any(c.type_id == HANDLER_COUNTER_TYPE for c in client.counters):
-                        if time.monotonic() > deadline or feed.poll() is not None:
-                            raise SystemExit("the feed handler did not start")
-                        time.sleep(0.05)
-                time.sleep(1.0)
+                feed = None
+                if not args.late_start:
+                    feed = subprocess.Popen(feed_cmd, env=env)
+                    procs.append(feed)
+                    _wait_for_handler(driver.directory, feed)
+                    time.sleep(1.0)
                 send = subprocess.Popen([*me, "--role", "sender", "--day", str(day), "--rate", str(rate),
                                          "--port-a", str(a), "--port-b", str(b), "--port-r", str(r),
                                          "--loss", str(args.loss), "--freeze-every", str(args.freeze_every),
@@ -236,6 +249,14 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                                          *(["--no-prebuild"] if args.no_prebuild else [])],
                                         env=env, stdout=subprocess.PIPE, text=True)
                 procs.append(send)
+                if args.late_start and send.stdout is not None:
+                    send.stdout.readline()  # "sending": the packets are built, the session starts
+                started_at = time.monotonic()
+                if args.late_start:  # the handler starts this long into the session: it recovers the past
+                    time.sleep(args.late_start)
+                    feed = subprocess.Popen(feed_cmd, env=env)
+                    procs.append(feed)
+                    late_started = time.monotonic() - started_at
                 driver_cpu = _cpu_seconds()
                 try:
                     out, _ = sub.communicate(timeout=timeout + 60)
@@ -243,6 +264,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                 except subprocess.TimeoutExpired:
                     received = {}
                 driver_cpu = _cpu_seconds() - driver_cpu
+                caught_up_s = time.monotonic() - started_at
+                assert feed is not None
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     feed.wait(args.linger + 30)  # it ends at the end of session, once nothing is missing
                 _stop(feed, 10)
@@ -289,7 +312,12 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
         # the whole machine while the sender was sending: our processes and any other work
         "machine_busy_cores": round(sent.get("machine_busy_cores", 0.0), 2),
         "load": round(os.getloadavg()[0], 2),
+        "busy_cores": args.busy_cores,
     }
+    if args.late_start:  # when the handler started, and when the subscriber had every message
+        result["late_start_s"] = round(late_started, 1)
+        result["complete_after_s"] = round(caught_up_s, 1)
+        result["retransmit_delivered"] = summary.get("RETRANSMIT.delivered", 0)
     result["complete"] = (result["delivered"] == messages and not result["bad"] and result["unrecoverable"] == 0)
     print(json.dumps(result), flush=True)
     return result
@@ -369,6 +397,13 @@ def main() -> int:
     parser.add_argument("--day", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--messages", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=float, default=300.0, help=argparse.SUPPRESS)
+    parser.add_argument("--busy-cores", type=int, default=0,
+                        help="processes keeping a core busy each while the profile runs (other work on the machine)")
+    parser.add_argument("--late-start", type=float, default=0.0, metavar="SECONDS",
+                        help="start the handler this long into the session (it recovers the past from the server)")
+    parser.add_argument("--handler-arg", action="append", default=[], metavar="ARG",
+                        help="an extra argument for logbuf feed (repeat: --handler-arg=--request-rate "
+                             "--handler-arg=20000)")
     parser.add_argument("--stall", type=float, default=30.0,
                         help="a run ends when no message arrived for this many seconds once they flow (default 30)")
     args = parser.parse_args()

@@ -106,7 +106,7 @@ def feed_process(tmp_path: Path) -> Iterator:
             while not (messages.images and events.images) and proc.poll() is None:
                 assert time.monotonic() < deadline, "logbuf feed did not publish"
                 time.sleep(0.01)
-            if proc.poll() is None or "Address already in use" not in errors.read_text():
+            if proc.poll() is None or "cannot bind" not in errors.read_text():
                 break
         assert proc.poll() is None, f"logbuf feed exited with {proc.returncode}: {errors.read_text()}"
         return Feed(proc, (a, b, r), messages, events, summary)
@@ -190,19 +190,28 @@ def test_an_unreachable_retransmission_server_is_retried_not_fatal(feed_process)
 
 def test_a_stopped_handler_does_not_declare_holes_the_other_feed_fills(feed_process) -> None:
     """One clock: the lost-packet wait runs on arrival stamps. A handler stopped for longer than the wait
-    finds A's loss and B's copy both waiting in its sockets: no gap (recovery off would lose it for good)."""
-    feed = feed_process("--no-recovery", "--lost-packet-wait-ms", "20")
+    finds A's loss and B's copy both waiting in its sockets: no gap (recovery off would lose it for good).
+
+    The wait (2 s) is long against the time the sends take even on a loaded machine (B's copy must truly
+    arrive within the wait of A's packets that reveal the hole), and the handler stays stopped 1.5 waits past
+    A's packets, so a handler running on its own clock would declare the hole."""
+    wait_s = 2.0
+    feed = feed_process("--no-recovery", "--lost-packet-wait-ms", str(int(wait_s * 1000)))
     send_stream(feed, 1, 300, per_packet=30)
     feed.wait_for(300)
     feed.proc.send_signal(signal.SIGSTOP)
     try:
+        began = time.monotonic()
         for seq in range(301, 3301, 30):
             if seq != 1501:  # A loses one packet
                 feed.send("A", mold(seq, [message(s) for s in range(seq, seq + 30)]))
         for _ in range(8):  # B is behind: its copy of the lost packet comes rounds after A revealed the hole
             send_stream(feed, 1, 300, per_packet=30, feeds="B")
         send_stream(feed, 301, 3300, per_packet=30, feeds="B")
-        time.sleep(0.3)  # stopped for 15 lost-packet waits
+        sending = time.monotonic() - began
+        assert sending < wait_s, f"the sends took {sending:.2f} s: B's copy came too late to be the test's case"
+        while time.monotonic() - began < 1.5 * wait_s:  # stopped for 1.5 lost-packet waits
+            time.sleep(0.05)
     finally:
         feed.proc.send_signal(signal.SIGCONT)
     feed.wait_for(3300)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
 from logbuf.feed.coverage import parse_blocks
-from logbuf.feed.events import Deliver, DeliverBatch, Event, Feed, FeedMode
+from logbuf.feed.events import Deliver, DeliverBatch, Event, Feed, FeedMode, RecoveryRequest
 from logbuf.feed.feed_native import (
     RX_KERNEL_TIMESTAMP,
     RX_TRUNCATED,
@@ -27,7 +27,7 @@ from logbuf.feed.feed_native import (
     lib,
     monotonic_ns,
 )
-from logbuf.feed.recovery import Recovery
+from logbuf.feed.recovery import Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
 from support.arbsim import Arrival, catch_up_scenario, simulate
 
@@ -132,33 +132,75 @@ def traffic(seed: int, n: int) -> list[tuple[Feed, bytes, int]]:
     return out[:n]
 
 
-def recovery(seed: int | None) -> Recovery | None:
-    return None if seed is None else Recovery(rng=random.Random(seed))
+def recovery(seed: int | None, eager: bool = False) -> Recovery | None:
+    """``eager``: no initial back-off and quick retries (answers then come within the generated traffic)."""
+    config = RecoveryConfig(initial_backoff_ns=0, retry_interval_ns=20_000) if eager else RecoveryConfig()
+    return None if seed is None else Recovery(config, rng=random.Random(seed))
 
 
-def run_pure(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: ArbiterConfig, seed: int | None
-             ) -> tuple[SpecArbiter, list[Event]]:
-    arb = SpecArbiter(config, recovery(seed))
+def answers(events: list[Event], done: int, t: int, per_answer: int, forge: bool
+            ) -> tuple[list[tuple[Feed, bytes, int]], int]:
+    """The server's answers to the requests among ``events[done:]``: one packet of up to ``per_answer``
+    messages each, every fifth lost (by sequence, so both runs lose the same ones); with ``forge``, some answers
+    carry wrong bytes past what was asked, or come for sequences nobody asked for."""
+    out: list[tuple[Feed, bytes, int]] = []
+    for e in events[done:]:
+        if isinstance(e, RecoveryRequest):
+            if e.seq % 5 == 4:
+                continue
+            n = min(e.count, per_answer)
+            body = [content(s) for s in range(e.seq, e.seq + n)]
+            if forge and n == e.count and e.seq % 3 == 0 and e.seq + n + 2 < 2**64:
+                body += [b"tail"] * 2  # more than was asked: the answer is cut at the request's end
+            out.append((Feed.RETRANSMIT, m.encode_downstream(e.session, e.seq, body), t))
+            far = e.seq + e.count + 5_000_000
+            if forge and e.seq % 3 == 1 and far < 2**64 - 10:  # an answer nobody asked for
+                out.append((Feed.RETRANSMIT, m.encode_downstream(e.session, far, [b"forged"]), t))
+    return out, len(events)
+
+
+def run_pure(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: ArbiterConfig, seed: int | None,
+             per_answer: int = 0, forge: bool = False) -> tuple[SpecArbiter, list[Event]]:
+    """The specification; with ``per_answer``, a server answers the requests of a batch before the next one."""
+    arb = SpecArbiter(config, recovery(seed, bool(per_answer)))
     events: list[Event] = []
-    for k, (feed, packet, t) in enumerate(packets):
-        events += arb.on_packet(feed, packet[:SLOT], t, truncated=len(packet) > SLOT)
-        if k + 1 in cuts:
-            events += arb.on_tick(t)
-    return arb, events
-
-
-def run_native(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: ArbiterConfig,
-               seed: int | None, ring_slots: int) -> tuple[Arbiter, list[Event]]:
-    arb = Arbiter(config, recovery(seed))
-    ring = RecvRing(ring_slots, SLOT)
-    events: list[Event] = []
+    done = 0
     begin = 0
     for end in [*cuts, len(packets)]:
         if end <= begin:
             continue
-        for slot, (feed, packet, t) in enumerate(packets[begin:end]):
-            ring.load(slot, packet, feed, t)
-        events += flatten(arb.process(ring, 0, end - begin))  # copy out: the ring is reused
+        batch = packets[begin:end]
+        if per_answer and begin:
+            extra, done = answers(events, done, packets[begin - 1][2], per_answer, forge)
+            batch = extra + batch
+        for feed, packet, t in batch:
+            events += arb.on_packet(feed, packet[:SLOT], t, truncated=len(packet) > SLOT)
+        if end in cuts:
+            events += arb.on_tick(packets[end - 1][2])
+        begin = end
+    return arb, events
+
+
+def run_native(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: ArbiterConfig,
+               seed: int | None, ring_slots: int, per_answer: int = 0, forge: bool = False
+               ) -> tuple[Arbiter, list[Event]]:
+    arb = Arbiter(config, recovery(seed, bool(per_answer)))
+    ring = RecvRing(ring_slots + 64 if per_answer else ring_slots, SLOT)
+    events: list[Event] = []
+    done = 0
+    begin = 0
+    for end in [*cuts, len(packets)]:
+        if end <= begin:
+            continue
+        batch = packets[begin:end]
+        if per_answer and begin:
+            extra, done = answers(events, done, packets[begin - 1][2], per_answer, forge)
+            batch = extra + batch
+        for start in range(0, len(batch), ring.capacity):  # answers may overflow one ring's worth
+            part = batch[start:start + ring.capacity]
+            for slot, (feed, packet, t) in enumerate(part):
+                ring.load(slot, packet, feed, t)
+            events += flatten(arb.process(ring, 0, len(part)))  # copy out: the ring is reused
         if end in cuts:
             events += flatten(arb.on_tick(packets[end - 1][2]))
         begin = end
@@ -187,6 +229,33 @@ def test_the_engine_gives_the_results_of_the_specification(seed: int, n: int, mo
     assert (arb.expected, arb.session, arb.highest, arb.last_session_arrival_ns, arb.holes()) == (
         pure.expected, pure.session, pure.highest, pure.last_session_arrival_ns, pure.holes())
     assert arb.next_deadline_ns() == pure.next_deadline_ns()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 200), batch=st.integers(1, 16),
+       queue=st.sampled_from([4, 16_384]), queue_bytes=st.sampled_from([3_000, 1 << 20]),
+       per_answer=st.integers(1, 6), forge=st.booleans(), resume=st.sampled_from([None, 1, 40, 10**6]))
+def test_the_engine_with_recovery_gives_the_results_of_the_specification(
+        seed: int, n: int, batch: int, queue: int, queue_bytes: int, per_answer: int, forge: bool,
+        resume: int | None) -> None:
+    """Recovery end to end: holes are declared and re-requested, a server answers each batch's requests before
+    the next batch (a few messages per answer, some answers lost, some forged: past the request or unasked),
+    forged jumps are held, confirmed and undone, the queue fills by packets or by bytes, a restart resumes the
+    first session: the same events, deliveries, counters and state."""
+    packets = traffic(seed, n)
+    cuts = list(range(batch, n, batch))
+    config = ArbiterConfig(start_sequence=1, out_of_order_max_interval=3, max_jump=JUMP, max_queue_packets=queue,
+                           max_queue_bytes=queue_bytes, resume=None if resume is None else (S1, resume))
+    pure, pure_events = run_pure(packets, cuts, config, seed, per_answer, forge)
+    arb, native_events = run_native(packets, cuts, config, seed, batch, per_answer, forge)
+    assert native_events == pure_events
+    assert np.array_equal(arb.feed_stats, pure.feed_stats)
+    assert arb.counter_values() == pure.counter_values()
+    assert (arb.expected, arb.highest, arb.holes(), arb.queued_bytes) == (
+        pure.expected, pure.highest, pure.holes(), pure.queued_bytes)
+    assert arb.next_deadline_ns() == pure.next_deadline_ns()
+    # nothing forged is ever delivered
+    assert not [e for e in pure_events if isinstance(e, Deliver) and e.message == b"forged"]
 
 
 def test_catch_up_packets_are_arbitrated_per_message() -> None:

@@ -342,3 +342,12 @@ def test_the_round_refuses_a_bad_configuration(tmp_path: Path) -> None:
     assert lib.lbf_round_init(c) < 0  # nothing set
     assert lib.lbf_round(ffi.NULL, 1) == lib.LBF_ROUND_FAILED
     assert lib.lbf_round(c, 0) == lib.LBF_ROUND_FAILED  # never initialised
+
+
+def test_the_answers_socket_gets_the_receive_buffer_of_the_feeds(rig) -> None:
+    make, _serve = rig
+    handler = make(retransmit=True, rcvbuf=4 << 20).handler
+    size = {feed: sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) for feed, sock in handler.sockets.items()}
+    # the kernel doubles what was set (bookkeeping), capped by rmem_max when not privileged: the same for all
+    assert size[Feed.RETRANSMIT] == size[Feed.A] == size[Feed.B]
+    assert size[Feed.RETRANSMIT] > 212_992  # more than the kernel's default

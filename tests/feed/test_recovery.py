@@ -77,17 +77,68 @@ def test_requests_are_chunked_to_the_moldudp64_count_limit() -> None:
     assert r.poll([(1, 150), (200, 200), (300, 400)], 0) == [(1, 100), (101, 50), (200, 1)]
 
 
+def test_before_the_answer_size_is_known_only_the_first_message_of_a_request_counts_as_requested() -> None:
+    r = started(RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS))
+    r.poll([(1, 200_000)], 0)
+    r.on_answer(65535, 500 * MS, count=40)  # the server answers (one packet of 40 messages)
+    # 1 was requested at 0 and is still missing; 2.. were never asked for in a way one answer brings back
+    assert r.expired([(1, 1)], 1_000 * MS) == 1
+    assert r.expired([(2, 65534)], 1_400 * MS) == 0
+
+
+def learned(config: RecoveryConfig, chunk: int) -> Recovery:
+    """Started, with one answer of ``chunk`` messages seen (to a probe for 1..)."""
+    r = started(config)
+    assert r.poll([(1, config.max_request_count)], 0) == [(1, config.max_request_count)]
+    r.on_answer(1, 0, count=chunk)
+    return r
+
+
 def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=10_000 * MS)
-    r = started(cfg)
+    r = learned(cfg, 10)
     r.poll([(10, 19)], 0)  # first hole requested at t=0
     r.poll([(10, 19), (30, 39)], 3_000 * MS)  # a later hole first requested at 3 s
+    r.on_answer(40, 5_000 * MS, count=10)  # the server answers other requests: it has not stopped
     assert r.expired([(10, 19), (30, 39)], 10_000 * MS - 1) == 0
-    assert r.next_deadline_ns() == 200 * MS + 3_000 * MS  # the retries come first
     assert r.expired([(10, 19), (30, 39)], 10_000 * MS) == 1
     r.forget_below(30)  # the stream gave 10..19 up and moved on
     assert r.expired([(30, 39)], 10_000 * MS) == 0
     assert r.expired([(30, 39)], 13_000 * MS) == 1
+
+
+def test_a_server_silent_for_give_up_loses_every_declared_hole_even_those_not_asked_for_yet() -> None:
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS, max_outstanding=2)
+    r = learned(cfg, 10)
+    holes = [(100, 109), (200, 209), (300, 309)]
+    assert r.poll(holes, 0) == [(100, 10), (200, 10)]  # two in flight; the third waits
+    assert r.next_deadline_ns() == 200 * MS
+    r.poll(holes, 600 * MS)  # retried, still nothing
+    assert r.expired(holes, 999 * MS) == 0
+    assert r.expired(holes, 1_000 * MS) == 3
+
+
+def test_a_hole_the_pacing_has_not_reached_is_never_given_up_while_the_server_answers() -> None:
+    """A late start: a hole of 100,000 messages, answers of 40 messages each at once, 800 requests/s, give-up
+    1 s: fetching it takes ~3 s, and nothing is given up (a probe or a request counts only what one answer
+    brings back as requested)."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
+    r = started(cfg)
+    expected, last, now, polls = 1, 100_000, 0, 0
+    answered: set[int] = set()
+    while expected <= last:
+        assert r.expired([(expected, last)], now) == 0, f"gave up at {expected} after {now / MS:.0f} ms"
+        for seq, count in r.poll([(expected, last)], now):
+            answered.add(seq)
+            r.on_answer(seq, now + MS, count=min(count, 40))
+            if seq == expected:  # answers fill the front of the hole
+                expected = seq + min(count, 40)
+                while expected in answered:
+                    expected += 40
+        now += MS
+        polls += 1
+    assert now < 10_000 * MS
+    assert r.requests_sent >= 100_000 // 40
 
 
 def test_never_requested_holes_do_not_expire_and_stop_resets() -> None:
@@ -177,6 +228,17 @@ def test_answers_set_the_request_size_and_several_chunks_of_a_hole_fly_at_once()
     assert requests == [(41 + 40 * k, 40) for k in range(8)]  # eight answer-sized chunks in flight
 
 
+def test_once_an_answer_came_back_short_requests_keep_its_size() -> None:
+    """Growing past a size the server already cut would leave a remainder to ask for again after every answer."""
+    r = started(RecoveryConfig(initial_backoff_ns=0, max_outstanding=1))
+    assert r.poll([(1, 1000)], 0) == [(1, 1000)]
+    r.on_answer(1, MS, count=40)  # full at 40
+    for k in range(1, 6):
+        first = 1 + 40 * k
+        assert r.poll([(first, 1000)], k * MS) == [(first, 40)]
+        r.on_answer(first, k * MS, count=40)  # everything asked came: still 40, no probing upwards
+
+
 def test_requests_stay_under_the_rate_and_resume_as_tokens_come_back() -> None:
     config = RecoveryConfig(initial_backoff_ns=0, max_request_count=10, max_outstanding=1000, request_rate=1000.0,
                             request_burst=5)
@@ -187,3 +249,45 @@ def test_requests_stay_under_the_rate_and_resume_as_tokens_come_back() -> None:
     assert len(r.poll(holes, 1 * MS + 1)) == 1
     assert len(r.poll(holes, 11 * MS + 1)) == 5  # 10 ms later: refilled up to the burst, no more
     assert r.requests_sent == 11 and r.requests_paced >= 3
+
+
+# -- the operator's cases at full rate, in simulated time (the engine and the pacing with their defaults) ------
+
+
+def session(rate: int, seconds: float, first_s: float = 0.0, dark: tuple[float, float] | None = None
+            ) -> tuple[list[bytes], list[Arrival]]:
+    """``rate`` packets/s per feed of 10 messages for ``seconds``; A and B (B 1 ms later) from ``first_s`` on
+    (a late start), both silent during ``dark``."""
+    packets = int(rate * seconds)
+    messages = [b"m%011d" % s for s in range(1, packets * 10 + 1)]
+    arrivals = []
+    for k, (_, _, data) in enumerate(packetise(S1, 1, messages, iter(lambda: 10, None))):
+        t = k / rate
+        if t < first_s or (dark is not None and dark[0] <= t < dark[1]):
+            continue
+        arrivals += [Arrival(int(t * 1e9), Feed.A, data), Arrival(int(t * 1e9) + MS, Feed.B, data)]
+    return messages, arrivals
+
+
+ONE_PACKET = m.HEADER_LENGTH + 10 * (2 + 12)  # the server answers one packet's worth per request
+
+
+def test_a_late_start_10_s_into_a_2k_packets_per_s_session_gives_up_nothing_the_server_answers() -> None:
+    """20,000 packets to fetch, one per answer, at 800 requests/s: 25 s, longer than the 10 s give-up."""
+    messages, arrivals = session(2_000, 20, first_s=10)
+    server = RetransmitStub(S1, messages, budget=ONE_PACKET)
+    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(3)))
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
+    assert len(result.delivered) == len(messages) and result.sequences() == list(range(1, len(messages) + 1))
+    assert 20_000 <= len(server.requests) < 25_000
+    assert result.end_ns < 40 * 1_000 * MS  # at the pacing's 800 requests/s: ~25 s after the start at 10 s
+
+
+def test_both_feeds_dark_half_a_second_at_10k_packets_per_s_with_the_defaults_loses_nothing() -> None:
+    messages, arrivals = session(10_000, 4, dark=(1.5, 2.0))
+    server = RetransmitStub(S1, messages, budget=ONE_PACKET)
+    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(4)))
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert arb.counters.messages_unrecoverable == 0 and arb.counters.shed_packets == 0
+    assert result.sequences() == list(range(1, len(messages) + 1))

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from logbuf.feed import moldudp64
+from logbuf.feed.config import DEFAULT_MAX_JUMP, ArbiterConfig
 from logbuf.feed.coverage import Hole
 from logbuf.feed.events import (
     DeliverBatch,
@@ -45,7 +46,6 @@ from logbuf.feed.events import (
 )
 from logbuf.feed.feed_native import RecvRing
 from logbuf.feed.recovery import Recovery
-from logbuf.feed.spec import DEFAULT_MAX_JUMP, ArbiterConfig
 from logbuf.feed.stats import (
     C_COUNT,
     C_RECOVERY_REQUESTS,
@@ -134,6 +134,11 @@ class Arbiter:
             c.pinned = 1
             ffi.memmove(c.session, moldudp64.encode_session(cfg.session), _SESSION_LENGTH)
         c.max_queue_packets = cfg.max_queue_packets
+        c.max_queue_bytes = cfg.max_queue_bytes
+        if cfg.resume is not None:
+            c.has_resume = 1
+            ffi.memmove(c.resume_session, moldudp64.encode_session(cfg.resume[0]), _SESSION_LENGTH)
+            c.resume_sequence = cfg.resume[1]
         c.session_change_idle_ns = cfg.session_change_idle_ns
         c.max_jump = cfg.max_jump or 0
         c.recovery = 1 if recovery is not None else 0
@@ -236,21 +241,22 @@ class Arbiter:
         """The ``lbf_eng_t *`` (for native callers)."""
         return self._c
 
-    def round_events(self, first: int, end: int) -> list[Event]:
+    def round_events(self, first: int, end: int) -> list[tuple[Event, int]]:
         """Engine events ``first..end-1`` of the current round (none a delivery: the round appends those
-        itself) as events, the pacing told of them; for a native round suspended with ``LBF_ROUND_EVENTS``."""
+        itself) as events, each with the next sequence on the messages stream right after it (its record's
+        reserved value), the pacing told of them; for a native round suspended with ``LBF_ROUND_EVENTS``."""
         e = self._c
         if not 0 <= first <= end <= e.event_count:
             raise ValueError(f"events {first}..{end} are outside the engine's {e.event_count}")
         self._apply_pacing(end)
-        out: list[Event] = []
+        out: list[tuple[Event, int]] = []
         for k in range(first, end):
             ev = e.events[k]
             if ev.kind == lib.LBF_EV_DELIVER:
                 raise ValueError(f"event {k} is a delivery (the round appends it)")
             record = self._record(ev)
             if record is not None:
-                out.append(record)
+                out.append((record, int(ev.next)))
         return out
 
     def round_pace(self, now_ns: int) -> list[RecoveryRequest]:
@@ -284,6 +290,11 @@ class Arbiter:
     @property
     def queued_packets(self) -> int:
         return int(self._c.queued_packets)
+
+    @property
+    def queued_bytes(self) -> int:
+        """Datagram bytes in the out-of-order queue."""
+        return int(self._c.queued_bytes)
 
     @property
     def recovering(self) -> bool:
@@ -352,6 +363,8 @@ class Arbiter:
                     continue
                 break
             requests = recovery.poll(holes, now_ns)
+            for seq, count in requests:  # answers are accepted only inside these
+                lib.lbf_eng_requested(e, seq, count)
             self.counter_array[C_RECOVERY_REQUESTS] += len(requests)
             session = self.session or b""  # recovering: a session was joined
             out.extend(RecoveryRequest(session, seq, count) for seq, count in requests)

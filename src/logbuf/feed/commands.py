@@ -485,24 +485,30 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_feed(args: argparse.Namespace) -> int:
-    from logbuf.errors import LogbufError
-    from logbuf.feed.arbiter import ArbiterConfig
+    from logbuf.feed.config import ArbiterConfig, RecoveryConfig
     from logbuf.feed.events import FeedMode
     from logbuf.feed.handler import FeedHandler, FeedHandlerConfig
-    from logbuf.feed.recovery import RecoveryConfig
 
     mode = {"ab": FeedMode.A_AND_B, "a": FeedMode.A_ONLY, "b": FeedMode.B_ONLY}[args.mode]
     for name in ("lost_packet_wait_ms", "initial_backoff_ms", "retry_interval_ms", "give_up", "request_rate"):
         if getattr(args, name) <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be > 0")
+    if args.wait_for_subscriber < 0:
+        raise UsageError("--wait-for-subscriber must be >= 0")
     if not 0 <= args.batch_wait_us <= _MAX_BATCH_WAIT_US:
         raise UsageError(f"--batch-wait-us must be within 0..{_MAX_BATCH_WAIT_US}")
+    if args.queue_bytes < 3000 or args.queue_packets < 2:
+        raise UsageError("--queue-bytes must be >= 3000 and --queue-packets >= 2")
+    checkpoint = args.checkpoint
+    if checkpoint is None:  # beside the driver's files: a restart on the same driver resumes
+        from logbuf.directory import resolve_directory
+
+        checkpoint = os.path.join(str(resolve_directory(args.dir)), f"feed-{args.stream}.checkpoint")
     config = FeedHandlerConfig(
         feed_a=args.feed_a,
         feed_b=args.feed_b,
         interface=args.interface,
         retransmit=None if args.no_recovery else args.retransmit,
-        mode=mode,
         driver_directory=args.dir,
         channel=args.channel,
         messages_stream=args.stream,
@@ -513,6 +519,7 @@ def _cmd_feed(args: argparse.Namespace) -> int:
             out_of_order_max_interval=args.out_of_order_max_interval,
             lost_packet_wait_time_ns=int(args.lost_packet_wait_ms * _NANOS_PER_MILLI),
             max_queue_packets=args.queue_packets,
+            max_queue_bytes=args.queue_bytes,
             max_jump=args.max_jump,
         ),
         recovery=RecoveryConfig(
@@ -527,6 +534,8 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         batch_wait_s=args.batch_wait_us / 1e6,
         stop_at_end_of_session=args.until_end_of_session,
         wait_for_subscriber_s=args.wait_for_subscriber,
+        join=args.join,
+        checkpoint=checkpoint,
     )
     try:
         handler = FeedHandler(config)
@@ -546,6 +555,10 @@ def _cmd_feed(args: argparse.Namespace) -> int:
             print(f"logbuf feed: A={args.feed_a} B={args.feed_b} mode={args.mode} "
                   f"recovery={'off' if config.retransmit is None else config.retransmit} -> {args.channel} "
                   f"stream {args.stream}", file=sys.stderr, flush=True)
+            if handler.resumed is not None:
+                session, next_sequence = handler.resumed
+                print(f"logbuf feed: resuming session {session.decode('ascii', 'replace').rstrip()} at sequence "
+                      f"{next_sequence} (checkpoint {checkpoint})", file=sys.stderr, flush=True)
         try:
             handler.run(duration_s=args.duration)
         except LogbufError as exc:
@@ -567,7 +580,12 @@ def _cmd_feed(args: argparse.Namespace) -> int:
                 "A.packets", "B.packets", "A.delivered", "B.delivered", "A.duplicates", "B.duplicates",
                 "A.kernel_drops", "B.kernel_drops")
         print("logbuf feed: " + ", ".join(f"{k}={summary.get(k, 0)}" for k in keys), file=sys.stderr)
-    return stopped_status("feed", stop)
+    status = stopped_status("feed", stop)
+    if values["unpublished"]:
+        print(f"logbuf feed: warning: {values['unpublished']} messages were not published (no subscriber was "
+              "connected)", file=sys.stderr)
+        return status or 1
+    return status
 
 
 _NANOS_PER_MILLI = 1_000_000
@@ -598,9 +616,7 @@ def _cmd_book(args: argparse.Namespace) -> int:
 
 
 def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
-    from logbuf.feed.arbiter import DEFAULT_MAX_JUMP
-    from logbuf.feed.handler import DEFAULT_BATCH_WAIT_S, DEFAULT_RCVBUF
-    from logbuf.feed.recovery import DEFAULT_REQUEST_RATE
+    from logbuf.feed.config import add_feed_options
 
     d = DefaultsHelpFormatter
     p = subparsers.add_parser(
@@ -624,30 +640,11 @@ def _add_feed_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--events-stream", type=int, default=1002, help="gap/session events stream id")
     p.add_argument("--capture", action="store_true", help="publish packet/delivery capture rows for the recorder")
     p.add_argument("--capture-stream", type=int, default=1003, help="capture stream id")
-    p.add_argument("--out-of-order-max-interval", type=count, default=3,
-                   help="packets per feed past a hole that declare it a gap")
-    p.add_argument("--lost-packet-wait-ms", type=float, default=100.0,
-                   help="arrival time past a hole that declares it a gap")
-    p.add_argument("--queue-packets", type=count, default=16_384,
-                   help="out-of-order queue size (packets); past it packets are shed and re-requested (--no-recovery: "
-                        "the oldest holes are given up)")
-    p.add_argument("--max-jump", type=count, default=DEFAULT_MAX_JUMP,
-                   help="a packet this many messages past everything known waits for a confirming second packet")
-    p.add_argument("--rcvbuf", type=count, default=DEFAULT_RCVBUF, help="receive buffer per feed socket (bytes)")
-    p.add_argument("--batch-wait-us", type=float, default=DEFAULT_BATCH_WAIT_S * 1e6,
-                   help="while traffic flows, one sleep this long per round (fewer, larger rounds: less CPU, more latency)")
-    p.add_argument("--request-rate", type=float, default=DEFAULT_REQUEST_RATE,
-                   help="re-requests per second at most (stay under the server's per-client limit)")
-    p.add_argument("--max-outstanding", type=count, default=64, help="re-requests in flight at most")
-    p.add_argument("--initial-backoff-ms", type=float, default=50.0, help="first re-request after a gap")
-    p.add_argument("--retry-interval-ms", type=float, default=200.0, help="re-request again after no answer")
-    p.add_argument("--give-up", type=float, default=10.0, help="seconds without an answer before a gap is lost")
+    add_feed_options(p)  # every tuning setting, its default and help: logbuf.feed.config
     p.add_argument("--seed", type=int, default=None, help="seed of the re-request back-off jitter")
     p.add_argument("--until-end-of-session", action="store_true",
                    help="exit after the session's end, once every hole of it is recovered or given up")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--wait-for-subscriber", type=float, default=0.0,
-                   help="before reading the feeds, wait up to this many seconds for a subscriber")
     p.add_argument("--summary-json", default=None, metavar="PATH", help="write the final counters as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no start line and no summary")
     p.set_defaults(func=_guard(_cmd_feed))

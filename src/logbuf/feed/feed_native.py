@@ -174,7 +174,8 @@ class NativeRound:
 
     def __init__(self, ring: RecvRing, engine: Any, messages: Any, capture: Any | None,
                  sockets: dict[Feed, int], slots: dict[Feed, int], latency_ns: np.ndarray, *,
-                 max_block_ns: int, batch_wait_ns: int, epoch_offset_ns: int, counters_interval_ns: int) -> None:
+                 max_block_ns: int, batch_wait_ns: int, epoch_offset_ns: int, counters_interval_ns: int,
+                 checkpoint: Any | None = None) -> None:
         n = int(latency_ns.size)
         if latency_ns.dtype != np.int64 or n < 1 or n & (n - 1):
             raise ValueError("latency_ns must be an int64 array whose length is a power of two")
@@ -194,6 +195,9 @@ class NativeRound:
         c.counters_interval_ns = counters_interval_ns
         c.latency_ns = _ptr("int64_t *", latency_ns)
         c.latency_mask = n - 1
+        self._checkpoint = checkpoint  # a writable buffer of LBF_CHECKPOINT_LENGTH bytes (kept alive here)
+        if checkpoint is not None:
+            c.checkpoint = ffi.cast("uint8_t *", ffi.from_buffer(checkpoint, require_writable=True))
         rc = lib.lbf_round_init(c)
         if rc < 0:
             raise OSError(-rc, "lbf_round_init failed")

@@ -24,10 +24,13 @@ and retried with back-off. Counters (kernel drops per feed socket included) are 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
+import mmap
 import os
 import random
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,7 +43,15 @@ from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Pub
 from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID
 from logbuf.errors import LogbufError, bind_error
 from logbuf.feed import published as out
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig
+from logbuf.feed.arbiter import Arbiter
+from logbuf.feed.config import (
+    DEFAULT_BATCH_WAIT_US,
+    DEFAULT_JOIN,
+    DEFAULT_RCVBUF,
+    JOIN_CHOICES,
+    ArbiterConfig,
+    RecoveryConfig,
+)
 from logbuf.feed.events import (
     EndOfSession,
     Event,
@@ -69,20 +80,49 @@ from logbuf.feed.feed_native import (
     lib,
     monotonic_ns,
 )
-from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.recovery import Recovery
 from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
 
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
 LATENCY_SAMPLES = 1 << 16
-DEFAULT_BATCH_WAIT_S = 0.001  # rounds of ~50 packets at the open's rate: each sleep costs ~20 us of CPU on a VM
-DEFAULT_RCVBUF = 32 << 20  # bytes per feed socket: ~1 s of the busiest open (20k packets/s x 1.4 kB)
+DEFAULT_BATCH_WAIT_S = DEFAULT_BATCH_WAIT_US / 1e6
 RETRANSMIT_SLOTS = 8  # receive slots kept for retransmission answers per cycle
 UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause after ECONNREFUSED
 NANOS_PER_SECOND = 1_000_000_000
 NANOS_PER_MILLI = 1_000_000
 NANOS_PER_MICRO = 1_000
 INVALID_BATCH = lib.LB_INVALID_BATCH  # lb_offer_batch: a message longer than the publication's maximum
+
+
+CHECKPOINT_MAGIC = b"LBFCKPT1"
+
+
+def read_checkpoint(path: str) -> tuple[bytes, int] | None:
+    """The (session, next sequence) a previous run stored at ``path`` (None: no usable checkpoint)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(lib.LBF_CHECKPOINT_LENGTH)
+    except FileNotFoundError:
+        return None
+    if len(raw) < lib.LBF_CHECKPOINT_LENGTH or raw[:8] != CHECKPOINT_MAGIC:
+        return None
+    session = raw[lib.LBF_CHECKPOINT_SESSION : lib.LBF_CHECKPOINT_SESSION + 10]
+    next_sequence = int.from_bytes(raw[lib.LBF_CHECKPOINT_NEXT : lib.LBF_CHECKPOINT_NEXT + 8], sys.byteorder)
+    return (session, next_sequence) if next_sequence >= 1 else None
+
+
+def _open_checkpoint(path: str) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if os.fstat(fd).st_size < lib.LBF_CHECKPOINT_LENGTH:
+            os.ftruncate(fd, lib.LBF_CHECKPOINT_LENGTH)
+        mapping = mmap.mmap(fd, lib.LBF_CHECKPOINT_LENGTH)  # shared: stores survive a SIGKILL
+    finally:
+        os.close(fd)
+    if mapping[:8] != CHECKPOINT_MAGIC:
+        mapping[:8] = CHECKPOINT_MAGIC
+    return mapping
 
 
 class FeedHandlerError(LogbufError):
@@ -100,7 +140,6 @@ class FeedHandlerConfig:
     feed_b: tuple[str, int] | None = ("127.0.0.1", 30002)
     interface: str = "0.0.0.0"  # multicast: the interface address to join on
     retransmit: tuple[str, int] | None = None  # recovery server; None = recovery off
-    mode: FeedMode = FeedMode.A_AND_B
     driver_directory: str | None = None
     channel: str = "aeron:ipc"
     messages_stream: int = out.MESSAGES_STREAM
@@ -115,7 +154,15 @@ class FeedHandlerConfig:
     batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # while traffic flows, one sleep this long per round (0: none)
     kernel_timestamps: bool = True
     stop_at_end_of_session: bool = False
-    wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber
+    wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber (or fail)
+    join: str = DEFAULT_JOIN  # "from-start": recover the session from sequence 1; "live": from the first packet
+    # after every append the session and next sequence are stored here; a restart resumes after them
+    checkpoint: str | None = None
+
+    @property
+    def mode(self) -> FeedMode:
+        """The feeds arbitrated (stored once, in the arbiter's settings)."""
+        return self.arbiter.mode
 
     def __post_init__(self) -> None:
         feeds = self.mode.feeds
@@ -123,25 +170,38 @@ class FeedHandlerConfig:
             raise ValueError("mode includes feed A but no feed A address was given")
         if Feed.B in feeds and self.feed_b is None:
             raise ValueError("mode includes feed B but no feed B address was given")
+        if self.join not in JOIN_CHOICES:
+            raise ValueError(f"join must be one of {', '.join(JOIN_CHOICES)}")
         if self.ring_slots < 2 * len(feeds) + RETRANSMIT_SLOTS:
             raise ValueError(f"ring_slots must be >= {2 * len(feeds) + RETRANSMIT_SLOTS}")
 
 
-def _open_feed_socket(address: tuple[str, int], interface: str, rcvbuf: int) -> socket.socket:
-    host, port = address
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _set_rcvbuf(sock: socket.socket, rcvbuf: int) -> None:
     try:  # past net.core.rmem_max when privileged: bursts at max speed need a deep socket buffer
         sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), rcvbuf)
     except OSError:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+
+
+def _open_feed_socket(name: str, address: tuple[str, int], interface: str, rcvbuf: int) -> socket.socket:
+    host, port = address
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    multicast = ipaddress.ip_address(host).is_multicast
+    if multicast:  # several receivers of one group each get every datagram: sharing the port is safe
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # unicast: no SO_REUSEADDR/SO_REUSEPORT, the kernel would split the datagrams between two handlers
+    _set_rcvbuf(sock, rcvbuf)
     try:
-        sock.bind((host, port))  # a multicast group: only this group's datagrams
+        sock.bind((host, port))  # multicast: only this group's datagrams
     except OSError as exc:
         sock.close()
-        raise bind_error(exc, (host, port)) from exc
-    if ipaddress.ip_address(host).is_multicast:
+        error = bind_error(exc, (host, port))
+        if exc.errno == errno.EADDRINUSE:  # who is likely there
+            error = type(exc)(exc.errno, f"feed {name}: unicast ports are never shared (another feed handler?): "
+                                         f"{error.strerror}")
+        raise error from exc
+    if multicast:
         membership = socket.inet_aton(host) + socket.inet_aton(interface)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
     sock.setblocking(False)
@@ -174,15 +234,26 @@ class FeedHandler:
             rng = random.Random(cfg.seed)
             recovery = Recovery(cfg.recovery, rng=rng)
         arbiter_config = cfg.arbiter
-        if arbiter_config.mode != cfg.mode:
-            arbiter_config = _replace(arbiter_config, mode=cfg.mode)
+        if cfg.join == "live":
+            arbiter_config = _replace(arbiter_config, start_sequence=None)
+        self.resumed: tuple[bytes, int] | None = None
+        self._checkpoint: mmap.mmap | None = None
+        if cfg.checkpoint is not None:
+            self.resumed = read_checkpoint(cfg.checkpoint)
+            if self.resumed is not None:  # the same session resumes after what the last run published
+                arbiter_config = _replace(arbiter_config, resume=self.resumed)
+            try:
+                self._checkpoint = _open_checkpoint(cfg.checkpoint)
+            except OSError as exc:
+                raise FeedHandlerError(f"cannot open the checkpoint {cfg.checkpoint}: {exc.strerror}") from None
         self.arbiter = Arbiter(arbiter_config, recovery=recovery)
         self.ring = RecvRing(capacity=cfg.ring_slots)
         for feed, address in ((Feed.A, cfg.feed_a), (Feed.B, cfg.feed_b)):
             if feed in cfg.mode.feeds and address is not None:
-                self.sockets[feed] = _open_feed_socket(address, cfg.interface, cfg.rcvbuf)
+                self.sockets[feed] = _open_feed_socket(feed.name, address, cfg.interface, cfg.rcvbuf)
         if cfg.retransmit is not None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            _set_rcvbuf(sock, cfg.rcvbuf)  # a recovery burst is answered at the server's rate
             sock.connect(cfg.retransmit)  # answers come back to this socket, and only from the server
             sock.setblocking(False)
             self.sockets[Feed.RETRANSMIT] = sock
@@ -205,9 +276,13 @@ class FeedHandler:
         self.capture = (
             client.add_exclusive_publication(cfg.channel, cfg.capture_stream) if cfg.capture_stream is not None else None
         )
-        for publication in (self.messages, self.capture):
-            if publication is not None:  # best effort: the first lap of the log then takes no page faults
-                lib.lbf_prefault_terms(publication.native_struct())
+        # best effort: the first lap of the log then takes no page faults. On a thread of its own (the native call
+        # releases the GIL; populating pages writes nothing, so the loop may append meanwhile): backing large
+        # terms takes seconds on a loaded machine, and this thread must keep the driver's keepalive going
+        structs = [p.native_struct() for p in (self.messages, self.capture) if p is not None]
+        self._prefault = threading.Thread(target=_prefault, args=(structs,), name="logbuf-feed-prefault",
+                                          daemon=True)
+        self._prefault.start()
         self._epoch_offset_ns = time.time_ns() - monotonic_ns()
         self._session = b""
         self._events_back_pressure_waits = 0  # the events publication's (Python appends those records)
@@ -229,6 +304,7 @@ class FeedHandler:
             {feed: sock.fileno() for feed, sock in self.sockets.items()}, self._slots, self.latency_samples_ns,
             max_block_ns=int(cfg.max_block_s * NANOS_PER_SECOND), batch_wait_ns=int(cfg.batch_wait_s * NANOS_PER_SECOND),
             epoch_offset_ns=self._epoch_offset_ns, counters_interval_ns=COUNTER_PUBLISH_INTERVAL_NS,
+            checkpoint=self._checkpoint,
         )
         self._r = self._round.c
         for name in self.counter_values():
@@ -279,6 +355,11 @@ class FeedHandler:
             while not self.messages.is_connected and time.monotonic() < until and not self._stop.is_set():
                 self._client_work()
                 time.sleep(0.005)
+            if not self.messages.is_connected and not self._stop.is_set():
+                raise FeedHandlerError(
+                    f"no subscriber on {cfg.channel} stream {cfg.messages_stream} after "
+                    f"{cfg.wait_for_subscriber_s:g} s: start one first, or publish regardless with "
+                    "--wait-for-subscriber 0")
         stopping = self._stop.is_set
         native_round = lib.lbf_round
         r = self._r
@@ -298,6 +379,10 @@ class FeedHandler:
                     break
         finally:
             self.cpu_ns += time.process_time_ns() - cpu_started
+        if self.end_of_session and self._checkpoint is not None:
+            # the session was published to its end: nothing to resume (replaying it again starts afresh)
+            next_at = lib.LBF_CHECKPOINT_NEXT
+            self._checkpoint[next_at : next_at + 8] = bytes(8)
         self.publish_counters()
 
     def do_work(self) -> int:
@@ -333,8 +418,8 @@ class FeedHandler:
                 if kind == ROUND_DONE:
                     return handled
                 if kind == ROUND_EVENTS:
-                    for event in self.arbiter.round_events(int(r.event_next), int(r.event_end)):
-                        self._publish_event(event)
+                    for event, next_sequence in self.arbiter.round_events(int(r.event_next), int(r.event_end)):
+                        self._publish_event(event, next_sequence)
                         handled += 1
                 elif kind == ROUND_PACE:
                     for request in self.arbiter.round_pace(int(r.pace_ns)):
@@ -393,7 +478,9 @@ class FeedHandler:
 
     # -- events ----------------------------------------------------------------------------------------
 
-    def _publish_event(self, event: Event) -> None:
+    def _publish_event(self, event: Event, next_sequence: int) -> None:
+        """One record on the events stream; its reserved value is ``next_sequence``, the sequence of the next
+        message on the messages stream (so a GAP_UNRECOVERABLE is placed exactly in it)."""
         now = time.time_ns()
         if isinstance(event, GapDetected):
             record = out.FeedEvent(out.GAP_DETECTED, int(event.reason), event.first, event.last, now, event.session)
@@ -412,10 +499,7 @@ class FeedHandler:
             record = out.FeedEvent(out.QUEUE_OVERFLOW, 0, event.queued_packets, event.capacity, now, event.session)
         else:  # pragma: no cover - every event type is handled above
             return
-        self._offer(self.events, record.encode(), reserved_value(self.arbiter_next_sequence()))
-
-    def arbiter_next_sequence(self) -> int:
-        return int(self.arbiter.expected or 0)
+        self._offer(self.events, record.encode(), reserved_value(next_sequence))
 
     def _offer(self, publication: Publication, data: bytes | memoryview, reserved_value: int) -> None:
         while True:
@@ -461,9 +545,17 @@ class FeedHandler:
                 counter.set(int(value))
 
     def close(self) -> None:
+        prefault = getattr(self, "_prefault", None)
+        if prefault is not None:  # the publications it backs must outlive it
+            prefault.join()
         native_round = getattr(self, "_round", None)
         if native_round is not None:  # before the sockets: their descriptor numbers may be reused
             native_round.close()
+        checkpoint = getattr(self, "_checkpoint", None)
+        if checkpoint is not None:
+            with contextlib.suppress(BufferError):  # a view still exported: the mapping goes with the process
+                checkpoint.close()
+            self._checkpoint = None
         for sock in self.sockets.values():
             sock.close()
         self.sockets.clear()
@@ -475,6 +567,11 @@ class FeedHandler:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _prefault(publications: list[Any]) -> None:
+    for publication in publications:
+        lib.lbf_prefault_terms(publication)
 
 
 def _replace(config: Any, **changes: Any) -> Any:

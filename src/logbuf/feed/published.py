@@ -18,8 +18,10 @@ stream (published before the jump), so subscribers always know.
 
 kinds: 1 GAP_DETECTED, 2 GAP_RECOVERED, 3 GAP_UNRECOVERABLE, 4 SESSION_CHANGED (first = next sequence),
 5 END_OF_SESSION (first = next sequence), 6 QUEUE_OVERFLOW (first = queued packets, last = capacity).
-The reserved value of an events frame is the next sequence on the messages stream at the time it was
-published (so a GAP_UNRECOVERABLE can be placed exactly in the message stream).
+The reserved value of an events frame is the sequence of the next message on the messages stream after the
+record (the records stay in stream order with the messages): for GAP_UNRECOVERABLE ``last + 1``, for
+SESSION_CHANGED and END_OF_SESSION their next sequence, else the stream's next expected sequence then — so a
+GAP_UNRECOVERABLE can be placed exactly in the message stream.
 
 **capture** (``CAPTURE_STREAM`` 1003, optional ``--capture``): arrays of fixed-size rows, one kind per frame
 (the frame's reserved value is the kind), whole rows in unfragmented frames (at most one MTU), for the

@@ -14,12 +14,25 @@ ranges inside ``[next expected, highest seen]``, head first) and the time, and a
                        │       no request in flight, so the next poll asks for it without waiting
                        │       (an answer is one packet: "clients re-request the rest")
                        ├─ no answer for retry_interval ─► asked again         (default 200 ms)
-                       └─ a missing message first requested give_up ago ─► expired() > 0  (default 10 s)
+                       └─ give_up without an answer ─► expired() > 0          (default 10 s)
     stop() when caught up (no hole left).
 
-Give-up is per message, by age: ``expired`` counts the leading holes whose first message was first requested
-at least ``give_up_ns`` ago. Because requests go out head first, the time a sequence was first requested never
-decreases along the stream, so a list of ``(sequence, time)`` breakpoints records it in O(rounds) memory.
+**Answer-sized requests.** A MoldUDP64 server answers a request with one packet (as many of the asked messages
+as fit); clients re-request the rest. Until the first answer shows how many messages a packet carries, requests
+ask for as much as a request may; afterwards each asks for one answer's worth: the count of the last answer
+that came back shorter than asked (until one has, the size grows by a quarter whenever an answer brings all it
+was asked for), up to ``max_outstanding`` in flight, paced
+by a token bucket at ``request_rate`` (under the 1,000 requests/s per client retransmission servers commonly
+allow). Recovery then fetches ``request_rate`` packets per second whatever the size of the hole.
+
+**Give-up counts only what was really asked.** A sequence counts as requested only once a request that one
+answer would have covered was sent (the answer-sized prefix of a request; before the size is known, its first
+sequence).
+``expired`` gives a hole up when its first message was requested ``give_up_ns`` ago and is still missing, or
+when the server has answered nothing for ``give_up_ns`` while requests were in flight (it stopped answering:
+every declared hole is given up). A hole the pacing has not reached yet is never given up while the server
+answers. Because requests go out head first, the time a sequence was first requested never decreases along
+the stream, so a list of ``(sequence, time)`` breakpoints records it in O(rounds) memory.
 """
 
 from __future__ import annotations
@@ -27,56 +40,27 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from logbuf.feed.moldudp64 import MAX_MESSAGE_COUNT
+from logbuf.feed.config import (  # noqa: F401  (re-exported: the pacing's settings)
+    DEFAULT_REQUEST_BURST,
+    DEFAULT_REQUEST_RATE,
+    NANOS_PER_MILLI,
+    NANOS_PER_SECOND,
+    RecoveryConfig,
+)
 
-NANOS_PER_MILLI = 1_000_000
-NANOS_PER_SECOND = 1_000_000_000
 _MILLI = 1_000  # request rates are kept to a thousandth of a request per second
 _TOKEN = NANOS_PER_SECOND * _MILLI  # one request in the bucket's units (rate_units are added per ns)
 
 Hole = tuple[int, int]  # inclusive (first, last) sequence range
-# Pacing: under the 1,000 requests/s per client a retransmission server typically allows, with room for a burst.
-DEFAULT_REQUEST_RATE = 800.0
-DEFAULT_REQUEST_BURST = 64
-
-
-@dataclass(frozen=True)
-class RecoveryConfig:
-    """Re-request pacing; defaults as in a common NAK scheme (initial back-off 50 ms × 0.5–1.5, retry 200 ms, give up 10 s)."""
-
-    initial_backoff_ns: int = 50 * NANOS_PER_MILLI
-    backoff_jitter: tuple[float, float] = (0.5, 1.5)
-    retry_interval_ns: int = 200 * NANOS_PER_MILLI
-    give_up_ns: int = 10 * NANOS_PER_SECOND
-    max_request_count: int = MAX_MESSAGE_COUNT
-    max_outstanding: int = 64
-    request_rate: float = DEFAULT_REQUEST_RATE  # requests per second (kept under the server's per-client limit)
-    request_burst: int = DEFAULT_REQUEST_BURST  # requests that may go out at once after a quiet period
-
-    def __post_init__(self) -> None:
-        low, high = self.backoff_jitter
-        if not 0.0 <= low <= high:
-            raise ValueError(f"backoff_jitter {self.backoff_jitter} must satisfy 0 <= low <= high")
-        if self.initial_backoff_ns < 0:
-            raise ValueError("initial_backoff_ns must be >= 0")
-        if self.retry_interval_ns <= 0 or self.give_up_ns <= 0:
-            raise ValueError("retry_interval_ns and give_up_ns must be > 0")
-        if not 1 <= self.max_request_count <= MAX_MESSAGE_COUNT:
-            raise ValueError(f"max_request_count must be within 1..{MAX_MESSAGE_COUNT} (MoldUDP64 request count)")
-        if self.max_outstanding < 1:
-            raise ValueError("max_outstanding must be >= 1")
-        if self.request_rate <= 0 or self.request_burst < 1:
-            raise ValueError("request_rate must be > 0 and request_burst >= 1")
 
 
 class Recovery:
     """Decides which ``(seq, count)`` re-requests to send and when to give up (pure; see the module doc)."""
 
-    __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_bp_seq", "_bp_ns", "_requested_upto",
+    __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
-                 "requests_paced", "_asked")
+                 "requests_paced", "_asked", "_quiet_ns", "_full_seen")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | None = None) -> None:
         self.config = config or RecoveryConfig()
@@ -84,12 +68,15 @@ class Recovery:
         self.active = False
         self._ready_ns: int | None = None  # end of the initial back-off; None once the first round went out
         self._outstanding: dict[int, int] = {}  # first sequence of an in-flight request -> when it was sent
-        self._bp_seq: list[int] = []  # breakpoints: sequences >= _bp_seq[i] were first requested at _bp_ns[i]
-        self._bp_ns: list[int] = []
-        self._requested_upto = 0  # highest sequence any request has covered
+        # sequences requested (answerably) so far: disjoint ranges [_req_starts[i], _req_ends[i]] sorted by start,
+        # first requested at _req_ns[i]
+        self._req_starts: list[int] = []
+        self._req_ends: list[int] = []
+        self._req_ns: list[int] = []
         self.requests_sent = 0
         self.answers = 0
-        self._chunk = self.config.max_request_count  # messages per request: learned from the answers' size
+        self._chunk: int | None = None  # messages one answer carries: learned from the answers (None: unknown)
+        self._full_seen = False  # an answer came back shorter than asked: its packet was full
         self._asked: dict[int, int] = {}  # first sequence of a request sent -> the count it asked for
         # the token bucket in exact integer units (_TOKEN per request; _rate_units added per ns): where it stands
         # at a given time does not depend on when it was last refilled, so neither does the next deadline
@@ -99,6 +86,7 @@ class Recovery:
         self._paced = False  # the last poll held requests back for want of tokens
         self.last_answer_ns: int | None = None
         self.requests_paced = 0  # polls that held requests back to stay under request_rate
+        self._quiet_ns: int | None = None  # requests in flight and no answer since then (None: nothing in flight)
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 
@@ -115,11 +103,12 @@ class Recovery:
         self.active = False
         self._ready_ns = None
         self._outstanding.clear()
-        self._bp_seq.clear()
-        self._bp_ns.clear()
-        self._requested_upto = 0
+        self._req_starts.clear()
+        self._req_ends.clear()
+        self._req_ns.clear()
         self._asked.clear()
         self._paced = False
+        self._quiet_ns = None
 
     # -- inputs -----------------------------------------------------------------------------------------------
 
@@ -131,11 +120,14 @@ class Recovery:
         self.last_answer_ns = now_ns
         if self._outstanding.pop(first, None) is not None:
             self.answers += 1
+        if self.active:  # the server is answering: the silence clock restarts
+            self._quiet_ns = now_ns
         asked = self._asked.pop(first, None)
         if asked is not None and count is not None and count >= 1:
             if count < asked:  # the answer packet was full: that is what one request brings back
                 self._chunk = count
-            elif count == asked == self._chunk:  # maybe more fits: probe upwards
+                self._full_seen = True
+            elif count == asked == self._chunk and not self._full_seen:  # never full yet: maybe more fits
                 self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
 
     def poll(self, holes: Sequence[Hole], now_ns: int) -> list[tuple[int, int]]:
@@ -148,6 +140,11 @@ class Recovery:
             self._ready_ns = None
         cfg = self.config
         chunk = self._chunk
+        # until an answer shows what one packet carries, requests ask for as much as they may (only their first
+        # message counts as requested: one answer surely brings that back)
+        window = cfg.max_outstanding
+        request = chunk if chunk is not None else cfg.max_request_count
+        answerable = chunk if chunk is not None else 1
         self._refill(now_ns)
         self._paced = False
         old = self._outstanding
@@ -156,9 +153,9 @@ class Recovery:
         for first, last in holes:
             seq = first
             while seq <= last:
-                if len(kept) >= cfg.max_outstanding:
+                if len(kept) >= window:
                     break
-                count = min(chunk, last - seq + 1)
+                count = min(request, last - seq + 1)
                 sent = old.get(seq)
                 if sent is None or now_ns - sent >= cfg.retry_interval_ns:
                     if self._tokens < _TOKEN:  # paced: the rest goes out as tokens come back
@@ -172,15 +169,20 @@ class Recovery:
                     self._asked[seq] = count
                     out.append((seq, count))
                     sent = now_ns
-                    self._note_requested(seq + count - 1, now_ns)
+                    # requested: what one answer to it would have carried
+                    self._note_requested(seq, seq + min(count, answerable) - 1, now_ns)
                 kept[seq] = sent
                 seq += count
             if self._paced and seq <= last:
                 break
-            if len(kept) >= cfg.max_outstanding:
+            if len(kept) >= window:
                 break
         # requests for chunks that no longer start a hole (filled meanwhile) are forgotten: an answer to them
         # still fills the stream, and a retry would only ask for data already here
+        if kept and (not old or self._quiet_ns is None):  # requests went in flight: the silence clock starts
+            self._quiet_ns = now_ns
+        elif not kept:
+            self._quiet_ns = None
         self._outstanding = kept
         if len(self._asked) > 4 * cfg.max_outstanding:  # answers that never came: keep the table bounded
             self._asked = {seq: n for seq, n in self._asked.items() if seq in kept}
@@ -197,8 +199,14 @@ class Recovery:
             self._tokens_ns = now_ns
 
     def expired(self, holes: Sequence[Hole], now_ns: int) -> int:
-        """How many of the leading ``holes`` have been requested for ``give_up_ns`` without being filled."""
-        if not self.active or not self._bp_seq:
+        """How many of the leading ``holes`` to give up: those whose first message was requested ``give_up_ns``
+        ago without being filled, or all of them once the server has answered nothing for ``give_up_ns`` while
+        requests were in flight."""
+        if not self.active:
+            return 0
+        if self._server_silent(now_ns):
+            return len(holes)
+        if not self._req_starts:
             return 0
         n = 0
         for first, _last in holes:
@@ -217,8 +225,10 @@ class Recovery:
         candidates = []
         if self._outstanding:
             candidates.append(min(self._outstanding.values()) + self.config.retry_interval_ns)
-        if self._bp_ns:
-            candidates.append(self._bp_ns[0] + self.config.give_up_ns)
+        if self._req_ns:
+            candidates.append(min(self._req_ns) + self.config.give_up_ns)
+        if self._quiet_ns is not None and self._outstanding:
+            candidates.append(self._quiet_ns + self.config.give_up_ns)
         if self._paced and self._tokens_ns is not None:
             # requests are waiting for a token: the moment it is whole is the next thing to happen (nothing due
             # can go out before it; a give-up falls due at most one token interval late)
@@ -226,26 +236,39 @@ class Recovery:
         return min(candidates) if candidates else None
 
     def forget_below(self, seq: int) -> None:
-        """The stream has moved to ``seq``: drop breakpoints that can no longer matter (keeps memory bounded)."""
-        if seq > self._requested_upto:  # nothing still missing has been asked for yet
-            self._bp_seq.clear()
-            self._bp_ns.clear()
-            return
-        i = bisect.bisect_right(self._bp_seq, seq) - 1  # the breakpoint covering seq stays
-        if i > 0:
-            del self._bp_seq[:i]
-            del self._bp_ns[:i]
+        """The stream has moved to ``seq``: forget requests it has passed (keeps memory bounded)."""
+        i = bisect.bisect_left(self._req_ends, seq)
+        if i:
+            del self._req_starts[:i]
+            del self._req_ends[:i]
+            del self._req_ns[:i]
 
     # -- internals --------------------------------------------------------------------------------------------
 
-    def _note_requested(self, last: int, now_ns: int) -> None:
-        if last > self._requested_upto:
-            self._bp_seq.append(self._requested_upto + 1)
-            self._bp_ns.append(now_ns)
-            self._requested_upto = last
+    def _server_silent(self, now_ns: int) -> bool:
+        quiet = self._quiet_ns
+        return quiet is not None and bool(self._outstanding) and now_ns - quiet >= self.config.give_up_ns
+
+    def _note_requested(self, first: int, last: int, now_ns: int) -> None:
+        """[first, last] was asked for at ``now_ns``: the parts never asked for before are requested from now."""
+        starts, ends, times = self._req_starts, self._req_ends, self._req_ns
+        i = bisect.bisect_left(ends, first)  # the first range that may overlap
+        cur = first
+        while cur <= last:
+            if i < len(starts) and starts[i] <= cur:  # inside a range already requested
+                cur = ends[i] + 1
+                i += 1
+                continue
+            end = last if i >= len(starts) else min(last, starts[i] - 1)
+            if i > 0 and ends[i - 1] == cur - 1 and times[i - 1] == now_ns:  # extends the range before
+                ends[i - 1] = end
+            else:
+                starts.insert(i, cur)
+                ends.insert(i, end)
+                times.insert(i, now_ns)
+                i += 1
+            cur = end + 1
 
     def _first_requested_ns(self, seq: int) -> int | None:
-        if seq > self._requested_upto:
-            return None
-        i = bisect.bisect_right(self._bp_seq, seq) - 1
-        return self._bp_ns[i] if i >= 0 else None
+        i = bisect.bisect_right(self._req_starts, seq) - 1
+        return self._req_ns[i] if i >= 0 and self._req_ends[i] >= seq else None

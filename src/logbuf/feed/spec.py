@@ -44,16 +44,23 @@ are counted as foreign and ignored (a stray packet must not hijack the stream; w
 after the switch, since the new session is expected from sequence 1). Packets of retired sessions are always
 ignored.
 
-**Bounded queue**: at ``max_queue_packets`` a ``QueueOverflow`` is emitted. With recovery on, queue pressure
-never costs a recoverable message: a packet that does not fit is *shed* (not queued, counted in
-``shed_packets``) and its range stays a hole that recovery fetches again — so only the server's refusal or
-give-up loses messages. One ``QueueOverflow`` per episode (until a packet fits again). With recovery off nothing
-can be fetched again: the oldest holes are given up until the queue is half empty.
+**Bounded queue**: at ``max_queue_packets`` queued datagrams or ``max_queue_bytes`` of them a ``QueueOverflow``
+is emitted. With recovery on, queue pressure never costs a recoverable message: a packet that does not fit is
+*shed* (not queued, counted in ``shed_packets``) and its range stays a hole that recovery fetches again — so
+only the server's refusal or give-up loses messages. One ``QueueOverflow`` per episode (until a packet fits
+again). With recovery off nothing can be fetched again: the oldest holes are given up until the queue is half
+empty (in packets and in bytes).
 
 **Validation first**: a datagram is checked completely (length, sequence, every message block) before it may
-choose or switch the session. **Unconfirmed jumps**: a packet or heartbeat more than ``max_jump`` messages past
-everything known is held back until a second one within ``max_jump`` of it confirms the jump (the other feed's
-copy, or the next packet); a lone forged datagram never declares a gap.
+choose or switch the session. **Answers**: a retransmitted packet counts only inside a range a request asked
+for (:meth:`SpecArbiter.note_requests`; the oldest of ``MAX_REQUESTED_RANGES`` are forgotten) and is cut at
+its end; anything else from the server is ignored. **Unconfirmed jumps**: a packet or heartbeat more than
+``max_jump`` messages past everything known is held back until the other feed's copy (within ``max_jump``) or
+the same feed continuing after it confirms the jump; the same feed continuing more than ``max_jump`` below it
+drops it (``jumps_forged``). A confirmed jump stays provisional until the stream reaches it: a live packet
+with fresh messages more than ``max_jump`` below it undoes it (queued packets from its position on, the holes,
+gaps and end of session past what is left are forgotten) — nothing of a forged range is ever delivered.
+**Resuming**: with ``resume = (session, next)``, that session is joined at ``next`` (a restart).
 
 **Statistics** use the layout of :mod:`logbuf.feed.stats` (shared with C).
 """
@@ -64,11 +71,19 @@ import heapq
 import itertools
 import struct
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
 from logbuf.feed import moldudp64
+from logbuf.feed.config import (  # noqa: F401  (re-exported: the settings the specification runs under)
+    DEFAULT_MAX_JUMP,
+    DEFAULT_MAX_QUEUE_BYTES,
+    DEFAULT_MAX_QUEUE_PACKETS,
+    MAX_REQUESTED_RANGES,
+    NANOS_PER_MILLI,
+    NANOS_PER_SECOND,
+    ArbiterConfig,
+)
 from logbuf.feed.coverage import Coverage, Hole, OpenGap, parse_blocks
 from logbuf.feed.events import (
     Deliver,
@@ -117,46 +132,7 @@ from logbuf.feed.stats import (
     new_delay_stats,
 )
 
-NANOS_PER_MILLI = 1_000_000
-NANOS_PER_SECOND = 1_000_000_000
-# A packet more than this many messages past everything known needs a confirmation before it counts: at the
-# busiest open (~800k messages/s) this is over a second of loss on both feeds.
-DEFAULT_MAX_JUMP = 1_000_000
 _HEADER = struct.Struct(">10sQH")
-
-
-@dataclass(frozen=True)
-class ArbiterConfig:
-    """Arbitration and gap-detection settings (common published defaults: 3 packets, 100 ms)."""
-
-    mode: FeedMode = FeedMode.A_AND_B
-    out_of_order_max_interval: int = 3  # packets per live feed past the hole
-    lost_packet_wait_time_ns: int = 100 * NANOS_PER_MILLI
-    start_sequence: int | None = 1  # None: join wherever the first packet is
-    session: str | bytes | None = None  # pin the session; None: join the first seen
-    max_queue_packets: int = 16_384
-    session_change_idle_ns: int = 3 * NANOS_PER_SECOND
-    delay_window_bits: int = 16
-    max_jump: int | None = DEFAULT_MAX_JUMP  # messages past everything known that need a confirmation
-
-    def __post_init__(self) -> None:
-        FeedMode(self.mode)
-        if self.out_of_order_max_interval < 1:
-            raise ValueError("out_of_order_max_interval must be >= 1 packet")
-        if self.lost_packet_wait_time_ns <= 0:
-            raise ValueError("lost_packet_wait_time_ns must be > 0")
-        if self.start_sequence is not None and not 1 <= self.start_sequence <= MAX_SEQUENCE:
-            raise ValueError("start_sequence must be a MoldUDP64 sequence (>= 1) or None")
-        if self.max_queue_packets < 2:
-            raise ValueError("max_queue_packets must be >= 2")
-        if self.session_change_idle_ns <= 0:
-            raise ValueError("session_change_idle_ns must be > 0")
-        if not 4 <= self.delay_window_bits <= 24:
-            raise ValueError("delay_window_bits must be within 4..24")
-        if self.session is not None:
-            moldudp64.encode_session(self.session)
-        if self.max_jump is not None and self.max_jump < 1:
-            raise ValueError("max_jump must be >= 1 message (or None: no confirmation)")
 
 
 class _Queued:
@@ -199,6 +175,10 @@ class SpecArbiter:
         self.last_session_arrival_ns = 0  # last packet of the current session on any feed
         self._retired: set[bytes] = set()
         self._queue: list[tuple[int, int, _Queued]] = []  # heap by (first, arrival order)
+        self.queued_bytes = 0  # datagram bytes in the queue
+        self._requested: list[tuple[int, int]] = []  # re-requested inclusive ranges, oldest first
+        self._jump_at: int | None = None  # a confirmed jump to here is provisional until the stream reaches it
+        self._jump_floor = 0  # first sequence past everything known before that jump
         self._order = itertools.count()
         self._coverage = Coverage()
         self._wait_started_ns: int | None = None  # the wait for the first undeclared hole began
@@ -321,9 +301,85 @@ class SpecArbiter:
             self.last_session_arrival_ns = arrival_ns
         if not marker:
             st[FS_MESSAGES] += count
+        if feed == Feed.RETRANSMIT:
+            # an answer counts only for an outstanding request, and only for the sequences it asked for
+            count = 0 if marker else self._requested_count(first, count)
+            if count == 0:
+                st[FS_IGNORED] += 1
+                return
+        else:
+            self._forged_jump_revealed(feed, first, count, marker)
         if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
             return
         self._intake(feed, buf, first, count, marker, arrival_ns, out)
+
+    def note_requests(self, requests: list[tuple[int, int]]) -> None:
+        """Re-requests ``(seq, count)`` that went out: answers are accepted inside these ranges only."""
+        for seq, count in requests:
+            if (seq, seq + count - 1) in self._requested:  # a retry: already there
+                continue
+            if len(self._requested) >= MAX_REQUESTED_RANGES:
+                del self._requested[0]
+            self._requested.append((seq, seq + count - 1))
+
+    def _requested_count(self, first: int, count: int) -> int:
+        """The messages of an answer ``[first, first + count)`` that were asked for (0: an unrequested answer);
+        ranges the stream has passed are forgotten on the way."""
+        expected = self._next if self.expected is not None else 0
+        kept = [r for r in self._requested if r[1] >= expected]
+        self._requested = kept
+        for low, high in kept:
+            if low <= first <= high:
+                return min(count, high - first + 1)
+        return 0
+
+    def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
+        """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped;
+        a confirmed jump the stream has not reached yet is undone (nothing from its range is published)."""
+        bound = self.config.max_jump
+        if bound is None or self.expected is None:
+            return False
+        position = first - 1 if marker else first
+        revealed = False
+        for h in self._held:
+            if h[0] == feed and h[2] - position > bound:
+                self._held.remove(h)
+                self.counters.jumps_forged += 1
+                revealed = True
+                break
+        jump = self._jump_at
+        if jump is not None:
+            last = position if marker else first + count - 1
+            if self._next >= jump:
+                self._jump_at = None  # the stream reached the jump: it stands
+            elif position < jump and last >= self._next and jump - position > bound:
+                self._undo_jump(jump)
+                revealed = True
+        return revealed
+
+    def _undo_jump(self, jump: int) -> None:
+        """Forget everything from a forged jump's position on: its queued packets, holes, gaps and markers."""
+        self._jump_at = None
+        self.counters.jumps_forged += 1
+        self._held.clear()
+        self._queue = [q for q in self._queue if q[0] < jump]
+        heapq.heapify(self._queue)
+        self.queued_bytes = sum(len(q[2].data) for q in self._queue)
+        self._coverage = Coverage()
+        for q in self._queue:
+            self._coverage.add(q[2].first, q[2].first + q[2].count - 1)
+        self._coverage.trim_below(self._next)
+        highest = max(self._next - 1, self._jump_floor - 1, self._coverage.ends[-1] if self._coverage else 0)
+        self.highest = highest
+        self._declared_upto = min(self._declared_upto, highest)
+        gaps: deque[OpenGap] = deque()
+        for gap in self._gaps:
+            if gap.first <= highest:
+                gap.last = min(gap.last, highest)
+                gaps.append(gap)
+        self._gaps = gaps
+        if self._pending_eos is not None and self._pending_eos - 1 > highest:
+            self._pending_eos = None
 
     def _intake(self, feed: Feed, buf: memoryview | bytes, first: int, count: int, marker: bool, arrival_ns: int,
                 out: list[Event]) -> None:
@@ -347,7 +403,9 @@ class SpecArbiter:
         if position <= base + bound:
             return False
         held = self._held
-        confirmed = [h for h in held if abs(h[2] - position) <= bound]
+        # confirmed by the other feed's copy, or by the same feed continuing after it
+        confirmed = [h for h in held if (h[2] <= position if h[0] == feed else abs(h[2] - position) <= bound)
+                     and position - h[2] <= bound]
         if not confirmed:
             # keep the newest candidate per feed; older unconfirmed candidates are dropped
             self._held = [h for h in held if h[0] != feed] + [(feed, bytes(buf), position, first, count, marker,
@@ -356,6 +414,9 @@ class SpecArbiter:
             return True
         self._held = [h for h in held if h not in confirmed]
         self.counters.jumps_confirmed += 1
+        # acted upon, but provisional: live traffic continuing below it before the stream reaches it undoes it
+        self._jump_floor = base
+        self._jump_at = min([position] + [h[2] for h in confirmed])
         for h_feed, h_buf, _pos, h_first, h_count, h_marker, h_arrival in sorted(confirmed, key=lambda h: h[2]):
             self._intake(h_feed, h_buf, h_first, h_count, h_marker, h_arrival, out)
         self._intake(feed, buf, first, count, marker, arrival_ns, out)
@@ -367,7 +428,10 @@ class SpecArbiter:
         if self.session is None:
             self.session = session
             self.counters.session_changes += 1
-            if self.config.start_sequence is not None:
+            resume = self.config.resume
+            if resume is not None and moldudp64.encode_session(resume[0]) == session:
+                self._join(resume[1], out)  # a restart: after what the previous run published
+            elif self.config.start_sequence is not None:
                 self._join(self.config.start_sequence, out)
             return True  # the packet itself fixes expected when joining wherever the stream is
         # switch once the current session has ended and nothing of it is missing any more (a hole is resolved
@@ -394,6 +458,9 @@ class SpecArbiter:
         if self.recovery is not None:
             self.recovery.stop()
         self._queue.clear()
+        self.queued_bytes = 0
+        self._requested.clear()
+        self._jump_at = None
         self._held.clear()
         self._coverage = Coverage()
         self._gaps.clear()
@@ -481,6 +548,7 @@ class SpecArbiter:
         queue = self._queue
         while queue and queue[0][0] <= self._next:
             _, _, entry = heapq.heappop(queue)
+            self.queued_bytes -= len(entry.data)
             self._walk(entry.feed, entry.data, entry.first, entry.count, entry.arrival_ns, out)
         self._coverage.trim_below(self._next)
 
@@ -493,7 +561,8 @@ class SpecArbiter:
             self.feed_stats[feed, FS_DUPLICATES] += count
         else:
             capacity = self.config.max_queue_packets
-            if len(self._queue) >= capacity:
+            max_bytes = self.config.max_queue_bytes
+            if len(self._queue) >= capacity or self.queued_bytes + len(data) > max_bytes:
                 if self.recovery is not None:
                     # shed, never abandon: the packet is not queued, its range stays a hole and is fetched again
                     # (declared like any hole, or already inside a declared one); only the server's refusal or
@@ -508,7 +577,7 @@ class SpecArbiter:
                 # recovery off: nothing can be fetched again; the oldest holes are given up
                 self.counters.queue_overflows += 1
                 out.append(QueueOverflow(self._current_session, len(self._queue), capacity))
-                while len(self._queue) > capacity // 2 and self.holes(1):
+                while (len(self._queue) > capacity // 2 or self.queued_bytes > max_bytes // 2) and self.holes(1):
                     self._abandon(1, GapReason.QUEUE_OVERFLOW, arrival_ns, out)
                 if first <= self._next:  # giving up moved the stream up to (or past) this packet
                     self._walk(feed, data, first, count, arrival_ns, out)
@@ -516,6 +585,7 @@ class SpecArbiter:
                     return
             self._shedding = False
             heapq.heappush(self._queue, (first, next(self._order), _Queued(first, count, feed, arrival_ns, data)))
+            self.queued_bytes += len(data)
             self._coverage.add(first, last)
         self._note_ahead(feed, first, arrival_ns)
 
@@ -563,7 +633,8 @@ class SpecArbiter:
             self._unrecoverable(first, head - 1, GapReason.RECOVERY_OFF, out)
             queue = self._queue
             while queue and queue[0][0] < head:  # older queued packets are dropped
-                heapq.heappop(queue)
+                _, _, dropped = heapq.heappop(queue)
+                self.queued_bytes -= len(dropped.data)
                 self.counters.dropped_packets += 1
             self._coverage.trim_below(head)
             self.expected = head
@@ -645,6 +716,7 @@ class SpecArbiter:
                     self._abandon(expired, GapReason.GIVE_UP, now_ns, out)
                     continue
                 requests = recovery.poll(self._declared_holes(limit), now_ns)
+                self.note_requests(requests)
                 self.counters.recovery_requests += len(requests)
                 out.extend(RecoveryRequest(self._current_session, seq, count) for seq, count in requests)
             break
@@ -664,6 +736,7 @@ class SpecArbiter:
 
 def _blocks(packet: bytes | memoryview, count: int) -> list[tuple[int, int]]:
     """The blocks of a packet validated before it was accepted (a malformed one never reaches the walk)."""
-    blocks = parse_blocks(memoryview(packet), count)
-    assert blocks is not None, "a malformed packet reached the walk"
-    return blocks
+    view = memoryview(packet)
+    blocks = parse_blocks(view, int.from_bytes(view[18:20], "big"))  # an answer's count may be clipped
+    assert blocks is not None and count <= len(blocks), "a malformed packet reached the walk"
+    return blocks[:count]

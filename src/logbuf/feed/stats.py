@@ -40,10 +40,11 @@ C_SESSION_CHANGES = 7  # joins included
 C_JUMPS_HELD = 8  # packets announcing a jump past max_jump, held until confirmed
 C_JUMPS_CONFIRMED = 9  # jumps confirmed by a second packet (the other feed's, or the next one)
 C_SHED_PACKETS = 10  # packets not queued for a full queue (recovery on): their range is fetched again
-C_COUNT = 11
+C_JUMPS_FORGED = 11  # jumps revealed as forged by the traffic that continued below them (nothing published)
+C_COUNT = 12
 COUNTER_NAMES = ("gaps_detected", "gaps_recovered", "gaps_unrecoverable", "messages_unrecoverable",
                  "dropped_packets", "recovery_requests", "queue_overflows", "session_changes", "jumps_held",
-                 "jumps_confirmed", "shed_packets")
+                 "jumps_confirmed", "shed_packets", "jumps_forged")
 
 # A−B arrival delay (LBF_DELAY_*).
 DELAY_COUNT = 0
