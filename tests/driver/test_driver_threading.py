@@ -28,9 +28,11 @@ def _launch(tmp_path: Path, **options: object) -> logbuf.MediaDriver:
 @pytest.mark.parametrize(
     ("mode", "agents", "label"),
     [
-        ("shared", [("lb-shared", ["conductor"])], "SHARED"),
-        ("shared-network", [("lb-conductor", ["conductor"])], "SHARED_NETWORK"),
-        ("dedicated", [("lb-conductor", ["conductor"])], "DEDICATED"),
+        ("shared", [("lb-shared", ["sender", "receiver", "conductor"])], "SHARED"),
+        ("shared-network", [("lb-network", ["sender", "receiver"]), ("lb-conductor", ["conductor"])],
+         "SHARED_NETWORK"),
+        ("dedicated", [("lb-sender", ["sender"]), ("lb-receiver", ["receiver"]), ("lb-conductor", ["conductor"])],
+         "DEDICATED"),
     ],
 )
 def test_each_mode_runs_its_agents_and_names_itself_in_the_counters(

@@ -16,8 +16,8 @@ The driver conductor owns clients, commands and the duty cycle; the entities are
 one :class:`DriverServices` (counters, responses, errors, ids, log and counter allocation): ``aeron:ipc`` goes
 to the :class:`IpcConductor` (IPC publications and subscriptions), ``aeron:udp`` to the
 :class:`NetworkConductor`, which owns channel endpoints, network publications and images and feeds the
-:class:`Sender` and :class:`Receiver` duties (``self.sender``, ``self.receiver``: the media driver runs them in
-the same loop).
+:class:`Sender` and :class:`Receiver` agents (``self.sender``, ``self.receiver``: native duties the media driver runs
+on its threading mode's agent threads).
 
 Every command is decoded and validated before it touches any state; a bad one is answered with ON_ERROR
 (Aeron's codes) and recorded in the error log, never raised out of the duty cycle.  The conductor is
@@ -202,8 +202,9 @@ class DriverConductor:
         return {"conductor": self.ipc.native.duty, **self.network_native_duties()}
 
     def network_native_duties(self) -> dict[str, NativeDuty]:
-        """The sender's and receiver's native duties (none yet: they run in the media driver's Python loop)."""
-        return {}
+        """The sender's and receiver's native duties, which the media driver places on its threading mode's
+        native agents (the Python loop then only reads their events, in :meth:`do_work`)."""
+        return {"sender": self.sender.native_duty(), "receiver": self.receiver.native_duty()}
 
     def cycle_counters(self, role: str) -> tuple[int, int]:
         """The (max cycle time, threshold exceeded) system counter ids of an agent role."""
