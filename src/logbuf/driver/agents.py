@@ -14,7 +14,7 @@ cnc.dat - always runs on its own Python thread, and no native duty ever runs on 
 * ``dedicated``: the sender, the receiver and the native conductor duties on a native agent each.
 
 Idle strategies (:class:`IdleSpec`, one text form, validated by name): ``backoff`` (the default:
-``backoff:spins=10,yields=5,min-park=1us,max-park=1ms``; any of the four may be given, the rest keep these
+``backoff:spins=10,yields=20,min-park=1us,max-park=1ms``; any of the four may be given, the rest keep these
 values), ``sleep:park=1ms``, ``yield``, ``spin`` and ``noop`` (the last two never give the core away: for a
 core of the agent's own only).
 """
@@ -43,7 +43,7 @@ MODE_AGENTS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 ROLES = ("sender", "receiver", "conductor")
 
-DEFAULT_AGENT_IDLE = "backoff:spins=10,yields=5,min-park=1us,max-park=1ms"
+DEFAULT_AGENT_IDLE = "backoff:spins=10,yields=20,min-park=1us,max-park=1ms"
 
 
 def default_threading_mode(cpu_count: int | None = None) -> str:
@@ -93,7 +93,7 @@ class IdleSpec:
 
     kind: str = "backoff"
     max_spins: int = 10
-    max_yields: int = 5
+    max_yields: int = 20  # Aeron's back-off: 10 spins, 20 yields, then parks from 1 µs doubling to 1 ms
     min_park_ns: int = 1_000
     max_park_ns: int = 1_000_000
 

@@ -89,7 +89,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     agents = p.add_argument_group(
         "native agents (the data plane; the Python conductor always runs on its own thread)",
         "IDLE: backoff[:spins=N,yields=N,min-park=D,max-park=D] (default "
-        "backoff:spins=10,yields=5,min-park=1us,max-park=1ms; D is a whole number with ns, us, ms or s), "
+        "backoff:spins=10,yields=20,min-park=1us,max-park=1ms; D is a whole number with ns, us, ms or s), "
         "sleep[:park=D], yield, or spin / noop (these two never give the core away: a core of their own only)")
     agents.add_argument("--threading-mode", choices=list(THREADING_MODES),
                         help="shared: one native agent runs sender, receiver and the conductor's native duties; "
