@@ -190,7 +190,7 @@ def test_several_publisher_processes_exactly_once_through_a_lossy_network(tmp_pa
     mode: each subscription gets every message exactly once, in order per publisher, intact."""
     port = free_udp_port()
     ch = channel(port)
-    publishers, count = 4, 1500
+    publishers, count = 4, 3000
     with driver_process(tmp_path / "a"), \
             driver_process(tmp_path / "b", "--impair-receive", "drop=0.05,reorder=0.05,seed=5"), \
             logbuf.connect(tmp_path / "b") as sub_client, logbuf.connect(tmp_path / "a") as pub_client:
