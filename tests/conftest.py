@@ -94,6 +94,18 @@ def multicast_netns() -> Iterator[str]:
 
 
 @pytest.fixture
+def threading_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The threading mode of every driver the test starts with no mode given, embedded or in a process
+    (``$LOGBUF_THREADING_MODE``, inherited by child processes), when parametrised indirectly
+    (``@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)``, the modes from
+    ``logbuf.driver.agents``); else None: the environment's default."""
+    mode: str | None = getattr(request, "param", None)
+    if mode is not None:
+        monkeypatch.setenv("LOGBUF_THREADING_MODE", mode)
+    return mode
+
+
+@pytest.fixture
 def shm_dir() -> Iterator[str]:
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     path = own_directory(tempfile.mkdtemp(prefix="logbuf-test-", dir=base))

@@ -1,5 +1,6 @@
 """The media driver's threading modes: which native agents run, the counters' labels, IPC through each mode,
-and an IPC publisher that keeps getting pub-lmt while the Python conductor thread is held."""
+an IPC publisher that keeps getting pub-lmt while the Python conductor thread is held, and a UDP stream
+between two drivers that keeps flowing, losing nothing, while either driver's Python conductor is held."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from udp_rig import Received, free_udp_port, message
 
 import logbuf
 from logbuf.cli import main as cli_main
@@ -65,9 +67,9 @@ def test_each_mode_runs_its_agents_and_names_itself_in_the_counters(
     assert not any(agent.is_running for agent in driver.agents)
 
 
-def test_default_mode_follows_the_cores_and_bad_settings_are_refused_by_name() -> None:
-    import os
-
+def test_default_mode_follows_the_cores_and_bad_settings_are_refused_by_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOGBUF_THREADING_MODE", raising=False)
     assert DriverContext().threading_mode == ("dedicated" if (os.cpu_count() or 1) >= 4 else "shared")
     with pytest.raises(ValueError, match="threading mode 'invoker'"):
         DriverContext.build(threading_mode="invoker")
@@ -205,3 +207,67 @@ def test_publications_and_subscriptions_come_and_go_while_the_native_duty_runs(t
             wait_until(lambda: leftovers() == ([], []), timeout=20, what="logs deleted and counters freed")
     finally:
         driver.close()
+
+
+@pytest.mark.parametrize("mode", ["shared", "dedicated"])
+@pytest.mark.parametrize("held", ["receiving", "sending"])
+def test_a_udp_stream_keeps_flowing_while_a_python_conductor_is_held(tmp_path: Path, mode: str, held: str) -> None:
+    """Two drivers in this process, a UDP stream from one to the other; the receiving (or the sending) driver's
+    Python conductor is held for 2 s: data, SMs, pub-lmt and snd-lmt must keep moving on the native agents
+    (many receiver windows arrive during the hold), and afterwards every message is there once, in order."""
+    window = TERM // 2  # the receiver's window: min(128 KiB, T/2)
+    frame = 544  # a 500-byte message's frame: 32-byte header, aligned to 32
+    ch = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
+    sending = logbuf.MediaDriver.launch(tmp_path / "snd", threading_mode=mode, timer_interval_ns=50_000_000)
+    try:
+        receiving = logbuf.MediaDriver.launch(tmp_path / "rcv", threading_mode=mode, timer_interval_ns=50_000_000)
+        try:
+            with logbuf.connect(sending.directory) as pub_client, logbuf.connect(receiving.directory) as sub_client:
+                sub = sub_client.add_subscription(ch, STREAM)
+                pub = pub_client.add_publication(ch, STREAM)
+                wait_until(lambda: pub.is_connected and sub.images, what="connection across the drivers")
+                received = Received()
+                sent = 0
+
+                def offer_or_poll() -> None:
+                    nonlocal sent
+                    if pub.offer(message(sent, 500)) > 0:
+                        sent += 1
+                    else:
+                        received.poll(sub)
+
+                while sent < 100:  # under way before the hold
+                    offer_or_poll()
+                lock = (receiving if held == "receiving" else sending).conductor_lock
+                with lock:  # that driver's Python conductor cannot run a cycle
+                    held_from = time.monotonic()
+                    before = len(received.sequences)
+                    while time.monotonic() - held_from < 2.0:
+                        offer_or_poll()
+                    received.poll(sub)
+                    during = len(received.sequences) - before
+                    held_for = time.monotonic() - held_from
+                assert held_for >= 2.0
+                # a stalled SM, snd-lmt or pub-lmt would have stopped the stream after one window
+                assert during * frame > 4 * window, (during, sent)
+                wait_until(lambda: received.poll(sub) * 0 or len(received.sequences) >= sent, timeout=30,
+                           what="everything sent to arrive")
+                assert received.sequences == list(range(sent)) and received.corrupt == 0
+        finally:
+            receiving.close()
+    finally:
+        sending.close()
+
+
+def test_the_environment_sets_the_default_mode_and_an_option_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LOGBUF_THREADING_MODE", "shared-network")
+    assert DriverContext().threading_mode == "shared-network"
+    assert DriverContext.build(threading_mode="dedicated").threading_mode == "dedicated"
+    monkeypatch.setenv("LOGBUF_THREADING_MODE", "invoker")
+    with pytest.raises(ValueError, match="LOGBUF_THREADING_MODE='invoker': expected one of shared, "):
+        DriverContext()
+    assert DriverContext.build(threading_mode="shared").threading_mode == "shared"
+    assert cli_main(["driver", "--dir", str(tmp_path / "d")]) == 2  # a usage error, named
+    assert "LOGBUF_THREADING_MODE='invoker'" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()

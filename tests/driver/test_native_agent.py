@@ -51,7 +51,8 @@ def test_bad_idle_specs_are_refused_by_name(text: str, named: str) -> None:
         IdleSpec.parse(text)
 
 
-def test_default_threading_mode_follows_the_core_count() -> None:
+def test_default_threading_mode_follows_the_core_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOGBUF_THREADING_MODE", raising=False)  # that would name the default
     assert default_threading_mode(16) == "dedicated"
     assert default_threading_mode(4) == "dedicated"
     assert default_threading_mode(2) == "shared"

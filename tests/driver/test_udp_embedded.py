@@ -35,6 +35,7 @@ from logbuf.cnc import counters as c
 from logbuf.cnc.loss_report import LossReportFile
 from logbuf.cnc.messages import ErrorCode
 from logbuf.directory import IMAGES_DIR, LOSS_REPORT_FILE
+from logbuf.driver.agents import THREADING_MODES
 from logbuf.logbuffer import descriptor as d
 from logbuf.protocol import DataHeader, Nak, SetupFrame, StatusMessage, classify, encode_data_frame
 from support import wait_until
@@ -45,7 +46,8 @@ T = 64 * 1024
 
 
 @pytest.fixture
-def driver(tmp_path: Path):  # type: ignore[no-untyped-def]
+def driver(tmp_path: Path, threading_mode: str | None):  # type: ignore[no-untyped-def]
+    # threading_mode: when a test parametrises it, the driver runs its agents in that mode
     drv = logbuf.MediaDriver.launch(tmp_path / "drv", idle_strategy="backoff:1000000", timer_interval_ns=50_000_000,
                                     publication_linger_timeout_ns=2_000_000_000)
     try:
@@ -69,7 +71,9 @@ def sequenced(count: int, seed: int, sizes: tuple[int, ...]) -> list[bytes]:
     return [message(i, rng.choice(sizes)) for i in range(count)]
 
 
-def test_loopback_delivers_every_message_in_order_with_counters(client, driver) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
+def test_loopback_delivers_every_message_in_order_with_counters(client, driver, threading_mode) -> None:  # type: ignore[no-untyped-def]
+    assert driver.ctx.threading_mode == threading_mode
     port = free_udp_port()
     images: list[logbuf.Image] = []
     sub = client.add_subscription(channel(port), STREAM, on_available_image=images.append)
@@ -149,7 +153,9 @@ def test_network_publication_pub_lmt_follows_snd_pos_and_cleaning_keeps_one_term
     assert cleaned and all(word == 0 for word in cleaned)
 
 
-def test_slow_subscriber_throttles_the_sender_and_nothing_is_lost(client) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
+def test_slow_subscriber_throttles_the_sender_and_nothing_is_lost(client, driver, threading_mode) -> None:  # type: ignore[no-untyped-def]
+    assert driver.ctx.threading_mode == threading_mode
     port = free_udp_port()
     sub = client.add_subscription(channel(port), STREAM)
     pub = client.add_publication(channel(port), STREAM)
@@ -173,13 +179,16 @@ def test_slow_subscriber_throttles_the_sender_and_nothing_is_lost(client) -> Non
     assert system(client, NAKS_SENT) == 0  # held back by the window, never overrun
 
 
-def test_send_impairment_in_the_native_sender_every_message_once_and_in_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
+def test_send_impairment_in_the_native_sender_every_message_once_and_in_order(tmp_path: Path,
+                                                                             threading_mode: str) -> None:
     """``--impair-send``: the sender agent drops, reorders, duplicates and delays what it sends (SETUP, data,
     heartbeats, retransmits) with its own seeded dice; the receiver NAKs the holes and gets everything once."""
     spec = "drop=0.05,reorder=0.05,duplicate=0.02,delay=20us,reorder-delay=300us,seed=5"
     port = free_udp_port()
     with logbuf.MediaDriver.launch(tmp_path / "lossy", send_impairment=spec, idle_strategy="backoff:200000") as drv, \
             logbuf.connect(drv.directory) as cl:
+        assert drv.ctx.threading_mode == threading_mode
         sub = cl.add_subscription(channel(port), STREAM)
         pub = cl.add_publication(channel(port), STREAM)
         wait_until(lambda: pub.is_connected and sub.images, what="connection")
@@ -193,11 +202,13 @@ def test_send_impairment_in_the_native_sender_every_message_once_and_in_order(tm
         assert system(cl, NAKS_SENT) > 0 and system(cl, NAKS_RECEIVED) > 0
 
 
-def test_lossy_network_every_message_once_and_in_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
+def test_lossy_network_every_message_once_and_in_order(tmp_path: Path, threading_mode: str) -> None:
     spec = "drop=0.05,reorder=0.05,duplicate=0.02,delay=20us,reorder-delay=300us,seed=11"
     port = free_udp_port()
     with logbuf.MediaDriver.launch(tmp_path / "lossy", receive_impairment=spec, idle_strategy="backoff:200000") as drv, \
             logbuf.connect(drv.directory) as cl:
+        assert drv.ctx.threading_mode == threading_mode
         sub = cl.add_subscription(channel(port), STREAM)
         pub = cl.add_publication(channel(port), STREAM)
         wait_until(lambda: pub.is_connected and sub.images, what="connection")

@@ -16,10 +16,20 @@ from pathlib import Path
 
 import pytest
 from driver_rig import FAST_TIMERS, wait_for_driver
-from udp_rig import NAKS_SENT, RETRANSMITS_SENT, Received, counter, message, publish, system
+from udp_rig import (
+    NAKS_SENT,
+    RETRANSMITS_SENT,
+    Received,
+    counter,
+    message,
+    publish,
+    system,
+    threading_mode_of,
+)
 
 import logbuf
 from logbuf.cnc import counters as c
+from logbuf.driver.agents import THREADING_MODES
 from support import child_env, in_namespace, stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -40,8 +50,9 @@ def start_driver_in(netns: str, directory: Path, *extra: str) -> subprocess.Pope
     return proc
 
 
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
 def test_min_multicast_two_receivers_get_everything_and_the_slowest_holds_the_sender(
-        multicast_netns: str, tmp_path: Path) -> None:
+        multicast_netns: str, tmp_path: Path, threading_mode: str) -> None:
     channel = "aeron:udp?endpoint=239.255.10.1:40500|interface=127.0.0.1|term-length=64k|fc=min"
     procs: list[subprocess.Popen[str]] = []
     clients: list[logbuf.Client] = []
@@ -51,6 +62,7 @@ def test_min_multicast_two_receivers_get_everything_and_the_slowest_holds_the_se
         procs.append(start_driver_in(multicast_netns, tmp_path / "lossy", "--impair-receive", "drop=0.05,seed=4"))
         pub_client, fast_client, lossy_client = (logbuf.connect(tmp_path / n) for n in ("pub", "fast", "lossy"))
         clients += [pub_client, fast_client, lossy_client]
+        assert {threading_mode_of(client) for client in clients} == {threading_mode}
         fast = fast_client.add_subscription(channel, STREAM)
         lossy = lossy_client.add_subscription(channel, STREAM)
         pub = pub_client.add_publication(channel, STREAM)

@@ -24,11 +24,13 @@ from udp_rig import (
     message,
     publish,
     system,
+    threading_mode_of,
 )
 
 import logbuf
 from logbuf.cnc import counters as c
 from logbuf.directory import wake_semaphore_name
+from logbuf.driver.agents import THREADING_MODES
 from support import stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -39,10 +41,12 @@ def channel(port: int, extra: str = "") -> str:
     return f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=64k{extra}"
 
 
-def test_two_drivers_end_to_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
+def test_two_drivers_end_to_end(tmp_path: Path, threading_mode: str) -> None:
     port = free_udp_port()
     with driver_process(tmp_path / "a"), driver_process(tmp_path / "b"), \
             logbuf.connect(tmp_path / "a") as pub_client, logbuf.connect(tmp_path / "b") as sub_client:
+        assert threading_mode_of(pub_client) == threading_mode_of(sub_client) == threading_mode
         sub = sub_client.add_subscription(channel(port), STREAM)
         pub = pub_client.add_publication(channel(port), STREAM)
         wait_until(lambda: pub.is_connected and sub.images, what="connection across drivers")
@@ -62,12 +66,14 @@ def test_two_drivers_end_to_end(tmp_path: Path) -> None:
         assert system(sub_client, NAKS_SENT) == 0
 
 
-def test_two_drivers_through_a_lossy_network(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
+def test_two_drivers_through_a_lossy_network(tmp_path: Path, threading_mode: str) -> None:
     port = free_udp_port()
     lossy = "drop=0.05,reorder=0.05,duplicate=0.01,delay=20us,reorder-delay=300us"
     with driver_process(tmp_path / "a", "--impair-receive", lossy + ",seed=1"), \
             driver_process(tmp_path / "b", "--impair-receive", lossy + ",seed=2"), \
             logbuf.connect(tmp_path / "a") as pub_client, logbuf.connect(tmp_path / "b") as sub_client:
+        assert threading_mode_of(pub_client) == threading_mode_of(sub_client) == threading_mode
         sub = sub_client.add_subscription(channel(port), STREAM)
         pub = pub_client.add_publication(channel(port), STREAM)
         wait_until(lambda: pub.is_connected and sub.images, what="connection")
@@ -176,16 +182,19 @@ class PerPublisher:
         return all(len(seqs) >= count for seqs in self.got.values())
 
 
-def test_several_publisher_processes_exactly_once_through_a_lossy_network(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
+def test_several_publisher_processes_exactly_once_through_a_lossy_network(tmp_path: Path,
+                                                                        threading_mode: str) -> None:
     """Four publisher processes (each its own session, mixed sizes, some fragmented past the MTU) into two
-    subscriptions through a receiving driver that drops and reorders 5 %: each subscription gets every
-    message exactly once, in order per publisher, intact."""
+    subscriptions through a receiving driver that drops and reorders 5 %, both drivers in each threading
+    mode: each subscription gets every message exactly once, in order per publisher, intact."""
     port = free_udp_port()
     ch = channel(port)
-    publishers, count = 4, 1500
+    publishers, count = 4, 3000
     with driver_process(tmp_path / "a"), \
             driver_process(tmp_path / "b", "--impair-receive", "drop=0.05,reorder=0.05,seed=5"), \
-            logbuf.connect(tmp_path / "b") as sub_client:
+            logbuf.connect(tmp_path / "b") as sub_client, logbuf.connect(tmp_path / "a") as pub_client:
+        assert threading_mode_of(pub_client) == threading_mode_of(sub_client) == threading_mode
         subs = [(sub_client.add_subscription(ch, STREAM), PerPublisher(publishers)) for _ in range(2)]
 
         def poll() -> int:

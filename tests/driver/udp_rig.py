@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import logbuf
 from logbuf.cnc import counters as c
 from logbuf.cnc.counters import CounterInfo
+from logbuf.driver.agents import AERON_THREADING_MODE
 from logbuf.samples.ports import free_udp_ports
 
 SEQ = struct.Struct("<Q")
@@ -89,6 +90,14 @@ def counter(client: logbuf.Client, type_id: int, registration_id: int | None = N
 
 def system(client: logbuf.Client, system_id: int) -> int:
     return client.counters.counter_value(system_id)
+
+
+def threading_mode_of(client: logbuf.Client) -> str:
+    """The threading mode of ``client``'s driver, as its sender cycle-time counter's label names it (Aeron's
+    label: ``...: SHARED``)."""
+    label = client.counters.counter_label(S.SENDER_MAX_CYCLE_TIME)
+    named = label.rpartition(": ")[2].strip()
+    return {aeron: mode for mode, aeron in AERON_THREADING_MODE.items()}[named]
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import pytest
 from aeron_vectors import UdpPacket, udp_packets
 
 from logbuf import LogBuffers
+from logbuf.driver.agents import THREADING_MODES
 from logbuf.driver.udp import CreateImage, ImageReceiver, ImageState, ReceiverDispatcher, Reply
 from logbuf.driver.udp_transport import DATA, HEARTBEAT, PAD
 from logbuf.logbuffer import descriptor as d
@@ -251,10 +252,11 @@ def test_position_of_the_last_message_matches_the_capture_notes() -> None:
     assert final == 320_384
 
 
-def test_a_driver_rebuilds_aeron_s_datagrams_sent_to_it_on_loopback(tmp_path: Path) -> None:
-    """The driver's own receive path (native check, native in-order rebuild): the clean capture's datagrams,
-    sent from a plain socket that honours the driver's status messages as Aeron's sender did, reach a
-    subscriber as the 2000 messages in order, and none is counted invalid."""
+@pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
+def test_a_driver_rebuilds_aeron_s_datagrams_sent_to_it_on_loopback(tmp_path: Path, threading_mode: str) -> None:
+    """The driver's own receive path (native check, native in-order rebuild), in each threading mode: the clean
+    capture's datagrams, sent from a plain socket that honours the driver's status messages as Aeron's sender
+    did, reach a subscriber as the 2000 messages in order, and none is counted invalid."""
     import socket
     import time
 
@@ -277,6 +279,7 @@ def test_a_driver_rebuilds_aeron_s_datagrams_sent_to_it_on_loopback(tmp_path: Pa
     with logbuf.MediaDriver.launch(tmp_path / "drv", idle_strategy="backoff:200000") as driver, \
             logbuf.connect(driver.directory) as client, \
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        assert driver.ctx.threading_mode == threading_mode
         subscription = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", setup.stream_id)
         sender.bind(("127.0.0.1", 0))
         sender.settimeout(0.001)

@@ -46,8 +46,18 @@ ROLES = ("sender", "receiver", "conductor")
 DEFAULT_AGENT_IDLE = "backoff:spins=10,yields=20,min-park=1us,max-park=1ms"
 
 
+#: the environment variable that sets the default threading mode (as Aeron's ``AERON_THREADING_MODE``)
+THREADING_MODE_ENV = "LOGBUF_THREADING_MODE"
+
+
 def default_threading_mode(cpu_count: int | None = None) -> str:
-    """``dedicated`` with 4 or more cores, ``shared`` otherwise."""
+    """``$LOGBUF_THREADING_MODE`` where set (refused by name unless one of :data:`THREADING_MODES`), else
+    ``dedicated`` with 4 or more cores, ``shared`` otherwise."""
+    named = os.environ.get(THREADING_MODE_ENV, "").strip()
+    if named:
+        if named not in THREADING_MODES:
+            raise ValueError(f"{THREADING_MODE_ENV}={named!r}: expected one of {', '.join(THREADING_MODES)}")
+        return named
     cores = os.cpu_count() if cpu_count is None else cpu_count
     return "dedicated" if (cores or 1) >= 4 else "shared"
 

@@ -94,7 +94,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     agents.add_argument("--threading-mode", choices=list(THREADING_MODES),
                         help="shared: one native agent runs sender, receiver and the conductor's native duties; "
                         "shared-network: sender and receiver on one, the conductor's on another; dedicated: an "
-                        "agent each (default: dedicated with 4 or more cores, else shared)")
+                        "agent each (default: $LOGBUF_THREADING_MODE where set, else dedicated with 4 or more cores, "
+                        "else shared)")
     agents.add_argument("--sender-idle", type=_idle, metavar="IDLE",
                         help="the sender agent's idle strategy (also the shared and shared-network agents')")
     agents.add_argument("--receiver-idle", type=_idle, metavar="IDLE", help="the receiver agent's idle strategy")

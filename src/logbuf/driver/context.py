@@ -48,7 +48,7 @@ class DriverContext:
     terminate_token: bytes | None = None  # TERMINATE_DRIVER is honoured only with this token
     # -- UDP (network publications and images) --
     # the native agents that run the data plane (agents.py): shared, shared-network or dedicated; dedicated
-    # where there are 4 cores or more, shared otherwise
+    # where there are 4 cores or more, shared otherwise; $LOGBUF_THREADING_MODE, where set, is the default
     threading_mode: str = field(default_factory=default_threading_mode)
     # each native agent's idle strategy (IdleSpec text); an agent running several roles takes its first
     # role's (shared: the sender's; shared-network: the sender's for sender+receiver)
