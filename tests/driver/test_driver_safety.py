@@ -166,6 +166,91 @@ def test_an_image_the_file_system_cannot_hold_is_refused_counted_and_logged(tmp_
 
 
 @needs_tmpfs
+def test_a_setup_flood_on_a_small_tmpfs_leaves_the_driver_alive_and_a_valid_stream_intact(tmp_path: Path) -> None:
+    from udp_rig import free_udp_port
+
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    lines = _ok(_run("""
+        import socket, struct
+        from logbuf.cnc import counters as c
+        from logbuf.protocol import SetupFrame, encode_data_frame
+        directory, port = sys.argv[1], int(sys.argv[2])
+        STREAM, LIMIT = 1001, 4 * 1024 * 1024
+        channel = f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=64k"
+
+        def message(seq):
+            return struct.pack("<Q", seq) + bytes((seq * 31 + i) & 0xFF for i in range(192))
+
+        # 4 MiB terms are within the limit (12 MiB logs: a few fit the 48 MiB file system); 1 GiB terms are not
+        with MediaDriver.launch(directory, storage_reserve=0, max_images_per_source=4,
+                                max_image_term_length=LIMIT, idle_strategy="backoff:1000000") as driver:
+            with logbuf.connect(directory) as client:
+                sub = client.add_subscription(channel, STREAM)
+                pub = client.add_publication(channel, STREAM)
+                wait_for(lambda: pub.is_connected and any(i.session_id == pub.session_id for i in sub.images),
+                         what="the valid stream's image")
+                image = next(i for i in sub.images if i.session_id == pub.session_id)
+                got, corrupt = [], []
+                def on_fragment(buffer, header):
+                    data = bytes(buffer)
+                    seq = struct.unpack_from("<Q", data)[0]
+                    (got if data == message(seq) else corrupt).append(seq)
+                def offer(seq):
+                    deadline = time.monotonic() + 30
+                    while pub.offer(message(seq)) < 0:
+                        image.poll(on_fragment, 100)
+                        if time.monotonic() > deadline:
+                            raise SystemExit(f"the valid stream is stuck at {seq}")
+                        time.sleep(0.0002)
+                    image.poll(on_fragment, 100)
+
+                sources = []
+                for host in range(2, 10):  # eight source addresses, two ports each
+                    for _ in range(2):
+                        raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                        raw.bind((f"127.0.0.{host}", 0))
+                        sources.append(raw)
+                seq = 0
+                for round in range(3):
+                    for index, raw in enumerate(sources):
+                        # six sessions per source, over its limit of 4: three small, then two within the term
+                        # limit (only the first few fit the file system) and one beyond it
+                        for k, term in enumerate((64 * 1024, 64 * 1024, 64 * 1024, LIMIT, 1 << 30, LIMIT)):
+                            session = 10_000 + 100 * index + k
+                            raw.sendto(SetupFrame(0, session, STREAM, 7, 7, term, 1408, 0).encode(),
+                                       ("127.0.0.1", port))
+                            for offset in range(0, 3 * 1024 * 1024, 512 * 1024):  # DATA across the term
+                                raw.sendto(encode_data_frame(b"f" * 1000, term_offset=offset, session_id=session,
+                                                             stream_id=STREAM, term_id=7), ("127.0.0.1", port))
+                        offer(seq)
+                        seq += 1
+                for _ in range(200):  # after the flood
+                    offer(seq)
+                    seq += 1
+                wait_for(lambda: image.poll(on_fragment, 100) or len(got) + len(corrupt) >= seq, timeout=30,
+                         what="the valid stream's messages")
+                print("valid", got == list(range(seq)), "corrupt", len(corrupt))
+                texts = [o.text for o in driver.cnc.error_log_reader()]
+                observations = sum(o.count for o in driver.cnc.error_log_reader())
+                print("storage refused", any("insufficient usable storage" in t for t in texts))
+                print("term refused", any(f"term length {1 << 30} is over the limit" in t for t in texts))
+                print("source refused", any("limit of 4 images" in t for t in texts))
+                print("counted", client.counters.counter_value(c.SystemCounter.ERRORS) >= observations >= 3)
+                # every image log the driver made is backed (nothing sparse reached the receiver agent)
+                images_dir = os.path.join(directory, "images")
+                logs = [os.stat(os.path.join(images_dir, n)) for n in os.listdir(images_dir)]
+                print("backed", all(st.st_blocks * 512 >= st.st_size for st in logs))
+                print("big logs", sum(1 for st in logs if st.st_size > 3 * LIMIT) <= 3, "driver", driver.is_running)
+                for raw in sources:
+                    raw.close()
+        print("exit clean")
+    """, str(mount_point / "drv"), str(free_udp_port()), tmpfs_size="48m", mount_point=mount_point, timeout=170))
+    assert lines == ["valid True corrupt 0", "storage refused True", "term refused True", "source refused True",
+                     "counted True", "backed True", "big logs True driver True", "exit clean"], lines
+
+
+@needs_tmpfs
 def test_a_driver_whose_cnc_file_cannot_be_backed_refuses_to_start(tmp_path: Path) -> None:
     mount_point = tmp_path / "tiny"
     mount_point.mkdir()
