@@ -300,38 +300,45 @@ def test_truncating_a_live_log_closes_its_stream_not_the_processes(tmp_path: Pat
     assert lines == ["closed True", "error InvalidLogBufferError True", "other fine True"]
 
 
-def test_the_driver_itself_closes_a_stream_whose_log_was_truncated(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threading_mode", ["shared", "shared-network", "dedicated"])
+def test_the_driver_itself_closes_a_stream_whose_log_was_truncated(tmp_path: Path, threading_mode: str) -> None:
     """The driver does not wait for clients to notice: on its timer it finds the shrunk publication log and the
     shrunk image log, closes each of those streams through its agents with one error-log entry, and serves on."""
     from udp_rig import free_udp_port
 
     lines = _ok(_run("""
-        directory, port = sys.argv[1], sys.argv[2]
+        directory, port, mode = sys.argv[1], sys.argv[2], sys.argv[3]
         udp = f"aeron:udp?endpoint=127.0.0.1:{port}|term-length=64k"
-        with MediaDriver.launch(directory, ipc_term_length=64 * 1024) as driver:
+        # the native agents (IPC duty, sender, receiver) use the mappings from their own threads in every mode
+        with MediaDriver.launch(directory, ipc_term_length=64 * 1024, threading_mode=mode) as driver:
             conductor = driver.conductor
             with logbuf.connect(directory, error_handler=lambda e: None) as client:
                 ipc_pub = client.add_publication("aeron:ipc", 7)
                 ipc_sub = client.add_subscription("aeron:ipc", 7)
                 udp_sub = client.add_subscription(udp, 9)
                 udp_pub = client.add_publication(udp, 9)
+                net_pub = client.add_publication(udp, 10)  # its publication log is the one cut on this stream
                 wait_for(lambda: ipc_pub.is_connected and udp_pub.is_connected and udp_sub.images, what="connected")
-                ipc_id = ipc_pub.registration_id
+                ipc_id, net_id = ipc_pub.registration_id, net_pub.registration_id
                 (image_id,) = [i.correlation_id for i in udp_sub.images]
                 driver_images = lambda: {i for e in conductor.network.receive_endpoints.values() for i in e.images}
                 assert image_id in driver_images()
                 ipc_log = next(p.log.path for p in conductor.ipc.publications if p.registration_id == ipc_id)
                 image_log = os.path.join(directory, "images", f"{image_id}.logbuffer")
-                os.truncate(ipc_log, 4096)
-                os.truncate(image_log, 4096)
+                net_log = next(p.log.path for p in conductor.network.publications if p.registration_id == net_id)
+                for path in (ipc_log, image_log, net_log):
+                    os.truncate(path, 4096)
                 wait_for(lambda: all(p.registration_id != ipc_id for p in conductor.ipc.publications)
-                         and image_id not in driver_images(), what="the driver to close both streams")
-                wait_for(lambda: not os.path.exists(ipc_log) and not os.path.exists(image_log),
+                         and all(p.registration_id != net_id for p in conductor.network.publications)
+                         and image_id not in driver_images(), what="the driver to close the three streams")
+                wait_for(lambda: not any(os.path.exists(p) for p in (ipc_log, image_log, net_log)),
                          what="the agents to let go and the logs to be deleted")
                 texts = [(o.count, o.text) for o in driver.cnc.error_log_reader()]
                 print("publication", [n for n, t in texts if f"publication {ipc_id} " in t and "closed" in t])
+                print("network publication", [n for n, t in texts if f"publication {net_id} " in t and "closed" in t])
                 print("image", [n for n, t in texts if f"image {image_id} " in t and "closed" in t])
-                wait_for(lambda: ipc_pub.is_closed and all(i.correlation_id != image_id for i in udp_sub.images),
+                wait_for(lambda: ipc_pub.is_closed and net_pub.is_closed
+                         and all(i.correlation_id != image_id for i in udp_sub.images),
                          what="the clients to see the streams closed")
                 # the driver serves on: a new IPC stream, and the UDP publication's stream gets a fresh image
                 other = client.add_publication("aeron:ipc", 8)
@@ -341,8 +348,8 @@ def test_the_driver_itself_closes_a_stream_whose_log_was_truncated(tmp_path: Pat
                 wait_for(lambda: other_sub.poll(lambda b, h: got.append(bytes(b)), 10) or got, what="delivery")
                 print("other", got[0].decode(), driver.is_running)
         print("exit clean")
-    """, str(tmp_path / "drv"), str(free_udp_port())))
-    assert lines == ["publication [1]", "image [1]", "other fine True", "exit clean"], lines
+    """, str(tmp_path / "drv"), str(free_udp_port()), threading_mode))
+    assert lines == ["publication [1]", "network publication [1]", "image [1]", "other fine True", "exit clean"], lines
 
 
 def test_truncating_cnc_dat_loses_the_driver_for_its_clients_without_killing_anyone(tmp_path: Path) -> None:
