@@ -131,6 +131,8 @@ class DriverConductor:
             threading_mode=AERON_THREADING_MODE[ctx.threading_mode], cycle_threshold_ns=CYCLE_THRESHOLD_NS))
         self.ensure_wake_semaphore = ensure_wake_semaphore or (lambda stream_id: None)
         self.on_terminate = on_terminate
+        #: called on each timer tick with the time (ns) on the conductor's thread; each answers its work count
+        self.timer_hooks: list[Callable[[int], int]] = []
         self.clients: dict[int, ClientSession] = {}
         self.subscriptions: dict[int, SubscriptionLink | NetworkSubscription] = {}
         self.services = DriverServices(
@@ -220,12 +222,32 @@ class DriverConductor:
         work = self.ipc.on_timer(now_ns)
         work += self._check_client_liveness(now_ms)
         work += self._check_blocked_commands(now_ns)
+        work += self._close_truncated_streams()
         publications: list[Publication] = [*self.ipc.publications, *self.network.publications]
         for publication in [p for p in publications if p.state == PublicationState.DRAINING]:
             if publication.is_drained(now_ns):
                 self._close_publication(publication)
                 work += 1
+        for hook in self.timer_hooks:
+            work += hook(now_ns)
         return work
+
+    def _close_truncated_streams(self) -> int:
+        """Closes each publication and image whose log file shrank under the driver's mapping (any process with
+        write access can truncate it; the native SIGBUS guard keeps the agents alive on zero pages meanwhile),
+        with one error-log entry each.  A publication goes as a drained one does (the agents let go first); its
+        publishers' links stay, so their clients' removes are still answered."""
+        work = 0
+        publications: list[Publication] = [*self.ipc.publications, *self.network.publications]
+        for publication in publications:
+            why = publication.log.check_truncated()
+            if why is None:
+                continue
+            self._record_error(f"{why}: publication {publication.registration_id} (session {publication.session_id} "
+                               f"stream {publication.stream_id}) closed")
+            self._close_publication(publication)
+            work += 1
+        return work + self.network.close_truncated_images()
 
     def on_duty_error(self, duty: Any, exc: BaseException) -> None:
         """An exception escaped a duty cycle (a bug): recorded in the error log, the driver carries on."""

@@ -128,6 +128,7 @@ class MediaDriver:
         self._created_parents: list[Path] = []  # made for the directory (deepest first): they go with it
         self._semaphores: dict[int, posix_ipc.Semaphore] = {}
         self._sweep_floor = 0  # streams in use at the last reclaim: the next one runs at twice that (+ slack)
+        self._unused_since: dict[int, int] = {}  # stream id -> when (ns) the timer first saw it unused
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -162,6 +163,7 @@ class MediaDriver:
                 ensure_wake_semaphore=self._ensure_wake_semaphore,
                 on_terminate=self._stop.set,
             )
+            self.conductor.timer_hooks.append(self._sweep_wake_semaphores)
         except BaseException:
             self._release_directory()
             raise
@@ -275,6 +277,30 @@ class MediaDriver:
             return set(self._semaphores)
         return streams
 
+    def _sweep_wake_semaphores(self, now_ns: int) -> int:
+        """On the conductor's timer: unlinks the wake-up semaphore of each stream unused for a publication
+        linger (no publication, subscription or image left), so ephemeral streams do not pile up between new
+        ones; the number reclaimed."""
+        in_use = self._streams_in_use()
+        linger = self.ctx.publication_linger_timeout_ns
+        reclaimed = 0
+        for stream_id in list(self._semaphores):
+            if stream_id in in_use:
+                self._unused_since.pop(stream_id, None)
+                continue
+            since = self._unused_since.setdefault(stream_id, now_ns)
+            if now_ns - since >= linger:
+                self._unlink_wake_semaphore(stream_id)
+                reclaimed += 1
+        return reclaimed
+
+    def _unlink_wake_semaphore(self, stream_id: int) -> None:
+        self._unused_since.pop(stream_id, None)
+        semaphore = self._semaphores.pop(stream_id)
+        with contextlib.suppress(posix_ipc.ExistentialError):
+            semaphore.unlink()
+        semaphore.close()
+
     def _reclaim_wake_semaphores(self) -> int:
         """Unlinks the wake-up semaphores of streams nobody uses any more; the number reclaimed.
 
@@ -285,10 +311,7 @@ class MediaDriver:
         in_use = self._streams_in_use()
         reclaimed = 0
         for stream_id in [s for s in self._semaphores if s not in in_use]:
-            semaphore = self._semaphores.pop(stream_id)
-            with contextlib.suppress(posix_ipc.ExistentialError):
-                semaphore.unlink()
-            semaphore.close()
+            self._unlink_wake_semaphore(stream_id)
             reclaimed += 1
         self._sweep_floor = len(self._semaphores)
         return reclaimed

@@ -129,6 +129,7 @@ class NetworkConductor:
         self.receiver = Receiver(receive_batch=services.ctx.receive_batch)
         self.network_counters.native_receiver = self.receiver.counters
         self._endpoints_by_id: dict[int, ReceiveChannelEndpoint] = {}
+        self._truncated_images: set[int] = set()  # asked to go (their log shrank): the agent has not let go yet
         self._next_endpoint_id = 1
         self._receive_impairment: Any = None  # set by _transport for a receive transport
         self._send_impairment: Any = None
@@ -675,9 +676,30 @@ class NetworkConductor:
                            counter_id, str(image.log.path), image.source_identity),
         )
 
+    def close_truncated_images(self) -> int:
+        """Asks the receiver agent to end every image whose log file shrank under the driver's mapping (one
+        error-log entry each); its subscribers are told when the agent has let go (``IMAGE_REMOVED``), as for
+        an image that ended.  A slow-path check: one ``stat`` per image, on the conductor's timer."""
+        work = 0
+        for endpoint in self._endpoints_by_id.values():
+            for image in endpoint.images.values():
+                if image.correlation_id in self._truncated_images:
+                    continue
+                why = image.log.check_truncated()
+                if why is None:
+                    continue
+                self._truncated_images.add(image.correlation_id)
+                self.services.record_error(
+                    f"{why}: image {image.correlation_id} (session {image.session_id} stream {image.stream_id} "
+                    f"from {image.source_identity}) closed")
+                self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_IMAGE, image_id=image.correlation_id))
+                work += 1
+        return work
+
     def _close_image(self, endpoint: ReceiveChannelEndpoint, image: PublicationImage, *, notify: bool) -> None:
         """The agent has let go of the image: its subscribers are told, its counters freed, its log closed."""
         endpoint.images.pop(image.correlation_id, None)
+        self._truncated_images.discard(image.correlation_id)
         for link in list(image.subscribers.values()):
             image.remove_subscriber(link.subscription_id)
             self.services.counters.free(link.counter_id)
