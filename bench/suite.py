@@ -2,8 +2,8 @@
 
 For each payload size, one producer process -> one consumer process, every peer's throughput (msg/s, MB/s,
 CPU seconds per million messages); the same for 1, 2 and 4 producers -> one consumer; and ping-pong round
-trips (p50/p99/p99.9) for every peer and wait mode.  Noise handling (see /work/shared/reference
-/benchmarking.md: the vCPUs move between near and far placements every few seconds):
+trips (p50/p99/p99.9) for every peer and wait mode.  Noise handling (see docs/benchmarks.md
+and bench/README.md: the vCPUs move between near and far placements every few seconds):
 
 * a calibration round first (discarded): it warms the machine and sizes each case so a run lasts about
   ``--seconds`` (unless ``--messages`` fixes the count);
