@@ -57,3 +57,14 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     assert 4.0e6 <= summary["delay"]["percentiles_ns"]["p50"] <= 8.0e6  # B's 5 ms delay (+1 ms jitter)
     for plot in ("sequence_vs_time.png", "delay_histogram.png", "rate_timeline.png"):
         assert (tmp_path / "report" / "plots" / plot).stat().st_size > 10_000
+
+
+def test_the_demo_warns_when_the_replay_or_the_handler_ran_late(tmp_path: Path) -> None:
+    from logbuf.demo import _late_warnings
+
+    (tmp_path / "replay-summary.json").write_text(json.dumps({"max_late_ms": 11_109.0, "late_packets": 52}))
+    (tmp_path / "feed-summary.json").write_text(json.dumps({"wire_to_log_p99_ns": 40_000}))
+    (warning,) = _late_warnings(tmp_path)
+    assert "replay ran up to 11,109.0 ms late" in warning and "reflect the host" in warning
+    (tmp_path / "replay-summary.json").write_text(json.dumps({"max_late_ms": 0.4, "late_packets": 0}))
+    assert _late_warnings(tmp_path) == []
