@@ -23,6 +23,7 @@ HOSTILE = ScenarioConfig(
 
 @pytest.fixture(scope="module")
 def hostile(spark, tmp_path_factory):
+    from logbuf.pipeline.host import late_warnings
     from logbuf.pipeline.job import analyze
     from logbuf.pipeline.options import AnalyzeConfig
 
@@ -30,7 +31,10 @@ def hostile(spark, tmp_path_factory):
     truth = generate(HOSTILE, root, progress=False)
     out = tmp_path_factory.mktemp("hostile-out")
     # file:// in, file:// out: the same filesystem layer a cluster's URIs go through
-    result = analyze(spark, root.as_uri(), out.as_uri(), AnalyzeConfig(plots=False), progress="off")
+    # and as if the replay behind it had run 11 s late on a busy host
+    warnings = tuple(late_warnings([{"max_late_ms": 11_109.0, "late_packets": 812}]))
+    result = analyze(spark, root.as_uri(), out.as_uri(), AnalyzeConfig(plots=False, host_warnings=warnings),
+                     progress="off")
     return truth, result
 
 
@@ -44,7 +48,9 @@ def test_a_freeze_whose_catch_up_packets_share_arrival_stamps_is_found_exactly(h
     assert (f["feed"], f["silence_start_ns"], f["resume_ns"]) == (expected.feed, expected.silence_start_ns,
                                                                    expected.resume_ns)
     assert f["held_first"] == expected.held_first and f["resume_sequence"] == expected.held_first
-    assert f["catch_up_end_ns"] <= expected.catch_up_end_ns
+    # the catch-up burst as the truth defines it: every packet sent while the backlog lasted
+    assert (f["catch_up_end_ns"], f["burst_packets"], f["burst_messages"]) == (
+        expected.catch_up_end_ns, expected.catch_up_packets, expected.catch_up_messages)
 
 
 def test_twenty_ranges_lost_on_both_feeds_with_exact_recovery_times(hostile):
@@ -73,3 +79,12 @@ def test_a_feed_that_ended_early_is_reported_as_ended_early_not_as_loss_on_both(
     head = report.split("## Findings")[0]
     assert "after it ended early at" in head and "not lost" in head
     assert f"Gaps lost on both feeds: {len(BOTH_LOST)} ({len(BOTH_LOST)} recovered" in head
+
+
+def test_the_report_opens_with_the_warning_that_delays_reflect_a_late_host(hostile):
+    _, result = hostile
+    report = (result.out / "report.md").read_text()
+    first_lines = report.split("## Findings")[0]
+    assert "> **Warning:** the replay ran up to 11,109.0 ms late" in first_lines
+    assert "reflect the host, not the feeds" in first_lines
+    assert result.summary["host_warnings"] and "11,109.0 ms" in result.summary["host_warnings"][0]
