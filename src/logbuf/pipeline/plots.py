@@ -246,12 +246,14 @@ def rate_timeline(analysis, path: Path) -> Path:
             ax_rate.step(_times(low["window_start_ns"]), low["lowest_per_s"].fillna(0.0), where="post", lw=0.7,
                          alpha=0.55, color=COLORS[feed], ls=":", label=f"feed {feed}: lowest {bin_ms:g} ms in window")
         # no packets, no messages per packet: a break in the line
-        ax_mpp.step(t, part["messages_per_packet"], where="post", lw=1.2, label=f"feed {feed}", **style)
+        # a window between two empty ones is a step of one point: the marker keeps it visible
+        ax_mpp.step(t, part["messages_per_packet"], where="post", lw=1.2, marker=".", ms=2, label=f"feed {feed}",
+                    **style)
     if not wins.empty:
         dense = dense_windows(wins, analysis.window_ns, start, end)
         for feed in ("A", "B", "R"):
             ax_win.step(_times(dense["window_start_ns"]), 100 * dense[f"share_{feed}"], where="post",
-                        color=COLORS[feed], ls=STYLES[feed], zorder=ZORDER[feed], lw=1.2,
+                        color=COLORS[feed], ls=STYLES[feed], zorder=ZORDER[feed], lw=1.2, marker=".", ms=2,
                         label=f"won by {feed}" if feed != "R" else "recovered (R)")
     for ax in (ax_rate, ax_mpp, ax_win):
         _mark_events(ax, analysis)
