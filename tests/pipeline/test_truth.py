@@ -33,8 +33,9 @@ def hostile(spark, tmp_path_factory):
     # file:// in, file:// out: the same filesystem layer a cluster's URIs go through
     # and as if the replay behind it had run 11 s late on a busy host
     warnings = tuple(late_warnings([{"max_late_ms": 11_109.0, "late_packets": 812}]))
-    result = analyze(spark, root.as_uri(), out.as_uri(), AnalyzeConfig(plots=False, host_warnings=warnings),
-                     progress="off")
+    # the persisted projection here (the shared analysis re-reads the local files)
+    config = AnalyzeConfig(plots=False, host_warnings=warnings, cache_packets=True)
+    result = analyze(spark, root.as_uri(), out.as_uri(), config, progress="off")
     return truth, result
 
 

@@ -29,6 +29,7 @@ class AnalyzeConfig:
     max_collect: int = DEFAULT_MAX_COLLECT
     sequence_partitions: int | None = None  # None: ~4 M messages per partition, at least 2 per core
     plots: bool = True
+    cache_packets: bool | None = None  # persist the projected packets; None: when the recording is remote
     host_warnings: tuple[str, ...] = ()  # the producing processes ran late (pipeline.host): shown in the report
 
     def __post_init__(self) -> None:
@@ -114,6 +115,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--late-threshold", type=_duration_ns, default=DEFAULT_LATE_THRESHOLD_NS, metavar="DURATION",
                    help="how late the replay or handler may run before the report warns that delays reflect the "
                         "host (default 50ms)")
+    p.add_argument("--cache-packets", choices=("auto", "yes", "no"), default="auto",
+                   help="persist the projected packets for the later stages: yes, no, or auto = only when the "
+                        "recording is not on a local disk (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="tables and report only (default: draw the plots)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary (default: off)")
 
@@ -125,6 +129,7 @@ def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
     warnings = late_warnings(summaries, getattr(args, "late_threshold", DEFAULT_LATE_THRESHOLD_NS))
     return AnalyzeConfig(session=args.session, window_ns=args.window, freeze=freeze,
                          percentiles=args.percentiles or DEFAULT_PERCENTILES, top_symbols=args.top_symbols,
-                         plots=not args.no_plots, host_warnings=tuple(warnings))
+                         plots=not args.no_plots, host_warnings=tuple(warnings),
+                         cache_packets={"yes": True, "no": False}.get(getattr(args, "cache_packets", "auto")))
 
 
