@@ -4,14 +4,25 @@
 #   2. the analysis submitted to it in client mode:
 #        spark-submit --master spark://127.0.0.1:PORT --deploy-mode client src/logbuf/pipeline/job.py REC OUT
 #   3. master and worker stopped by their PIDs (also on failure or Ctrl-C)
-# Usage: scripts/spark-standalone-check.sh [RECORDING OUT]
-#   without arguments a small scenario is generated in a temp dir first.
-# Environment: PYTHON (default .venv/bin/python), SPARK_MASTER_PORT (default 7077), CHECK_TIMEOUT_S (default 150).
+# Usage: scripts/spark-standalone-check.sh [RECORDING OUT [ANALYZE OPTIONS...]]
+#   without arguments a small scenario is generated in a temp dir first; options after OUT go to the job
+#   (e.g. --no-plots).
+# Environment: PYTHON (default .venv/bin/python, created by ./run setup when missing), SPARK_MASTER_PORT
+#   (default 7077), CHECK_TIMEOUT_S (default 300: the submitted job), START_TIMEOUT_S (default 180: each daemon).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-$ROOT/.venv/bin/python}
 PORT=${SPARK_MASTER_PORT:-7077}
-TIMEOUT_S=${CHECK_TIMEOUT_S:-150}
+TIMEOUT_S=${CHECK_TIMEOUT_S:-300}
+START_S=${START_TIMEOUT_S:-180}
+if [ -z "${PYTHON:-}" ] && [ ! -x "$ROOT/.venv/bin/python" ]; then
+    echo "standalone-check: no .venv yet: running ./run setup first" >&2
+    (cd "$ROOT" && ./run setup) >&2
+fi
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+"$PY" -c 'import pyspark' 2>/dev/null || {
+    echo "standalone-check: $PY has no pyspark (install the analytics extra: pip install -e '.[analytics]')" >&2
+    exit 2
+}
 
 JAVA_HOME=$("$ROOT/scripts/ensure-java.sh")
 SPARK_HOME=$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
@@ -50,6 +61,7 @@ wait_for_port() {  # bounded poll, 0.25 s apart
 
 if [ $# -ge 2 ]; then
     RECORDING=$1 OUT=$2
+    shift 2
 else
     RECORDING=$WORK/recording OUT=$WORK/out
     "$PY" -m logbuf.cli scenario "$RECORDING" --messages 20000 --quiet
@@ -59,7 +71,7 @@ fi
 "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
     --host 127.0.0.1 --port "$PORT" --webui-port 0 >"$WORK/master.log" 2>&1 &
 MASTER_PID=$!
-wait_for_port "$PORT" 60 "$MASTER_PID"
+wait_for_port "$PORT" "$START_S" "$MASTER_PID"
 echo "standalone-check: master pid $MASTER_PID on spark://127.0.0.1:$PORT" >&2
 
 "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.worker.Worker \
@@ -75,7 +87,7 @@ timeout "$TIMEOUT_S" "$SPARK_HOME/bin/spark-submit" \
     --driver-memory 1g --executor-memory 1g --total-executor-cores 2 \
     --driver-java-options "$QUIET" --conf spark.executor.extraJavaOptions="$QUIET" \
     --conf spark.ui.enabled=false --conf spark.pyspark.python="$PY" --conf spark.pyspark.driver.python="$PY" \
-    "$ROOT/src/logbuf/pipeline/job.py" "$RECORDING" "$OUT" --quiet
+    "$ROOT/src/logbuf/pipeline/job.py" "$RECORDING" "$OUT" --quiet "$@"
 
 test -s "$OUT/report.md" && test -s "$OUT/summary.json"
 "$PY" - "$OUT/summary.json" <<'PYEOF'
@@ -85,6 +97,6 @@ print(f"standalone-check: ok - session {s['session']}, {s['sequences']} sequence
       f"{s['freezes']} freeze(s), {s['gaps_both']} gap(s) on both feeds, p50 delay "
       f"{s['delay']['percentiles_ns'].get('p50')} ns", file=sys.stderr)
 PYEOF
-if [ $# -lt 2 ]; then
+if [ "$RECORDING" = "$WORK/recording" ]; then
     echo "standalone-check: report was $OUT/report.md (removed with the temp dir)" >&2
 fi

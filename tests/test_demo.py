@@ -62,3 +62,16 @@ def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     replay = json.loads((tmp_path / "replay-summary.json").read_text())
     if replay["late_packets"] <= 0.05 * replay["packets"]:  # a median is robust to a few late packets
         assert 4.0e6 <= summary["delay"]["percentiles_ns"]["p50"] <= 8.0e6
+    if replay["max_late_ms"] > 50:  # the demo's late threshold: it says the delays describe the host
+        assert "replay ran up to" in proc.stderr and "reflect the host" in proc.stderr
+
+
+def test_the_demo_warns_when_the_replay_or_the_handler_ran_late(tmp_path: Path) -> None:
+    from logbuf.demo import _late_warnings
+
+    (tmp_path / "replay-summary.json").write_text(json.dumps({"max_late_ms": 11_109.0, "late_packets": 52}))
+    (tmp_path / "feed-summary.json").write_text(json.dumps({"wire_to_log_p99_ns": 40_000}))
+    (warning,) = _late_warnings(tmp_path)
+    assert "replay ran up to 11,109.0 ms late" in warning and "reflect the host" in warning
+    (tmp_path / "replay-summary.json").write_text(json.dumps({"max_late_ms": 0.4, "late_packets": 0}))
+    assert _late_warnings(tmp_path) == []

@@ -8,7 +8,7 @@ the largest sizes, so not in the repository), then the two analyses run as child
 process tree (driver, JVM and Python workers for Spark; sampled every 0.25 s from /proc), the JVM heap limit,
 the 1-minute load average before the run, and whether both analyses agree on the summary figures.
 Results go to ``bench/pipeline/results/pipeline.{json,md}``. The machine is shared and has 2 vCPUs whose
-placement moves (see /work/shared/reference/benchmarking.md): treat single runs as +-30 %.
+placement moves (see docs/benchmarks.md): treat single runs as +-30 %.
 """
 
 from __future__ import annotations

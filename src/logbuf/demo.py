@@ -153,6 +153,20 @@ def _summary(summary: dict, total: int) -> tuple[str, bool]:
     return "\n".join(lines), lost > 0 or published != total
 
 
+HOST_SUMMARIES = ("replay-summary.json", "feed-summary.json")
+
+
+def _late_warnings(workdir: Path) -> list[str]:
+    """The replay or the handler ran late beyond the threshold: what the recording shows is then the host."""
+    from logbuf.pipeline.host import late_warnings
+
+    summaries = []
+    for name in HOST_SUMMARIES:
+        with contextlib.suppress(OSError, ValueError):
+            summaries.append(json.loads((workdir / name).read_text()))
+    return late_warnings([s for s in summaries if isinstance(s, dict)])
+
+
 def _stop(proc: subprocess.Popen, timeout: float = 15.0) -> int | None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -235,6 +249,8 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
         closing, lost_any = _summary(summary, args.messages)
         step("feed handler done")
         print(closing, file=sys.stderr, flush=True)
+        for warning in _late_warnings(workdir):
+            print(f"logbuf demo: warning: {warning}", file=sys.stderr, flush=True)
         if "seq " in tob:
             print("top of book, last snapshot of `logbuf book`:\n" + tob[tob.rfind("seq ") :].rstrip(), file=sys.stderr)
     finally:
@@ -244,7 +260,9 @@ def run_market_data_demo(args: argparse.Namespace) -> int:
         shutil.rmtree(driver_dir, ignore_errors=True)
 
     step(f"analysing the recording with PySpark (local[*]) -> {report_dir}")
-    result = subprocess.run([*logbuf_cmd, "analyze", str(recording), str(report_dir)], timeout=1200)
+    host = [a for name in HOST_SUMMARIES if (workdir / name).is_file()
+            for a in ("--host-summary", str(workdir / name))]  # the report warns too when the host ran late
+    result = subprocess.run([*logbuf_cmd, "analyze", str(recording), str(report_dir), *host], timeout=1200)
     if result.returncode != 0:
         print(f"logbuf demo: error: analyze failed (exit status {result.returncode})", file=sys.stderr)
         return result.returncode

@@ -2,6 +2,11 @@
 
 Spark tests are marked ``spark`` and skipped, with the reason, when pyspark or a Java 17+ runtime is missing;
 everything else here runs on numpy/pyarrow alone.
+
+Timeouts: the suite's 120 s default fits a quiet machine, not Spark's start-up (a JVM, then the first jobs'
+code generation) on two cores kept busy by other work. Every test that uses the shared session (directly or
+through ``analysis``) gets :data:`SPARK_TEST_TIMEOUT_S` unless it sets its own: the first such test also pays
+for starting Spark and for the shared analysis.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from logbuf.feed.synth import OPEN_NS  # noqa: E402
 from logbuf.pipeline.scenario import FreezeSpec, ScenarioConfig, ScenarioTruth, generate  # noqa: E402
 
 NANOS_PER_MILLI = 1_000_000
+SPARK_TEST_TIMEOUT_S = 600  # Spark start-up + the shared analysis, with both cores busy elsewhere
+SPARK_FIXTURES = {"spark", "analysis"}
 SCENARIO = ScenarioConfig(
     messages=60_000,
     seed=11,
@@ -31,6 +38,16 @@ SCENARIO = ScenarioConfig(
     both_lost=(30_000, 30_019),
     unrecovered=(45_000, 45_006),
 )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here not in Path(str(item.path)).parents:
+            continue
+        uses_spark = SPARK_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses_spark and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

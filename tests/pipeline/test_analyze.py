@@ -193,3 +193,35 @@ def test_win_share_includes_recovery_by_re_request(analysis):
     assert int(wins["wins_R"].sum()) == analysis.summary["wins"]["R"] > 0
     shares = wins[["share_A", "share_B", "share_R"]].sum(axis=1)
     assert np.allclose(shares, 1.0)
+
+
+def test_core_numbers_equal_an_independent_numpy_computation_over_the_same_parquet(analysis, scenario, packets,
+                                                                                     numpy_delays):
+    """Delay p50/p99, gaps and missing per feed, messages per feed per window, type mix: numpy over the files."""
+    root, _ = scenario
+    for q in (0.5, 0.99):
+        rank = max(1, int(np.ceil(q * numpy_delays.size)))
+        assert analysis.delay_percentiles[q] == np.sort(numpy_delays)[rank - 1], q
+    data = packets[packets["count"].between(1, schema.MAX_DATA_COUNT) & packets["feed"].isin(["A", "B"])]
+    control = packets[~packets["count"].between(1, schema.MAX_DATA_COUNT)]
+    first = int(data["sequence"].min())
+    last = int(max((data["sequence"] + data["count"] - 1).max(), (control["sequence"] - 1).max()))
+    for feed in ("A", "B"):
+        seen = np.zeros(last - first + 1, bool)
+        seen[np.fromiter(_first_arrivals(packets, feed), np.int64) - first] = True
+        missing = ~seen
+        runs = int(np.count_nonzero(np.diff(np.concatenate(([0], missing.view(np.int8)))) == 1))
+        assert analysis.summary["feeds"][feed]["missing"] == int(missing.sum()), feed
+        assert analysis.summary["feeds"][feed]["gaps"] == runs, feed
+    window = analysis.summary["window_ns"]
+    rates = analysis.tables["rates"]
+    for feed in ("A", "B"):
+        mine = data[data["feed"] == feed]
+        expected = mine.groupby(mine["arrival_ns"] // window * window)["count"].sum()
+        got = rates[rates["feed"] == feed].set_index("window_start_ns")["messages"]
+        assert got.astype("int64").to_dict() == expected.astype("int64").to_dict(), feed
+    types = read_dataset(root, schema.MESSAGES, ["type"]).column("type").to_numpy(zero_copy_only=False)
+    values, counts = np.unique(types.astype(str), return_counts=True)
+    table = analysis.tables["message_types"]
+    assert dict(zip(table["type"], table["messages"].astype(int), strict=True)) == dict(
+        zip(values.tolist(), counts.tolist(), strict=True))

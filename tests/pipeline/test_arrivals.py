@@ -89,3 +89,41 @@ def test_bins_are_monotone_and_hold_their_values(values, bits):
     assert ((lo <= v) & (v <= hi)).all()
     big = np.abs(v) >= 2 ** (bits + 1)
     assert ((hi - lo + 1)[big] <= np.abs(v[big]) / 2 ** (bits - 1)).all()  # relative width bound
+
+
+def test_twenty_ranges_lost_on_both_feeds_get_exact_recovery_times_from_the_per_message_pass():
+    # 20 ranges of 3 sequences missing on A and on B over a span of 200,000 sequences; each answered by
+    # re-request in two packets (the later one sets the recovery time), one only half answered, one never
+    ranges = [(5_000 + 9_973 * i, 5_002 + 9_973 * i) for i in range(20)]
+    rows, expected = [], []
+    previous = 0
+    for i, (first, last) in enumerate(ranges):
+        rows += [(A, 10 * first, previous + 1, first - 1), (B, 10 * first + 5, previous + 1, first - 1)]
+        previous = last
+        if i == 7:  # never recovered
+            expected.append({"first": first, "last": last, "latest_recovery_ns": arrivals.NONE,
+                             "recovered_messages": 0})
+            continue
+        rows.append((R, 10 * first + 900, first, first))
+        if i == 11:  # partly
+            expected.append({"first": first, "last": last, "latest_recovery_ns": 10 * first + 900,
+                             "recovered_messages": 1})
+            continue
+        rows.append((R, 10 * first + 700 + i, first + 1, last))
+        expected.append({"first": first, "last": last, "latest_recovery_ns": 10 * first + 900,
+                         "recovered_messages": 3})
+    rows += [(A, 3_000_000, previous + 1, 200_000), (B, 3_000_005, previous + 1, 200_000)]
+    params = arrivals.Params(W, 1, 200_000)
+    out = _by_kind(summarize(_pieces(rows), params), arrivals.BOTH)
+    assert arrivals.merge_lost_on_both(out) == expected
+
+
+def test_a_range_lost_on_both_across_a_bucket_edge_is_one_range_and_the_tail_of_an_ended_feed_is_not():
+    # 1020..1030 lost on both (across the edge at 1024), answered in two packets, one per bucket;
+    # A ends after 1500 (live_end), B carries on to 2000: 1501..2000 missing on A only
+    rows = [(A, 100, 1, 1019), (B, 105, 1, 1019), (A, 200, 1031, 1500), (B, 205, 1031, 2000),
+            (R, 300, 1020, 1023), (R, 310, 1024, 1030)]
+    params = arrivals.Params(W, 1, 2000, live_end=(1500, 2000))
+    out = _by_kind(summarize(_pieces(rows), params), arrivals.BOTH)
+    assert arrivals.merge_lost_on_both(out) == [{"first": 1020, "last": 1030, "latest_recovery_ns": 310,
+                                                 "recovered_messages": 11}]

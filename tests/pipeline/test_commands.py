@@ -50,6 +50,38 @@ def test_analyze_names_a_truncated_parquet_file_in_one_line_before_starting_spar
     assert "starting Spark" not in done.stderr and not (tmp_path / "out").exists()
 
 
+def test_analyze_checks_its_output_directory_before_starting_spark(tmp_path):
+    rec = tmp_path / "rec"
+    made = _logbuf("scenario", str(rec), "--messages", "20k", "--no-freeze", "--quiet")
+    assert made.returncode == 0, made.stderr
+    occupied = tmp_path / "a-file"
+    occupied.write_text("not a directory")
+    done = _logbuf("analyze", str(rec), str(occupied), timeout=30)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(occupied) in lines[0] and "not a directory" in lines[0], done.stderr
+    assert "starting Spark" not in done.stderr
+    blocked = occupied / "out"  # a path under a file cannot be created
+    done = _logbuf("analyze", rec.as_uri(), str(blocked), timeout=30)  # file:// input accepted
+    assert done.returncode == 2 and "cannot write there" in done.stderr and "starting Spark" not in done.stderr, (
+        done.stderr)
+
+
+def test_analyze_passes_spark_settings_through_and_refuses_malformed_ones():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["hdfs://nn:8020/rec", "s3a://bucket/out", "--conf", "spark.eventLog.enabled=true",
+                              "--conf", "spark.eventLog.dir=file:///tmp/ev", "--driver-memory", "6g",
+                              "--max-freezes", "200"])
+    assert args.conf == [("spark.eventLog.enabled", "true"), ("spark.eventLog.dir", "file:///tmp/ev")]
+    assert args.driver_memory == "6g" and config_from_args(args).freeze.max_freezes == 200
+    for bad in (["--conf", "noequals"], ["--conf", "eventLog=true"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["rec", "out", *bad])
+
+
 def test_analyze_options_parse_into_a_config():
     import argparse
 
@@ -87,7 +119,7 @@ def test_the_cli_loads_without_the_analytics_extra():
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)  # a JVM of its own: on two busy cores Spark alone can take minutes to start
 def test_ctrl_c_during_analyze_prints_one_line_and_exits_130(scenario, tmp_path):
     """Ctrl-C reaches the whole foreground process group (a new session here stands for the terminal's)."""
     import os
@@ -100,10 +132,11 @@ def test_ctrl_c_during_analyze_prints_one_line_and_exits_130(scenario, tmp_path)
                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         stderr = LineReader(process.stderr, "logbuf analyze")
-        before = stderr.read_until("analyze: read (", timeout=120)  # progress lines: one per finished stage
+        # progress lines, one per finished stage: the first says Spark runs jobs (no fixed wait for it)
+        before = stderr.read_until("analyze: read (", timeout=420)
         assert before[-1].startswith("analyze: read ("), "\n".join(before)
         os.killpg(process.pid, signal.SIGINT)  # during the sequence stage's Spark job
-        after = "\n".join(stderr.read_to_end(timeout=120))
+        after = "\n".join(stderr.read_to_end(timeout=150))
         process.wait(30)
     finally:
         stop_process(process, signal.SIGKILL, timeout=30, group=True)

@@ -58,3 +58,11 @@ def test_a_feed_that_skips_ahead_lost_data_and_is_not_a_freeze():
     b = _live(1, 400, 5 * MS, MS)
     a, b = _feeds([a_before, a_after], [b])
     assert characterize("A", a, b, 99 * MS, 250 * MS, 201, PARAMS) is None
+
+
+def test_packets_sharing_an_arrival_stamp_are_ordered_by_sequence_whatever_the_input_order():
+    arrival = np.array([7, 5, 5, 5, 3])
+    first = np.array([50, 30, 10, 20, 1])
+    packets = FeedPackets.of(arrival, first, np.ones(5, np.int64))
+    assert packets.first.tolist() == [1, 10, 20, 30, 50]
+    assert packets.arrival.tolist() == [3, 5, 5, 5, 7]

@@ -3,7 +3,9 @@
     columns     ITCH messages -> the messages dataset's columns (vectorised)
     scenario    a synthetic recording with known faults, and its truth
     spark       Java discovery and the SparkSession (quiet, no UI, bounded memory, reused)
-    sources     a recording as Spark DataFrames
+    sources     a recording as Spark DataFrames (any filesystem: local paths, file://, hdfs://, s3a://)
+    storage     where analyze reads and writes: a Location (path or URI) through pyarrow.fs; OUT checked early
+    host        warnings when the replay or feed handler behind a recording ran late
     arrivals    per-partition numpy worker over the sequence space (delays, gaps, copies)
     quantiles   exact nearest-rank percentiles by histogram refinement
     freezes     head-end freeze detection and catch-up characterisation

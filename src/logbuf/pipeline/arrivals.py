@@ -9,6 +9,7 @@ dense arrays (W slots per bucket and feed), without any further shuffle::
                                                            copies[feed][slot]
     delay = arrival[B] - arrival[A]        -> log-linear histogram + count/sum/min/max   (HIST, DELAY)
     runs of slots missing on A (on B)      -> gap pieces: first, last, detection, fill     (GAP)
+    runs missing on both A and B           -> pieces lost on both: recovery by re-request  (BOTH)
     arrival of the bucket's first slot     -> lets the driver date gaps ending at a bucket edge  (HEAD)
     per feed: copies, distinct, earliest   -> (STATS)
     pass 2: delays inside given ranges     -> (VALUE), for exact percentiles
@@ -35,7 +36,7 @@ FEED_CODES = {"A": 0, "B": 1, "R": 2}
 FEED_NAMES = ("A", "B", "R")
 A, B, R = 0, 1, 2
 
-HIST, DELAY, GAP, HEAD, STATS, VALUE = 1, 2, 3, 4, 5, 6
+HIST, DELAY, GAP, HEAD, STATS, VALUE, BOTH = 1, 2, 3, 4, 5, 6, 7
 NONE = -1  # "no such time" in the integer columns
 
 DEFAULT_PRECISION_BITS = 12
@@ -48,6 +49,7 @@ OUTPUT_FIELDS = {
     HEAD: ("sequence", "arrival_ns", "-", "-", "-"),
     STATS: ("copies", "distinct", "earliest", "-", "-"),
     VALUE: ("delay_ns", "-", "-", "-", "-"),
+    BOTH: ("first", "last", "recovered_ns", "recovered_messages", "-"),  # recovered_ns: latest R arrival
 }
 OUTPUT_SCHEMA = pa.schema([
     ("kind", pa.int8()), ("feed", pa.int8()),
@@ -66,6 +68,9 @@ class Params:
     select: tuple[tuple[int, int], ...] = ()  # non-empty: return only the delays within these inclusive ranges
     refine: tuple[tuple[int, int], ...] = ()  # non-empty: return only uniform sub-histograms of these ranges
     split: int = 4096  # sub-bins per refined range
+    # last sequence each live feed (A, B) was on the air for; empty: domain_last. Past it a feed that ended
+    # early carried nothing, which is not a loss on both feeds.
+    live_end: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.bucket_size < 1 or self.domain_first > self.domain_last:
@@ -243,7 +248,50 @@ def summarize(table: pa.Table, params: Params) -> list[pa.RecordBatch]:
         detected[inside] = block.arrival[f][nxt[inside]]
         detected = np.where(detected == _NEVER, NONE, detected)
         out.append(_rows(GAP, f, block.sequence[starts], block.sequence[ends], detected, filled, unfilled))
+    out += _lost_on_both(block, params, first_slot, last_slot)
     return out
+
+
+def _lost_on_both(block: _Block, params: Params, first_slot: np.ndarray, last_slot: np.ndarray) -> list[pa.RecordBatch]:
+    """Runs missing on both live feeds (while both were on the air), cut at bucket edges, with their recovery
+    by re-request: the latest R arrival in the run (NONE if none) and how many of its sequences R delivered.
+    Computed here, next to every message's arrivals, so no per-gap table is ever built on the driver."""
+    ends = params.live_end or (params.domain_last, params.domain_last)
+    both = (block.in_domain & (block.arrival[A] == _NEVER) & (block.arrival[B] == _NEVER)
+            & (block.sequence <= min(ends)))
+    if not both.any():
+        return []
+    before = np.concatenate(([False], both[:-1]))
+    after = np.concatenate((both[1:], [False]))
+    starts = np.flatnonzero(both & (~before | first_slot))
+    stops = np.flatnonzero(both & (~after | last_slot))
+    lengths = stops - starts + 1
+    run_slots = _expand(starts, lengths)
+    offsets = np.cumsum(lengths) - lengths
+    r = block.arrival[R][run_slots]
+    got = r != _NEVER
+    recovered = np.add.reduceat(got.astype(np.int64), offsets)
+    latest = np.maximum.reduceat(np.where(got, r, NONE), offsets)
+    return [_rows(BOTH, -1, block.sequence[starts], block.sequence[stops], latest, recovered)]
+
+
+def merge_lost_on_both(rows: dict[str, np.ndarray]) -> list[dict]:
+    """BOTH pieces (cut at bucket edges) -> whole ranges lost on both feeds: first, last, recovered_messages,
+    latest_recovery_ns (the latest re-request arrival inside the range; NONE when none arrived)."""
+    order = np.argsort(rows["a"], kind="stable")
+    merged: list[dict] = []
+    for i in order.tolist():
+        first, last = int(rows["a"][i]), int(rows["b"][i])
+        latest, recovered = int(rows["c"][i]), int(rows["d"][i])
+        if merged and merged[-1]["last"] + 1 == first:
+            g = merged[-1]
+            g["last"] = last
+            g["latest_recovery_ns"] = max(g["latest_recovery_ns"], latest)
+            g["recovered_messages"] += recovered
+        else:
+            merged.append({"first": first, "last": last, "latest_recovery_ns": latest,
+                           "recovered_messages": recovered})
+    return merged
 
 
 def map_partition(batches: Iterable[pa.RecordBatch], params: Params) -> Iterator[pa.RecordBatch]:

@@ -77,7 +77,8 @@ def _cmd_scenario(args: argparse.Namespace) -> int:
     from logbuf.pipeline.scenario import FreezeSpec, ScenarioConfig, generate
 
     freezes = () if args.no_freeze else (FreezeSpec(feed=args.freeze_feed,
-                                                     duration_ns=int(args.freeze_ms * 1_000_000)),)
+                                                     duration_ns=int(args.freeze_ms * 1_000_000),
+                                                     shared_stamps=args.shared_stamps),)
     config = ScenarioConfig(
         messages=args.messages, seed=args.seed, session=args.session, date=args.date,
         b_delay_ns=int(args.b_delay_ms * 1_000_000), jitter_ns=int(args.jitter_us * 1_000),
@@ -139,6 +140,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="the feed whose head end freezes (default: %(default)s)")
     p.add_argument("--freeze-ms", type=float, default=150.0, metavar="MS",
                    help="how long the freeze lasts, in ms (default: %(default)s)")
+    p.add_argument("--shared-stamps", type=count, default=1, metavar="N",
+                   help="catch-up packets share one arrival stamp in groups of N, as from a receiver that stamps "
+                        "a batch of datagrams at once (default: %(default)s, every packet its own)")
     p.add_argument("--no-freeze", action="store_true", help="no head-end freeze (default: one freeze)")
     p.add_argument("--both-lost", type=_range, default=None, metavar="FIRST-LAST|none",
                    help="lost on both feeds, recovered by re-request (default: 25 messages at 60%% of the day)")

@@ -67,7 +67,8 @@ class FreezeParams:
 
 @dataclass
 class FeedPackets:
-    """Data packets of one feed (sorted by arrival): arrival, first sequence, message count."""
+    """Data packets of one feed, sorted by arrival and, among packets sharing an arrival stamp, by first
+    sequence (a catch-up burst can stamp several packets alike; the order must not depend on the input's)."""
 
     arrival: np.ndarray
     first: np.ndarray
@@ -75,7 +76,7 @@ class FeedPackets:
 
     @classmethod
     def of(cls, arrival: np.ndarray, first: np.ndarray, count: np.ndarray) -> FeedPackets:
-        order = np.argsort(np.asarray(arrival), kind="stable")
+        order = np.lexsort((np.asarray(first), np.asarray(arrival)))
         return cls(np.asarray(arrival, np.int64)[order], np.asarray(first, np.int64)[order],
                    np.asarray(count, np.int64)[order])
 
@@ -210,7 +211,9 @@ def feed_bins(packets, t0: int, params: FreezeParams):
             .groupBy("feed", F.expr(f"(arrival_ns - {int(t0)}) div {params.bin_ns}").alias("bin"))
             .agg(F.min(arrival).alias("min_arrival"), F.max(arrival).alias("max_arrival"),
                  F.max(F.when(data, F.col("sequence") + F.col("count") - 1)).alias("max_last"),
-                 F.min_by(F.when(data, F.col("sequence")), arrival).alias("first_sequence"),
+                 # the bin's first packet: earliest arrival, ties broken by sequence (min_by breaks none)
+                 F.min(F.when(data, F.struct(F.col("arrival_ns"), F.col("sequence"))))
+                 .getField("sequence").alias("first_sequence"),
                  F.min(F.when(data, F.col("sequence"))).alias("min_first"),
                  F.sum(F.when(data, 1).otherwise(0)).alias("packets"),
                  F.sum(F.when(data, F.col("count")).otherwise(0)).alias("messages"),

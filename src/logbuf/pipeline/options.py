@@ -9,6 +9,7 @@ from decimal import Decimal, InvalidOperation
 from logbuf.cli_args import count
 from logbuf.pipeline.errors import PipelineConfigError
 from logbuf.pipeline.freezes import FreezeParams
+from logbuf.pipeline.host import DEFAULT_LATE_THRESHOLD_NS, late_warnings, read_summaries
 from logbuf.pipeline.quantiles import DEFAULT_MAX_COLLECT
 
 NANOS_PER_SECOND = 1_000_000_000
@@ -28,6 +29,8 @@ class AnalyzeConfig:
     max_collect: int = DEFAULT_MAX_COLLECT
     sequence_partitions: int | None = None  # None: ~4 M messages per partition, at least 2 per core
     plots: bool = True
+    cache_packets: bool | None = None  # persist the projected packets; None: when the recording is remote
+    host_warnings: tuple[str, ...] = ()  # the producing processes ran late (pipeline.host): shown in the report
 
     def __post_init__(self) -> None:
         if self.window_ns is not None and self.window_ns <= 0:
@@ -68,15 +71,28 @@ def _percentiles(text: str) -> tuple[float, ...]:
     return values
 
 
+def _conf(text: str) -> tuple[str, str]:
+    """``KEY=VALUE``: a Spark setting passed through as is (e.g. spark.eventLog.enabled=true)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Spark setting KEY=VALUE (a key starting with spark.)")
+    return key.strip(), value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("recording", help="recording directory (written by logbuf record or logbuf scenario)")
-    p.add_argument("out", help="output directory for tables/, plots/, report.md, summary.json")
+    p.add_argument("recording", help="recording directory: a path or a URI Spark reads (file://, hdfs://, "
+                                     "s3a://); written by logbuf record or logbuf scenario")
+    p.add_argument("out", help="output directory for tables/, plots/, report.md, summary.json: a path or a URI "
+                               "(file://, hdfs://, s3a://); created if missing, checked before Spark starts")
     p.add_argument("--master", default=None,
                    help="Spark master (default: local[*]; under spark-submit, the one it was given)")
     p.add_argument("--session", default=None,
                    help="MoldUDP64 session to analyse (default: the recording's only one; needed if several)")
     p.add_argument("--driver-memory", default="2g",
                    help="Spark driver heap; in local mode the whole heap (default: %(default)s)")
+    p.add_argument("--conf", type=_conf, action="append", default=None, metavar="KEY=VALUE",
+                   help="a Spark setting, passed through (repeatable), e.g. --conf spark.eventLog.enabled=true "
+                        "(default: none)")
     p.add_argument("--shuffle-partitions", type=count, default=None, metavar="N",
                    help="Spark shuffle partitions (default: from the cores, coalesced by adaptive execution)")
     p.add_argument("--window", type=_duration_ns, default=None, metavar="DURATION",
@@ -89,16 +105,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="shortest silence that can be a freeze (default 50ms)")
     p.add_argument("--min-lead", type=_duration_ns, default=FreezeParams.min_lead_ns, metavar="DURATION",
                    help="the other feed must have sent newer data this long before the resume (default 20ms)")
+    p.add_argument("--max-freezes", type=count, default=FreezeParams.max_freezes, metavar="N",
+                   help="freeze candidates examined, the strongest first (default: %(default)s)")
     p.add_argument("--top-symbols", type=count, default=20, metavar="N",
                    help="most active symbols to list (default: %(default)s)")
+    p.add_argument("--host-summary", action="append", default=None, metavar="FILE",
+                   help="summary JSON of the replay or feed handler that produced the recording (--summary-json; "
+                        "repeatable): the report warns when either ran later than --late-threshold (default: none)")
+    p.add_argument("--late-threshold", type=_duration_ns, default=DEFAULT_LATE_THRESHOLD_NS, metavar="DURATION",
+                   help="how late the replay or handler may run before the report warns that delays reflect the "
+                        "host (default 50ms)")
+    p.add_argument("--cache-packets", choices=("auto", "yes", "no"), default="auto",
+                   help="persist the projected packets for the later stages: yes, no, or auto = only when the "
+                        "recording is not on a local disk (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="tables and report only (default: draw the plots)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary (default: off)")
 
 
 def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
-    freeze = FreezeParams(min_silence_ns=args.min_silence, min_lead_ns=args.min_lead)
+    freeze = FreezeParams(min_silence_ns=args.min_silence, min_lead_ns=args.min_lead,
+                          max_freezes=getattr(args, "max_freezes", FreezeParams.max_freezes))
+    summaries = read_summaries(getattr(args, "host_summary", None) or [])
+    warnings = late_warnings(summaries, getattr(args, "late_threshold", DEFAULT_LATE_THRESHOLD_NS))
     return AnalyzeConfig(session=args.session, window_ns=args.window, freeze=freeze,
                          percentiles=args.percentiles or DEFAULT_PERCENTILES, top_symbols=args.top_symbols,
-                         plots=not args.no_plots)
+                         plots=not args.no_plots, host_warnings=tuple(warnings),
+                         cache_packets={"yes": True, "no": False}.get(getattr(args, "cache_packets", "auto")))
 
 

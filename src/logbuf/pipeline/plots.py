@@ -9,10 +9,14 @@ One theme for all of them: white, feed A black, feed B blue, re-request answers 
   with the other again).
 - ``delay_histogram.png``: A-B arrival delay (B minus A) of every message seen on both feeds: the core of the
   distribution and the full range (log counts), percentiles marked.
-- ``rate_timeline.png``: messages/s per feed, messages per packet, and the share of delivered copies won by
-  A, B and R (re-request) per window, freezes marked.
+- ``rate_timeline.png``: messages/s per feed (a window without packets is zero, never the last value carried
+  on), the lowest rate of any freeze bin (``--min-silence``, 50 ms) inside each window - a 150 ms freeze
+  shows as a drop to zero in any window length -, messages per packet, and the share of delivered copies won
+  by A, B and R (re-request) per window (no deliveries: a break in the line), freezes marked.
 - ``gaps_timeline.png``: every gap (per feed and on both feeds) at its detection time, against its time to
-  recover (filled by the other feed or by re-request); unrecovered gaps on the top edge.
+  recover (filled by the other feed or by re-request); unrecovered gaps on the top edge. More than
+  :data:`MAX_GAP_POINTS` gaps of one kind are aggregated per window: the slowest of the window, its marker
+  sized by how many gaps the window had.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import pandas as pd
 
 # one theme for every figure (matplotlib's default, white): a colour per feed, one for freezes and gaps
 COLORS = {"A": "#1f1f1f", "B": "#3d8bfd", "R": "#2ca02c"}
+STYLES = {"A": "-", "B": "--", "R": "-"}  # A solid on top, B dashed: one never hides the other
+ZORDER = {"A": 3, "B": 2, "R": 2}
+MAX_GAP_POINTS = 1_000
 FREEZE_COLOR = "#d62728"
 CATCH_UP_COLOR = "#ff7f0e"
 UNRECOVERED_COLOR = "#d62728"
@@ -65,7 +72,7 @@ def sequence_vs_time(analysis, path: Path) -> Path:
             continue
         seq = np.maximum.accumulate(part["max_sequence"].to_numpy())
         ax.step(_times(part["window_start_ns"] + analysis.window_ns), seq, where="post", color=COLORS[feed],
-                lw=1.2, label=f"feed {feed}")
+                lw=1.2, ls=STYLES[feed], zorder=ZORDER[feed], label=f"feed {feed}")
     both = analysis.tables["gaps_both"]
     for i, row in enumerate(both.itertuples()):
         if pd.notna(row.detected_ns):
@@ -197,24 +204,61 @@ def delay_histogram(analysis, path: Path) -> Path:
     return path
 
 
+def dense_windows(frame: pd.DataFrame, window_ns: int, start_ns: int, end_ns: int) -> pd.DataFrame:
+    """``frame`` (one row per window with data, ``window_start_ns``) on every window from the first to the
+    last arrival: windows without data are rows of NaN, for the caller to make zero or a break."""
+    first = start_ns - start_ns % window_ns
+    grid = np.arange(first, end_ns + 1, window_ns, dtype=np.int64)
+    return frame.set_index("window_start_ns").reindex(grid).rename_axis("window_start_ns").reset_index()
+
+
+def lowest_bin_rates(analysis, feed: str) -> pd.DataFrame:
+    """Per window: the lowest message rate of any freeze bin inside it (an empty bin is 0 messages/s)."""
+    bins = analysis.bins
+    bin_ns = analysis.config.freeze.bin_ns
+    per_window = analysis.window_ns // bin_ns
+    live = bins[(bins["feed"] == feed) & (bins["packets"] > 0)]
+    if live.empty or analysis.window_ns % bin_ns:
+        return pd.DataFrame(columns=["window_start_ns", "lowest_per_s"])
+    window = live["bin"].astype("int64") // per_window
+    grouped = live.assign(window=window).groupby("window")["messages"].agg(["min", "count"])
+    lowest = np.where(grouped["count"].to_numpy() < per_window, 0.0,
+                      grouped["min"].astype("float64").to_numpy() / (bin_ns / 1e9))
+    return pd.DataFrame({"window_start_ns": grouped.index.to_numpy(np.int64) * analysis.window_ns + analysis.t0,
+                         "lowest_per_s": lowest})
+
+
 def rate_timeline(analysis, path: Path) -> Path:
     plt = _plt()
     rates = analysis.tables["rates"]
     wins = analysis.tables["wins"]
+    start, end = analysis.domain.start_ns, analysis.domain.end_ns
     fig, (ax_rate, ax_mpp, ax_win) = plt.subplots(3, 1, figsize=(11, 8.5), sharex=True)
+    bin_ms = analysis.config.freeze.bin_ns / _NS_PER_MS
     for feed in ("A", "B"):
-        part = rates[rates["feed"] == feed]
+        part = dense_windows(rates[rates["feed"] == feed].drop(columns="feed"), analysis.window_ns, start, end)
         t = _times(part["window_start_ns"])
-        ax_rate.step(t, part["messages_per_s"], where="post", color=COLORS[feed], lw=1, label=f"feed {feed}")
-        ax_mpp.step(t, part["messages_per_packet"], where="post", color=COLORS[feed], lw=1, label=f"feed {feed}")
+        style = {"color": COLORS[feed], "ls": STYLES[feed], "zorder": ZORDER[feed]}
+        ax_rate.step(t, part["messages_per_s"].fillna(0.0), where="post", lw=1.2, label=f"feed {feed}", **style)
+        low = lowest_bin_rates(analysis, feed)
+        if len(low):
+            low = dense_windows(low, analysis.window_ns, start, end)
+            ax_rate.step(_times(low["window_start_ns"]), low["lowest_per_s"].fillna(0.0), where="post", lw=0.7,
+                         alpha=0.55, color=COLORS[feed], ls=":", label=f"feed {feed}: lowest {bin_ms:g} ms in window")
+        # no packets, no messages per packet: a break in the line
+        # a window between two empty ones is a step of one point: the marker keeps it visible
+        ax_mpp.step(t, part["messages_per_packet"], where="post", lw=1.2, marker=".", ms=2, label=f"feed {feed}",
+                    **style)
     if not wins.empty:
+        dense = dense_windows(wins, analysis.window_ns, start, end)
         for feed in ("A", "B", "R"):
-            ax_win.step(_times(wins["window_start_ns"]), 100 * wins[f"share_{feed}"], where="post",
-                        color=COLORS[feed], lw=1, label=f"won by {feed}" if feed != "R" else "recovered (R)")
+            ax_win.step(_times(dense["window_start_ns"]), 100 * dense[f"share_{feed}"], where="post",
+                        color=COLORS[feed], ls=STYLES[feed], zorder=ZORDER[feed], lw=1.2, marker=".", ms=2,
+                        label=f"won by {feed}" if feed != "R" else "recovered (R)")
     for ax in (ax_rate, ax_mpp, ax_win):
         _mark_events(ax, analysis)
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper right")
+        ax.legend(loc="upper right", fontsize=8)
     ax_rate.set_ylabel("messages / s")
     ax_rate.set_title(f"Message rate per {analysis.window_ns / _NS_PER_MS:,.0f} ms window (red: freezes)")
     ax_mpp.set_ylabel("messages / packet")
@@ -225,6 +269,14 @@ def rate_timeline(analysis, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _aggregate_gaps(times_ns: np.ndarray, ms: np.ndarray, window_ns: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                   np.ndarray]:
+    """Many gaps -> one point per window: the slowest gap's time to recover, and how many gaps there were."""
+    windows = times_ns // window_ns
+    frame = pd.DataFrame({"w": windows, "ms": ms}).groupby("w")["ms"].agg(["max", "count"])
+    return frame.index.to_numpy(np.int64) * window_ns, frame["max"].to_numpy(), frame["count"].to_numpy()
 
 
 def gaps_timeline(analysis, path: Path) -> Path:
@@ -248,9 +300,15 @@ def gaps_timeline(analysis, path: Path) -> Path:
         done = known & delay.notna()
         ms = delay[done].astype("float64").to_numpy() / _NS_PER_MS
         recover_ms += ms.tolist()
-        sizes = 12 + 4 * np.sqrt(frame["size"][done].astype("float64").to_numpy())
-        points.append((_times(detected[done].astype("int64")), np.maximum(ms, _GAP_FLOOR_MS), sizes, color, label,
-                       marker))
+        at = detected[done].astype("int64").to_numpy()
+        if at.size > MAX_GAP_POINTS:  # overplotted: the slowest per window, sized by the window's gap count
+            window = max(analysis.window_ns, (int(at.max()) - int(at.min())) // 500 + 1)
+            at, ms, counts = _aggregate_gaps(at, ms, window)
+            sizes = 12 + 4 * np.sqrt(counts.astype("float64"))
+            label += f" - {int(counts.sum()):,} gaps: slowest per {window / 1e9:,.1f} s, area ~ count"
+        else:
+            sizes = 12 + 4 * np.sqrt(frame["size"][done].astype("float64").to_numpy())
+        points.append((_times(at), np.maximum(ms, _GAP_FLOOR_MS), sizes, color, label, marker))
         open_ = known & delay.isna()
         if open_.any():
             unrecovered.append(_times(detected[open_].astype("int64")))

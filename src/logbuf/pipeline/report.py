@@ -54,6 +54,7 @@ COLUMNS: dict[str, str] = {
                      "other feed had delivered it before this feed's gap showed",
     "unfilled": "sequences of the gap no feed delivered",
     "on_both": "the gap overlaps a gap of the other feed (then only re-request can fill it)",
+    "ended_early": "the feed's tail after it went off the air before the session's end: not on the air, not lost",
     "silence_start": "UTC time of the frozen feed's last packet before its silence",
     "resume": "UTC time of its first packet after the silence",
     "silence_ms": "length of the silence (ms)",
@@ -190,6 +191,8 @@ def headline(analysis) -> list[str]:
             continue
         missing = int(info.get("missing") or 0)
         gaps = per_feed[per_feed["feed"] == feed]
+        tail = gaps[gaps["ended_early"]] if "ended_early" in gaps else gaps.iloc[0:0]
+        gaps = gaps.drop(index=tail.index)
         on_both = gaps[gaps["on_both"]]
         single = gaps[~gaps["on_both"]]
         causes = []
@@ -202,6 +205,11 @@ def headline(analysis) -> list[str]:
         if len(frozen):
             causes.append(f"{len(frozen)} {_plural(len(frozen), 'freeze')} ({float(frozen['silence_ms'].max()):,.1f} ms "
                           "the longest; late, not missed)")
+        ended = (s.get("ended_early") or {}).get(feed)
+        if ended:
+            causes.append(f"{_cell(int(ended['not_on_air']))} after it ended early at "
+                          f"{_time_of_day(ended['end_ns'])} (sequence {_cell(int(ended['last_sequence']))}; "
+                          "not on the air, not lost)")
         text = f"- Feed {feed} missed {_pct(missing, sequences)} ({_cell(missing)} sequences)"
         lines.append(text + (": " + "; ".join(causes) if causes else "") + ".")
     if len(both):
@@ -254,7 +262,7 @@ def _findings(analysis) -> list[str]:
                    f"(longest {_ms(int(np.max(done)))}).")
     if s.get("freeze_candidates_truncated"):
         out.append(f"More silences qualified as freeze candidates than the {s['freeze_candidates']} examined "
-                   "(the strongest first); raise max_freezes to see them all.")
+                   "(the strongest first); raise --max-freezes to examine more.")
     wins = s.get("wins", {})
     total = sum(wins.values())
     if total:
@@ -289,6 +297,9 @@ def write(analysis, plots: dict[str, Path]) -> Path:
     out = analysis.out
     s = analysis.summary
     lines = [f"# Feed quality report - session {s['session']}", ""]
+    lines += [f"> **Warning:** {w}." for w in s.get("host_warnings", [])]
+    if s.get("host_warnings"):
+        lines.append("")
     lines += headline(analysis)
     lines += ["", f"Recording `{s['recording']}`, {s['start_utc']} to {s['end_utc']}; sequences "
               f"{s['sequence_first']:,}-{s['sequence_last']:,}; time series in "

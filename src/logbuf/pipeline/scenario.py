@@ -65,8 +65,14 @@ class FreezeSpec:
     duration_ns: int = 150 * NANOS_PER_MILLI
     catch_up_budget: int = 2_800
     catch_up_interval_ns: int = 20_000
+    # catch-up packets stamped alike in groups of this many (a receiver that timestamps a whole batch of
+    # datagrams at once); stamps shared, the recording holds them in reverse sequence order, so an analysis
+    # that does not break ties by sequence shows it
+    shared_stamps: int = 1
 
     def __post_init__(self) -> None:
+        if self.shared_stamps < 1:
+            raise PipelineConfigError("shared_stamps must be >= 1")
         if self.feed not in schema.LIVE_FEEDS:
             raise PipelineConfigError(f"freeze feed must be one of {schema.LIVE_FEEDS}, not {self.feed!r}")
         if self.duration_ns <= 0 or self.catch_up_interval_ns <= 0:
@@ -94,6 +100,8 @@ class ScenarioConfig:
     freezes: tuple[FreezeSpec, ...] = (FreezeSpec(),)
     both_lost: tuple[int, int] | None = None  # None: 25 messages at 60 % of the day; (0, 0): none
     unrecovered: tuple[int, int] | None = (0, 0)  # (0, 0): none
+    more_both_lost: tuple[tuple[int, int], ...] = ()  # further ranges lost on both feeds, each recovered
+    a_ends_after: int | None = None  # feed A goes off the air after the packet holding this sequence
     gap_wait_ns: int = NANOS_PER_MILLI
     recover_after_ns: int = 3 * NANOS_PER_MILLI
     heartbeat_ns: int = NANOS_PER_SECOND
@@ -134,7 +142,8 @@ class ScenarioConfig:
         return first, last
 
     def lost_ranges(self) -> list[tuple[int, int]]:
-        return [r for r in (self.both_lost_range(), self.unrecovered_range()) if r is not None]
+        ranges = [r for r in (self.both_lost_range(), self.unrecovered_range()) if r is not None]
+        return ranges + [(int(a), int(b)) for a, b in self.more_both_lost]
 
     def day_start_ns(self) -> int:
         try:
@@ -179,6 +188,7 @@ class ScenarioTruth:
     data_packets: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0, "R": 0})
     lost_packets: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0})
     wins: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0, "R": 0})
+    a_last_sequence: int | None = None  # with a_ends_after: the last sequence feed A carried
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -279,7 +289,7 @@ class ScenarioGenerator:
         self._last_send: dict[int, tuple[int, int] | None] = {_A: None, _B: None}  # (send ns, next sequence)
         self._freezes_done: set[int] = set()
         self._last_kept: dict[int, int] = {}
-        self._pending = [_PendingGap(a, b, recover=(a, b) == config.both_lost_range())
+        self._pending = [_PendingGap(a, b, recover=(a, b) != config.unrecovered_range())
                          for a, b in config.lost_ranges()]
         self.truth = ScenarioTruth(config=asdict(config))
         self._feed_gap_runs: dict[str, list[tuple[int, int]]] = {"A": [], "B": []}
@@ -423,6 +433,9 @@ class ScenarioGenerator:
         for feed in (_A, _B):
             packets, spec = self._feed_packets(seg, feed, cuts)
             arrival = self._arrivals(feed, packets.send_ns)
+            tie_order = None
+            if spec is not None and spec.shared_stamps > 1:
+                arrival, tie_order = _share_stamps(arrival, packets.catch_up, spec.shared_stamps)
             lost_both = lost_mask[packets.start]  # packets are cut at the ranges' bounds
             keep = ~lost_both
             loss = cfg.loss_a if feed == _A else cfg.loss_b
@@ -434,6 +447,12 @@ class ScenarioGenerator:
                     random_loss &= ~overlaps
                 keep &= ~random_loss
                 self.truth.lost_packets[schema.LIVE_FEEDS[feed]] += int(random_loss.sum())
+            if feed == _A and cfg.a_ends_after is not None:  # off the air: no packet, heartbeat or end
+                on_air = seq0 + packets.start <= cfg.a_ends_after
+                keep &= on_air
+                if on_air.any():
+                    last = int(np.flatnonzero(on_air)[-1])
+                    self.truth.a_last_sequence = seq0 + int(packets.start[last] + packets.count[last] - 1)
             starts, counts, arr = packets.start[keep], packets.count[keep], arrival[keep]
             index = _expand(starts, counts)
             arrival_msg[feed, index] = np.repeat(arr, counts)
@@ -444,12 +463,18 @@ class ScenarioGenerator:
             self._gap_detection(feed, starts, counts, arr, seq0)
             self.truth.data_packets[schema.LIVE_FEEDS[feed]] += int(starts.size)
             size = MOLD_HEADER + cumulative[starts + counts] - cumulative[starts]
-            tables.append(self._packet_rows(feed, arr, seq0 + starts, counts, size))
+            rows = self._packet_rows(feed, arr, seq0 + starts, counts, size)
+            if tie_order is not None:  # equal stamps in reverse sequence order: see FreezeSpec.shared_stamps
+                rows = rows.append_column("_tie", pa.array(tie_order[keep]))
+            tables.append(rows)
             tables.append(self._heartbeats(feed, arr, seq0 + starts, counts))
         for name, feed in (("A", _A), ("B", _B)):
             self._feed_gap_runs[name] += runs_of(arrival_msg[feed] == _NEVER, seq0)
-        packets_table = pa.concat_tables([t for t in tables if t.num_rows])
-        order = np.argsort(packets_table.column("arrival_ns").to_numpy(), kind="stable")
+        tables = [t if "_tie" in t.column_names else t.append_column("_tie", pa.array(np.zeros(t.num_rows, np.int64)))
+                  for t in tables if t.num_rows]
+        packets_table = pa.concat_tables(tables)
+        order = np.lexsort((packets_table.column("_tie").to_numpy(), packets_table.column("arrival_ns").to_numpy()))
+        packets_table = packets_table.drop_columns(["_tie"])
         writer.write(schema.PACKETS, cfg.session, packets_table.take(pa.array(order)))
 
         delivered = arrival_msg.min(axis=0) != _NEVER
@@ -584,7 +609,7 @@ class ScenarioGenerator:
         eos = []
         for feed in (_A, _B):
             last = self._last_send[feed]
-            if last is None:
+            if last is None or (feed == _A and self.config.a_ends_after is not None):
                 continue
             at = last[0] + NANOS_PER_SECOND * np.arange(1, 4, dtype=np.int64)
             eos.append(self._packet_rows(feed, at, np.full(3, last[1]), np.full(3, schema.END_OF_SESSION_COUNT),
@@ -600,6 +625,19 @@ def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return np.empty(0, np.int64)
     offsets = np.cumsum(counts) - counts
     return np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
+
+
+def _share_stamps(arrival: np.ndarray, catch_up: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """Catch-up packets stamped alike in groups of ``group`` (the group's last stamp: arrivals stay FIFO), and
+    a tie order per packet that lists each group in reverse sequence order."""
+    arrival = arrival.copy()
+    tie = np.zeros(arrival.size, np.int64)
+    catch = np.flatnonzero(catch_up)
+    for start in range(0, catch.size, group):
+        members = catch[start:start + group]
+        arrival[members] = arrival[members[-1]]
+        tie[members] = np.arange(members.size)[::-1]
+    return arrival, tie
 
 
 def _last_timestamp(frames: np.ndarray) -> int:

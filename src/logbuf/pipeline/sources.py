@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from logbuf.pipeline.storage import Location
 from logbuf.recording import schema
-from logbuf.recording.reader import complete_files, read_marker
 from logbuf.recording.schema import RecordingFormatError
 
 if TYPE_CHECKING:  # pyspark is imported lazily: only the analyze job needs it
@@ -27,19 +26,51 @@ def spark_ddl(dataset: str) -> str:
     return ", ".join(parts)
 
 
-def sessions(root: str | os.PathLike) -> list[str]:
+def _root(root: str | os.PathLike | Location) -> Location:
+    return root if isinstance(root, Location) else Location.parse(root)
+
+
+def read_marker(root: str | os.PathLike | Location) -> dict:
+    """The recording's format marker, through the filesystem layer (any URI the driver can open)."""
+    import json
+
+    loc = _root(root)
+    if not loc.is_dir():
+        raise RecordingFormatError(f"{loc}: no such recording directory")
+    try:
+        marker = json.loads(loc.read_text(schema.MARKER_FILE))
+    except FileNotFoundError:
+        raise RecordingFormatError(f"{loc}: not a logbuf recording (no {schema.MARKER_FILE})") from None
+    except ValueError as exc:
+        raise RecordingFormatError(f"{loc}/{schema.MARKER_FILE}: unreadable marker ({exc})") from None
+    if marker.get("format") != schema.FORMAT_NAME or marker.get("version") != schema.FORMAT_VERSION:
+        raise RecordingFormatError(
+            f"{loc}: format {marker.get('format')!r} version {marker.get('version')!r}; this reader understands "
+            f"{schema.FORMAT_NAME!r} version {schema.FORMAT_VERSION}")
+    return marker
+
+
+def complete_files(root: str | os.PathLike | Location, dataset: str) -> list[str]:
+    """Complete Parquet files of one dataset, relative to the dataset's directory ("session=S/hour=H/x")."""
+    out = []
+    for rel in _root(root).child(dataset).files(schema.COMPLETE_SUFFIX):
+        if not any(part.startswith(schema.HIDDEN_PREFIXES) for part in rel.split("/")):
+            out.append(rel)
+    return out
+
+
+def sessions(root: str | os.PathLike | Location) -> list[str]:
     """Sessions that have complete packet or message files."""
     found = set()
     for dataset in (schema.PACKETS, schema.MESSAGES):
-        base = Path(root) / dataset
-        for path in complete_files(root, dataset):
-            first = path.relative_to(base).parts[0]
+        for rel in complete_files(root, dataset):
+            first = rel.split("/", 1)[0]
             if first.startswith(schema.SESSION_COLUMN + "="):
                 found.add(first.split("=", 1)[1])
     return sorted(found)
 
 
-def pick_session(root: str | os.PathLike, session: str | None) -> str:
+def pick_session(root: str | os.PathLike | Location, session: str | None) -> str:
     read_marker(root)
     available = sessions(root)
     if not available:
@@ -54,21 +85,25 @@ def pick_session(root: str | os.PathLike, session: str | None) -> str:
     return session
 
 
-def check_files(root: str | os.PathLike, session: str) -> int:
+def check_files(root: str | os.PathLike | Location, session: str) -> int:
     """Reads the footer of every complete file of ``session``: a truncated or foreign file fails here, named,
     before Spark starts (Spark would fail deep inside a job).  Returns the number of files checked."""
     import pyarrow.parquet as pq
 
+    loc = _root(root)
     checked = 0
     for dataset in schema.DATASETS:
-        for path in complete_files(root, dataset):
-            if path.relative_to(Path(root) / dataset).parts[0] != f"{schema.SESSION_COLUMN}={session}":
+        base = loc.child(dataset)
+        for rel in complete_files(loc, dataset):
+            if rel.split("/", 1)[0] != f"{schema.SESSION_COLUMN}={session}":
                 continue
+            shown = base.local_path / rel if base.is_local else f"{base}/{rel}"
             try:
-                pq.read_metadata(path)
+                with base.fs.open_input_file(f"{base.path}/{rel}") as f:
+                    pq.read_metadata(f)
             except (OSError, ValueError) as exc:  # pyarrow: ArrowInvalid is a ValueError
                 reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise RecordingFormatError(f"{path}: not a complete Parquet file ({reason})") from None
+                raise RecordingFormatError(f"{shown}: not a complete Parquet file ({reason})") from None
             checked += 1
     return checked
 
@@ -81,18 +116,20 @@ class Sources:
     gaps: DataFrame
 
 
-def load(spark, root: str | os.PathLike, session: str) -> Sources:
-    """The three datasets of ``session``, read from complete files only (``pathGlobFilter`` + hidden-file rule)."""
+def load(spark, root: str | os.PathLike | Location, session: str) -> Sources:
+    """The three datasets of ``session``, read by Spark (Hadoop's FileSystem: any URI the cluster reads) from
+    complete files only (``pathGlobFilter`` + hidden-file rule)."""
     from pyspark.sql import functions as F
 
+    loc = _root(root)
     frames = {}
     for dataset in schema.DATASETS:
         ddl = spark_ddl(dataset)
-        base = Path(root) / dataset
+        base = loc.child(dataset).spark_uri
         partition = f"{schema.SESSION_COLUMN}={session}"
-        if any(partition in f.parts for f in complete_files(root, dataset)):
+        if any(rel.split("/", 1)[0] == partition for rel in complete_files(loc, dataset)):
             frame = (spark.read.schema(ddl).option("pathGlobFilter", "*" + schema.COMPLETE_SUFFIX)
-                     .option("basePath", str(base)).parquet(str(base / partition)))
+                     .option("basePath", base).parquet(f"{base}/{partition}"))
         else:  # e.g. no gap was ever declared: an empty dataset, not an error
             frame = spark.createDataFrame([], ddl)
         frames[dataset] = frame.where(F.col(schema.SESSION_COLUMN) == session)
