@@ -24,11 +24,12 @@
 #include "lb_spsc.h"
 #include "net.h"
 #include "drv_receiver.h"
+#include "drv_impairment.h"
 
 #define SLOT_LENGTH 65536
 #define MAX_BATCHES_PER_CYCLE 4
 #define MAX_COMMANDS_PER_CYCLE 64
-#define IMPAIRMENT_CAPACITY 65536
+#define IMPAIRMENT_CAPACITY 65536   /* datagrams an impairment holds back at most (more: impairment_dropped) */
 #define SENT_CAPACITY 4096
 
 #define TYPE_NAK 0x02
@@ -85,23 +86,6 @@ typedef struct pending {
     int64_t cool_until_ns; /* ignored until (INT64_MIN: not cooling) */
 } pending_t;
 
-typedef struct held {
-    int64_t due_ns;
-    uint64_t sequence;
-    int32_t length, address_length;
-    uint8_t address[LBD_ADDRESS_LENGTH];
-    uint8_t *data;
-} held_t;
-
-typedef struct impairment {
-    double drop, duplicate, reorder;
-    int64_t delay_ns, jitter_ns, reorder_delay_ns;
-    uint64_t rng;
-    uint64_t sequence;
-    held_t *heap;
-    int32_t count;
-} impairment_t;
-
 typedef struct endpoint {
     int32_t id, fd, send_fd;
     int64_t receiver_id;
@@ -115,8 +99,8 @@ typedef struct endpoint {
     int32_t last_hit;
     pending_t *pending;
     int32_t pending_count;
-    impairment_t *impairment;
-    impairment_t *send_impairment;  /* SMs and NAKs held back, dropped, duplicated */
+    lbd_impairment_t *impairment;
+    lbd_impairment_t *send_impairment;  /* SMs and NAKs held back, dropped, duplicated */
     int32_t poll_due;
     int64_t next_poll_ns;
 } endpoint_t;
@@ -149,22 +133,6 @@ static inline void put_i32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
 static inline void put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
 static inline uint16_t get_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
-static uint64_t next_random(uint64_t *state)  /* splitmix64: seeded, tiny, good enough for delays */
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double next_double(uint64_t *state) { return (double)(next_random(state) >> 11) * 0x1.0p-53; }
-
-static int64_t next_below(uint64_t *state, int64_t bound)  /* uniform in [0, bound] */
-{
-    if (bound <= 0) return 0;
-    return (int64_t)(next_random(state) % ((uint64_t)bound + 1));
-}
-
 static void offer_event(lbd_receiver_t *r, const lbd_event_t *event)
 {
     if (lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) != 1) r->counters.events_dropped++;
@@ -188,9 +156,6 @@ static void send_now(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int
     } while (n < 0 && errno == EINTR);
 }
 
-static void impair_submit(lbd_receiver_t *r, impairment_t *im, const uint8_t *data, int32_t length,
-                          const uint8_t *address, int32_t address_length, int64_t now_ns);
-
 static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int32_t length,
                        const uint8_t *address, int32_t address_length, int64_t now_ns)
 {
@@ -201,7 +166,7 @@ static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, i
     if (address_length <= 0) return;
     r->counters.control_bytes_sent += length;
     if (e->send_impairment != NULL) {
-        impair_submit(r, e->send_impairment, frame, length, address, address_length, now_ns);
+        lbd_impairment_submit(e->send_impairment, frame, length, address, address_length, now_ns);
         return;
     }
     send_now(r, e, frame, length, address, address_length);
@@ -367,7 +332,7 @@ static int64_t nak_initial_delay(lbd_receiver_t *r, image_t *im)
 {
     if (!im->multicast) return im->nak_delay_ns;
     double lam = log((double)im->nak_group_size) + 1.0;
-    double u = next_double(&r->rng);
+    double u = lbd_rng_unit(&r->rng);
     return (int64_t)((double)im->nak_max_backoff_ns / lam * log1p(u * expm1(lam)));
 }
 
@@ -844,94 +809,40 @@ static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int
 
 /* ---- receive impairment (logbuf.driver.udp.impairment) --------------------------------------------------- */
 
-static int held_before(const held_t *a, const held_t *b)
+typedef struct release_context {
+    lbd_receiver_t *r;
+    endpoint_t *e;
+    int64_t now_ns;
+} release_context_t;
+
+static int32_t receive_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
+                                int32_t address_length)
 {
-    return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->sequence < b->sequence);
+    const release_context_t *c = context;
+    int32_t frames = 0, span = 0;
+    int32_t kind = lbn_classify_data(data, length, &frames, &span);
+    on_datagram(c->r, c->e, data, length, kind, span, address, address_length, c->now_ns);
+    return 1;
 }
 
-static void held_push(lbd_receiver_t *r, impairment_t *im, int64_t due, const uint8_t *data, int32_t length,
-                      const uint8_t *address, int32_t address_length)
+static int32_t send_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
+                             int32_t address_length)
 {
-    if (im->count == IMPAIRMENT_CAPACITY || length < 0) {
-        r->counters.impairment_dropped++;
-        return;
-    }
-    held_t h;
-    h.due_ns = due;
-    h.sequence = im->sequence++;
-    h.length = length;
-    h.address_length = address_length;
-    memcpy(h.address, address, (size_t)address_length);
-    h.data = malloc(length > 0 ? (size_t)length : 1);
-    if (h.data == NULL) {
-        r->counters.impairment_dropped++;
-        return;
-    }
-    memcpy(h.data, data, (size_t)length);
-    int32_t i = im->count++;
-    while (i > 0) {
-        int32_t parent = (i - 1) / 2;
-        if (!held_before(&h, &im->heap[parent])) break;
-        im->heap[i] = im->heap[parent];
-        i = parent;
-    }
-    im->heap[i] = h;
-}
-
-static held_t held_pop(impairment_t *im)
-{
-    held_t top = im->heap[0];
-    held_t last = im->heap[--im->count];
-    int32_t i = 0;
-    for (;;) {
-        int32_t child = 2 * i + 1;
-        if (child >= im->count) break;
-        if (child + 1 < im->count && held_before(&im->heap[child + 1], &im->heap[child])) child++;
-        if (!held_before(&im->heap[child], &last)) break;
-        im->heap[i] = im->heap[child];
-        i = child;
-    }
-    if (im->count > 0) im->heap[i] = last;
-    return top;
-}
-
-static void impair_submit(lbd_receiver_t *r, impairment_t *im, const uint8_t *data, int32_t length,
-                          const uint8_t *address, int32_t address_length, int64_t now_ns)
-{
-    if (next_double(&im->rng) < im->drop) return;
-    int64_t due = now_ns + im->delay_ns + (im->jitter_ns ? next_below(&im->rng, im->jitter_ns) : 0);
-    if (next_double(&im->rng) < im->reorder) due += im->reorder_delay_ns;
-    held_push(r, im, due, data, length, address, address_length);
-    if (next_double(&im->rng) < im->duplicate)
-        held_push(r, im, due + next_below(&im->rng, im->reorder_delay_ns), data, length, address, address_length);
+    const release_context_t *c = context;
+    send_now(c->r, c->e, data, length, address, address_length);
+    return 1;
 }
 
 static int32_t impair_release(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
 {
-    impairment_t *im = e->impairment;
-    int32_t work = 0;
-    while (im->count > 0 && im->heap[0].due_ns <= now_ns) {
-        held_t h = held_pop(im);
-        int32_t frames = 0, span = 0;
-        int32_t kind = lbn_classify_data(h.data, h.length, &frames, &span);
-        on_datagram(r, e, h.data, h.length, kind, span, h.address, h.address_length, now_ns);
-        free(h.data);
-        work++;
-    }
-    return work;
+    release_context_t context = {r, e, now_ns};
+    return lbd_impairment_release(e->impairment, now_ns, receive_released, &context);
 }
 
 static int32_t impair_release_sends(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
 {
-    impairment_t *im = e->send_impairment;
-    int32_t work = 0;
-    while (im->count > 0 && im->heap[0].due_ns <= now_ns) {
-        held_t h = held_pop(im);
-        send_now(r, e, h.data, h.length, h.address, h.address_length);
-        free(h.data);
-        work++;
-    }
-    return work;
+    release_context_t context = {r, e, now_ns};
+    return lbd_impairment_release(e->send_impairment, now_ns, send_released, &context);
 }
 
 /* ---- the duty cycle ------------------------------------------------------------------------------------- */
@@ -946,8 +857,8 @@ static int32_t receive(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
             if (n <= 0) break;
             if (e->impairment != NULL) {
                 for (int32_t i = 0; i < n; i++)
-                    impair_submit(r, e->impairment, r->slots + (int64_t)i * SLOT_LENGTH, r->lengths[i],
-                                  r->addresses + i * LBN_ADDRESS_SLOT, r->address_lengths[i], now_ns);
+                    lbd_impairment_submit(e->impairment, r->slots + (int64_t)i * SLOT_LENGTH, r->lengths[i],
+                                          r->addresses + i * LBN_ADDRESS_SLOT, r->address_lengths[i], now_ns);
             } else {
                 lbn_classify_batch(r->slots, SLOT_LENGTH, r->lengths, n, r->kinds, r->frame_counts, r->spans);
                 for (int32_t i = 0; i < n; i++)
@@ -1032,31 +943,20 @@ static int32_t poll_images(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
     return work + any_moved;
 }
 
-static void free_impairment(impairment_t *im)
+static void free_impairment(lbd_impairment_t *im)
 {
     if (im == NULL) return;
-    for (int32_t i = 0; i < im->count; i++) free(im->heap[i].data);
-    free(im->heap);
+    lbd_impairment_close(im);
     free(im);
 }
 
-static impairment_t *new_impairment(double drop, double duplicate, double reorder, int64_t delay_ns, int64_t jitter_ns,
-                                    int64_t reorder_delay_ns, int64_t seed)
+static lbd_impairment_t *new_impairment(lbd_receiver_t *r, double drop, double duplicate, double reorder,
+                                        int64_t delay_ns, int64_t jitter_ns, int64_t reorder_delay_ns, int64_t seed)
 {
-    impairment_t *im = calloc(1, sizeof(impairment_t));
-    if (im == NULL) return NULL;
-    im->heap = malloc(sizeof(held_t) * IMPAIRMENT_CAPACITY);
-    if (im->heap == NULL) {
-        free(im);
-        return NULL;
-    }
-    im->drop = drop;
-    im->duplicate = duplicate;
-    im->reorder = reorder;
-    im->delay_ns = delay_ns;
-    im->jitter_ns = jitter_ns;
-    im->reorder_delay_ns = reorder_delay_ns;
-    im->rng = (uint64_t)seed;
+    lbd_impairment_t *im = malloc(sizeof(lbd_impairment_t));
+    if (im != NULL)
+        lbd_impairment_init(im, drop, duplicate, reorder, delay_ns, jitter_ns, reorder_delay_ns, (uint64_t)seed,
+                            IMPAIRMENT_CAPACITY, &r->counters.impairment_dropped);
     return im;
 }
 
@@ -1095,13 +995,14 @@ static int add_endpoint(lbd_receiver_t *r, const lbd_command_t *c)
     e->pending = calloc((size_t)r->max_pending, sizeof(pending_t));
     int failed = e->pending == NULL;
     if (c->drop >= 0) {
-        e->impairment = new_impairment(c->drop, c->duplicate, c->reorder, c->delay_ns, c->jitter_ns,
+        e->impairment = new_impairment(r, c->drop, c->duplicate, c->reorder, c->delay_ns, c->jitter_ns,
                                        c->reorder_delay_ns, c->seed);
         failed |= e->impairment == NULL;
     }
     if (c->send_drop >= 0) {
-        e->send_impairment = new_impairment(c->send_drop, c->send_duplicate, c->send_reorder, c->send_delay_ns,
-                                            c->send_jitter_ns, c->send_reorder_delay_ns, c->send_seed);
+        e->send_impairment = new_impairment(r, c->send_drop, c->send_duplicate, c->send_reorder,
+                                            c->send_delay_ns, c->send_jitter_ns, c->send_reorder_delay_ns,
+                                            c->send_seed);
         failed |= e->send_impairment == NULL;
     }
     if (failed) {
@@ -1378,10 +1279,10 @@ int64_t lbd_receiver_next_deadline(lbd_receiver_t *r)
     for (int32_t i = 0; i < r->endpoint_count; i++) {
         endpoint_t *e = r->endpoints[i];
         if (e->image_count > 0 && e->next_poll_ns < next) next = e->next_poll_ns;
-        if (e->impairment != NULL && e->impairment->count > 0 && e->impairment->heap[0].due_ns < next)
-            next = e->impairment->heap[0].due_ns;
-        if (e->send_impairment != NULL && e->send_impairment->count > 0 && e->send_impairment->heap[0].due_ns < next)
-            next = e->send_impairment->heap[0].due_ns;
+        if (e->impairment != NULL && lbd_impairment_next_due(e->impairment) < next)
+            next = lbd_impairment_next_due(e->impairment);
+        if (e->send_impairment != NULL && lbd_impairment_next_due(e->send_impairment) < next)
+            next = lbd_impairment_next_due(e->send_impairment);
     }
     return next;
 }
@@ -1393,7 +1294,7 @@ int32_t lbd_receiver_feed(lbd_receiver_t *r, int32_t endpoint_id, const uint8_t 
     if (e == NULL || length > SLOT_LENGTH) return -1;
     if (address_length < 0 || address_length > LBD_ADDRESS_LENGTH) address_length = 0;
     if (e->impairment != NULL) {
-        impair_submit(r, e->impairment, datagram, length, address, address_length, now_ns);
+        lbd_impairment_submit(e->impairment, datagram, length, address, address_length, now_ns);
         return impair_release(r, e, now_ns);
     }
     int32_t frames = 0, span = 0;

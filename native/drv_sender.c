@@ -22,6 +22,7 @@
 #include "lb_frame.h"
 #include "lb_layout.h"
 #include "lb_snd_machines.h"
+#include "drv_impairment.h"
 
 #define FRAME_TYPE_NAK 0x02
 #define FRAME_TYPE_SM 0x03
@@ -42,121 +43,15 @@
 #define MAX_PENDING_EVENTS 4096
 #define NO_LIMIT INT64_MIN
 
-/* ---- impairment: a seeded model of a bad network on an endpoint's send path (driver/udp/impairment.py) ---- */
+/* ---- impairment (include/drv_impairment.h) on an endpoint's send and control-receive paths ---- */
 
-typedef struct held {
-    int64_t due_ns;
-    uint64_t sequence;
-    uint8_t *data;
-    int32_t length;
-    int32_t address_length;
-    uint8_t address[LBN_ADDRESS_SLOT];
-} held_t;
-
-typedef struct impairment {
-    double drop, duplicate, reorder;
-    int64_t delay_ns, jitter_ns, reorder_delay_ns;
-    uint64_t state;
-    uint64_t sequence;
-    held_t *heap;
-    int32_t count, capacity;
-} impairment_t;
-
-static uint64_t rng_next(impairment_t *im)
-{
-    /* splitmix64: seeded, reproducible, good enough for dice */
-    uint64_t z = (im->state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(impairment_t *im) { return (double)(rng_next(im) >> 11) * (1.0 / 9007199254740992.0); }
-
-static int64_t rng_upto(impairment_t *im, int64_t bound)  /* uniform in [0, bound] */
-{
-    return bound <= 0 ? 0 : (int64_t)(rng_next(im) % (uint64_t)(bound + 1));
-}
-
-static int held_before(const held_t *a, const held_t *b)
-{
-    return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->sequence < b->sequence);
-}
-
-static void held_push(impairment_t *im, int64_t due, const uint8_t *data, int32_t length, const uint8_t *address,
-                      int32_t address_length)
-{
-    if (im->count >= LBD_SND_MAX_HELD) return;  /* the network lost it */
-    if (im->count == im->capacity) {
-        int32_t capacity = im->capacity ? im->capacity * 2 : 256;
-        held_t *heap = realloc(im->heap, sizeof(held_t) * (size_t)capacity);
-        if (heap == NULL) return;
-        im->heap = heap;
-        im->capacity = capacity;
-    }
-    uint8_t *copy = malloc(length > 0 ? (size_t)length : 1);
-    if (copy == NULL) return;
-    memcpy(copy, data, (size_t)length);
-    held_t h = {due, im->sequence++, copy, length, address_length, {0}};
-    memcpy(h.address, address, (size_t)address_length);
-    int32_t i = im->count++;
-    while (i > 0) {
-        int32_t parent = (i - 1) / 2;
-        if (!held_before(&h, &im->heap[parent])) break;
-        im->heap[i] = im->heap[parent];
-        i = parent;
-    }
-    im->heap[i] = h;
-}
-
-static held_t held_pop(impairment_t *im)
-{
-    held_t top = im->heap[0];
-    held_t last = im->heap[--im->count];
-    int32_t i = 0;
-    for (;;) {
-        int32_t child = 2 * i + 1;
-        if (child >= im->count) break;
-        if (child + 1 < im->count && held_before(&im->heap[child + 1], &im->heap[child])) child++;
-        if (!held_before(&im->heap[child], &last)) break;
-        im->heap[i] = im->heap[child];
-        i = child;
-    }
-    if (im->count > 0) im->heap[i] = last;
-    return top;
-}
-
-static void impairment_submit(impairment_t *im, const uint8_t *data, int32_t length, const uint8_t *address,
-                              int32_t address_length, int64_t now_ns)
-{
-    if (rng_unit(im) < im->drop) return;
-    int64_t due = now_ns + im->delay_ns + (im->jitter_ns ? rng_upto(im, im->jitter_ns) : 0);
-    if (rng_unit(im) < im->reorder) due += im->reorder_delay_ns;
-    held_push(im, due, data, length, address, address_length);
-    if (rng_unit(im) < im->duplicate)
-        held_push(im, due + rng_upto(im, im->reorder_delay_ns), data, length, address, address_length);
-}
-
-static int impairment_init(impairment_t *im, const lbd_snd_impairment_t *spec)
+static int impairment_init(lbd_impairment_t *im, const lbd_snd_impairment_t *spec)
 {
     memset(im, 0, sizeof(*im));
     if (!spec->enabled) return 0;
-    im->drop = spec->drop;
-    im->duplicate = spec->duplicate;
-    im->reorder = spec->reorder;
-    im->delay_ns = spec->delay_ns < 0 ? 0 : spec->delay_ns;
-    im->jitter_ns = spec->jitter_ns < 0 ? 0 : spec->jitter_ns;
-    im->reorder_delay_ns = spec->reorder_delay_ns < 0 ? 0 : spec->reorder_delay_ns;
-    im->state = spec->seed;
+    lbd_impairment_init(im, spec->drop, spec->duplicate, spec->reorder, spec->delay_ns, spec->jitter_ns,
+                        spec->reorder_delay_ns, spec->seed, LBD_SND_MAX_HELD, NULL);
     return 1;
-}
-
-static void impairment_free(impairment_t *im)
-{
-    for (int32_t i = 0; i < im->count; i++) free(im->heap[i].data);
-    free(im->heap);
-    im->heap = NULL;
-    im->count = im->capacity = 0;
 }
 
 /* ---- the agent's state ---- */
@@ -169,8 +64,8 @@ typedef struct endpoint {
     int32_t impaired;           /* the send impairment applies */
     int32_t receive_impaired;
     int32_t last_errno;         /* the last send error reported (one event per change, not one per send) */
-    impairment_t impairment;
-    impairment_t receive_impairment;
+    lbd_impairment_t impairment;
+    lbd_impairment_t receive_impairment;
 } endpoint_t;
 
 typedef struct publication {
@@ -264,24 +159,23 @@ static int32_t ep_send(endpoint_t *ep, const uint8_t **buffers, const int32_t *l
 {
     if (ep->impaired) {
         for (int32_t i = 0; i < count; i++)
-            impairment_submit(&ep->impairment, buffers[i], lengths[i], address, address_length, now_ns);
+            lbd_impairment_submit(&ep->impairment, buffers[i], lengths[i], address, address_length, now_ns);
         return count;
     }
     return lbn_send_batch(ep->send_fd, buffers, lengths, count, address, address_length);
 }
 
+static int32_t send_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
+                             int32_t address_length)
+{
+    const endpoint_t *ep = context;
+    lbn_send_batch(ep->send_fd, &data, &length, 1, address, address_length);  /* full buffer: lost */
+    return 1;
+}
+
 static int32_t ep_release(endpoint_t *ep, int64_t now_ns)
 {
-    impairment_t *im = &ep->impairment;
-    int32_t released = 0;
-    while (im->count > 0 && im->heap[0].due_ns <= now_ns) {
-        held_t h = held_pop(im);
-        const uint8_t *buffer = h.data;
-        lbn_send_batch(ep->send_fd, &buffer, &h.length, 1, h.address, h.address_length);  /* full buffer: lost */
-        free(h.data);
-        released++;
-    }
-    return released;
+    return lbd_impairment_release(&ep->impairment, now_ns, send_released, ep);
 }
 
 static void note_send_error(lbd_sender_t *s, endpoint_t *ep, int32_t rc)
@@ -341,7 +235,7 @@ static int32_t send_data(lbd_sender_t *s, publication_t *p, int64_t now_ns, int 
             if (rc > 0) {
                 result[0] = result[1] = rc;
                 for (int32_t i = 0; i < rc; i++) {
-                    impairment_submit(&ep->impairment, term + offsets[i], lengths[i], p->destination,
+                    lbd_impairment_submit(&ep->impairment, term + offsets[i], lengths[i], p->destination,
                                       p->destination_length, now_ns);
                     result[2] += lengths[i];
                     result[3] += (int64_t)lengths[i] + paddings[i];
@@ -762,6 +656,19 @@ static int32_t on_control_datagram(lbd_sender_t *s, endpoint_t *ep, const uint8_
     return work;
 }
 
+typedef struct control_context {
+    lbd_sender_t *s;
+    endpoint_t *ep;
+    int64_t now_ns;
+} control_context_t;
+
+static int32_t control_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
+                                int32_t address_length)
+{
+    const control_context_t *c = context;
+    return on_control_datagram(c->s, c->ep, data, length, address, address_length, c->now_ns);
+}
+
 static int32_t poll_control(lbd_sender_t *s, endpoint_t *ep, int64_t now_ns)
 {
     int32_t work = 0;
@@ -775,19 +682,17 @@ static int32_t poll_control(lbd_sender_t *s, endpoint_t *ep, int64_t now_ns)
             if (ep->receive_impaired) {  /* through the impairment: acted on once released (below) */
                 work++;
                 if (s->lengths[i] >= 0)
-                    impairment_submit(&ep->receive_impairment, dg, s->lengths[i], source, s->address_lengths[i],
-                                      now_ns);
+                    lbd_impairment_submit(&ep->receive_impairment, dg, s->lengths[i], source,
+                                          s->address_lengths[i], now_ns);
                 continue;
             }
             work += on_control_datagram(s, ep, dg, s->lengths[i], source, s->address_lengths[i], now_ns);
         }
         if (n < ep->receive_batch) break;
     }
-    impairment_t *im = &ep->receive_impairment;
-    while (ep->receive_impaired && im->count > 0 && im->heap[0].due_ns <= now_ns) {
-        held_t h = held_pop(im);
-        work += on_control_datagram(s, ep, h.data, h.length, h.address, h.address_length, now_ns);
-        free(h.data);
+    if (ep->receive_impaired) {
+        control_context_t context = {s, ep, now_ns};
+        work += lbd_impairment_release(&ep->receive_impairment, now_ns, control_released, &context);
     }
     return work;
 }
@@ -898,8 +803,8 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
                 emit(s, LBD_SND_PUBLICATION_REMOVED, ep->id, p->id, 0);
                 free(p);
             }
-            impairment_free(&ep->impairment);
-            impairment_free(&ep->receive_impairment);
+            lbd_impairment_close(&ep->impairment);
+            lbd_impairment_close(&ep->receive_impairment);
             free(ep);
             s->endpoints[i] = s->endpoints[--s->endpoint_count];
             break;
@@ -986,8 +891,8 @@ void lbd_sender_free(lbd_sender_t *s)
     if (s == NULL) return;
     for (int32_t i = 0; i < s->publication_count; i++) free(s->publications[i]);
     for (int32_t i = 0; i < s->endpoint_count; i++) {
-        impairment_free(&s->endpoints[i]->impairment);
-        impairment_free(&s->endpoints[i]->receive_impairment);
+        lbd_impairment_close(&s->endpoints[i]->impairment);
+        lbd_impairment_close(&s->endpoints[i]->receive_impairment);
         free(s->endpoints[i]);
     }
     if (s->commands) lb_spsc_free(s->commands);
