@@ -24,6 +24,7 @@
 #include "lb_spsc.h"
 #include "net.h"
 #include "drv_receiver.h"
+#include "lb_control.h"
 #include "drv_impairment.h"
 
 #define SLOT_LENGTH 65536
@@ -32,23 +33,6 @@
 #define IMPAIRMENT_CAPACITY 65536   /* datagrams an impairment holds back at most (more: impairment_dropped) */
 #define SENT_CAPACITY 4096
 
-#define TYPE_NAK 0x02
-#define TYPE_SM 0x03
-#define TYPE_ERR 0x04
-#define TYPE_SETUP 0x05
-#define TYPE_RTTM 0x06
-#define SETUP_LENGTH 40
-#define RTTM_LENGTH 40
-#define NAK_LENGTH 28
-#define SM_LENGTH 36
-#define ERR_HEADER_LENGTH 40
-#define MAX_ERROR_TEXT_LENGTH 1023
-#define SM_SEND_SETUP_FLAG 0x80
-#define SM_EOS_FLAG 0x40
-#define RTTM_REPLY_FLAG 0x80
-#define TERM_MIN_LENGTH (64 * 1024)
-#define TERM_MAX_LENGTH (1024 * 1024 * 1024)
-#define MAX_MTU 65504
 #define META_END_OF_STREAM_POSITION 128
 
 typedef struct image {
@@ -188,11 +172,11 @@ static int64_t consumption_position(const image_t *im)
 static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t position, int32_t flags,
                     int64_t now_ns)
 {
-    uint8_t f[SM_LENGTH];
-    put_i32(f, SM_LENGTH);
+    uint8_t f[LB_SM_LENGTH];
+    put_i32(f, LB_SM_LENGTH);
     f[4] = 0;
     f[5] = (uint8_t)flags;
-    f[6] = TYPE_SM;
+    f[6] = LB_HDR_TYPE_SM;
     f[7] = 0;
     put_i32(f + 8, im->session_id);
     put_i32(f + 12, im->stream_id);
@@ -200,25 +184,25 @@ static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t posit
     put_i32(f + 20, (int32_t)(position & (im->term_length - 1)));
     put_i32(f + 24, im->window);
     put_i64(f + 28, e->receiver_id);
-    send_frame(r, e, f, SM_LENGTH, im->source, im->source_length, now_ns);
+    send_frame(r, e, f, LB_SM_LENGTH, im->source, im->source_length, now_ns);
     r->counters.status_messages_sent++;
 }
 
 static void send_nak(lbd_receiver_t *r, endpoint_t *e, image_t *im, int32_t term_id, int32_t term_offset,
                      int32_t length, int64_t now_ns)
 {
-    uint8_t f[NAK_LENGTH];
-    put_i32(f, NAK_LENGTH);
+    uint8_t f[LB_NAK_LENGTH];
+    put_i32(f, LB_NAK_LENGTH);
     f[4] = 0;
     f[5] = 0;
-    f[6] = TYPE_NAK;
+    f[6] = LB_HDR_TYPE_NAK;
     f[7] = 0;
     put_i32(f + 8, im->session_id);
     put_i32(f + 12, im->stream_id);
     put_i32(f + 16, term_id);
     put_i32(f + 20, term_offset);
     put_i32(f + 24, length);
-    send_frame(r, e, f, NAK_LENGTH, im->source, im->source_length, now_ns);
+    send_frame(r, e, f, LB_NAK_LENGTH, im->source, im->source_length, now_ns);
     r->counters.naks_sent++;
 }
 
@@ -533,7 +517,7 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
     clean(im, consumption - im->term_length);
     int32_t flags = 0;
     if (im->eos >= 0 && im->rebuild >= im->eos) {
-        flags = SM_EOS_FLAG;
+        flags = LB_SM_EOS_FLAG;
         if (consumption >= im->eos) {
             im->state = LBD_REASON_END_OF_STREAM;
             im->sm_forced = 1;
@@ -635,91 +619,16 @@ static void on_unknown_data(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg,
     if (p != NULL && p->elicit_ns != INT64_MIN && now_ns - p->elicit_ns < r->elicit_interval_ns) return;
     if (p == NULL) p = find_pending(r, e, session_id, stream_id, 1);
     p->elicit_ns = now_ns;
-    uint8_t f[SM_LENGTH];
+    uint8_t f[LB_SM_LENGTH];
     memset(f, 0, sizeof(f));
-    put_i32(f, SM_LENGTH);
-    f[5] = SM_SEND_SETUP_FLAG;
-    f[6] = TYPE_SM;
+    put_i32(f, LB_SM_LENGTH);
+    f[5] = LB_SM_SETUP_FLAG;
+    f[6] = LB_HDR_TYPE_SM;
     put_i32(f + 8, session_id);
     put_i32(f + 12, stream_id);
     put_i64(f + 28, e->receiver_id);
-    send_frame(r, e, f, SM_LENGTH, source, source_length, now_ns);
+    send_frame(r, e, f, LB_SM_LENGTH, source, source_length, now_ns);
     r->counters.status_messages_sent++;
-}
-
-static int setup_problem(const uint8_t *f)
-{
-    const int32_t term_offset = lb_get_i32(f + 8);
-    const int32_t term_length = lb_get_i32(f + 28);
-    const int32_t mtu = lb_get_i32(f + 32);
-    const int32_t ttl = lb_get_i32(f + 36);
-    if (term_length < TERM_MIN_LENGTH || term_length > TERM_MAX_LENGTH || (term_length & (term_length - 1))) return 1;
-    if (mtu <= LB_HEADER_LENGTH || mtu > MAX_MTU || (mtu & (LB_FRAME_ALIGNMENT - 1))) return 1;
-    if (term_offset < 0 || term_offset >= term_length || (term_offset & (LB_FRAME_ALIGNMENT - 1))) return 1;
-    return ttl < 0;
-}
-
-/* Strict UTF-8 (as Python's decoder: no overlong forms, surrogates or code points past U+10FFFF). */
-static int utf8_valid(const uint8_t *p, int32_t n)
-{
-    int32_t i = 0;
-    while (i < n) {
-        const uint8_t c = p[i];
-        int32_t extra;
-        uint32_t cp, min;
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) { extra = 1; cp = c & 0x1F; min = 0x80; }
-        else if (c >= 0xE0 && c <= 0xEF) { extra = 2; cp = c & 0x0F; min = 0x800; }
-        else if (c >= 0xF0 && c <= 0xF4) { extra = 3; cp = c & 0x07; min = 0x10000; }
-        else return 0;
-        if (i + extra >= n) return 0;  /* the sequence runs past the text */
-        for (int32_t k = 1; k <= extra; k++) {
-            if ((p[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (p[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += extra + 1;
-    }
-    return 1;
-}
-
-/* The checks of logbuf.protocol.datagram's control walk: 1 when every frame is whole and known. */
-static int control_valid(const uint8_t *dg, int32_t n)
-{
-    int64_t offset = 0;
-    if (n <= 0) return 0;
-    while (offset < n) {
-        const int64_t available = n - offset;
-        if (available < 8) return 0;
-        const uint8_t *f = dg + offset;
-        const int32_t length = lb_get_i32(f);
-        if (f[4] != 0) return 0;
-        const uint16_t type = get_u16(f + 6);
-        int32_t min;
-        int exact;
-        switch (type) {
-        case TYPE_SETUP: min = SETUP_LENGTH; exact = 1; break;
-        case TYPE_RTTM: min = RTTM_LENGTH; exact = 1; break;
-        case TYPE_NAK: min = NAK_LENGTH; exact = 1; break;
-        case TYPE_SM: min = SM_LENGTH; exact = 0; break;
-        case TYPE_ERR: min = ERR_HEADER_LENGTH; exact = 0; break;
-        default: return 0;
-        }
-        if (length < min || (exact && length != min) || length > available) return 0;
-        if (type == TYPE_SETUP && setup_problem(f)) return 0;
-        if (type == TYPE_SM && (lb_get_i32(f + 20) < 0 || lb_get_i32(f + 24) < 0)) return 0;
-        if (type == TYPE_NAK) {
-            const int32_t term_offset = lb_get_i32(f + 20);
-            if (term_offset < 0 || (term_offset & (LB_FRAME_ALIGNMENT - 1)) || lb_get_i32(f + 24) <= 0) return 0;
-        }
-        if (type == TYPE_ERR) {
-            const int32_t text_length = lb_get_i32(f + 36);
-            if (text_length < 0 || text_length > MAX_ERROR_TEXT_LENGTH || ERR_HEADER_LENGTH + text_length != length ||
-                !utf8_valid(f + ERR_HEADER_LENGTH, text_length)) return 0;
-        }
-        offset += length;
-    }
-    return 1;
 }
 
 static void on_setup(lbd_receiver_t *r, endpoint_t *e, const uint8_t *f, const uint8_t *source, int32_t source_length,
@@ -764,7 +673,7 @@ static void on_rttm(endpoint_t *e, const uint8_t *f, int64_t now_ns)
     image_t *im = find_image(e, lb_get_i32(f + 8), lb_get_i32(f + 12));
     if (im == NULL) return;
     const int64_t echo = lb_get_i64(f + 16), delta = lb_get_i64(f + 24), receiver_id = lb_get_i64(f + 32);
-    if (!(f[5] & RTTM_REPLY_FLAG) && receiver_id == e->receiver_id) {
+    if (!(f[5] & LB_RTTM_REPLY_FLAG) && receiver_id == e->receiver_id) {
         int64_t rtt = now_ns - echo - delta;
         im->rtt_ns = rtt < 0 ? 0 : rtt;
     }
@@ -784,16 +693,16 @@ static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int
         return;
     }
     if (kind == LBN_NOT_DATA) {
-        if (!control_valid(dg, n)) {
+        if (!lbn_control_valid(dg, n)) {
             r->counters.invalid_packets++;
             return;
         }
         for (int64_t offset = 0; offset < n;) {
             const uint8_t *f = dg + offset;
             const uint16_t type = get_u16(f + 6);
-            if (type == TYPE_SETUP) on_setup(r, e, f, source, source_length, now_ns);
-            else if (type == TYPE_RTTM) on_rttm(e, f, now_ns);
-            offset += lb_get_i32(f);  /* checked > 0 by control_valid */
+            if (type == LB_HDR_TYPE_SETUP) on_setup(r, e, f, source, source_length, now_ns);
+            else if (type == LB_HDR_TYPE_RTTM) on_rttm(e, f, now_ns);
+            offset += lb_get_i32(f);  /* checked > 0 by lbn_control_valid */
         }
         e->poll_due = 1;
         return;
@@ -1076,7 +985,7 @@ static void add_image(lbd_receiver_t *r, const lbd_command_t *c, int64_t now_ns)
     im->liveness_ns = c->liveness_timeout_ns;
     im->published_hwm = im->published_pos = im->tail_position = -1;
     im->tail_term_count = -1;
-    int bad = e == NULL || e->removing || c->term_length < TERM_MIN_LENGTH || (c->term_length & (c->term_length - 1))
+    int bad = e == NULL || e->removing || c->term_length < LB_TERM_MIN_LENGTH || (c->term_length & (c->term_length - 1))
               || c->terms == NULL || c->meta == NULL || c->rcv_hwm == NULL || c->rcv_pos == NULL
               || c->window_length <= 0 || c->window_length > c->term_length / 2
               || find_image(e, c->session_id, c->stream_id) != NULL || !subscribed(e, c->stream_id);
