@@ -253,15 +253,22 @@ static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uin
     return (int32_t)(end - start);
 }
 
-static void close_corrupt(lbd_receiver_t *r, image_t *im, int32_t term_id, int32_t term_offset)
+/* An event about `im` (the fields its type does not use stay 0). */
+static lbd_event_t image_event(int32_t type, const image_t *im)
 {
     lbd_event_t ev;
     memset(&ev, 0, sizeof(ev));
-    ev.type = LBD_EVENT_CORRUPT_IMAGE;
+    ev.type = type;
     ev.endpoint_id = im->endpoint_id;
     ev.image_id = im->id;
     ev.session_id = im->session_id;
     ev.stream_id = im->stream_id;
+    return ev;
+}
+
+static void close_corrupt(lbd_receiver_t *r, image_t *im, int32_t term_id, int32_t term_offset)
+{
+    lbd_event_t ev = image_event(LBD_EVENT_CORRUPT_IMAGE, im);
     ev.term_id = term_id;
     ev.term_offset = term_offset;
     offer_event(r, &ev);
@@ -496,13 +503,7 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
         }
         if (result == SCAN_NAK) {
             send_nak(r, e, im, term_id, offset, length, now_ns);
-            lbd_event_t ev;
-            memset(&ev, 0, sizeof(ev));
-            ev.type = LBD_EVENT_LOSS;
-            ev.endpoint_id = e->id;
-            ev.image_id = im->id;
-            ev.session_id = im->session_id;
-            ev.stream_id = im->stream_id;
+            lbd_event_t ev = image_event(LBD_EVENT_LOSS, im);
             ev.term_id = term_id;
             ev.term_offset = offset;
             ev.length = length;
@@ -790,14 +791,8 @@ static void free_image(image_t *im)
 
 static int report_removed(lbd_receiver_t *r, endpoint_t *e, image_t *im)
 {
-    lbd_event_t ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.type = LBD_EVENT_IMAGE_REMOVED;
-    ev.endpoint_id = e->id;
-    ev.image_id = im->id;
+    lbd_event_t ev = image_event(LBD_EVENT_IMAGE_REMOVED, im);
     ev.reason = im->state;
-    ev.session_id = im->session_id;
-    ev.stream_id = im->stream_id;
     return lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) == 1;
 }
 
@@ -999,14 +994,8 @@ static void add_image(lbd_receiver_t *r, const lbd_command_t *c, int64_t now_ns)
         }
     }
     if (bad) {  /* the conductor still holds the log: tell it the image is gone */
-        lbd_event_t ev;
-        memset(&ev, 0, sizeof(ev));
-        ev.type = LBD_EVENT_IMAGE_REMOVED;
-        ev.endpoint_id = c->endpoint_id;
-        ev.image_id = c->image_id;
+        lbd_event_t ev = image_event(LBD_EVENT_IMAGE_REMOVED, im);
         ev.reason = LBD_REASON_REMOVED;
-        ev.session_id = c->session_id;
-        ev.stream_id = c->stream_id;
         offer_event(r, &ev);
         free(im);
         return;
