@@ -31,7 +31,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
+from bench.udp.bench_udp import free_port, wait_for_driver
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,12 +65,6 @@ def find_aeron_bin() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _channel(port: int) -> str:
     return f"aeron:udp?endpoint=127.0.0.1:{port}"
 
@@ -83,20 +77,6 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: flo
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-
-
-def _wait_for_driver(directory: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    from logbuf.cnc.cnc_file import CncFile
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"driver exited ({proc.returncode})")
-        with contextlib.suppress(Exception), CncFile.open(os.path.join(directory, "cnc.dat")) as cnc:
-            if cnc.to_driver.consumer_heartbeat_time > 0 and cnc.layout.pid == proc.pid:
-                return
-        time.sleep(0.05)
-    raise RuntimeError("the driver did not come up")
 
 
 def read_cycle_counters(directory: str) -> dict[str, dict[str, int]]:
@@ -132,7 +112,7 @@ def drivers(kind: str, mode: str, aeron: Path | None, logbuf_args: list[str]) ->
                 command = [str(aeron / "bin" / "aeronmd")]
             proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             procs.append(proc)
-            _wait_for_driver(directory, proc)
+            wait_for_driver(directory, proc)
             directories.append(directory)
         yield directories[0], directories[1]
     finally:
@@ -147,7 +127,7 @@ def _run(command: list[str], timeout: float) -> str:
 
 
 def throughput(aeron: Path, a: str, b: str, messages: int, timeout: float) -> dict[str, Any]:
-    channel = _channel(_free_port())
+    channel = _channel(free_port())
     subscriber = subprocess.Popen([str(aeron / "bin" / "rate_subscriber"), "-p", b, "-c", channel, "-s", "1001"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -174,7 +154,7 @@ def parse_percentiles(out: str) -> dict[str, float]:
 
 
 def rtt(aeron: Path, a: str, b: str, samples: int, warmup: int, timeout: float) -> dict[str, Any]:
-    ping, pong = _channel(_free_port()), _channel(_free_port())
+    ping, pong = _channel(free_port()), _channel(free_port())
     ponger = subprocess.Popen([str(aeron / "bin" / "cpong"), "-p", b, "-c", ping, "-C", pong],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

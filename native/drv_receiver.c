@@ -24,30 +24,15 @@
 #include "lb_spsc.h"
 #include "net.h"
 #include "drv_receiver.h"
+#include "lb_control.h"
+#include "drv_impairment.h"
 
 #define SLOT_LENGTH 65536
 #define MAX_BATCHES_PER_CYCLE 4
 #define MAX_COMMANDS_PER_CYCLE 64
-#define IMPAIRMENT_CAPACITY 65536
+#define IMPAIRMENT_CAPACITY 65536   /* datagrams an impairment holds back at most (more: impairment_dropped) */
 #define SENT_CAPACITY 4096
 
-#define TYPE_NAK 0x02
-#define TYPE_SM 0x03
-#define TYPE_ERR 0x04
-#define TYPE_SETUP 0x05
-#define TYPE_RTTM 0x06
-#define SETUP_LENGTH 40
-#define RTTM_LENGTH 40
-#define NAK_LENGTH 28
-#define SM_LENGTH 36
-#define ERR_HEADER_LENGTH 40
-#define MAX_ERROR_TEXT_LENGTH 1023
-#define SM_SEND_SETUP_FLAG 0x80
-#define SM_EOS_FLAG 0x40
-#define RTTM_REPLY_FLAG 0x80
-#define TERM_MIN_LENGTH (64 * 1024)
-#define TERM_MAX_LENGTH (1024 * 1024 * 1024)
-#define MAX_MTU 65504
 #define META_END_OF_STREAM_POSITION 128
 
 typedef struct image {
@@ -85,23 +70,6 @@ typedef struct pending {
     int64_t cool_until_ns; /* ignored until (INT64_MIN: not cooling) */
 } pending_t;
 
-typedef struct held {
-    int64_t due_ns;
-    uint64_t sequence;
-    int32_t length, address_length;
-    uint8_t address[LBD_ADDRESS_LENGTH];
-    uint8_t *data;
-} held_t;
-
-typedef struct impairment {
-    double drop, duplicate, reorder;
-    int64_t delay_ns, jitter_ns, reorder_delay_ns;
-    uint64_t rng;
-    uint64_t sequence;
-    held_t *heap;
-    int32_t count;
-} impairment_t;
-
 typedef struct endpoint {
     int32_t id, fd, send_fd;
     int64_t receiver_id;
@@ -115,8 +83,8 @@ typedef struct endpoint {
     int32_t last_hit;
     pending_t *pending;
     int32_t pending_count;
-    impairment_t *impairment;
-    impairment_t *send_impairment;  /* SMs and NAKs held back, dropped, duplicated */
+    lbd_impairment_t *impairment;
+    lbd_impairment_t *send_impairment;  /* SMs and NAKs held back, dropped, duplicated */
     int32_t poll_due;
     int64_t next_poll_ns;
 } endpoint_t;
@@ -149,22 +117,6 @@ static inline void put_i32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
 static inline void put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
 static inline uint16_t get_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
-static uint64_t next_random(uint64_t *state)  /* splitmix64: seeded, tiny, good enough for delays */
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double next_double(uint64_t *state) { return (double)(next_random(state) >> 11) * 0x1.0p-53; }
-
-static int64_t next_below(uint64_t *state, int64_t bound)  /* uniform in [0, bound] */
-{
-    if (bound <= 0) return 0;
-    return (int64_t)(next_random(state) % ((uint64_t)bound + 1));
-}
-
 static void offer_event(lbd_receiver_t *r, const lbd_event_t *event)
 {
     if (lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) != 1) r->counters.events_dropped++;
@@ -188,9 +140,6 @@ static void send_now(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int
     } while (n < 0 && errno == EINTR);
 }
 
-static void impair_submit(lbd_receiver_t *r, impairment_t *im, const uint8_t *data, int32_t length,
-                          const uint8_t *address, int32_t address_length, int64_t now_ns);
-
 static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int32_t length,
                        const uint8_t *address, int32_t address_length, int64_t now_ns)
 {
@@ -201,7 +150,7 @@ static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, i
     if (address_length <= 0) return;
     r->counters.control_bytes_sent += length;
     if (e->send_impairment != NULL) {
-        impair_submit(r, e->send_impairment, frame, length, address, address_length, now_ns);
+        lbd_impairment_submit(e->send_impairment, frame, length, address, address_length, now_ns);
         return;
     }
     send_now(r, e, frame, length, address, address_length);
@@ -223,11 +172,11 @@ static int64_t consumption_position(const image_t *im)
 static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t position, int32_t flags,
                     int64_t now_ns)
 {
-    uint8_t f[SM_LENGTH];
-    put_i32(f, SM_LENGTH);
+    uint8_t f[LB_SM_LENGTH];
+    put_i32(f, LB_SM_LENGTH);
     f[4] = 0;
     f[5] = (uint8_t)flags;
-    f[6] = TYPE_SM;
+    f[6] = LB_HDR_TYPE_SM;
     f[7] = 0;
     put_i32(f + 8, im->session_id);
     put_i32(f + 12, im->stream_id);
@@ -235,25 +184,25 @@ static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t posit
     put_i32(f + 20, (int32_t)(position & (im->term_length - 1)));
     put_i32(f + 24, im->window);
     put_i64(f + 28, e->receiver_id);
-    send_frame(r, e, f, SM_LENGTH, im->source, im->source_length, now_ns);
+    send_frame(r, e, f, LB_SM_LENGTH, im->source, im->source_length, now_ns);
     r->counters.status_messages_sent++;
 }
 
 static void send_nak(lbd_receiver_t *r, endpoint_t *e, image_t *im, int32_t term_id, int32_t term_offset,
                      int32_t length, int64_t now_ns)
 {
-    uint8_t f[NAK_LENGTH];
-    put_i32(f, NAK_LENGTH);
+    uint8_t f[LB_NAK_LENGTH];
+    put_i32(f, LB_NAK_LENGTH);
     f[4] = 0;
     f[5] = 0;
-    f[6] = TYPE_NAK;
+    f[6] = LB_HDR_TYPE_NAK;
     f[7] = 0;
     put_i32(f + 8, im->session_id);
     put_i32(f + 12, im->stream_id);
     put_i32(f + 16, term_id);
     put_i32(f + 20, term_offset);
     put_i32(f + 24, length);
-    send_frame(r, e, f, NAK_LENGTH, im->source, im->source_length, now_ns);
+    send_frame(r, e, f, LB_NAK_LENGTH, im->source, im->source_length, now_ns);
     r->counters.naks_sent++;
 }
 
@@ -304,15 +253,22 @@ static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uin
     return (int32_t)(end - start);
 }
 
-static void close_corrupt(lbd_receiver_t *r, image_t *im, int32_t term_id, int32_t term_offset)
+/* An event about `im` (the fields its type does not use stay 0). */
+static lbd_event_t image_event(int32_t type, const image_t *im)
 {
     lbd_event_t ev;
     memset(&ev, 0, sizeof(ev));
-    ev.type = LBD_EVENT_CORRUPT_IMAGE;
+    ev.type = type;
     ev.endpoint_id = im->endpoint_id;
     ev.image_id = im->id;
     ev.session_id = im->session_id;
     ev.stream_id = im->stream_id;
+    return ev;
+}
+
+static void close_corrupt(lbd_receiver_t *r, image_t *im, int32_t term_id, int32_t term_offset)
+{
+    lbd_event_t ev = image_event(LBD_EVENT_CORRUPT_IMAGE, im);
     ev.term_id = term_id;
     ev.term_offset = term_offset;
     offer_event(r, &ev);
@@ -367,7 +323,7 @@ static int64_t nak_initial_delay(lbd_receiver_t *r, image_t *im)
 {
     if (!im->multicast) return im->nak_delay_ns;
     double lam = log((double)im->nak_group_size) + 1.0;
-    double u = next_double(&r->rng);
+    double u = lbd_rng_unit(&r->rng);
     return (int64_t)((double)im->nak_max_backoff_ns / lam * log1p(u * expm1(lam)));
 }
 
@@ -547,13 +503,7 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
         }
         if (result == SCAN_NAK) {
             send_nak(r, e, im, term_id, offset, length, now_ns);
-            lbd_event_t ev;
-            memset(&ev, 0, sizeof(ev));
-            ev.type = LBD_EVENT_LOSS;
-            ev.endpoint_id = e->id;
-            ev.image_id = im->id;
-            ev.session_id = im->session_id;
-            ev.stream_id = im->stream_id;
+            lbd_event_t ev = image_event(LBD_EVENT_LOSS, im);
             ev.term_id = term_id;
             ev.term_offset = offset;
             ev.length = length;
@@ -568,7 +518,7 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
     clean(im, consumption - im->term_length);
     int32_t flags = 0;
     if (im->eos >= 0 && im->rebuild >= im->eos) {
-        flags = SM_EOS_FLAG;
+        flags = LB_SM_EOS_FLAG;
         if (consumption >= im->eos) {
             im->state = LBD_REASON_END_OF_STREAM;
             im->sm_forced = 1;
@@ -670,91 +620,16 @@ static void on_unknown_data(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg,
     if (p != NULL && p->elicit_ns != INT64_MIN && now_ns - p->elicit_ns < r->elicit_interval_ns) return;
     if (p == NULL) p = find_pending(r, e, session_id, stream_id, 1);
     p->elicit_ns = now_ns;
-    uint8_t f[SM_LENGTH];
+    uint8_t f[LB_SM_LENGTH];
     memset(f, 0, sizeof(f));
-    put_i32(f, SM_LENGTH);
-    f[5] = SM_SEND_SETUP_FLAG;
-    f[6] = TYPE_SM;
+    put_i32(f, LB_SM_LENGTH);
+    f[5] = LB_SM_SETUP_FLAG;
+    f[6] = LB_HDR_TYPE_SM;
     put_i32(f + 8, session_id);
     put_i32(f + 12, stream_id);
     put_i64(f + 28, e->receiver_id);
-    send_frame(r, e, f, SM_LENGTH, source, source_length, now_ns);
+    send_frame(r, e, f, LB_SM_LENGTH, source, source_length, now_ns);
     r->counters.status_messages_sent++;
-}
-
-static int setup_problem(const uint8_t *f)
-{
-    const int32_t term_offset = lb_get_i32(f + 8);
-    const int32_t term_length = lb_get_i32(f + 28);
-    const int32_t mtu = lb_get_i32(f + 32);
-    const int32_t ttl = lb_get_i32(f + 36);
-    if (term_length < TERM_MIN_LENGTH || term_length > TERM_MAX_LENGTH || (term_length & (term_length - 1))) return 1;
-    if (mtu <= LB_HEADER_LENGTH || mtu > MAX_MTU || (mtu & (LB_FRAME_ALIGNMENT - 1))) return 1;
-    if (term_offset < 0 || term_offset >= term_length || (term_offset & (LB_FRAME_ALIGNMENT - 1))) return 1;
-    return ttl < 0;
-}
-
-/* Strict UTF-8 (as Python's decoder: no overlong forms, surrogates or code points past U+10FFFF). */
-static int utf8_valid(const uint8_t *p, int32_t n)
-{
-    int32_t i = 0;
-    while (i < n) {
-        const uint8_t c = p[i];
-        int32_t extra;
-        uint32_t cp, min;
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) { extra = 1; cp = c & 0x1F; min = 0x80; }
-        else if (c >= 0xE0 && c <= 0xEF) { extra = 2; cp = c & 0x0F; min = 0x800; }
-        else if (c >= 0xF0 && c <= 0xF4) { extra = 3; cp = c & 0x07; min = 0x10000; }
-        else return 0;
-        if (i + extra >= n) return 0;  /* the sequence runs past the text */
-        for (int32_t k = 1; k <= extra; k++) {
-            if ((p[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (p[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += extra + 1;
-    }
-    return 1;
-}
-
-/* The checks of logbuf.protocol.datagram's control walk: 1 when every frame is whole and known. */
-static int control_valid(const uint8_t *dg, int32_t n)
-{
-    int64_t offset = 0;
-    if (n <= 0) return 0;
-    while (offset < n) {
-        const int64_t available = n - offset;
-        if (available < 8) return 0;
-        const uint8_t *f = dg + offset;
-        const int32_t length = lb_get_i32(f);
-        if (f[4] != 0) return 0;
-        const uint16_t type = get_u16(f + 6);
-        int32_t min;
-        int exact;
-        switch (type) {
-        case TYPE_SETUP: min = SETUP_LENGTH; exact = 1; break;
-        case TYPE_RTTM: min = RTTM_LENGTH; exact = 1; break;
-        case TYPE_NAK: min = NAK_LENGTH; exact = 1; break;
-        case TYPE_SM: min = SM_LENGTH; exact = 0; break;
-        case TYPE_ERR: min = ERR_HEADER_LENGTH; exact = 0; break;
-        default: return 0;
-        }
-        if (length < min || (exact && length != min) || length > available) return 0;
-        if (type == TYPE_SETUP && setup_problem(f)) return 0;
-        if (type == TYPE_SM && (lb_get_i32(f + 20) < 0 || lb_get_i32(f + 24) < 0)) return 0;
-        if (type == TYPE_NAK) {
-            const int32_t term_offset = lb_get_i32(f + 20);
-            if (term_offset < 0 || (term_offset & (LB_FRAME_ALIGNMENT - 1)) || lb_get_i32(f + 24) <= 0) return 0;
-        }
-        if (type == TYPE_ERR) {
-            const int32_t text_length = lb_get_i32(f + 36);
-            if (text_length < 0 || text_length > MAX_ERROR_TEXT_LENGTH || ERR_HEADER_LENGTH + text_length != length ||
-                !utf8_valid(f + ERR_HEADER_LENGTH, text_length)) return 0;
-        }
-        offset += length;
-    }
-    return 1;
 }
 
 static void on_setup(lbd_receiver_t *r, endpoint_t *e, const uint8_t *f, const uint8_t *source, int32_t source_length,
@@ -799,7 +674,7 @@ static void on_rttm(endpoint_t *e, const uint8_t *f, int64_t now_ns)
     image_t *im = find_image(e, lb_get_i32(f + 8), lb_get_i32(f + 12));
     if (im == NULL) return;
     const int64_t echo = lb_get_i64(f + 16), delta = lb_get_i64(f + 24), receiver_id = lb_get_i64(f + 32);
-    if (!(f[5] & RTTM_REPLY_FLAG) && receiver_id == e->receiver_id) {
+    if (!(f[5] & LB_RTTM_REPLY_FLAG) && receiver_id == e->receiver_id) {
         int64_t rtt = now_ns - echo - delta;
         im->rtt_ns = rtt < 0 ? 0 : rtt;
     }
@@ -819,16 +694,16 @@ static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int
         return;
     }
     if (kind == LBN_NOT_DATA) {
-        if (!control_valid(dg, n)) {
+        if (!lbn_control_valid(dg, n)) {
             r->counters.invalid_packets++;
             return;
         }
         for (int64_t offset = 0; offset < n;) {
             const uint8_t *f = dg + offset;
             const uint16_t type = get_u16(f + 6);
-            if (type == TYPE_SETUP) on_setup(r, e, f, source, source_length, now_ns);
-            else if (type == TYPE_RTTM) on_rttm(e, f, now_ns);
-            offset += lb_get_i32(f);  /* checked > 0 by control_valid */
+            if (type == LB_HDR_TYPE_SETUP) on_setup(r, e, f, source, source_length, now_ns);
+            else if (type == LB_HDR_TYPE_RTTM) on_rttm(e, f, now_ns);
+            offset += lb_get_i32(f);  /* checked > 0 by lbn_control_valid */
         }
         e->poll_due = 1;
         return;
@@ -844,94 +719,40 @@ static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int
 
 /* ---- receive impairment (logbuf.driver.udp.impairment) --------------------------------------------------- */
 
-static int held_before(const held_t *a, const held_t *b)
+typedef struct release_context {
+    lbd_receiver_t *r;
+    endpoint_t *e;
+    int64_t now_ns;
+} release_context_t;
+
+static int32_t receive_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
+                                int32_t address_length)
 {
-    return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->sequence < b->sequence);
+    const release_context_t *c = context;
+    int32_t frames = 0, span = 0;
+    int32_t kind = lbn_classify_data(data, length, &frames, &span);
+    on_datagram(c->r, c->e, data, length, kind, span, address, address_length, c->now_ns);
+    return 1;
 }
 
-static void held_push(lbd_receiver_t *r, impairment_t *im, int64_t due, const uint8_t *data, int32_t length,
-                      const uint8_t *address, int32_t address_length)
+static int32_t send_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
+                             int32_t address_length)
 {
-    if (im->count == IMPAIRMENT_CAPACITY || length < 0) {
-        r->counters.impairment_dropped++;
-        return;
-    }
-    held_t h;
-    h.due_ns = due;
-    h.sequence = im->sequence++;
-    h.length = length;
-    h.address_length = address_length;
-    memcpy(h.address, address, (size_t)address_length);
-    h.data = malloc(length > 0 ? (size_t)length : 1);
-    if (h.data == NULL) {
-        r->counters.impairment_dropped++;
-        return;
-    }
-    memcpy(h.data, data, (size_t)length);
-    int32_t i = im->count++;
-    while (i > 0) {
-        int32_t parent = (i - 1) / 2;
-        if (!held_before(&h, &im->heap[parent])) break;
-        im->heap[i] = im->heap[parent];
-        i = parent;
-    }
-    im->heap[i] = h;
-}
-
-static held_t held_pop(impairment_t *im)
-{
-    held_t top = im->heap[0];
-    held_t last = im->heap[--im->count];
-    int32_t i = 0;
-    for (;;) {
-        int32_t child = 2 * i + 1;
-        if (child >= im->count) break;
-        if (child + 1 < im->count && held_before(&im->heap[child + 1], &im->heap[child])) child++;
-        if (!held_before(&im->heap[child], &last)) break;
-        im->heap[i] = im->heap[child];
-        i = child;
-    }
-    if (im->count > 0) im->heap[i] = last;
-    return top;
-}
-
-static void impair_submit(lbd_receiver_t *r, impairment_t *im, const uint8_t *data, int32_t length,
-                          const uint8_t *address, int32_t address_length, int64_t now_ns)
-{
-    if (next_double(&im->rng) < im->drop) return;
-    int64_t due = now_ns + im->delay_ns + (im->jitter_ns ? next_below(&im->rng, im->jitter_ns) : 0);
-    if (next_double(&im->rng) < im->reorder) due += im->reorder_delay_ns;
-    held_push(r, im, due, data, length, address, address_length);
-    if (next_double(&im->rng) < im->duplicate)
-        held_push(r, im, due + next_below(&im->rng, im->reorder_delay_ns), data, length, address, address_length);
+    const release_context_t *c = context;
+    send_now(c->r, c->e, data, length, address, address_length);
+    return 1;
 }
 
 static int32_t impair_release(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
 {
-    impairment_t *im = e->impairment;
-    int32_t work = 0;
-    while (im->count > 0 && im->heap[0].due_ns <= now_ns) {
-        held_t h = held_pop(im);
-        int32_t frames = 0, span = 0;
-        int32_t kind = lbn_classify_data(h.data, h.length, &frames, &span);
-        on_datagram(r, e, h.data, h.length, kind, span, h.address, h.address_length, now_ns);
-        free(h.data);
-        work++;
-    }
-    return work;
+    release_context_t context = {r, e, now_ns};
+    return lbd_impairment_release(e->impairment, now_ns, receive_released, &context);
 }
 
 static int32_t impair_release_sends(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
 {
-    impairment_t *im = e->send_impairment;
-    int32_t work = 0;
-    while (im->count > 0 && im->heap[0].due_ns <= now_ns) {
-        held_t h = held_pop(im);
-        send_now(r, e, h.data, h.length, h.address, h.address_length);
-        free(h.data);
-        work++;
-    }
-    return work;
+    release_context_t context = {r, e, now_ns};
+    return lbd_impairment_release(e->send_impairment, now_ns, send_released, &context);
 }
 
 /* ---- the duty cycle ------------------------------------------------------------------------------------- */
@@ -946,8 +767,8 @@ static int32_t receive(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
             if (n <= 0) break;
             if (e->impairment != NULL) {
                 for (int32_t i = 0; i < n; i++)
-                    impair_submit(r, e->impairment, r->slots + (int64_t)i * SLOT_LENGTH, r->lengths[i],
-                                  r->addresses + i * LBN_ADDRESS_SLOT, r->address_lengths[i], now_ns);
+                    lbd_impairment_submit(e->impairment, r->slots + (int64_t)i * SLOT_LENGTH, r->lengths[i],
+                                          r->addresses + i * LBN_ADDRESS_SLOT, r->address_lengths[i], now_ns);
             } else {
                 lbn_classify_batch(r->slots, SLOT_LENGTH, r->lengths, n, r->kinds, r->frame_counts, r->spans);
                 for (int32_t i = 0; i < n; i++)
@@ -970,14 +791,8 @@ static void free_image(image_t *im)
 
 static int report_removed(lbd_receiver_t *r, endpoint_t *e, image_t *im)
 {
-    lbd_event_t ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.type = LBD_EVENT_IMAGE_REMOVED;
-    ev.endpoint_id = e->id;
-    ev.image_id = im->id;
+    lbd_event_t ev = image_event(LBD_EVENT_IMAGE_REMOVED, im);
     ev.reason = im->state;
-    ev.session_id = im->session_id;
-    ev.stream_id = im->stream_id;
     return lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) == 1;
 }
 
@@ -1032,31 +847,20 @@ static int32_t poll_images(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
     return work + any_moved;
 }
 
-static void free_impairment(impairment_t *im)
+static void free_impairment(lbd_impairment_t *im)
 {
     if (im == NULL) return;
-    for (int32_t i = 0; i < im->count; i++) free(im->heap[i].data);
-    free(im->heap);
+    lbd_impairment_close(im);
     free(im);
 }
 
-static impairment_t *new_impairment(double drop, double duplicate, double reorder, int64_t delay_ns, int64_t jitter_ns,
-                                    int64_t reorder_delay_ns, int64_t seed)
+static lbd_impairment_t *new_impairment(lbd_receiver_t *r, double drop, double duplicate, double reorder,
+                                        int64_t delay_ns, int64_t jitter_ns, int64_t reorder_delay_ns, int64_t seed)
 {
-    impairment_t *im = calloc(1, sizeof(impairment_t));
-    if (im == NULL) return NULL;
-    im->heap = malloc(sizeof(held_t) * IMPAIRMENT_CAPACITY);
-    if (im->heap == NULL) {
-        free(im);
-        return NULL;
-    }
-    im->drop = drop;
-    im->duplicate = duplicate;
-    im->reorder = reorder;
-    im->delay_ns = delay_ns;
-    im->jitter_ns = jitter_ns;
-    im->reorder_delay_ns = reorder_delay_ns;
-    im->rng = (uint64_t)seed;
+    lbd_impairment_t *im = malloc(sizeof(lbd_impairment_t));
+    if (im != NULL)
+        lbd_impairment_init(im, drop, duplicate, reorder, delay_ns, jitter_ns, reorder_delay_ns, (uint64_t)seed,
+                            IMPAIRMENT_CAPACITY, &r->counters.impairment_dropped);
     return im;
 }
 
@@ -1095,13 +899,14 @@ static int add_endpoint(lbd_receiver_t *r, const lbd_command_t *c)
     e->pending = calloc((size_t)r->max_pending, sizeof(pending_t));
     int failed = e->pending == NULL;
     if (c->drop >= 0) {
-        e->impairment = new_impairment(c->drop, c->duplicate, c->reorder, c->delay_ns, c->jitter_ns,
+        e->impairment = new_impairment(r, c->drop, c->duplicate, c->reorder, c->delay_ns, c->jitter_ns,
                                        c->reorder_delay_ns, c->seed);
         failed |= e->impairment == NULL;
     }
     if (c->send_drop >= 0) {
-        e->send_impairment = new_impairment(c->send_drop, c->send_duplicate, c->send_reorder, c->send_delay_ns,
-                                            c->send_jitter_ns, c->send_reorder_delay_ns, c->send_seed);
+        e->send_impairment = new_impairment(r, c->send_drop, c->send_duplicate, c->send_reorder,
+                                            c->send_delay_ns, c->send_jitter_ns, c->send_reorder_delay_ns,
+                                            c->send_seed);
         failed |= e->send_impairment == NULL;
     }
     if (failed) {
@@ -1175,7 +980,7 @@ static void add_image(lbd_receiver_t *r, const lbd_command_t *c, int64_t now_ns)
     im->liveness_ns = c->liveness_timeout_ns;
     im->published_hwm = im->published_pos = im->tail_position = -1;
     im->tail_term_count = -1;
-    int bad = e == NULL || e->removing || c->term_length < TERM_MIN_LENGTH || (c->term_length & (c->term_length - 1))
+    int bad = e == NULL || e->removing || c->term_length < LB_TERM_MIN_LENGTH || (c->term_length & (c->term_length - 1))
               || c->terms == NULL || c->meta == NULL || c->rcv_hwm == NULL || c->rcv_pos == NULL
               || c->window_length <= 0 || c->window_length > c->term_length / 2
               || find_image(e, c->session_id, c->stream_id) != NULL || !subscribed(e, c->stream_id);
@@ -1189,14 +994,8 @@ static void add_image(lbd_receiver_t *r, const lbd_command_t *c, int64_t now_ns)
         }
     }
     if (bad) {  /* the conductor still holds the log: tell it the image is gone */
-        lbd_event_t ev;
-        memset(&ev, 0, sizeof(ev));
-        ev.type = LBD_EVENT_IMAGE_REMOVED;
-        ev.endpoint_id = c->endpoint_id;
-        ev.image_id = c->image_id;
+        lbd_event_t ev = image_event(LBD_EVENT_IMAGE_REMOVED, im);
         ev.reason = LBD_REASON_REMOVED;
-        ev.session_id = c->session_id;
-        ev.stream_id = c->stream_id;
         offer_event(r, &ev);
         free(im);
         return;
@@ -1378,10 +1177,10 @@ int64_t lbd_receiver_next_deadline(lbd_receiver_t *r)
     for (int32_t i = 0; i < r->endpoint_count; i++) {
         endpoint_t *e = r->endpoints[i];
         if (e->image_count > 0 && e->next_poll_ns < next) next = e->next_poll_ns;
-        if (e->impairment != NULL && e->impairment->count > 0 && e->impairment->heap[0].due_ns < next)
-            next = e->impairment->heap[0].due_ns;
-        if (e->send_impairment != NULL && e->send_impairment->count > 0 && e->send_impairment->heap[0].due_ns < next)
-            next = e->send_impairment->heap[0].due_ns;
+        if (e->impairment != NULL && lbd_impairment_next_due(e->impairment) < next)
+            next = lbd_impairment_next_due(e->impairment);
+        if (e->send_impairment != NULL && lbd_impairment_next_due(e->send_impairment) < next)
+            next = lbd_impairment_next_due(e->send_impairment);
     }
     return next;
 }
@@ -1393,7 +1192,7 @@ int32_t lbd_receiver_feed(lbd_receiver_t *r, int32_t endpoint_id, const uint8_t 
     if (e == NULL || length > SLOT_LENGTH) return -1;
     if (address_length < 0 || address_length > LBD_ADDRESS_LENGTH) address_length = 0;
     if (e->impairment != NULL) {
-        impair_submit(r, e->impairment, datagram, length, address, address_length, now_ns);
+        lbd_impairment_submit(e->impairment, datagram, length, address, address_length, now_ns);
         return impair_release(r, e, now_ns);
     }
     int32_t frames = 0, span = 0;

@@ -21,142 +21,25 @@
 #include "drv_sender.h"
 #include "lb_frame.h"
 #include "lb_layout.h"
+#include "lb_control.h"
 #include "lb_snd_machines.h"
+#include "drv_impairment.h"
 
-#define FRAME_TYPE_NAK 0x02
-#define FRAME_TYPE_SM 0x03
-#define FRAME_TYPE_ERR 0x04
-#define FRAME_TYPE_SETUP 0x05
-#define FRAME_TYPE_RTTM 0x06
-#define SM_LENGTH 36
-#define NAK_LENGTH 28
-#define RTTM_LENGTH 40
-#define SETUP_LENGTH 40
-#define ERR_HEADER_LENGTH 40
-#define ERR_MAX_TEXT 1023
-#define RTTM_REPLY_FLAG 0x80
-#define SETUP_MAX_MTU 65504
 #define CONTROL_SLOT 8192             /* control datagrams are small: a bigger one is truncated, so invalid */
 #define MAX_BATCHES_PER_CYCLE 4
 #define MAX_COMMANDS_PER_CYCLE 64
 #define MAX_PENDING_EVENTS 4096
 #define NO_LIMIT INT64_MIN
 
-/* ---- impairment: a seeded model of a bad network on an endpoint's send path (driver/udp/impairment.py) ---- */
+/* ---- impairment (include/drv_impairment.h) on an endpoint's send and control-receive paths ---- */
 
-typedef struct held {
-    int64_t due_ns;
-    uint64_t sequence;
-    uint8_t *data;
-    int32_t length;
-    int32_t address_length;
-    uint8_t address[LBN_ADDRESS_SLOT];
-} held_t;
-
-typedef struct impairment {
-    double drop, duplicate, reorder;
-    int64_t delay_ns, jitter_ns, reorder_delay_ns;
-    uint64_t state;
-    uint64_t sequence;
-    held_t *heap;
-    int32_t count, capacity;
-} impairment_t;
-
-static uint64_t rng_next(impairment_t *im)
-{
-    /* splitmix64: seeded, reproducible, good enough for dice */
-    uint64_t z = (im->state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(impairment_t *im) { return (double)(rng_next(im) >> 11) * (1.0 / 9007199254740992.0); }
-
-static int64_t rng_upto(impairment_t *im, int64_t bound)  /* uniform in [0, bound] */
-{
-    return bound <= 0 ? 0 : (int64_t)(rng_next(im) % (uint64_t)(bound + 1));
-}
-
-static int held_before(const held_t *a, const held_t *b)
-{
-    return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->sequence < b->sequence);
-}
-
-static void held_push(impairment_t *im, int64_t due, const uint8_t *data, int32_t length, const uint8_t *address,
-                      int32_t address_length)
-{
-    if (im->count >= LBD_SND_MAX_HELD) return;  /* the network lost it */
-    if (im->count == im->capacity) {
-        int32_t capacity = im->capacity ? im->capacity * 2 : 256;
-        held_t *heap = realloc(im->heap, sizeof(held_t) * (size_t)capacity);
-        if (heap == NULL) return;
-        im->heap = heap;
-        im->capacity = capacity;
-    }
-    uint8_t *copy = malloc(length > 0 ? (size_t)length : 1);
-    if (copy == NULL) return;
-    memcpy(copy, data, (size_t)length);
-    held_t h = {due, im->sequence++, copy, length, address_length, {0}};
-    memcpy(h.address, address, (size_t)address_length);
-    int32_t i = im->count++;
-    while (i > 0) {
-        int32_t parent = (i - 1) / 2;
-        if (!held_before(&h, &im->heap[parent])) break;
-        im->heap[i] = im->heap[parent];
-        i = parent;
-    }
-    im->heap[i] = h;
-}
-
-static held_t held_pop(impairment_t *im)
-{
-    held_t top = im->heap[0];
-    held_t last = im->heap[--im->count];
-    int32_t i = 0;
-    for (;;) {
-        int32_t child = 2 * i + 1;
-        if (child >= im->count) break;
-        if (child + 1 < im->count && held_before(&im->heap[child + 1], &im->heap[child])) child++;
-        if (!held_before(&im->heap[child], &last)) break;
-        im->heap[i] = im->heap[child];
-        i = child;
-    }
-    if (im->count > 0) im->heap[i] = last;
-    return top;
-}
-
-static void impairment_submit(impairment_t *im, const uint8_t *data, int32_t length, const uint8_t *address,
-                              int32_t address_length, int64_t now_ns)
-{
-    if (rng_unit(im) < im->drop) return;
-    int64_t due = now_ns + im->delay_ns + (im->jitter_ns ? rng_upto(im, im->jitter_ns) : 0);
-    if (rng_unit(im) < im->reorder) due += im->reorder_delay_ns;
-    held_push(im, due, data, length, address, address_length);
-    if (rng_unit(im) < im->duplicate)
-        held_push(im, due + rng_upto(im, im->reorder_delay_ns), data, length, address, address_length);
-}
-
-static int impairment_init(impairment_t *im, const lbd_snd_impairment_t *spec)
+static int impairment_init(lbd_impairment_t *im, const lbd_snd_impairment_t *spec)
 {
     memset(im, 0, sizeof(*im));
     if (!spec->enabled) return 0;
-    im->drop = spec->drop;
-    im->duplicate = spec->duplicate;
-    im->reorder = spec->reorder;
-    im->delay_ns = spec->delay_ns < 0 ? 0 : spec->delay_ns;
-    im->jitter_ns = spec->jitter_ns < 0 ? 0 : spec->jitter_ns;
-    im->reorder_delay_ns = spec->reorder_delay_ns < 0 ? 0 : spec->reorder_delay_ns;
-    im->state = spec->seed;
+    lbd_impairment_init(im, spec->drop, spec->duplicate, spec->reorder, spec->delay_ns, spec->jitter_ns,
+                        spec->reorder_delay_ns, spec->seed, LBD_SND_MAX_HELD, NULL);
     return 1;
-}
-
-static void impairment_free(impairment_t *im)
-{
-    for (int32_t i = 0; i < im->count; i++) free(im->heap[i].data);
-    free(im->heap);
-    im->heap = NULL;
-    im->count = im->capacity = 0;
 }
 
 /* ---- the agent's state ---- */
@@ -169,8 +52,8 @@ typedef struct endpoint {
     int32_t impaired;           /* the send impairment applies */
     int32_t receive_impaired;
     int32_t last_errno;         /* the last send error reported (one event per change, not one per send) */
-    impairment_t impairment;
-    impairment_t receive_impairment;
+    lbd_impairment_t impairment;
+    lbd_impairment_t receive_impairment;
 } endpoint_t;
 
 typedef struct publication {
@@ -264,24 +147,23 @@ static int32_t ep_send(endpoint_t *ep, const uint8_t **buffers, const int32_t *l
 {
     if (ep->impaired) {
         for (int32_t i = 0; i < count; i++)
-            impairment_submit(&ep->impairment, buffers[i], lengths[i], address, address_length, now_ns);
+            lbd_impairment_submit(&ep->impairment, buffers[i], lengths[i], address, address_length, now_ns);
         return count;
     }
     return lbn_send_batch(ep->send_fd, buffers, lengths, count, address, address_length);
 }
 
+static int32_t send_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
+                             int32_t address_length)
+{
+    const endpoint_t *ep = context;
+    lbn_send_batch(ep->send_fd, &data, &length, 1, address, address_length);  /* full buffer: lost */
+    return 1;
+}
+
 static int32_t ep_release(endpoint_t *ep, int64_t now_ns)
 {
-    impairment_t *im = &ep->impairment;
-    int32_t released = 0;
-    while (im->count > 0 && im->heap[0].due_ns <= now_ns) {
-        held_t h = held_pop(im);
-        const uint8_t *buffer = h.data;
-        lbn_send_batch(ep->send_fd, &buffer, &h.length, 1, h.address, h.address_length);  /* full buffer: lost */
-        free(h.data);
-        released++;
-    }
-    return released;
+    return lbd_impairment_release(&ep->impairment, now_ns, send_released, ep);
 }
 
 static void note_send_error(lbd_sender_t *s, endpoint_t *ep, int32_t rc)
@@ -341,7 +223,7 @@ static int32_t send_data(lbd_sender_t *s, publication_t *p, int64_t now_ns, int 
             if (rc > 0) {
                 result[0] = result[1] = rc;
                 for (int32_t i = 0; i < rc; i++) {
-                    impairment_submit(&ep->impairment, term + offsets[i], lengths[i], p->destination,
+                    lbd_impairment_submit(&ep->impairment, term + offsets[i], lengths[i], p->destination,
                                       p->destination_length, now_ns);
                     result[2] += lengths[i];
                     result[3] += (int64_t)lengths[i] + paddings[i];
@@ -393,10 +275,10 @@ static int send_control(lbd_sender_t *s, publication_t *p, const uint8_t *frame,
 
 static int send_setup(lbd_sender_t *s, publication_t *p, int64_t now_ns)
 {
-    uint8_t f[SETUP_LENGTH];
+    uint8_t f[LB_SETUP_LENGTH];
     memset(f, 0, sizeof(f));
-    wr_i32(f, SETUP_LENGTH);
-    wr_u16(f + 6, FRAME_TYPE_SETUP);
+    wr_i32(f, LB_SETUP_LENGTH);
+    wr_u16(f + 6, LB_HDR_TYPE_SETUP);
     wr_i32(f + 8, (int32_t)(p->snd_pos & (p->term_length - 1)));
     wr_i32(f + 12, p->session_id);
     wr_i32(f + 16, p->stream_id);
@@ -405,8 +287,8 @@ static int send_setup(lbd_sender_t *s, publication_t *p, int64_t now_ns)
     wr_i32(f + 28, p->term_length);
     wr_i32(f + 32, p->mtu);
     wr_i32(f + 36, p->ttl);
-    if (!send_control(s, p, f, SETUP_LENGTH, p->destination, p->destination_length, now_ns)) return 0;
-    s->delta.bytes_sent += SETUP_LENGTH;
+    if (!send_control(s, p, f, LB_SETUP_LENGTH, p->destination, p->destination_length, now_ns)) return 0;
+    s->delta.bytes_sent += LB_SETUP_LENGTH;
     s->setups_sent++;
     snd_schedule_on_setup_sent(&p->schedule, now_ns);
     return 1;
@@ -604,86 +486,6 @@ static int32_t check_drained(lbd_sender_t *s, publication_t *p, int64_t now_ns)
 
 /* ---- control frames ---- */
 
-static int valid_term_length(int32_t t)
-{
-    return t >= 64 * 1024 && t <= 1024 * 1024 * 1024 && (t & (t - 1)) == 0;
-}
-
-static int valid_utf8(const uint8_t *p, int32_t n)
-{
-    int32_t i = 0;
-    while (i < n) {
-        uint8_t c = p[i];
-        int32_t extra;
-        uint32_t cp;
-        if (c < 0x80) { i++; continue; }
-        if ((c & 0xE0) == 0xC0) { extra = 1; cp = c & 0x1F; }
-        else if ((c & 0xF0) == 0xE0) { extra = 2; cp = c & 0x0F; }
-        else if ((c & 0xF8) == 0xF0) { extra = 3; cp = c & 0x07; }
-        else return 0;
-        if (i + extra >= n) return 0;
-        for (int32_t k = 1; k <= extra; k++) {
-            if ((p[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (p[i + k] & 0x3F);
-        }
-        if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += extra + 1;
-    }
-    return 1;
-}
-
-/* Every frame of a control datagram checked as logbuf.protocol.datagram.classify does; 1 when all are valid. */
-static int control_datagram_valid(const uint8_t *dg, int32_t n)
-{
-    if (n <= 0) return 0;
-    int32_t frame_count = 0, term_span = 0;
-    if (lbn_classify_data(dg, n, &frame_count, &term_span) != LBN_NOT_DATA) return 0;
-    int64_t offset = 0;
-    while (offset < n) {
-        const int64_t available = n - offset;
-        if (available < 8) return 0;
-        const uint8_t *f = dg + offset;
-        const int32_t length = rd_i32(f);
-        if (f[LB_VERSION_OFFSET] != LB_CURRENT_VERSION) return 0;
-        const uint16_t type = rd_u16(f + LB_TYPE_OFFSET);
-        switch (type) {
-        case FRAME_TYPE_SM:
-            if (length < SM_LENGTH || length > available) return 0;
-            if (rd_i32(f + 20) < 0 || rd_i32(f + 24) < 0) return 0;
-            break;
-        case FRAME_TYPE_NAK:
-            if (length != NAK_LENGTH || length > available) return 0;
-            if (rd_i32(f + 20) < 0 || (rd_i32(f + 20) & (LB_FRAME_ALIGNMENT - 1)) || rd_i32(f + 24) <= 0) return 0;
-            break;
-        case FRAME_TYPE_RTTM:
-            if (length != RTTM_LENGTH || length > available) return 0;
-            break;
-        case FRAME_TYPE_SETUP: {
-            if (length != SETUP_LENGTH || length > available) return 0;
-            const int32_t term_offset = rd_i32(f + 8), term_length = rd_i32(f + 28), mtu = rd_i32(f + 32);
-            if (!valid_term_length(term_length)) return 0;
-            if (mtu <= LB_HEADER_LENGTH || mtu > SETUP_MAX_MTU || (mtu & (LB_FRAME_ALIGNMENT - 1))) return 0;
-            if (term_offset < 0 || term_offset >= term_length || (term_offset & (LB_FRAME_ALIGNMENT - 1))) return 0;
-            if (rd_i32(f + 36) < 0) return 0;
-            break;
-        }
-        case FRAME_TYPE_ERR: {
-            if (length < ERR_HEADER_LENGTH || length > available) return 0;
-            const int32_t text_length = rd_i32(f + 36);
-            if (text_length < 0 || text_length > ERR_MAX_TEXT || ERR_HEADER_LENGTH + text_length != length) return 0;
-            if (!valid_utf8(f + ERR_HEADER_LENGTH, text_length)) return 0;
-            break;
-        }
-        default:
-            return 0;
-        }
-        offset += length;
-    }
-    return 1;
-}
-
 static publication_t *find_publication(lbd_sender_t *s, const endpoint_t *ep, int32_t session_id, int32_t stream_id)
 {
     for (int32_t i = 0; i < s->publication_count; i++) {
@@ -697,25 +499,25 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
                                 int32_t source_length, int64_t now_ns)
 {
     const uint16_t type = rd_u16(f + LB_TYPE_OFFSET);
-    if (type == FRAME_TYPE_SETUP) return 0;  /* a receiver's business, never a sender's */
+    if (type == LB_HDR_TYPE_SETUP) return 0;  /* a receiver's business, never a sender's */
     publication_t *p = find_publication(s, ep, rd_i32(f + 8), rd_i32(f + 12));
     if (p == NULL) return 0;
     p->next_poll_ns = 0;  /* an SM may open the window or ask for a SETUP: the sender runs this cycle */
     const uint8_t flags = f[LB_FLAGS_OFFSET];
     switch (type) {
-    case FRAME_TYPE_SM: {
+    case LB_HDR_TYPE_SM: {
         s->delta.status_messages_received++;
-        const int setup_requested = (flags & SND_SM_SETUP_FLAG) != 0;
+        const int setup_requested = (flags & LB_SM_SETUP_FLAG) != 0;
         snd_schedule_on_sm(&p->schedule, setup_requested);
         if (!setup_requested) {
             const int64_t position = lb_compute_position(rd_i32(f + 16), rd_i32(f + 20), p->position_bits,
                                                          p->initial_term_id);
             p->snd_lmt = snd_fc_on_sm(&p->fc, rd_i64(f + 28), position, rd_i32(f + 24),
-                                      (flags & SND_SM_EOS_FLAG) != 0, p->snd_lmt, now_ns);
+                                      (flags & LB_SM_EOS_FLAG) != 0, p->snd_lmt, now_ns);
         }
         return 1;
     }
-    case FRAME_TYPE_NAK: {
+    case LB_HDR_TYPE_NAK: {
         s->delta.naks_received++;
         snd_resend_t r;
         const int64_t invalid = p->rtx.invalid, overflow = p->rtx.overflow;
@@ -725,22 +527,22 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
         if (go) resend(s, p, &r, now_ns);
         return 1;
     }
-    case FRAME_TYPE_RTTM: {
-        if (!(flags & RTTM_REPLY_FLAG)) return 1;
-        uint8_t reply[RTTM_LENGTH];
+    case LB_HDR_TYPE_RTTM: {
+        if (!(flags & LB_RTTM_REPLY_FLAG)) return 1;
+        uint8_t reply[LB_RTTM_LENGTH];
         memset(reply, 0, sizeof(reply));
-        wr_i32(reply, RTTM_LENGTH);
-        wr_u16(reply + 6, FRAME_TYPE_RTTM);
+        wr_i32(reply, LB_RTTM_LENGTH);
+        wr_u16(reply + 6, LB_HDR_TYPE_RTTM);
         wr_i32(reply + 8, p->session_id);
         wr_i32(reply + 12, p->stream_id);
         wr_i64(reply + 16, rd_i64(f + 16));  /* echo timestamp */
         wr_i64(reply + 32, rd_i64(f + 32));  /* receiver id */
         const uint8_t *buffers[1] = {reply};
-        int32_t lengths[1] = {RTTM_LENGTH};
+        int32_t lengths[1] = {LB_RTTM_LENGTH};
         ep_send(ep, buffers, lengths, 1, source, source_length, now_ns);
         return 1;
     }
-    case FRAME_TYPE_ERR:
+    case LB_HDR_TYPE_ERR:
         s->delta.error_frames_received++;
         return 1;
     default:
@@ -753,13 +555,26 @@ static int32_t on_control_datagram(lbd_sender_t *s, endpoint_t *ep, const uint8_
 {
     int32_t work = 1;
     if (length > 0) s->delta.bytes_received += length;
-    if (length < 0 || !control_datagram_valid(dg, length)) {  /* checked whole before any frame acts */
+    if (length < 0 || !lbn_control_valid(dg, length)) {  /* checked whole before any frame acts */
         s->delta.invalid_packets++;
         return work;
     }
     for (int32_t offset = 0; offset < length; offset += rd_i32(dg + offset))
         work += on_control_frame(s, ep, dg + offset, source, source_length, now_ns);
     return work;
+}
+
+typedef struct control_context {
+    lbd_sender_t *s;
+    endpoint_t *ep;
+    int64_t now_ns;
+} control_context_t;
+
+static int32_t control_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
+                                int32_t address_length)
+{
+    const control_context_t *c = context;
+    return on_control_datagram(c->s, c->ep, data, length, address, address_length, c->now_ns);
 }
 
 static int32_t poll_control(lbd_sender_t *s, endpoint_t *ep, int64_t now_ns)
@@ -775,19 +590,17 @@ static int32_t poll_control(lbd_sender_t *s, endpoint_t *ep, int64_t now_ns)
             if (ep->receive_impaired) {  /* through the impairment: acted on once released (below) */
                 work++;
                 if (s->lengths[i] >= 0)
-                    impairment_submit(&ep->receive_impairment, dg, s->lengths[i], source, s->address_lengths[i],
-                                      now_ns);
+                    lbd_impairment_submit(&ep->receive_impairment, dg, s->lengths[i], source,
+                                          s->address_lengths[i], now_ns);
                 continue;
             }
             work += on_control_datagram(s, ep, dg, s->lengths[i], source, s->address_lengths[i], now_ns);
         }
         if (n < ep->receive_batch) break;
     }
-    impairment_t *im = &ep->receive_impairment;
-    while (ep->receive_impaired && im->count > 0 && im->heap[0].due_ns <= now_ns) {
-        held_t h = held_pop(im);
-        work += on_control_datagram(s, ep, h.data, h.length, h.address, h.address_length, now_ns);
-        free(h.data);
+    if (ep->receive_impaired) {
+        control_context_t context = {s, ep, now_ns};
+        work += lbd_impairment_release(&ep->receive_impairment, now_ns, control_released, &context);
     }
     return work;
 }
@@ -811,8 +624,8 @@ static int32_t find_publication_index(lbd_sender_t *s, int64_t id)
 static int publication_fields_valid(const lbd_snd_command_t *c)
 {
     const int32_t T = c->term_length;
-    return c->terms != NULL && c->meta != NULL && valid_term_length(T) && c->mtu > LB_HEADER_LENGTH &&
-           c->mtu <= SETUP_MAX_MTU && (c->mtu & (LB_FRAME_ALIGNMENT - 1)) == 0 && c->window_length > 0 &&
+    return c->terms != NULL && c->meta != NULL && lb_term_length_valid(T) && c->mtu > LB_HEADER_LENGTH &&
+           c->mtu <= LB_MAX_MTU && (c->mtu & (LB_FRAME_ALIGNMENT - 1)) == 0 && c->window_length > 0 &&
            c->window_length <= T / 2 && c->max_datagrams > 0 && c->destination_length > 0 &&
            c->destination_length <= LBN_ADDRESS_SLOT && c->retransmit_max_actions > 0 &&
            c->retransmit_max_actions <= LBD_SND_MAX_RETRANSMIT_ACTIONS && c->setup_interval_ns > 0 &&
@@ -898,8 +711,8 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
                 emit(s, LBD_SND_PUBLICATION_REMOVED, ep->id, p->id, 0);
                 free(p);
             }
-            impairment_free(&ep->impairment);
-            impairment_free(&ep->receive_impairment);
+            lbd_impairment_close(&ep->impairment);
+            lbd_impairment_close(&ep->receive_impairment);
             free(ep);
             s->endpoints[i] = s->endpoints[--s->endpoint_count];
             break;
@@ -986,8 +799,8 @@ void lbd_sender_free(lbd_sender_t *s)
     if (s == NULL) return;
     for (int32_t i = 0; i < s->publication_count; i++) free(s->publications[i]);
     for (int32_t i = 0; i < s->endpoint_count; i++) {
-        impairment_free(&s->endpoints[i]->impairment);
-        impairment_free(&s->endpoints[i]->receive_impairment);
+        lbd_impairment_close(&s->endpoints[i]->impairment);
+        lbd_impairment_close(&s->endpoints[i]->receive_impairment);
         free(s->endpoints[i]);
     }
     if (s->commands) lb_spsc_free(s->commands);
@@ -1040,7 +853,7 @@ struct lbd_snd_model {
 lbd_snd_model_t *lbd_snd_model_new(const lbd_snd_command_t *c)
 {
     if (c == NULL || c->retransmit_max_actions <= 0 || c->retransmit_max_actions > LBD_SND_MAX_RETRANSMIT_ACTIONS ||
-        !valid_term_length(c->term_length) || c->window_length <= 0 || c->destination_length < 0 ||
+        !lb_term_length_valid(c->term_length) || c->window_length <= 0 || c->destination_length < 0 ||
         c->destination_length > LBN_ADDRESS_SLOT)
         return NULL;
     lbd_snd_model_t *m = malloc(sizeof(lbd_snd_model_t));
@@ -1055,11 +868,11 @@ int64_t lbd_snd_model_on_sm(lbd_snd_model_t *m, int32_t term_id, int32_t term_of
                             int64_t receiver_id, int32_t flags, int64_t now_ns)
 {
     publication_t *p = &m->p;
-    const int setup_requested = (flags & SND_SM_SETUP_FLAG) != 0;
+    const int setup_requested = (flags & LB_SM_SETUP_FLAG) != 0;
     snd_schedule_on_sm(&p->schedule, setup_requested);
     if (!setup_requested) {
         const int64_t position = lb_compute_position(term_id, term_offset, p->position_bits, p->initial_term_id);
-        p->snd_lmt = snd_fc_on_sm(&p->fc, receiver_id, position, window, (flags & SND_SM_EOS_FLAG) != 0, p->snd_lmt,
+        p->snd_lmt = snd_fc_on_sm(&p->fc, receiver_id, position, window, (flags & LB_SM_EOS_FLAG) != 0, p->snd_lmt,
                                   now_ns);
     }
     return p->snd_lmt;
@@ -1126,5 +939,5 @@ void lbd_snd_model_stats(lbd_snd_model_t *m, int64_t *out)
 
 int32_t lbd_snd_control_valid(const uint8_t *datagram, int32_t length)
 {
-    return datagram != NULL && control_datagram_valid(datagram, length);
+    return datagram != NULL && lbn_control_valid(datagram, length);
 }

@@ -25,6 +25,7 @@
 #include "logbuf.h"
 #include "net.h"
 #include "lb_layout.h"
+#include "lb_control.h"
 
 
 static inline int32_t get_i32(const uint8_t *p)
@@ -241,6 +242,84 @@ int32_t lbn_classify_data(const uint8_t *dg, int32_t n, int32_t *frame_count, in
     *frame_count = count;
     *term_span = span;
     return count == 1 && type == LB_HDR_TYPE_PAD ? LBN_PAD : LBN_DATA;
+}
+
+/* Strict UTF-8 (as Python's decoder: no overlong forms, surrogates or code points past U+10FFFF). */
+static int utf8_valid(const uint8_t *p, int32_t n)
+{
+    int32_t i = 0;
+    while (i < n) {
+        const uint8_t c = p[i];
+        int32_t extra;
+        uint32_t cp, min;
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) { extra = 1; cp = c & 0x1F; min = 0x80; }
+        else if (c >= 0xE0 && c <= 0xEF) { extra = 2; cp = c & 0x0F; min = 0x800; }
+        else if (c >= 0xF0 && c <= 0xF4) { extra = 3; cp = c & 0x07; min = 0x10000; }
+        else return 0;
+        if (i + extra >= n) return 0;  /* the sequence runs past the text */
+        for (int32_t k = 1; k <= extra; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += extra + 1;
+    }
+    return 1;
+}
+
+/* A SETUP's fields a receiver would build an image from (the frame is whole: checked by the caller). */
+static int setup_valid(const uint8_t *f)
+{
+    const int32_t term_offset = get_i32(f + 8);
+    const int32_t term_length = get_i32(f + 28);
+    const int32_t mtu = get_i32(f + 32);
+    const int32_t ttl = get_i32(f + 36);
+    if (!lb_term_length_valid(term_length)) return 0;
+    if (mtu <= LB_HEADER_LENGTH || mtu > LB_MAX_MTU || (mtu & (LB_FRAME_ALIGNMENT - 1))) return 0;
+    if (term_offset < 0 || term_offset >= term_length || (term_offset & (LB_FRAME_ALIGNMENT - 1))) return 0;
+    return ttl >= 0;
+}
+
+int32_t lbn_control_valid(const uint8_t *dg, int32_t n)
+{
+    if (dg == NULL || n <= 0) return 0;
+    int32_t frame_count = 0, term_span = 0;
+    if (lbn_classify_data(dg, n, &frame_count, &term_span) != LBN_NOT_DATA) return 0;
+    int64_t offset = 0;
+    while (offset < n) {
+        const int64_t available = n - offset;
+        if (available < 8) return 0;
+        const uint8_t *f = dg + offset;
+        const int32_t length = get_i32(f);
+        if (f[LB_VERSION_OFFSET] != LB_CURRENT_VERSION) return 0;
+        const uint16_t type = get_u16(f + LB_TYPE_OFFSET);
+        int32_t min;
+        int exact;
+        switch (type) {
+        case LB_HDR_TYPE_SETUP: min = LB_SETUP_LENGTH; exact = 1; break;
+        case LB_HDR_TYPE_RTTM: min = LB_RTTM_LENGTH; exact = 1; break;
+        case LB_HDR_TYPE_NAK: min = LB_NAK_LENGTH; exact = 1; break;
+        case LB_HDR_TYPE_SM: min = LB_SM_LENGTH; exact = 0; break;
+        case LB_HDR_TYPE_ERR: min = LB_ERR_HEADER_LENGTH; exact = 0; break;
+        default: return 0;
+        }
+        if (length < min || (exact && length != min) || length > available) return 0;
+        if (type == LB_HDR_TYPE_SETUP && !setup_valid(f)) return 0;
+        if (type == LB_HDR_TYPE_SM && (get_i32(f + 20) < 0 || get_i32(f + 24) < 0)) return 0;
+        if (type == LB_HDR_TYPE_NAK) {
+            const int32_t term_offset = get_i32(f + 20);
+            if (term_offset < 0 || (term_offset & (LB_FRAME_ALIGNMENT - 1)) || get_i32(f + 24) <= 0) return 0;
+        }
+        if (type == LB_HDR_TYPE_ERR) {
+            const int32_t text_length = get_i32(f + 36);
+            if (text_length < 0 || text_length > LB_ERR_MAX_TEXT_LENGTH ||
+                LB_ERR_HEADER_LENGTH + text_length != length || !utf8_valid(f + LB_ERR_HEADER_LENGTH, text_length))
+                return 0;
+        }
+        offset += length;
+    }
+    return 1;
 }
 
 void lbn_classify_batch(const uint8_t *slots, int32_t slot_length, const int32_t *lengths, int32_t count,

@@ -50,6 +50,14 @@ int32_t lbn_send_batch(int32_t fd, const uint8_t **buffers, const int32_t *lengt
 int32_t lbn_classify_data(const uint8_t *datagram, int32_t length, int32_t *frame_count, int32_t *term_span);
 
 /*
+ * The control-plane rules of one received datagram of `length` bytes (those of logbuf.protocol.datagram's
+ * control walk): not data (lbn_classify_data says LBN_NOT_DATA), and every frame whole, of version 0 and of a
+ * known type with its fields in range (SETUP: term length, MTU, term offset, TTL; SM: position and window; NAK:
+ * an aligned offset and a positive length; ERR: its text length, strict UTF-8).  Returns 1 when all hold.
+ */
+int32_t lbn_control_valid(const uint8_t *datagram, int32_t length);
+
+/*
  * lbn_classify_data over the first `count` datagrams of a receive batch (slots as lbn_recv_batch filled
  * them): kinds[i], frame_counts[i], term_spans[i].  A truncated datagram is LBN_MALFORMED.
  */

@@ -47,7 +47,8 @@ AERON_C_32B_MSGS_PER_S = (0.15e6, 0.40e6)
 AERON_C_RTT_P50_US = 20.0
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A UDP port on loopback that nothing holds now."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -71,7 +72,7 @@ def driver_process(idle: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
     )
     try:
-        _wait_for_driver(directory, proc)
+        wait_for_driver(directory, proc)
         yield directory, proc
     finally:
         if proc.poll() is None:
@@ -86,7 +87,8 @@ def driver_process(idle: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _wait_for_driver(directory: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def wait_for_driver(directory: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Returns once the driver ``proc`` serves ``directory`` (its cnc.dat names its pid and it has heartbeated)."""
     from logbuf.cnc.cnc_file import CncFile
 
     deadline = time.monotonic() + timeout
@@ -256,7 +258,7 @@ def _roles(*processes: Any) -> Iterator[None]:
 
 def throughput(size: int, count: int, idle: str, timeout: float = 300.0) -> dict[str, float]:
     with driver_process(idle) as (directory, driver):
-        channel = _channel(_free_port())
+        channel = _channel(free_port())
         results = CTX.Queue()
         subscriber = CTX.Process(target=_subscriber, args=(directory, channel, count, results), name="subscriber")
         publisher = CTX.Process(target=_publisher, args=(directory, channel, size, count, results),
@@ -284,7 +286,7 @@ def throughput(size: int, count: int, idle: str, timeout: float = 300.0) -> dict
 
 def ping_pong(size: int, count: int, warmup: int, idle: str, timeout: float = 300.0) -> dict[str, float]:
     with driver_process(idle) as (directory, _):
-        ping, pong = _channel(_free_port()), _channel(_free_port())
+        ping, pong = _channel(free_port()), _channel(free_port())
         results = CTX.Queue()
         ponger = CTX.Process(target=_ponger, args=(directory, ping, pong, warmup + count, results), name="ponger")
         pinger = CTX.Process(target=_pinger, args=(directory, ping, pong, size, count, warmup, results),

@@ -10,9 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "lb_frame.h"
+#include "lb_control.h"
 
-#define SND_SM_SETUP_FLAG 0x80
-#define SND_SM_EOS_FLAG 0x40
 
 /* ---- schedule (sender_schedule.py) ---- */
 

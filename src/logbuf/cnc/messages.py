@@ -47,9 +47,9 @@ but raise MalformedCommandError for anything that does not fit; encoders replace
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from enum import IntEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from logbuf.cnc.errors import MalformedCommandError, UnknownCommandTypeError
 
@@ -162,66 +162,103 @@ class _Reader:
             raise MalformedCommandError(f"{self.what}: {field} is not ASCII") from None
 
 
-class _Message:
-    """Base of the message dataclasses: ``encode() -> bytes`` and ``decode(body) -> message``."""
+@dataclass(frozen=True)
+class _Text:
+    """A length-prefixed ASCII string field (``name`` as Aeron's messages call it)."""
 
-    def encode(self) -> bytes:  # pragma: no cover - every subclass overrides
-        raise NotImplementedError
+    name: str
+
+    def pack(self, value: str) -> bytes:
+        return _string(value)
+
+    def unpack(self, reader: _Reader, offset: int) -> tuple[str, int]:
+        return reader.string(offset, self.name)
+
+
+@dataclass(frozen=True)
+class _Bytes:
+    """A length-prefixed byte field, at most ``max_length`` bytes where that is given (``noun`` in errors)."""
+
+    name: str
+    max_length: int | None = None
+    noun: str = ""
+
+    def pack(self, value: bytes) -> bytes:
+        if self.max_length is not None and len(value) > self.max_length:
+            raise ValueError(f"{self.noun or self.name} of {len(value)} bytes exceeds {self.max_length}")
+        return _I32.pack(len(value)) + bytes(value)
+
+    def unpack(self, reader: _Reader, offset: int) -> tuple[bytes, int]:
+        return reader.raw(offset, self.name, self.max_length)
+
+
+class _Message:
+    """Base of the message dataclasses: ``encode() -> bytes`` and ``decode(body) -> message``.
+
+    One codec for every layout: the fields, in declaration order, are first the ``_FIXED`` struct's, then one
+    per ``_TAIL`` entry, each variable-length field starting at the next 4-byte boundary after the last.
+    """
+
+    _FIXED: ClassVar[struct.Struct]
+    _TAIL: ClassVar[tuple[_Text | _Bytes, ...]] = ()
+
+    def encode(self) -> bytes:
+        values = [getattr(self, f.name) for f in fields(self)]  # type: ignore[arg-type]
+        fixed = len(values) - len(self._TAIL)
+        body = self._FIXED.pack(*values[:fixed])
+        for tail, value in zip(self._TAIL, values[fixed:], strict=True):
+            body += b"\0" * (_align4(len(body)) - len(body)) + tail.pack(value)
+        return body
 
     @classmethod
-    def decode(cls, data: Buffer) -> Any:  # pragma: no cover
-        raise NotImplementedError
+    def decode(cls, data: Buffer) -> Any:
+        reader = _Reader(data, cls.__name__)
+        values: list[Any] = list(reader.fixed(cls._FIXED, 0))
+        end = cls._FIXED.size
+        for tail in cls._TAIL:
+            value, end = tail.unpack(reader, _align4(end))
+            values.append(value)
+        return cls(*values)
 
 
 # -- commands ----------------------------------------------------------------------------------------
 
 _CORRELATED = struct.Struct("<qq")
+_ID_ID_I32 = struct.Struct("<qqi")
+_ID_ID_ID = struct.Struct("<qqq")
+_CHANNEL = (_Text("channel"),)
+_COUNTER_TAIL = (_Bytes("key", MAX_COUNTER_KEY_LENGTH, "counter key"), _Text("label"))
 
 
 @dataclass(frozen=True)
 class CorrelatedMessage(_Message):
     """CLIENT_KEEPALIVE, CLIENT_CLOSE, and the header of every command."""
 
+    _FIXED = _CORRELATED
+
     client_id: int
     correlation_id: int
-
-    def encode(self) -> bytes:
-        return _CORRELATED.pack(self.client_id, self.correlation_id)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> CorrelatedMessage:
-        return cls(*_Reader(data, cls.__name__).fixed(_CORRELATED, 0))
-
-
-_PUBLICATION = struct.Struct("<qqi")
 
 
 @dataclass(frozen=True)
 class PublicationMessage(_Message):
     """ADD_PUBLICATION, ADD_EXCLUSIVE_PUBLICATION."""
 
+    _FIXED = _ID_ID_I32
+    _TAIL = _CHANNEL
+
     client_id: int
     correlation_id: int
     stream_id: int
     channel: str
 
-    def encode(self) -> bytes:
-        return _PUBLICATION.pack(self.client_id, self.correlation_id, self.stream_id) + _string(self.channel)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> PublicationMessage:
-        reader = _Reader(data, cls.__name__)
-        client_id, correlation_id, stream_id = reader.fixed(_PUBLICATION, 0)
-        channel, _ = reader.string(_PUBLICATION.size, "channel")
-        return cls(client_id, correlation_id, stream_id, channel)
-
-
-_SUBSCRIPTION = struct.Struct("<qqqi")
-
 
 @dataclass(frozen=True)
 class SubscriptionMessage(_Message):
     """ADD_SUBSCRIPTION."""
+
+    _FIXED = struct.Struct("<qqqi")
+    _TAIL = _CHANNEL
 
     client_id: int
     correlation_id: int
@@ -229,41 +266,24 @@ class SubscriptionMessage(_Message):
     stream_id: int
     channel: str
 
-    def encode(self) -> bytes:
-        return _SUBSCRIPTION.pack(
-            self.client_id, self.correlation_id, self.registration_correlation_id, self.stream_id
-        ) + _string(self.channel)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> SubscriptionMessage:
-        reader = _Reader(data, cls.__name__)
-        client_id, correlation_id, registration_correlation_id, stream_id = reader.fixed(_SUBSCRIPTION, 0)
-        channel, _ = reader.string(_SUBSCRIPTION.size, "channel")
-        return cls(client_id, correlation_id, registration_correlation_id, stream_id, channel)
-
-
-_REMOVE = struct.Struct("<qqq")
-
 
 @dataclass(frozen=True)
 class RemoveMessage(_Message):
     """REMOVE_PUBLICATION, REMOVE_SUBSCRIPTION, REMOVE_COUNTER."""
 
+    _FIXED = _ID_ID_ID
+
     client_id: int
     correlation_id: int
     registration_id: int
-
-    def encode(self) -> bytes:
-        return _REMOVE.pack(self.client_id, self.correlation_id, self.registration_id)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> RemoveMessage:
-        return cls(*_Reader(data, cls.__name__).fixed(_REMOVE, 0))
 
 
 @dataclass(frozen=True)
 class CounterMessage(_Message):
     """ADD_COUNTER: a client-owned counter (key at most 112 bytes)."""
+
+    _FIXED = _ID_ID_I32
+    _TAIL = _COUNTER_TAIL
 
     client_id: int
     correlation_id: int
@@ -271,44 +291,17 @@ class CounterMessage(_Message):
     key: bytes
     label: str
 
-    def encode(self) -> bytes:
-        if len(self.key) > MAX_COUNTER_KEY_LENGTH:
-            raise ValueError(f"counter key of {len(self.key)} bytes exceeds {MAX_COUNTER_KEY_LENGTH}")
-        key = bytes(self.key)
-        padding = b"\0" * (_align4(len(key)) - len(key))
-        return _PUBLICATION.pack(self.client_id, self.correlation_id, self.type_id) + (
-            _I32.pack(len(key)) + key + padding + _string(self.label)
-        )
-
-    @classmethod
-    def decode(cls, data: Buffer) -> CounterMessage:
-        reader = _Reader(data, cls.__name__)
-        client_id, correlation_id, type_id = reader.fixed(_PUBLICATION, 0)
-        key, end = reader.raw(_PUBLICATION.size, "key", MAX_COUNTER_KEY_LENGTH)
-        label, _ = reader.string(_align4(end), "label")
-        return cls(client_id, correlation_id, type_id, key, label)
-
 
 @dataclass(frozen=True)
 class TerminateDriverMessage(_Message):
     """TERMINATE_DRIVER, with an opaque token the driver checks."""
 
+    _FIXED = _CORRELATED
+    _TAIL = (_Bytes("token"),)
+
     client_id: int
     correlation_id: int
     token: bytes = b""
-
-    def encode(self) -> bytes:
-        return _CORRELATED.pack(self.client_id, self.correlation_id) + _I32.pack(len(self.token)) + self.token
-
-    @classmethod
-    def decode(cls, data: Buffer) -> TerminateDriverMessage:
-        reader = _Reader(data, cls.__name__)
-        client_id, correlation_id = reader.fixed(_CORRELATED, 0)
-        token, _ = reader.raw(_CORRELATED.size, "token")
-        return cls(client_id, correlation_id, token)
-
-
-_DESTINATION = struct.Struct("<qqq")
 
 
 @dataclass(frozen=True)
@@ -316,49 +309,33 @@ class DestinationMessage(_Message):
     """ADD_DESTINATION, REMOVE_DESTINATION (a publication's), ADD_RCV_DESTINATION, REMOVE_RCV_DESTINATION (a
     subscription's): the resource's registration id and the destination channel."""
 
+    _FIXED = _ID_ID_ID
+    _TAIL = _CHANNEL
+
     client_id: int
     correlation_id: int
     registration_id: int
     channel: str
-
-    def encode(self) -> bytes:
-        return _DESTINATION.pack(self.client_id, self.correlation_id, self.registration_id) + _string(self.channel)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> DestinationMessage:
-        reader = _Reader(data, cls.__name__)
-        client_id, correlation_id, registration_id = reader.fixed(_DESTINATION, 0)
-        channel, _ = reader.string(_DESTINATION.size, "channel")
-        return cls(client_id, correlation_id, registration_id, channel)
-
-
-_DESTINATION_BY_ID = struct.Struct("<qqqq")
 
 
 @dataclass(frozen=True)
 class DestinationByIdMessage(_Message):
     """REMOVE_DESTINATION_BY_ID: a publication's registration id and the destination's."""
 
+    _FIXED = struct.Struct("<qqqq")
+
     client_id: int
     correlation_id: int
     registration_id: int
     destination_id: int
 
-    def encode(self) -> bytes:
-        return _DESTINATION_BY_ID.pack(self.client_id, self.correlation_id, self.registration_id,
-                                       self.destination_id)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> DestinationByIdMessage:
-        return cls(*_Reader(data, cls.__name__).fixed(_DESTINATION_BY_ID, 0))
-
-
-_STATIC_COUNTER = struct.Struct("<qqqi")
-
 
 @dataclass(frozen=True)
 class StaticCounterMessage(_Message):
     """ADD_STATIC_COUNTER: a counter found by (type id, registration id) or made once, owned by no client."""
+
+    _FIXED = struct.Struct("<qqqi")
+    _TAIL = _COUNTER_TAIL
 
     client_id: int
     correlation_id: int
@@ -367,25 +344,7 @@ class StaticCounterMessage(_Message):
     key: bytes
     label: str
 
-    def encode(self) -> bytes:
-        if len(self.key) > MAX_COUNTER_KEY_LENGTH:
-            raise ValueError(f"counter key of {len(self.key)} bytes exceeds {MAX_COUNTER_KEY_LENGTH}")
-        key = bytes(self.key)
-        padding = b"\0" * (_align4(len(key)) - len(key))
-        return _STATIC_COUNTER.pack(self.client_id, self.correlation_id, self.registration_id, self.type_id) + (
-            _I32.pack(len(key)) + key + padding + _string(self.label)
-        )
 
-    @classmethod
-    def decode(cls, data: Buffer) -> StaticCounterMessage:
-        reader = _Reader(data, cls.__name__)
-        client_id, correlation_id, registration_id, type_id = reader.fixed(_STATIC_COUNTER, 0)
-        key, end = reader.raw(_STATIC_COUNTER.size, "key", MAX_COUNTER_KEY_LENGTH)
-        label, _ = reader.string(_align4(end), "label")
-        return cls(client_id, correlation_id, registration_id, type_id, key, label)
-
-
-_REJECT_IMAGE = struct.Struct("<qqqq")
 # Aeron's command struct ends in a one-byte reason array, packed to 4: shorter records are malformed
 REJECT_IMAGE_MIN_LENGTH = 40
 
@@ -394,6 +353,9 @@ REJECT_IMAGE_MIN_LENGTH = 40
 class RejectImageMessage(_Message):
     """REJECT_IMAGE: an image's correlation id, the position and the reason it is rejected."""
 
+    _FIXED = struct.Struct("<qqqq")
+    _TAIL = (_Text("reason"),)
+
     client_id: int
     correlation_id: int
     image_correlation_id: int
@@ -401,28 +363,29 @@ class RejectImageMessage(_Message):
     reason: str
 
     def encode(self) -> bytes:
-        body = _REJECT_IMAGE.pack(self.client_id, self.correlation_id, self.image_correlation_id,
-                                  self.position) + _string(self.reason)
+        body = super().encode()
         return body + b"\0" * max(0, REJECT_IMAGE_MIN_LENGTH - len(body))
 
     @classmethod
     def decode(cls, data: Buffer) -> RejectImageMessage:
         if len(data) < REJECT_IMAGE_MIN_LENGTH:
             raise MalformedCommandError(f"{cls.__name__}: {len(data)} bytes, need at least {REJECT_IMAGE_MIN_LENGTH}")
-        reader = _Reader(data, cls.__name__)
-        client_id, correlation_id, image_correlation_id, position = reader.fixed(_REJECT_IMAGE, 0)
-        reason, _ = reader.string(_REJECT_IMAGE.size, "reason")
-        return cls(client_id, correlation_id, image_correlation_id, position, reason)
+        message: RejectImageMessage = super().decode(data)
+        return message
 
 
 # -- responses ---------------------------------------------------------------------------------------
 
-_PUBLICATION_READY = struct.Struct("<qqiiii")
+_ID_I32 = struct.Struct("<qi")
+_I64 = struct.Struct("<q")
 
 
 @dataclass(frozen=True)
 class PublicationReady(_Message):
     """ON_PUBLICATION_READY, ON_EXCLUSIVE_PUBLICATION_READY."""
+
+    _FIXED = struct.Struct("<qqiiii")
+    _TAIL = (_Text("logFileName"),)
 
     correlation_id: int
     registration_id: int
@@ -432,50 +395,23 @@ class PublicationReady(_Message):
     channel_status_indicator_id: int
     log_file_name: str
 
-    def encode(self) -> bytes:
-        return _PUBLICATION_READY.pack(
-            self.correlation_id,
-            self.registration_id,
-            self.session_id,
-            self.stream_id,
-            self.position_limit_counter_id,
-            self.channel_status_indicator_id,
-        ) + _string(self.log_file_name)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> PublicationReady:
-        reader = _Reader(data, cls.__name__)
-        (correlation_id, registration_id, session_id, stream_id, position_limit_counter_id,
-         channel_status_indicator_id) = reader.fixed(_PUBLICATION_READY, 0)
-        log_file_name, _ = reader.string(_PUBLICATION_READY.size, "logFileName")
-        return cls(correlation_id, registration_id, session_id, stream_id, position_limit_counter_id,
-                   channel_status_indicator_id, log_file_name)
-
-
-_SUBSCRIPTION_READY = struct.Struct("<qi")
-
 
 @dataclass(frozen=True)
 class SubscriptionReady(_Message):
     """ON_SUBSCRIPTION_READY."""
 
+    _FIXED = _ID_I32
+
     correlation_id: int
     channel_status_indicator_id: int
-
-    def encode(self) -> bytes:
-        return _SUBSCRIPTION_READY.pack(self.correlation_id, self.channel_status_indicator_id)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> SubscriptionReady:
-        return cls(*_Reader(data, cls.__name__).fixed(_SUBSCRIPTION_READY, 0))
-
-
-_AVAILABLE_IMAGE = struct.Struct("<qiiqi")
 
 
 @dataclass(frozen=True)
 class AvailableImage(_Message):
     """ON_AVAILABLE_IMAGE."""
+
+    _FIXED = struct.Struct("<qiiqi")
+    _TAIL = (_Text("logFileName"), _Text("sourceIdentity"))
 
     correlation_id: int
     session_id: int
@@ -485,70 +421,29 @@ class AvailableImage(_Message):
     log_file_name: str
     source_identity: str
 
-    def encode(self) -> bytes:
-        head = _AVAILABLE_IMAGE.pack(
-            self.correlation_id,
-            self.session_id,
-            self.stream_id,
-            self.subscription_registration_id,
-            self.subscriber_position_id,
-        ) + _string(self.log_file_name)
-        return head + b"\0" * (_align4(len(head)) - len(head)) + _string(self.source_identity)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> AvailableImage:
-        reader = _Reader(data, cls.__name__)
-        correlation_id, session_id, stream_id, subscription_registration_id, subscriber_position_id = (
-            reader.fixed(_AVAILABLE_IMAGE, 0))
-        log_file_name, end = reader.string(_AVAILABLE_IMAGE.size, "logFileName")
-        source_identity, _ = reader.string(_align4(end), "sourceIdentity")
-        return cls(correlation_id, session_id, stream_id, subscription_registration_id, subscriber_position_id,
-                   log_file_name, source_identity)
-
-
-_UNAVAILABLE_IMAGE = struct.Struct("<qqi")
-
 
 @dataclass(frozen=True)
 class UnavailableImage(_Message):
     """ON_UNAVAILABLE_IMAGE."""
+
+    _FIXED = struct.Struct("<qqi")
+    _TAIL = _CHANNEL
 
     correlation_id: int
     subscription_registration_id: int
     stream_id: int
     channel: str
 
-    def encode(self) -> bytes:
-        return _UNAVAILABLE_IMAGE.pack(
-            self.correlation_id, self.subscription_registration_id, self.stream_id
-        ) + _string(self.channel)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> UnavailableImage:
-        reader = _Reader(data, cls.__name__)
-        correlation_id, subscription_registration_id, stream_id = reader.fixed(_UNAVAILABLE_IMAGE, 0)
-        channel, _ = reader.string(_UNAVAILABLE_IMAGE.size, "channel")
-        return cls(correlation_id, subscription_registration_id, stream_id, channel)
-
-
-_I64 = struct.Struct("<q")
-
 
 @dataclass(frozen=True)
 class OperationSuccess(_Message):
     """ON_OPERATION_SUCCESS."""
 
+    _FIXED = _I64
+
     correlation_id: int
 
-    def encode(self) -> bytes:
-        return _I64.pack(self.correlation_id)
 
-    @classmethod
-    def decode(cls, data: Buffer) -> OperationSuccess:
-        return cls(*_Reader(data, cls.__name__).fixed(_I64, 0))
-
-
-_ERROR = struct.Struct("<qi")
 _ERROR_CODES = frozenset(int(code) for code in ErrorCode)
 
 
@@ -556,50 +451,38 @@ _ERROR_CODES = frozenset(int(code) for code in ErrorCode)
 class ErrorResponse(_Message):
     """ON_ERROR (``error_code`` is an ErrorCode when known, else the raw int)."""
 
+    _FIXED = _ID_I32
+    _TAIL = (_Text("message"),)
+
     offending_correlation_id: int
     error_code: int
     message: str
 
-    def encode(self) -> bytes:
-        return _ERROR.pack(self.offending_correlation_id, self.error_code) + _string(self.message)
-
     @classmethod
     def decode(cls, data: Buffer) -> ErrorResponse:
-        reader = _Reader(data, cls.__name__)
-        correlation_id, code = reader.fixed(_ERROR, 0)
-        message, _ = reader.string(_ERROR.size, "message")
-        if code in _ERROR_CODES:  # a code from a newer driver keeps its number
-            code = ErrorCode(code)
-        return cls(correlation_id, code, message)
+        response: ErrorResponse = super().decode(data)
+        if response.error_code in _ERROR_CODES:  # a code from a newer driver keeps its number
+            response = replace(response, error_code=ErrorCode(response.error_code))
+        return response
 
 
 @dataclass(frozen=True)
 class ClientTimeout(_Message):
     """ON_CLIENT_TIMEOUT."""
 
+    _FIXED = _I64
+
     client_id: int
-
-    def encode(self) -> bytes:
-        return _I64.pack(self.client_id)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> ClientTimeout:
-        return cls(*_Reader(data, cls.__name__).fixed(_I64, 0))
 
 
 @dataclass(frozen=True)
 class CounterUpdate(_Message):
     """ON_COUNTER_READY, ON_UNAVAILABLE_COUNTER."""
 
+    _FIXED = _ID_I32
+
     correlation_id: int
     counter_id: int
-
-    def encode(self) -> bytes:
-        return _SUBSCRIPTION_READY.pack(self.correlation_id, self.counter_id)
-
-    @classmethod
-    def decode(cls, data: Buffer) -> CounterUpdate:
-        return cls(*_Reader(data, cls.__name__).fixed(_SUBSCRIPTION_READY, 0))
 
 
 # -- dispatch ----------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ RETRANSMIT_POOL_OVERFLOW = SystemCounter.RETRANSMIT_OVERFLOW
 ERROR_FRAMES_RECEIVED = SystemCounter.ERROR_FRAMES_RECEIVED
 ERROR_FRAMES_SENT = SystemCounter.ERROR_FRAMES_SENT
 
+#: SenderCounters field -> system counter id
 _SENDER_FIELDS = {
     "bytes_sent": BYTES_SENT,
     "naks_received": NAKS_RECEIVED,
@@ -51,21 +52,9 @@ _SENDER_FIELDS = {
     "retransmit_pool_overflow": RETRANSMIT_POOL_OVERFLOW,
     "error_frames_received": ERROR_FRAMES_RECEIVED,
 }
-#: the system counters the native sender agent adds to (``lbd_snd_counters_t`` field -> system counter id)
-SENDER_AGENT_COUNTERS = {
-    "bytes_sent": BYTES_SENT,
-    "bytes_received": BYTES_RECEIVED,  # control frames the sender received
-    "naks_received": NAKS_RECEIVED,
-    "status_messages_received": STATUS_MESSAGES_RECEIVED,
-    "heartbeats_sent": HEARTBEATS_SENT,
-    "retransmits_sent": RETRANSMITS_SENT,
-    "invalid_packets": INVALID_PACKETS,
-    "short_sends": SHORT_SENDS,
-    "flow_control_limits": SENDER_FLOW_CONTROL_LIMITS,
-    "retransmitted_bytes": RETRANSMITTED_BYTES,
-    "retransmit_pool_overflow": RETRANSMIT_POOL_OVERFLOW,
-    "error_frames_received": ERROR_FRAMES_RECEIVED,
-}
+#: the system counters the native sender agent adds to (``lbd_snd_counters_t`` field -> system counter id): the
+#: sender's, and the control bytes it received
+SENDER_AGENT_COUNTERS = {**_SENDER_FIELDS, "bytes_received": BYTES_RECEIVED}
 _RECEIVER_FIELDS = {
     "bytes_received": BYTES_RECEIVED,
     "naks_sent": NAKS_SENT,
