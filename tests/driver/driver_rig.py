@@ -18,7 +18,7 @@ WORKERS = Path(__file__).with_name("driver_workers.py")
 FAST_TIMERS = [
     "--ipc-term-length", "64k",
     "--unblock-timeout", "1",
-    "--client-liveness-timeout", "1",
+    "--client-liveness-timeout", "3",  # short, yet longer than a busy 2-core machine stalls a keepalive
     "--timer-interval", "0.1",
     "--linger-timeout", "1",
 ]

@@ -112,7 +112,7 @@ def test_sigkilled_subscriber_frees_the_publisher_after_the_client_timeout(tmp_p
             idle.wait(10)
         finally:
             stop_process(idle)
-        # after the client liveness timeout (1 s) the dead subscriber's sub-pos is released
+        # after the client liveness timeout (3 s) the dead subscriber's sub-pos is released
         wait_until(lambda: (live.poll(lambda b, h: None, 100), pub.offer(b"w" * 480))[1] > 0,
                    timeout=15, what="publisher to be released")
         assert system_counter(client, CLIENT_LIVENESS_TIMEOUTS) == 1
