@@ -225,6 +225,21 @@ def test_a_setup_flood_on_a_small_tmpfs_leaves_the_driver_alive_and_a_valid_stre
                                                              stream_id=STREAM, term_id=7), ("127.0.0.1", port))
                         offer(seq)
                         seq += 1
+
+                def storage_refused():
+                    return any("insufficient usable storage" in o.text for o in driver.cnc.error_log_reader())
+
+                # senders repeat their SETUPs: the images within the term limit keep being asked for until the
+                # file system cannot back another one (how many the rounds above made depends on timing)
+                deadline = time.monotonic() + 60
+                while not storage_refused() and time.monotonic() < deadline:
+                    for index, raw in enumerate(sources):
+                        for k in (3, 5):
+                            raw.sendto(SetupFrame(0, 10_000 + 100 * index + k, STREAM, 7, 7, LIMIT, 1408, 0).encode(),
+                                       ("127.0.0.1", port))
+                    offer(seq)
+                    seq += 1
+                    time.sleep(0.01)
                 for _ in range(200):  # after the flood
                     offer(seq)
                     seq += 1

@@ -72,8 +72,12 @@ class CncFile:
         pid: int,
         start_ms: int,
         mode: int = 0o600,
+        ready: bool = True,
     ) -> CncFile:
         """Creates a new cnc.dat at ``path`` (capacities are powers of two, trailers are added).
+
+        ``ready=False`` leaves the version 0 (clients wait) until :meth:`signal_ready`: a driver calls it once
+        its system counters exist, as Aeron's driver does, so no client reads a half-initialised file.
 
         An existing file is unlinked, not truncated: processes still mapping an old driver's file keep
         their pages (truncating under them would SIGBUS them).  Deciding that an existing driver is
@@ -107,8 +111,13 @@ class CncFile:
         cnc.header_buffer.put_bytes(0, layout.encode(version=0))
         # Clients judge driver liveness on this; a fresh file must not look like a dead driver's.
         cnc.to_driver.consumer_heartbeat_time = start_ms
-        cnc.header_buffer.put_i32_release(CNC_VERSION_OFFSET, CNC_VERSION)  # last: the file is complete
+        if ready:
+            cnc.signal_ready()
         return cnc
+
+    def signal_ready(self) -> None:
+        """Publishes the version (release): the file is complete, clients may use it."""
+        self.header_buffer.put_i32_release(CNC_VERSION_OFFSET, CNC_VERSION)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> CncFile:

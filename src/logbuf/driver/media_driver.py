@@ -153,6 +153,7 @@ class MediaDriver:
                 os.getpid(),
                 time.time_ns() // MS,
                 mode=self.ctx.file_mode,
+                ready=False,  # clients wait until the conductor's system counters exist (signal_ready below)
             )
             self.loss_report = LossReportFile.create(self.directory / LOSS_REPORT_FILE, self.ctx.loss_report_length,
                                                      mode=self.ctx.file_mode)
@@ -164,6 +165,7 @@ class MediaDriver:
                 on_terminate=self._stop.set,
             )
             self.conductor.timer_hooks.append(self._sweep_wake_semaphores)
+            self.cnc.signal_ready()
         except BaseException:
             self._release_directory()
             raise
