@@ -160,12 +160,19 @@ def _run_driver(args: argparse.Namespace) -> int:
         raise UsageError(_option_names(str(exc), args)) from exc
     ctx = driver.ctx
     # until run_foreground takes the signals over, Ctrl-C or SIGTERM raise here, and the driver still closes
-    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # (with the exit status of the signal that came: SIGTERM is a clean stop, 0)
+    terminated: list[int] = []
+
+    def on_term(signum: int, frame: object) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous_term = signal.signal(signal.SIGTERM, on_term)
     try:
         stopped_by = _announce_and_run(driver, ctx)
     except KeyboardInterrupt:
         driver.close()
-        stopped_by = signal.SIGINT
+        stopped_by = signal.SIGTERM if terminated else signal.SIGINT
     finally:
         signal.signal(signal.SIGTERM, previous_term)
     if stopped_by == signal.SIGINT:
