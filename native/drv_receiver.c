@@ -166,7 +166,10 @@ static int64_t consumption_position(const image_t *im)
         int64_t p = __atomic_load_n(im->subscribers[i], __ATOMIC_ACQUIRE);
         if (p < min) min = p;
     }
-    return min;
+    /* sub-pos counters are written by clients: no subscriber can be past what is rebuilt, and a negative value
+     * is not a position (clamped, the status messages, cleaning and their arithmetic stay in range) */
+    if (min > im->rebuild) min = im->rebuild;
+    return min < 0 ? 0 : min;
 }
 
 static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t position, int32_t flags,
@@ -304,12 +307,25 @@ static void image_on_data(lbd_receiver_t *r, image_t *im, const uint8_t *dg, int
         }
         return;
     }
+    /* below the rebuild position the term is complete: nothing is written there again (a forged frame could
+     * otherwise land on payload bytes that happen to be zero); a datagram reaching past it is taken from the
+     * first of its frames that starts there, or not at all when none does */
+    int32_t skip = 0;
+    if (position < im->rebuild) {
+        if (position + span <= im->rebuild) return;  /* a duplicate */
+        while (skip < n && position + skip < im->rebuild) {
+            int32_t fl = lb_get_i32(dg + skip);
+            skip += (int32_t)lb_align_frame(fl < LB_HEADER_LENGTH ? LB_HEADER_LENGTH : fl);
+        }
+        if (skip >= n || position + skip != im->rebuild) return;
+    }
     uint8_t *term = im->terms + (int64_t)lb_index_by_position(position, im->position_bits) * im->term_length;
     int32_t refused = 0;
-    if (insert(im, term, term_offset, dg, n, &refused) < 0 && position + refused == im->rebuild) {
+    if (insert(im, term, term_offset + skip, dg + skip, n - skip, &refused) < 0 &&
+        position + skip + refused == im->rebuild) {
         /* the frame the stream waits for overlaps what the term holds: no retransmit can ever fill the gap,
          * so the image is closed (once) instead of NAKing the same range forever */
-        close_corrupt(r, im, term_id, term_offset + refused);
+        close_corrupt(r, im, term_id, term_offset + skip + refused);
         return;
     }
     const int64_t end = position + span;
@@ -675,7 +691,8 @@ static void on_rttm(endpoint_t *e, const uint8_t *f, int64_t now_ns)
     if (im == NULL) return;
     const int64_t echo = lb_get_i64(f + 16), delta = lb_get_i64(f + 24), receiver_id = lb_get_i64(f + 32);
     if (!(f[5] & LB_RTTM_REPLY_FLAG) && receiver_id == e->receiver_id) {
-        int64_t rtt = now_ns - echo - delta;
+        /* echo and delta come off the wire: unsigned arithmetic, no overflow */
+        int64_t rtt = (int64_t)((uint64_t)now_ns - (uint64_t)echo - (uint64_t)delta);
         im->rtt_ns = rtt < 0 ? 0 : rtt;
     }
 }

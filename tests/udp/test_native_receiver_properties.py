@@ -319,3 +319,26 @@ def test_native_check_of_datagrams_matches_classify(frames: list[bytes]) -> None
     invalid = receiver.counters.invalid_packets
     receiver.close()
     assert invalid == malformed
+
+
+def test_a_forged_frame_below_the_rebuild_position_never_overwrites_delivered_payload(
+        make_log: Callable[..., LogBuffers]) -> None:
+    """A frame at an offset inside a complete frame whose payload bytes there are zero finds 'empty' slots;
+    below the rebuild position nothing is written again, in the agent and in its specification alike."""
+    term_id = INITIAL + JOIN // T
+    genuine = encode_data_frame(bytes(1000), term_offset=JOIN % T, session_id=SESSION, stream_id=STREAM,
+                                term_id=term_id)  # a zero payload: every slot inside it reads as empty
+    forged = encode_data_frame(b"\xee" * 64, term_offset=JOIN % T + 64, session_id=SESSION, stream_id=STREAM,
+                               term_id=term_id)
+    for rig_type in (NativeRig, SpecRig):
+        log = make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM)
+        rig = rig_type(log)
+        rig.start(1)
+        rig.feed(genuine, 2)
+        assert rig.positions() == (JOIN + _align(len(genuine)),) * 2
+        rig.feed(forged, 3)
+        start = JOIN % T
+        assert bytes(log.terms.view[start : start + len(genuine)]) == genuine, rig_type.__name__
+        assert rig.positions() == (JOIN + _align(len(genuine)),) * 2
+        if isinstance(rig, NativeRig):
+            rig.receiver.close()

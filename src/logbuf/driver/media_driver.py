@@ -433,6 +433,8 @@ class MediaDriver:
                 self._agents_stuck = True
                 if self.conductor is not None:
                     self.conductor.on_duty_error(agent, exc)
+        if not self._agents_stuck:
+            self.agents = []  # a later run() starts its own
 
     def run_foreground(self) -> int | None:
         """``logbuf driver``: runs until SIGINT/SIGTERM, then shuts down cleanly; returns the signal that
@@ -479,6 +481,8 @@ class MediaDriver:
             self._thread.join(timeout=10)
             if self._thread.is_alive():
                 self._agents_stuck = True  # its agents may still run: nothing they use is unmapped
+        if not self._agents_stuck:
+            self._stop_agents()  # (run() stops them too, but close() may come from another thread than run()'s)
         if not self._agents_stuck:
             if self.conductor is not None:
                 self.conductor.close()

@@ -293,11 +293,11 @@ class NetworkConductor:
     def _await_endpoint_removed(self, endpoint: ReceiveChannelEndpoint, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s
         while endpoint.endpoint_id in self._endpoints_by_id:
-            if self.receiver.runs_inline:
-                self.receiver.do_work(time.monotonic_ns())
-            elif time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR,
                                    f"channel {endpoint.channel}: its previous socket is still in use")
+            if self.receiver.runs_inline:
+                self.receiver.do_work(time.monotonic_ns())
             else:
                 time.sleep(0.0005)
             self.on_receiver_events(time.monotonic_ns())

@@ -10,7 +10,7 @@ images).  The state machines of :mod:`logbuf.driver.udp` are the agent's specifi
 
 from __future__ import annotations
 
-import time
+from collections import deque
 from typing import Any
 
 from logbuf.native import ffi, lib
@@ -64,6 +64,7 @@ class Receiver:
         self._event = ffi.new("lbd_event_t *")
         self.counters = lib.lbd_receiver_counters(native)
         self.runs_inline = True  # False once an agent runner owns the duty (see native_duty)
+        self._backlog: deque[Any] = deque()  # commands the full queue did not take yet
 
     def native_duty(self) -> tuple[Any, Any]:
         """``(lbd_receiver_do_work, state)`` for an agent runner; from then on only the runner calls it."""
@@ -94,19 +95,24 @@ class Receiver:
             setattr(command, name, value)
         return command
 
-    def offer(self, command: Any, timeout_s: float = 5.0) -> None:
-        """Queues a command; when the queue is full, waits for the agent (runs it here when nothing else
-        does).  Raises TimeoutError past ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while lib.lbd_receiver_offer(self._native, command) != 1:
-            if self.runs_inline:
-                self.do_work(time.monotonic_ns())
-            elif time.monotonic() > deadline:
-                raise TimeoutError("the receiver agent's command queue stays full")
-            else:
-                time.sleep(0.0001)
+    def offer(self, command: Any) -> None:
+        """Queues a command; when the queue is full it waits in a backlog, offered again before anything newer
+        (flushed by :meth:`poll_events`, which the conductor calls every cycle): the control plane never
+        blocks on the agent."""
+        self._flush_backlog()
+        if self._backlog or lib.lbd_receiver_offer(self._native, command) != 1:
+            self._backlog.append(command)
+
+    def _flush_backlog(self) -> None:
+        backlog = self._backlog
+        while backlog and lib.lbd_receiver_offer(self._native, backlog[0]) == 1:
+            backlog.popleft()
 
     def poll_events(self, limit: int = 256) -> list[ReceiverEvent]:
+        """What the agent reported since the last call (oldest first); first offers the backlog again."""
+        if self._native is None:
+            return []
+        self._flush_backlog()
         events: list[ReceiverEvent] = []
         event = self._event
         while len(events) < limit and lib.lbd_receiver_poll_event(self._native, event):
@@ -115,6 +121,7 @@ class Receiver:
 
     def close(self) -> None:
         """Frees the agent; its runner must have stopped."""
+        self._backlog.clear()
         if self._native is not None:
             native, self._native = self._native, None
             lib.lbd_receiver_free(native)

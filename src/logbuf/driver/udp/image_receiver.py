@@ -29,6 +29,7 @@ from logbuf.driver.udp.status_schedule import (
 )
 from logbuf.driver.udp.term_rebuilder import TermRebuilder
 from logbuf.logbuffer import descriptor as d
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.protocol.datagram import ControlFrame, DataPacket, PacketKind
@@ -121,8 +122,20 @@ class ImageReceiver:
                 self.end_of_stream_position = position
                 self.log.end_of_stream_position = position
             return 0
+        skip = 0
+        if position < self.rebuild_position:
+            # below the rebuild position the term is complete: nothing is written there again (a forged frame
+            # could land on payload bytes that happen to be zero); a datagram reaching past it is taken from
+            # the first of its frames that starts there, or not at all
+            if position + packet.term_span <= self.rebuild_position:
+                return 0
+            while skip < packet.length and position + skip < self.rebuild_position:
+                frame_length = int.from_bytes(datagram[skip : skip + 4], "little", signed=True)
+                skip += (max(frame_length, HEADER_LENGTH) + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
+            if skip >= packet.length or position + skip != self.rebuild_position:
+                return 0
         index = d.index_by_position(position, self.position_bits)
-        written = self.rebuilder.insert(index, term_offset, datagram, packet.length)
+        written = self.rebuilder.insert(index, term_offset + skip, memoryview(datagram)[skip:], packet.length - skip)
         end = position + packet.term_span
         if end > self.hwm_position:
             if position == self.hwm_position == self.rebuild_position:
