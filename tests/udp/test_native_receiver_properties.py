@@ -335,8 +335,10 @@ def test_a_forged_frame_below_the_rebuild_position_never_overwrites_delivered_pa
         rig = rig_type(log)
         rig.start(1)
         rig.feed(genuine, 2)
+        rig.poll(2)
         assert rig.positions() == (JOIN + _align(len(genuine)),) * 2
         rig.feed(forged, 3)
+        rig.poll(3)
         start = JOIN % T
         assert bytes(log.terms.view[start : start + len(genuine)]) == genuine, rig_type.__name__
         assert rig.positions() == (JOIN + _align(len(genuine)),) * 2
