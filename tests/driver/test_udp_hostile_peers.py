@@ -94,25 +94,53 @@ def test_a_setup_flood_is_bounded_and_a_valid_stream_is_untouched(client, driver
 
 
 def test_overlapping_data_frames_close_the_image_once(client, driver) -> None:  # type: ignore[no-untyped-def]
-    """Frame A (40 bytes at offset 0), then frame B at offset 32 - inside A's aligned space - whose payload puts
-    an impossible frame length where A says the next frame begins: the term is broken; the image is closed
-    with one error-log entry, not polled in a loop."""
+    """Ahead of the rebuild position (the frame at 0 still missing): frame A (40 bytes at offset 64), then frame B
+    at offset 96 - inside A's aligned space - whose payload puts an impossible frame length where A says the
+    next frame begins; once the frame at 0 arrives the term is broken: the image is closed with one error-log
+    entry, not polled in a loop."""
     port = free_udp_port()
     sub = client.add_subscription(channel(port), STREAM)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
         raw.bind(("127.0.0.1", 0))
         raw.sendto(_setup(4242), ("127.0.0.1", port))
         wait_until(lambda: sub.images, what="the forged session's image")
-        a = encode_data_frame(bytes(8), term_offset=0, session_id=4242, stream_id=STREAM, term_id=7)
+        first = encode_data_frame(bytes(32), term_offset=0, session_id=4242, stream_id=STREAM, term_id=7)
+        a = encode_data_frame(bytes(8), term_offset=64, session_id=4242, stream_id=STREAM, term_id=7)
         payload = bytearray(168)
-        struct.pack_into("<i", payload, 0, 0x7FFFFFF0)  # lands at term offset 64: A's next frame
-        b = encode_data_frame(bytes(payload), term_offset=32, session_id=4242, stream_id=STREAM, term_id=7)
-        raw.sendto(a, ("127.0.0.1", port))
-        raw.sendto(b, ("127.0.0.1", port))
+        struct.pack_into("<i", payload, 0, 0x7FFFFFF0)  # lands at term offset 128: A's next frame
+        b = encode_data_frame(bytes(payload), term_offset=96, session_id=4242, stream_id=STREAM, term_id=7)
+        for datagram in (a, b, first):
+            raw.sendto(datagram, ("127.0.0.1", port))
         wait_until(lambda: not sub.images, what="the corrupt image closed")
     corrupt = [e for e in errors(driver) if "impossible frame" in e.text]
     assert len(corrupt) == 1 and corrupt[0].count == 1, [(e.count, e.text) for e in errors(driver)]
     assert driver.is_running
+
+
+def test_a_frame_overlapping_what_the_stream_already_has_is_dropped(client, driver) -> None:  # type: ignore[no-untyped-def]
+    """Below the rebuild position the term is complete: a forged frame inside a delivered frame's space (where
+    its payload bytes are zero) is not written; the image stays and the stream goes on intact."""
+    port = free_udp_port()
+    sub = client.add_subscription(channel(port), STREAM)
+    slow = client.add_subscription(channel(port), STREAM)  # reads only at the end, after the forged frame
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+        raw.bind(("127.0.0.1", 0))
+        raw.sendto(_setup(4343), ("127.0.0.1", port))
+        wait_until(lambda: sub.images and slow.images, what="the session's image")
+        a = encode_data_frame(bytes(200), term_offset=0, session_id=4343, stream_id=STREAM, term_id=7)
+        forged = encode_data_frame(b"\xee" * 64, term_offset=64, session_id=4343, stream_id=STREAM, term_id=7)
+        after = encode_data_frame(b"next", term_offset=256, session_id=4343, stream_id=STREAM, term_id=7)
+        got: list[bytes] = []
+        raw.sendto(a, ("127.0.0.1", port))
+        wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) or got, what="the first frame")
+        raw.sendto(forged, ("127.0.0.1", port))
+        raw.sendto(after, ("127.0.0.1", port))
+        wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) or len(got) >= 2, what="the next frame")
+    assert got == [bytes(200), b"next"]
+    late: list[bytes] = []
+    wait_until(lambda: slow.poll(lambda b, h: late.append(bytes(b)), 10) or len(late) >= 2, what="the slow reader")
+    assert late == [bytes(200), b"next"]  # the delivered frame's bytes are as they were sent
+    assert sub.images and not [e for e in errors(driver) if "impossible frame" in e.text]
 
 
 def test_the_send_impairment_reaches_the_receivers_status_messages(tmp_path: Path) -> None:
