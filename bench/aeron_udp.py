@@ -17,7 +17,7 @@ per logbuf mode shares the machine with one busy-looping process, and the driver
 cycle time, cycles over the threshold, per agent) are read from their cnc.dat before they stop.
 
 The binaries: ``$AERON_BIN`` (a directory holding ``bin/``), else ``aeron-bin`` beside the repository's parent
-directory's ``shared/`` folder, else the machine-wide copy; without ``aeronmd`` only logbuf's drivers run.
+directory's ``shared/`` folder; without ``aeronmd`` only logbuf's drivers run.
 The Python client's own UDP figures (``python -m bench.udp``, ``results/udp.json``) are shown beside.
 Results: ``bench/results/aeron_udp.json`` and ``aeron_udp.md``.
 """
@@ -57,7 +57,7 @@ def find_aeron_bin() -> Path | None:
     candidates = []
     if os.environ.get("AERON_BIN"):
         candidates.append(Path(os.environ["AERON_BIN"]))
-    candidates += [ROOT.parent / "shared" / "aeron-bin", Path("/work/shared/aeron-bin")]
+    candidates += [ROOT.parent / "shared" / "aeron-bin"]
     for candidate in candidates:
         for base in (candidate, candidate.parent):
             if (base / "bin" / "streaming_publisher").is_file():

@@ -1,7 +1,7 @@
 """Running a media driver for a differential test: logbuf's (embedded) or Aeron's ``aeronmd`` (a process).
 
-Aeron's binaries are found at ``$AERON_BIN``, then ``<repo>/../shared/aeron-bin``, then
-``/work/shared/aeron-bin``; tests that need one skip with the reason when none is there.
+Aeron's binaries are found at ``$AERON_BIN``, then ``<repo>/../shared/aeron-bin``; tests that need one skip
+with the reason when neither is there.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logbuf
 from logbuf.cnc.cnc_file import CncFile
 from support import ROOT, stop_process, wait_until
 
-CANDIDATES = (os.environ.get("AERON_BIN"), str(ROOT.parent / "shared" / "aeron-bin"), "/work/shared/aeron-bin")
+CANDIDATES = (os.environ.get("AERON_BIN"), str(ROOT.parent / "shared" / "aeron-bin"))
 
 
 def aeron_bin() -> Path | None:
@@ -32,8 +32,8 @@ def aeron_bin() -> Path | None:
 def require_aeron_bin() -> Path:
     found = aeron_bin()
     if found is None:
-        pytest.skip("Aeron's aeronmd not found ($AERON_BIN, ../shared/aeron-bin beside the repository, or "
-                    "/work/shared/aeron-bin): the differential tests need the real driver")
+        pytest.skip("Aeron's aeronmd not found ($AERON_BIN, or ../shared/aeron-bin beside the repository): "
+                    "these tests need the real driver")
     return found
 
 

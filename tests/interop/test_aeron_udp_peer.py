@@ -4,7 +4,7 @@ loss interceptor), so Aeron's receiver NAKs and logbuf's sender agent retransmit
 count every message.  Then both ways with the logbuf driver in the dedicated threading mode: aeronmd to
 logbuf (logbuf's receiver dropping 5 % of what it receives, so it NAKs and Aeron's sender retransmits) and
 logbuf to aeronmd.  Skipped, with the reason, where the Aeron binaries are not available (``$AERON_BIN``,
-else ``../shared/aeron-bin`` beside the repository, else ``/work/shared/aeron-bin``)."""
+else ``../shared/aeron-bin`` beside the repository)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from aeron_driver import require_aeron_bin
 
 import logbuf
 from logbuf.cnc.counters import SystemCounter
@@ -26,13 +27,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def aeron_bin() -> Path:
-    named = os.environ.get("AERON_BIN")
-    for candidate in ([Path(named)] if named else []) + [REPO / ".." / "shared" / "aeron-bin",
-                                                           Path("/work/shared/aeron-bin")]:
-        if (candidate / "bin" / "aeronmd").is_file():
-            return candidate.resolve()
-    pytest.skip("Aeron C binaries not found ($AERON_BIN, ../shared/aeron-bin beside the repository, or "
-                "/work/shared/aeron-bin)")
+    return require_aeron_bin().resolve()
 
 
 def free_udp_port() -> int:
