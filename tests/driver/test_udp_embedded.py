@@ -179,6 +179,20 @@ def test_slow_subscriber_throttles_the_sender_and_nothing_is_lost(client, driver
     assert system(client, NAKS_SENT) == 0  # held back by the window, never overrun
 
 
+def _stream_once_in_order(cl: logbuf.Client, port: int, count: int, seed: int, what: str) -> logbuf.Publication:
+    """``count`` sequenced messages of mixed sizes (some fragmented) over ``port``: each arrives once, in order,
+    intact; returns the publication."""
+    sub = cl.add_subscription(channel(port), STREAM)
+    pub = cl.add_publication(channel(port), STREAM)
+    wait_until(lambda: pub.is_connected and sub.images, what="connection")
+    received = Received()
+    sent = sequenced(count, seed=seed, sizes=(40, 300, 1500, 2500))
+    publish(pub, sent, between=lambda: received.poll(sub), timeout=40)
+    wait_until(lambda: len(received.sequences) == len(sent), timeout=30, poll=lambda: received.poll(sub), what=what)
+    assert received.sequences == list(range(len(sent))) and received.corrupt == 0
+    return pub
+
+
 @pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
 def test_send_impairment_in_the_native_sender_every_message_once_and_in_order(tmp_path: Path,
                                                                              threading_mode: str) -> None:
@@ -189,15 +203,7 @@ def test_send_impairment_in_the_native_sender_every_message_once_and_in_order(tm
     with logbuf.MediaDriver.launch(tmp_path / "lossy", send_impairment=spec, idle_strategy="backoff:200000") as drv, \
             logbuf.connect(drv.directory) as cl:
         assert drv.ctx.threading_mode == threading_mode
-        sub = cl.add_subscription(channel(port), STREAM)
-        pub = cl.add_publication(channel(port), STREAM)
-        wait_until(lambda: pub.is_connected and sub.images, what="connection")
-        received = Received()
-        sent = sequenced(1500, seed=4, sizes=(40, 300, 1500, 2500))
-        publish(pub, sent, between=lambda: received.poll(sub), timeout=40)
-        wait_until(lambda: len(received.sequences) == len(sent), timeout=30, poll=lambda: received.poll(sub),
-                 what="all messages through the impaired sender")
-        assert received.sequences == list(range(len(sent))) and received.corrupt == 0
+        _stream_once_in_order(cl, port, 1500, seed=4, what="all messages through the impaired sender")
         wait_until(lambda: system(cl, RETRANSMITS_SENT) > 0, what="retransmits counted")
         assert system(cl, NAKS_SENT) > 0 and system(cl, NAKS_RECEIVED) > 0
 
@@ -209,15 +215,7 @@ def test_lossy_network_every_message_once_and_in_order(tmp_path: Path, threading
     with logbuf.MediaDriver.launch(tmp_path / "lossy", receive_impairment=spec, idle_strategy="backoff:200000") as drv, \
             logbuf.connect(drv.directory) as cl:
         assert drv.ctx.threading_mode == threading_mode
-        sub = cl.add_subscription(channel(port), STREAM)
-        pub = cl.add_publication(channel(port), STREAM)
-        wait_until(lambda: pub.is_connected and sub.images, what="connection")
-        received = Received()
-        sent = sequenced(2000, seed=3, sizes=(40, 300, 1500, 2500))
-        publish(pub, sent, between=lambda: received.poll(sub), timeout=40)
-        wait_until(lambda: len(received.sequences) == len(sent), timeout=30, poll=lambda: received.poll(sub),
-                 what="all messages through the lossy network")
-        assert received.sequences == list(range(len(sent))) and received.corrupt == 0
+        pub = _stream_once_in_order(cl, port, 2000, seed=3, what="all messages through the lossy network")
         wait_until(lambda: system(cl, RETRANSMITTED_BYTES) > 0, what="retransmits counted")
         assert system(cl, NAKS_SENT) > 0 and system(cl, NAKS_RECEIVED) > 0 and system(cl, RETRANSMITS_SENT) > 0
         # every NAK is a loss observation of the image's entry in loss-report.dat
