@@ -219,7 +219,7 @@ class DriverConductor:
         return self.system[ids[0]], self.system[ids[1]]
 
     def on_timer(self, now_ns: int, now_ms: int) -> int:
-        work = self.ipc.on_timer(now_ns)
+        work = self.ipc.on_timer(now_ns) + self.network.on_timer(now_ns)
         work += self._check_client_liveness(now_ms)
         work += self._check_blocked_commands(now_ns)
         work += self._close_truncated_streams()

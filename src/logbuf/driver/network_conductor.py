@@ -418,6 +418,7 @@ class NetworkConductor:
                 spies_simulate_connection=params.spies_simulate_connection,
                 untethered_window_limit_timeout_ns=params.untethered_window_limit_timeout_ns,
                 untethered_resting_timeout_ns=params.untethered_resting_timeout_ns,
+                unblock_timeout_ns=ctx.unblock_timeout_ns,
             )
             endpoint.add(publication)
         except BaseException:
@@ -852,6 +853,16 @@ class NetworkConductor:
         and cleaning of every network publication)."""
         self.now_ns = now_ns
         return self._on_sender_events() + self.on_receiver_events(now_ns) + self._check_untethered_spies()
+
+    def on_timer(self, now_ns: int) -> int:
+        """Timer duty: claims a dead publisher left in a network publication's log are padded (counted in
+        the unblocked-publications system counter)."""
+        work = 0
+        for publication in self.publications:
+            if publication.on_timer(now_ns):
+                self.services.increment(c.SystemCounter.UNBLOCKED_PUBLICATIONS)
+                work += 1
+        return work
 
     def close(self) -> None:
         """Driver shutdown: sockets closed, logs closed and deleted (the agent's thread has stopped)."""

@@ -24,6 +24,10 @@ fastest spy while no receiver is there.  An untethered spy (``tether=false``) go
 :class:`TetherState` steps, measured against snd-pos (Aeron's window limit for spies: a quarter window of slack),
 and rejoins at snd-pos.
 
+A publisher that dies mid-claim leaves the sender waiting at snd-pos: on the conductor's timer, a concurrent
+publication whose snd-pos sat behind the producer for the unblock timeout has that claim padded
+(:meth:`on_timer`, Aeron's rule), so the stream goes on.
+
 When its last publisher leaves, the publication drains: the end of stream is where the producer stopped; the
 agent's heartbeats carry the EOS flag once snd-pos is there, and it reports the publication drained when every
 receiver acknowledged it (an SM with the EOS flag), when no receiver is connected, or after the linger timeout.
@@ -34,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from logbuf.driver.ipc_publication import (
+    DEFAULT_UNBLOCK_TIMEOUT_NS,
     PublicationState,
     SubscriberLink,
     UntetheredEvent,
@@ -44,6 +49,7 @@ from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl
 from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.udp.sender_schedule import DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_SETUP_INTERVAL_NS
 from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.logbuffer.term_unblocker import unblock
 from logbuf.native import ffi, lib
 from logbuf.position import Position
 
@@ -101,6 +107,7 @@ class NetworkPublication:
         spies_simulate_connection: bool = False,
         untethered_window_limit_timeout_ns: int = 5_000_000_000,
         untethered_resting_timeout_ns: int = 10_000_000_000,
+        unblock_timeout_ns: int = DEFAULT_UNBLOCK_TIMEOUT_NS,
     ) -> None:
         if not 0 < window_length <= log.term_length // 2:
             raise ValueError(f"publication window {window_length} must be in (0, T/2]")
@@ -133,6 +140,9 @@ class NetworkPublication:
         self.spies_simulate_connection = spies_simulate_connection
         self.untethered_window_limit_timeout_ns = untethered_window_limit_timeout_ns
         self.untethered_resting_timeout_ns = untethered_resting_timeout_ns
+        self.unblock_timeout_ns = unblock_timeout_ns
+        self._last_snd_pos = log.producer_position()
+        self._time_of_last_snd_move_ns = now_ns
         self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
         self.end_of_stream_position: int | None = None
@@ -236,7 +246,25 @@ class NetworkPublication:
         return 0
 
     def on_timer(self, now_ns: int) -> bool:
-        return False  # a network publication's sender never waits on a claim: nothing to unblock
+        """Timer duty (Aeron's): the sender waits at snd-pos for a frame to be committed; a concurrent
+        publication whose snd-pos sat still behind the producer for the unblock timeout - a publisher died
+        mid-claim - has the claim there padded; a draining one at once.  True when something was unblocked."""
+        snd_pos = self.snd_pos
+        producer = self.log.producer_position()
+        if self.state == PublicationState.DRAINING:
+            return producer > snd_pos and unblock(self.log, snd_pos)
+        if self.is_exclusive or self.state != PublicationState.ACTIVE:
+            return False
+        if snd_pos != self._last_snd_pos or producer <= snd_pos:
+            self._last_snd_pos = snd_pos
+            self._time_of_last_snd_move_ns = now_ns
+            return False
+        if now_ns - self._time_of_last_snd_move_ns <= self.unblock_timeout_ns:
+            return False
+        if unblock(self.log, snd_pos):
+            self._time_of_last_snd_move_ns = now_ns
+            return True
+        return False
 
     def join_position(self) -> int:
         return self.log.producer_position()
