@@ -214,7 +214,7 @@ def _metadata(pub: logbuf.Publication) -> Observation:
         "untethered resting": meta.get_i64(d.LOG_UNTETHERED_RESTING_TIMEOUT_NS_OFFSET),
     }
     for name, offset in (("sparse", d.LOG_SPARSE_OFFSET), ("signal eos", d.LOG_SIGNAL_EOS_OFFSET),
-                         ("tether", d.LOG_TETHER_OFFSET), ("rejoin", d.LOG_REJOIN_OFFSET),
+                         ("ssc", d.LOG_SPIES_SIMULATE_CONNECTION_OFFSET), ("tether", d.LOG_TETHER_OFFSET), ("rejoin", d.LOG_REJOIN_OFFSET),
                          ("reliable", d.LOG_RELIABLE_OFFSET)):
         fields[name] = bytes(meta.get_bytes(offset, 1))[0]
     return fields
@@ -230,6 +230,7 @@ def publication_metadata(directory: Path) -> Observation:
         "udp, default sockets": f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|sparse=true",
         "udp, sockets": f"aeron:udp?endpoint=127.0.0.1:{port}|so-sndbuf=128k|so-rcvbuf=256k|pub-wnd=8k|linger=3s|"
                         "sparse=false",
+        "udp, ssc": f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|ssc=true|sparse=true",
     }
     with logbuf.connect(directory) as client:
         return {name: _metadata(client.add_exclusive_publication(channel, STREAM))
