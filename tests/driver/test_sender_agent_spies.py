@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from logbuf.channel import ChannelUri
-from logbuf.driver.ipc_publication import SubscriberLink
+from logbuf.driver.ipc_publication import SubscriberLink, TetherState
 from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
 from logbuf.driver.send_channel import SendChannelEndpoint
 from logbuf.driver.sender import Sender
@@ -147,3 +147,39 @@ def test_spy_commands_for_unknown_publications_or_past_the_limit_are_refused(tmp
         spy(publication, 500, 0)
         cycle(sender)
         assert sender.poll_events() == []
+
+
+def test_an_untethered_spy_is_measured_against_snd_pos_and_rejoins_there(tmp_path: Path) -> None:
+    ms = 1_000_000
+    with agent(tmp_path, ssc=True) as (sender, publication, log):
+        publication.untethered_window_limit_timeout_ns = 200 * ms
+        publication.untethered_resting_timeout_ns = 300 * ms
+        reader = spy(publication, 1, 0)
+        idle = spy(publication, 2, 0, tether=False)
+        end = commit(log, 1000)  # 64000 bytes
+        reader.position.set(WINDOW - WINDOW // 4)  # snd-pos follows the reader (ssc): the idle one is at the
+        cycle(sender)  # window limit, snd-pos - window + window / 4, not past it
+        assert publication.snd_pos == WINDOW - WINDOW // 4
+        assert publication.check_untethered(0) == [] and publication.check_untethered(200 * ms) != []
+        assert idle.tether_state == TetherState.LINGER and idle.included_in_limit
+        assert [e.available for e in publication.check_untethered(400 * ms)] == [None]  # resting: not counted
+        reader.position.set(end)
+        cycle(sender)
+        assert publication.snd_pos == end and publication.positions.pub_lmt.get() == end + WINDOW
+        events = publication.check_untethered(700 * ms)
+        assert [e.available for e in events] == [True] and idle.position.get() == end == idle.join_position
+        cycle(sender)
+        assert sender.poll_events() == []
+
+
+def test_a_draining_publication_waits_for_its_spies_until_the_linger(tmp_path: Path) -> None:
+    with agent(tmp_path, ssc=True) as (sender, publication, log):
+        reader = spy(publication, 1, 0)
+        end = commit(log, 10)
+        publication.start_draining(now_ns=0, linger_ns=1_000)
+        publication.on_drained(3)  # the agent: no receiver
+        assert not publication.is_drained(10)  # the spy has not read to the end of stream
+        reader.position.set(end)
+        assert publication.is_drained(10)
+        reader.position.set(0)
+        assert publication.is_drained(1_000)  # the linger passed
