@@ -8,6 +8,7 @@ the reason when aeronmd is not there (see ``aeron_driver``).
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -378,7 +379,13 @@ def spy_reads_a_network_publication(directory: Path) -> Observation:
         wait_until(fill, timeout=30, what="back pressure from the spy")
         spied: list[bytes] = []
         wait_until(lambda: _poll(spy, spied) >= 0 and len(spied) == accepted, what="the spy reading")
+        counter_id = images[0].subscriber_position.counter_id
+        with CncFile.open(directory / "cnc.dat") as cnc:
+            info = next(i for i in cnc.counters_reader() if i.counter_id == counter_id)
+        label = re.sub(rf"\b{spy.registration_id}\b", "<registration id>", info.label.replace(channel, "<channel>"))
         return {"session": images[0].session_id, "source": images[0].source_identity,
+                "sub-pos": (info.type_id, label, info.reference_id == pub.registration_id,
+                            info.registration_id == spy.registration_id),
                 "accepted before the spy read": accepted, "spy read all": spied == got,
                 "other session's spy images": len(other.images)}
 
