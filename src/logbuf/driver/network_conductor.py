@@ -42,7 +42,7 @@ from logbuf.cnc.messages import (
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
 from logbuf.driver.channel_params import PublicationParams, SubscriptionParams, confirm_match
 from logbuf.driver.command_error import CommandError
-from logbuf.driver.ipc_publication import PublicationState, SubscriberLink, TetherState
+from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
 from logbuf.driver.log_metadata import fill_image_metadata
 from logbuf.driver.network_counters import SENDER_AGENT_COUNTERS, NetworkCounters
 from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
@@ -437,9 +437,8 @@ class NetworkConductor:
         with contextlib.suppress(ValueError):
             self.publications.remove(publication)
         publication.state = PublicationState.CLOSED
-        for link in publication.subscribers.values():  # their counters go with the publication's
-            if link.tether_state == TetherState.ACTIVE:  # an untethered one was told when it left
-                self._announce_spy_unavailable(publication, link)
+        for link in publication.subscribers.values():  # (their counters go with the publication's)
+            self._announce_spy_unavailable(publication, link)  # every linked spy, resting ones too (aeronmd)
         self._closing_publications[publication.registration_id] = publication
         command = self.sender.new_command(lib.LBD_SND_REMOVE_PUBLICATION)
         command.endpoint_id = publication.endpoint_id
@@ -496,9 +495,19 @@ class NetworkConductor:
         self.services.respond(ControlResponse.ON_SUBSCRIPTION_READY,
                               SubscriptionReady(registration_id, c.NULL_COUNTER_ID))
         for publication in self.publications:
-            if publication.state == PublicationState.ACTIVE and spy.matches(publication):
+            if spy.matches(publication) and self._accepts_spies(publication):
                 self._link_spy(spy, publication)
         return spy
+
+    @staticmethod
+    def _accepts_spies(publication: NetworkPublication) -> bool:
+        """Aeron's rule: an active publication, or a draining one that spies still read and whose sender
+        has not reached the end of its log."""
+        if publication.state == PublicationState.ACTIVE:
+            return True
+        return (publication.state == PublicationState.DRAINING
+                and any(link.included_in_limit for link in publication.subscribers.values())
+                and publication.log.producer_position() > publication.snd_pos)
 
     def link_spies(self, publication: NetworkPublication) -> None:
         """Every spy of a new publication's channel and stream reads it from now on (after its READY)."""
@@ -533,12 +542,16 @@ class NetworkConductor:
             AvailableImage(publication.registration_id, publication.session_id, publication.stream_id,
                            link.subscription_id, link.counter_id, str(publication.log.path), SPY_SOURCE_IDENTITY))
 
-    def _announce_spy_unavailable(self, publication: NetworkPublication, link: SubscriberLink) -> None:
-        spy = self.spies.get(link.subscription_id)
+    def _announce_spy_unavailable(self, publication: NetworkPublication, link: SubscriberLink,
+                                  channel: str | None = None) -> None:
+        """ON_UNAVAILABLE_IMAGE to a spy, naming its channel (aeronmd names ``aeron:ipc`` when an untethered
+        spy leaves)."""
+        if channel is None:
+            spy = self.spies.get(link.subscription_id)
+            channel = spy.channel if spy is not None else publication.channel
         self.services.respond(
             ControlResponse.ON_UNAVAILABLE_IMAGE,
-            UnavailableImage(publication.registration_id, link.subscription_id, publication.stream_id,
-                             spy.channel if spy is not None else publication.channel))
+            UnavailableImage(publication.registration_id, link.subscription_id, publication.stream_id, channel))
 
     def _remove_spy_subscription(self, registration_id: int) -> None:
         self.spies.pop(registration_id, None)
@@ -558,7 +571,7 @@ class NetworkConductor:
                 if event.available:
                     self._announce_spy_available(publication, event.link)
                 elif event.available is False:
-                    self._announce_spy_unavailable(publication, event.link)
+                    self._announce_spy_unavailable(publication, event.link, SPY_SOURCE_IDENTITY)
                 work += 1
         return work
 
