@@ -44,8 +44,8 @@ def driver(kind: str, directory: Path) -> Iterator[Path]:
     """A driver whose unblocker pads a dead writer's claim within seconds (aeronmd needs its unblock timeout
     above the client liveness timeout)."""
     if kind == "aeronmd":
-        with running_aeronmd(directory, AERON_CLIENT_LIVENESS_TIMEOUT="3s",
-                             AERON_PUBLICATION_UNBLOCK_TIMEOUT="4s") as path:
+        with running_aeronmd(directory, AERON_CLIENT_LIVENESS_TIMEOUT="5s",
+                             AERON_PUBLICATION_UNBLOCK_TIMEOUT="6s") as path:
             yield path
     else:
         with logbuf.MediaDriver.launch(directory, unblock_timeout_ns=1_000_000_000, timer_interval_ns=100_000_000,
