@@ -48,6 +48,7 @@ from logbuf.driver.sender import Sender
 from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl
 from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.udp.sender_schedule import DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_SETUP_INTERVAL_NS
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_unblocker import unblock
 from logbuf.native import ffi, lib
@@ -251,6 +252,8 @@ class NetworkPublication:
         mid-claim - has the claim there padded; a draining one at once.  True when something was unblocked."""
         snd_pos = self.snd_pos
         producer = self.log.producer_position()
+        if snd_pos < 0 or snd_pos % FRAME_ALIGNMENT:
+            return False  # (cnc.dat is writable by clients: never unblock off a frame boundary)
         if self.state == PublicationState.DRAINING:
             return producer > snd_pos and unblock(self.log, snd_pos)
         if self.is_exclusive or self.state != PublicationState.ACTIVE:
