@@ -89,19 +89,6 @@ def duration(text: str) -> float:
     return seconds
 
 
-def host_port(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``127.0.0.1:30001``, ``[::1]:30001``, ``:30001`` = all interfaces) as ``(host, port)``."""
-    host, sep, port_text = text.strip().rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:30001)")
-    port = int(port_text)
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r}: port must be 1..65535")
-    if host.startswith("[") and host.endswith("]"):  # IPv6 literal
-        host = host[1:-1]
-    return (host or "0.0.0.0", port)
-
-
 class StopSignal(threading.Event):
     """Set by SIGINT or SIGTERM while :func:`stop_on_signals` is active; :attr:`signum` says which came first."""
 

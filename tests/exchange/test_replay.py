@@ -463,15 +463,27 @@ def test_cli_user_errors_exit_2_without_traceback(argv, fragment, small_day: Pat
     assert fragment in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("bad", ["nohost", "host:", ":80", "h:99999", "h:x", "[::1]", "[::1:80", "[::1]80"])
+@pytest.mark.parametrize(("text", "address"), [("127.0.0.1:30001", ("127.0.0.1", 30001)), ("[::1]:30001", ("::1", 30001)),
+                                               ("[ff02::1]:0", ("ff02::1", 0))])
+def test_the_replay_and_the_feed_handler_read_host_port_alike(text: str, address: tuple[str, int]) -> None:
+    from logbuf.cli import build_parser
+
+    replay = build_parser(["replay"]).parse_args(["replay", "day.itch", "--feed-a", text, "--retransmit", text])
+    handler = build_parser(["feed"]).parse_args(["feed", "--feed-a", text, "--retransmit", text])
+    assert replay.feed_a == replay.retransmit == handler.feed_a == handler.retransmit == address
+
+
+@pytest.mark.parametrize("bad", ["nohost", "host:", ":80", "h:99999", "h:x", "[::1]", "[::1:80", "[::1]80", "::1:80",
+                                 "[::1]]:80", "[[::1]:80", "h]:80"])
 def test_bad_host_port(bad: str) -> None:
     with pytest.raises(ValueError, match="must be host:port|port out of range"):
         parse_endpoint(bad)
     from logbuf.cli import main
 
-    with pytest.raises(SystemExit) as exc:
-        main(["replay", "x", "--feed-a", bad])
-    assert exc.value.code == 2
+    for argv in (["replay", "x", "--feed-a", bad], ["feed", "--feed-a", bad]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
 
 
 def test_packet_rate_paces_full_packets(small_day: Path) -> None:
