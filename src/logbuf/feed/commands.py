@@ -1,10 +1,9 @@
-"""``logbuf synth``, ``logbuf replay`` and ``logbuf retransmit``: argument parsing and wiring only.
+"""``logbuf feed``: argument parsing and wiring only.
 
-User errors (missing file, bad host:port, bad numbers) end in one line on stderr and exit status 2, runtime
-errors (a busy port, a failing send) in one line and 1, both printed by ``logbuf.cli``;
-SIGINT and SIGTERM stop the replay, the retransmission workers and the feed handler cleanly: a stopped run
-still prints its summary, then Ctrl-C (SIGINT) ends with ``logbuf <command>: interrupted`` and status 130,
-SIGTERM with 0.
+User errors (bad host:port, bad numbers) end in one line on stderr and exit status 2, runtime errors (a busy
+port, no driver) in one line and 1, both printed by ``logbuf.cli``; SIGINT and SIGTERM stop the feed handler
+cleanly: a stopped run still prints its summary, then Ctrl-C (SIGINT) ends with ``logbuf feed: interrupted``
+and status 130, SIGTERM with 0.
 """
 
 from __future__ import annotations
