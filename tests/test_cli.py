@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from logbuf import cli
-from logbuf.cli_args import UsageError, count, duration
+from logbuf.cli_args import UsageError, count, duration, off_or
 from logbuf.errors import LogbufError
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -207,6 +207,16 @@ def test_duration_is_seconds(text: str, seconds: float) -> None:
 def test_duration_rejects(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         duration(text)
+
+
+def test_off_or_turns_off_into_none_and_a_parse_error_into_a_usage_message() -> None:
+    from logbuf.channel import parse_endpoint
+
+    address = off_or(parse_endpoint)
+    assert address("off") is None and address("OFF") is None
+    assert address("[::1]:80") == ("::1", 80)
+    with pytest.raises(argparse.ArgumentTypeError, match="must be host:port"):
+        address("::1:80")
 
 
 def test_usage_error_is_a_logbuf_error_with_the_usage_status() -> None:

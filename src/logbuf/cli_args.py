@@ -12,8 +12,9 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from logbuf.errors import LogbufError
 
@@ -87,6 +88,24 @@ def duration(text: str) -> float:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0 s")
     return seconds
+
+
+_T = TypeVar("_T")
+
+
+def off_or(parse: Callable[[str], _T]) -> Callable[[str], _T | None]:
+    """An argument type: ``off`` is None, anything else ``parse(text)``, whose ``ValueError`` becomes the usage
+    message (e.g. ``off_or(logbuf.channel.parse_endpoint)`` for an address that may be switched off)."""
+
+    def argument(text: str) -> _T | None:
+        if text.lower() == "off":
+            return None
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return argument
 
 
 class StopSignal(threading.Event):

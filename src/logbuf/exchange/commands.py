@@ -19,18 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from logbuf.channel import parse_endpoint
-from logbuf.cli_args import UsageError, count, stop_on_signals, stopped_status
+from logbuf.cli_args import UsageError, count, off_or, stop_on_signals, stopped_status
 from logbuf.marketdata import moldudp64
 
-
-def _host_port(text: str) -> tuple[str, int] | None:
-    """``host:port``, ``[v6]:port`` or ``off``."""
-    if text.lower() == "off":
-        return None
-    try:
-        return parse_endpoint(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+_host_port = off_or(parse_endpoint)  # HOST:PORT, [v6]:PORT or off
 
 
 def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

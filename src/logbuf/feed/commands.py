@@ -21,6 +21,7 @@ from logbuf.cli_args import (
     DefaultsHelpFormatter,
     StopSignal,
     add_driver_dir,
+    off_or,
     stop_on_signals,
     stopped_status,
     traceback_wanted,
@@ -35,15 +36,8 @@ class UsageError(LogbufError):
     """A command-line value the user can fix."""
 
 
+_host_port = off_or(parse_endpoint)  # HOST:PORT, [v6]:PORT or off
 
-
-def _host_port(text: str) -> tuple[str, int] | None:
-    if text.lower() == "off":
-        return None
-    try:
-        return parse_endpoint(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 def _stop_on_signals() -> contextlib.AbstractContextManager[StopSignal]:
     """An event set by SIGINT or SIGTERM while the block runs (previous handlers restored afterwards)."""
