@@ -21,9 +21,10 @@ class ReplayError(LogbufError, ValueError):
     """A replay setting is out of range (speed, budget, fault probabilities, destinations, ...)."""
 
 
-
 @dataclass(frozen=True)
 class FaultConfig:
+    """The faults injected on one feed (probabilities per packet, freezes, drop ranges)."""
+
     loss: float = 0.0  # probability a packet is lost
     duplicate: float = 0.0  # probability a packet is sent twice
     reorder: float = 0.0  # probability a packet is swapped with the next one
@@ -52,6 +53,8 @@ class FaultConfig:
 
 @dataclass(frozen=True)
 class FeedConfig:
+    """One feed: its name, its delay behind the exchange's clock and jitter, and its faults."""
+
     name: str
     delay_ns: int = 0
     jitter_ns: int = 0
@@ -60,6 +63,9 @@ class FeedConfig:
 
 @dataclass(frozen=True)
 class ReplayConfig:
+    """The whole replay: session, pace (``speed`` or ``packet_rate``), start phase, packet budget and flush gap,
+    heartbeats, end of session, the fault seed and the feeds."""
+
     session: str | bytes = "SYNTH0001"
     speed: float | None = 1.0  # None = as fast as possible
     packet_rate: float | None = None  # packets per second per feed, full packets; overrides speed

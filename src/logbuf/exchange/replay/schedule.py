@@ -1,6 +1,9 @@
-"""One feed's send schedule (pure): delay, jitter, heartbeats, loss, duplication, reordering, drop ranges and
-end of session applied to the packet plans, from a seeded generator (same seed and configuration -> same
-faults); freezes are :mod:`.freeze`'s."""
+"""One feed's send schedule (pure): delay, jitter, loss, duplication, reordering (a packet swapped with the next
+one) and drop ranges (inclusive message sequence ranges never sent on that feed) applied to the packet plans,
+from a seeded generator (same seed and configuration -> same faults); freezes are :mod:`.freeze`'s.
+
+Heartbeats go every ``heartbeat_ns`` of silence, carrying the next sequence; after the last packet the
+end-of-session packet is repeated ``end_of_session_count`` times, ``end_of_session_interval_ns`` apart."""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ _UNIFORM_BATCH = 4096
 
 
 class EventKind:
+    """What a :class:`SendEvent` is."""
+
     DATA = "data"
     CATCH_UP = "catch-up"
     HEARTBEAT = "heartbeat"
@@ -29,8 +34,9 @@ class EventKind:
     SOURCE = "source"  # a block of the day as the exchange disseminates it (lost on both feeds or not): to the ring
 
 
-
 class SendEvent(NamedTuple):
+    """One packet to send on one feed (or, with ``feed`` -1, messages to publish to the retransmission ring)."""
+
     time_ns: int  # relative to the start of the replay
     feed: int  # index into ReplayConfig.feeds
     kind: str
@@ -38,7 +44,6 @@ class SendEvent(NamedTuple):
     sequence: int
     count: int  # type: ignore[assignment]  # as PacketPlan.count
     frames: np.ndarray | None
-
 
 
 _NO_EVENTS: list[SendEvent] = []  # shared, never appended to
