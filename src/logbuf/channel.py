@@ -236,12 +236,14 @@ class ChannelUri:
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` → (host, port)."""
+    """``host:port`` or ``[v6]:port`` → (host, port); an IPv6 address only in brackets (``::1:80`` is ambiguous)."""
     if text.startswith("["):
         host, sep, port_text = text[1:].partition("]:")
     else:
         host, sep, port_text = text.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
+        if ":" in host:
+            sep = ""
+    if not sep or not host or "[" in host or "]" in host or not port_text.isdigit():
         raise InvalidChannelError(f"endpoint {text!r} must be host:port")
     port = int(port_text)
     if not 0 <= port <= 65535:
