@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from logbuf.driver.lifecycle import PublicationEvent, PublicationLifecycle, PublicationState
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.logbuffer.term_unblocker import unblock
@@ -99,12 +100,6 @@ class IpcPublicationDuty:
         return False
 
 
-class PublicationState:
-    ACTIVE = "active"  # publishers attached
-    DRAINING = "draining"  # no publisher left: subscribers read to the end of stream (or the linger timeout)
-    CLOSED = "closed"  # counters freed and file deleted
-
-
 class TetherState:
     """Where an untethered subscriber stands (Aeron's IPC publication): ``active`` holds the publication back
     like any subscriber; one that stayed more than a window behind for the window-limit timeout is told its
@@ -154,12 +149,12 @@ class UntetheredEvent:
         self.available = available
 
 
-class IpcPublication:
+class IpcPublication(PublicationLifecycle):
     """A log on this host shared by the publishers of one stream (or owned by one exclusive publisher).
 
     The driver entity: the log file, its pub-pos and pub-lmt counters, the subscribers' sub-pos links, the
-    publishers attached (by registration id) and the drain/linger life cycle.  The per-cycle work is the
-    :class:`IpcPublicationDuty`.
+    publishers attached (by registration id) and its life cycle (:mod:`logbuf.driver.lifecycle`: active,
+    draining, closed).  The per-cycle work is the :class:`IpcPublicationDuty`.
     """
 
     def __init__(
@@ -197,7 +192,6 @@ class IpcPublication:
         self._positions: tuple[Position, ...] = ()
         self._untethered: tuple[SubscriberLink, ...] = ()
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
-        self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
         # set by a conductor whose native duty runs this publication (it stops unblocking a draining one)
         self.on_draining: Callable[[IpcPublication], None] | None = None
@@ -295,7 +289,7 @@ class IpcPublication:
 
     def start_draining(self, now_ns: int, linger_ns: int) -> None:
         """No publisher is left: mark the end of stream and give subscribers until the deadline to read it."""
-        self.state = PublicationState.DRAINING
+        self._transition(PublicationEvent.DRAIN)
         if self.on_draining is not None:
             self.on_draining(self)
         self.log.end_of_stream_position = self.log.producer_position()

@@ -397,7 +397,7 @@ class NetworkConductor:
         are freed and the file deleted; the endpoint is closed when unused."""
         with contextlib.suppress(ValueError):
             self.publications.remove(publication)
-        publication.state = PublicationState.CLOSED
+        publication.close()
         self._closing_publications[publication.registration_id] = publication
         command = self.sender.new_command(lib.LBD_SND_REMOVE_PUBLICATION)
         command.endpoint_id = publication.endpoint_id
@@ -469,7 +469,7 @@ class NetworkConductor:
         if endpoint.remove_subscription(subscription.stream_id):
             # the stream's last subscription: the agent ends its images and reports each (IMAGE_REMOVED)
             for image in endpoint.images_of(subscription.stream_id):
-                image.removing = True
+                image.begin_removing()
             self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_SUBSCRIPTION,
                                                       endpoint_id=endpoint.endpoint_id,
                                                       stream_id=subscription.stream_id))

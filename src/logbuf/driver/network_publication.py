@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from logbuf.driver.ipc_publication import PublicationState
+from logbuf.driver.lifecycle import PublicationEvent, PublicationLifecycle
 from logbuf.driver.sender import Sender
 from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl
 from logbuf.driver.udp.retransmit import RetransmitHandler
@@ -57,7 +57,7 @@ class NetworkPublicationPositions:
         return [p.counter_id for p in (self.pub_pos, self.pub_lmt, self.snd_pos, self.snd_lmt, self.snd_bpe)]
 
 
-class NetworkPublication:
+class NetworkPublication(PublicationLifecycle):
     """The conductor's view of a network publication: its log, counters, publishers and life cycle (the
     sender agent owns everything that moves)."""
 
@@ -114,7 +114,6 @@ class NetworkPublication:
         self.channel_status_id = channel_status_id
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
         self.subscribers: dict = {}  # IPC subscribers never link to a network publication
-        self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
         self.end_of_stream_position: int | None = None
         self.drained_reason = 0  # DRAINED_*, once the agent reported it
@@ -180,7 +179,7 @@ class NetworkPublication:
 
     def start_draining(self, now_ns: int, linger_ns: int) -> None:
         """No publisher is left: the stream ends where the producer stopped; the agent drains it."""
-        self.state = PublicationState.DRAINING
+        self._transition(PublicationEvent.DRAIN)
         end = self.log.producer_position()
         self.end_of_stream_position = end
         self.log.end_of_stream_position = end
