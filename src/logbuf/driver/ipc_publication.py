@@ -11,6 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from logbuf.driver.lifecycle import PublicationEvent, PublicationLifecycle, PublicationState
+from logbuf.driver.windows import (
+    check_publication_window,
+    publication_window,
+    trip_gain,
+    untethered_window_limit,
+)
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.logbuffer.term_unblocker import unblock
@@ -35,10 +41,9 @@ class IpcPublicationDuty:
         self.publisher_position = publisher_position
         self.publisher_limit = publisher_limit
         self.subscriber_positions = subscriber_positions
-        self.window_length = window_length or log.term_length // 2
-        if not 0 < self.window_length <= log.term_length:
-            raise ValueError(f"window {self.window_length} must be in (0, term length {log.term_length}]")
-        self.trip_gain = self.window_length // 8
+        self.window_length = window_length or publication_window(log.term_length)
+        check_publication_window(self.window_length, log.term_length, network=False)
+        self.trip_gain = trip_gain(self.window_length)
         self.unblock_timeout_ns = unblock_timeout_ns
         self.on_unblocked = on_unblocked
         consumer = log.producer_position()
@@ -244,7 +249,7 @@ class IpcPublication(PublicationLifecycle):
             return events
         included = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
         consumer = max([*included, self.duty.consumer_position if consumer_position is None else consumer_position])
-        window_limit = consumer - self.window_length + self.window_length // 8
+        window_limit = untethered_window_limit(consumer, self.window_length)
         timeout = self.untethered_window_limit_timeout_ns
         changed = False
         for link in untethered:

@@ -50,9 +50,10 @@ from logbuf.driver.udp import (
     receiver_window_length,
 )
 from logbuf.driver.udp.loss_detector import DEFAULT_UNICAST_RETRY_RATIO, Gap
-from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH, DEFAULT_SM_TIMEOUT_NS
+from logbuf.driver.udp.status_schedule import DEFAULT_SM_TIMEOUT_NS
 from logbuf.driver.udp_channel import UdpChannel, UnknownHostError, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
+from logbuf.driver.windows import initial_receiver_window
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.native import ffi, lib
@@ -565,9 +566,8 @@ class NetworkConductor:
         ctx = self.services.ctx
         correlation_id = self.services.next_correlation_id()
         # rcv-wnd of the first subscription that named one, else the driver's; the first one's other settings
-        initial_window = next((s.params.receiver_window for s in subscriptions
-                               if s.params is not None and s.params.receiver_window is not None),
-                              ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+        initial_window = initial_receiver_window((s.params.receiver_window for s in subscriptions
+                                                  if s.params is not None), ctx.receiver_window)
         first = subscriptions[0].params
         sparse = not ctx.pre_touch if first is None else first.sparse
         window = receiver_window_length(setup.term_length, initial_window)

@@ -30,6 +30,7 @@ from logbuf.driver.sender import Sender
 from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl
 from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.udp.sender_schedule import DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_SETUP_INTERVAL_NS
+from logbuf.driver.windows import check_publication_window
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.native import ffi, lib
 from logbuf.position import Position
@@ -86,8 +87,7 @@ class NetworkPublication(PublicationLifecycle):
         setup_interval_ns: int = DEFAULT_SETUP_INTERVAL_NS,
         heartbeat_interval_ns: int = DEFAULT_HEARTBEAT_INTERVAL_NS,
     ) -> None:
-        if not 0 < window_length <= log.term_length // 2:
-            raise ValueError(f"publication window {window_length} must be in (0, T/2]")
+        check_publication_window(window_length, log.term_length, network=True)
         if not 0 < len(destination) <= lib.LBN_ADDRESS_SLOT:
             raise ValueError(f"destination sockaddr of {len(destination)} bytes")
         self.registration_id = registration_id
