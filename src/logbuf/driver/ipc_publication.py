@@ -8,6 +8,7 @@ false.  On the timer: unblock a claim that has held the consumers still for long
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 
 from logbuf.driver.lifecycle import PublicationEvent, PublicationLifecycle, PublicationState
@@ -105,7 +106,7 @@ class IpcPublicationDuty:
         return False
 
 
-class TetherState:
+class TetherState(enum.Enum):
     """Where an untethered subscriber stands (Aeron's IPC publication): ``active`` holds the publication back
     like any subscriber; one that stayed more than a window behind for the window-limit timeout is told its
     image is gone and ``linger``s (still counted) for another such timeout, then ``rest``s (not counted) for the
