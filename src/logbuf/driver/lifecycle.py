@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 S = TypeVar("S", bound=enum.Enum)
 E = TypeVar("E", bound=enum.Enum)
@@ -48,6 +48,20 @@ class TransitionTable(Generic[S, E]):
             raise IllegalTransition(self.what, state, event) from None
 
 
+class Lifecycle(Generic[S, E]):
+    """A state read-only from outside, moved only by the owner's own transition methods through its table."""
+
+    _transitions: TransitionTable[Any, Any]
+    _state: S
+
+    @property
+    def state(self) -> S:
+        return self._state
+
+    def _transition(self, event: E) -> None:
+        self._state = self._transitions.next_state(self._state, event)
+
+
 class PublicationState(enum.Enum):
     ACTIVE = "active"  # publishers attached
     DRAINING = "draining"  # no publisher left: subscribers read to the end of stream (or the linger timeout)
@@ -66,25 +80,6 @@ PUBLICATION_TRANSITIONS: TransitionTable[PublicationState, PublicationEvent] = T
 })
 
 
-class PublicationLifecycle:
-    """The state of a publication (IPC or network), read-only from outside; moved by the publication's own
-    transition methods through :data:`PUBLICATION_TRANSITIONS`."""
-
-    _state: PublicationState = PublicationState.ACTIVE  # every publication starts active
-
-    @property
-    def state(self) -> PublicationState:
-        return self._state
-
-    def _transition(self, event: PublicationEvent) -> None:
-        self._state = PUBLICATION_TRANSITIONS.next_state(self._state, event)
-
-    def close(self) -> None:
-        """Drained, lingered long enough, or its log truncated: no publisher joins it and no subscriber links
-        to it any more; the conductor then releases its counters and log."""
-        self._transition(PublicationEvent.CLOSE)
-
-
 class PublicationImageState(enum.Enum):
     ACTIVE = "active"  # subscribers read it; a new subscription of its stream links to it
     REMOVING = "removing"  # its stream's last subscription left: the receiver agent was told to let go
@@ -101,3 +96,33 @@ IMAGE_TRANSITIONS: TransitionTable[PublicationImageState, PublicationImageEvent]
     (PublicationImageState.ACTIVE, PublicationImageEvent.CLOSE): PublicationImageState.CLOSED,
     (PublicationImageState.REMOVING, PublicationImageEvent.CLOSE): PublicationImageState.CLOSED,
 })
+
+
+class PublicationLifecycle(Lifecycle[PublicationState, PublicationEvent]):
+    """The life cycle of a publication (IPC or network), through :data:`PUBLICATION_TRANSITIONS`."""
+
+    _transitions = PUBLICATION_TRANSITIONS
+    _state = PublicationState.ACTIVE  # every publication starts active
+
+    def close(self) -> None:
+        """Drained, lingered long enough, or its log truncated: no publisher joins it and no subscriber links
+        to it any more; the conductor then releases its counters and log."""
+        self._transition(PublicationEvent.CLOSE)
+
+
+class ImageLifecycle(Lifecycle[PublicationImageState, PublicationImageEvent]):
+    """The life cycle of an image, through :data:`IMAGE_TRANSITIONS` (its owner's ``close`` takes the CLOSE
+    event, then releases what it holds)."""
+
+    _transitions = IMAGE_TRANSITIONS
+    _state = PublicationImageState.ACTIVE  # every image starts active
+
+    @property
+    def removing(self) -> bool:
+        """The agent was told to let go (its stream's last subscription left); waiting for its word."""
+        return self._state is PublicationImageState.REMOVING
+
+    def begin_removing(self) -> None:
+        """Its stream's last subscription left and the receiver agent is told to end it: no new subscription
+        links to it while the agent lets go."""
+        self._transition(PublicationImageEvent.REMOVE)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from logbuf.driver.ipc_publication import SubscriberLink
-from logbuf.driver.lifecycle import IMAGE_TRANSITIONS, PublicationImageEvent, PublicationImageState
+from logbuf.driver.lifecycle import ImageLifecycle, PublicationImageEvent
 from logbuf.driver.udp.loss_detector import Gap
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
@@ -48,7 +48,7 @@ class ImageWaker:
             lib.lb_wake_close(sem)
 
 
-class PublicationImage:
+class PublicationImage(ImageLifecycle):
     """The conductor's record of an image: its log (kept mapped until the receiver agent lets go of it),
     its rcv-hwm / rcv-pos counters (the agent writes them), its subscribers' sub-pos links, the stream's
     wake-up semaphore the agent posts, and its life cycle (:mod:`logbuf.driver.lifecycle`: active, removing,
@@ -83,26 +83,8 @@ class PublicationImage:
         self.waker = waker
         self.loss_observer = loss_observer
         self.subscribers: dict[int, SubscriberLink] = {}
-        self._state = PublicationImageState.ACTIVE
         rcv_hwm.set(join_position)
         rcv_pos.set(join_position)
-
-    @property
-    def state(self) -> PublicationImageState:
-        return self._state
-
-    @property
-    def removing(self) -> bool:
-        """The agent was told to let go (its stream's last subscription left); waiting for its word."""
-        return self._state is PublicationImageState.REMOVING
-
-    def _transition(self, event: PublicationImageEvent) -> None:
-        self._state = IMAGE_TRANSITIONS.next_state(self._state, event)
-
-    def begin_removing(self) -> None:
-        """Its stream's last subscription left and the receiver agent is told to end it: no new subscription
-        links to it while the agent lets go."""
-        self._transition(PublicationImageEvent.REMOVE)
 
     def add_subscriber(self, link: SubscriberLink) -> None:
         self.subscribers[link.subscription_id] = link
