@@ -52,8 +52,10 @@ def test_check_publication_window() -> None:
 
 def test_trip_gain_and_untethered_window_limit() -> None:
     assert trip_gain(T // 2) == T // 16
-    # an untethered subscriber keeps up while it is less than the window (less the trip gain) behind
+    # an untethered subscriber keeps up while it is less than the window, less the slack, behind: the trip gain
+    # behind an IPC publication's consumers, a quarter window behind a network publication's snd-pos (spies)
     assert untethered_window_limit(10 * T, T // 2) == 10 * T - T // 2 + T // 16
+    assert untethered_window_limit(10 * T, T // 2, network=True) == 10 * T - T // 2 + T // 8
 
 
 def test_receiver_window() -> None:

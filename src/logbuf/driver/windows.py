@@ -5,8 +5,9 @@
   snd-pos stays intact for retransmits);
 - trip gain: pub-lmt moves only once it would grow by more than window / 8 (fewer writes to a hot cache line);
   the native duties apply the same rule to the window they are handed;
-- untethered window limit: an untethered subscriber further behind than the window (less the trip gain) is
-  falling behind;
+- untethered window limit: an untethered subscriber further behind than the window, less some slack (the
+  trip gain, window / 8, behind an IPC publication's consumers; a quarter window behind a network
+  publication's snd-pos, for its spies), is falling behind;
 - receiver window: what a receiver's status messages offer the sender: the window the first subscription
   naming ``rcv-wnd`` asks for, else the driver's, else 128 KiB; at most half a term, so a sender never laps a
   term the receiver may still be reading.
@@ -47,9 +48,12 @@ def trip_gain(window_length: int) -> int:
     return window_length // 8
 
 
-def untethered_window_limit(consumer_position: int, window_length: int) -> int:
-    """The position an untethered subscriber must stay above to count as keeping up."""
-    return consumer_position - window_length + trip_gain(window_length)
+def untethered_window_limit(position: int, window_length: int, *, network: bool = False) -> int:
+    """The position an untethered subscriber must stay above to count as keeping up: ``position`` (an IPC
+    publication's consumer position, a network publication's snd-pos) less the window, plus the slack (window
+    / 8 on IPC, window / 4 for a network publication's spies, as Aeron has them)."""
+    slack = window_length // 4 if network else trip_gain(window_length)
+    return position - window_length + slack
 
 
 def receiver_window_length(term_length: int, initial_window_length: int = DEFAULT_INITIAL_WINDOW_LENGTH) -> int:
