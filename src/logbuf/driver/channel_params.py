@@ -23,6 +23,7 @@ from logbuf.channel import (
     parse_size,
 )
 from logbuf.driver.context import SECOND, DriverContext
+from logbuf.driver.windows import publication_window
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 
@@ -191,9 +192,9 @@ def resolve_publication(uri: ChannelUri, ctx: DriverContext) -> PublicationParam
                 f"channel {uri}: pub-wnd={window} must be at least the mtu ({mtu}) and at most half the term "
                 f"length ({term_length // 2})")
     elif uri.is_ipc:
-        window = ctx.ipc_window(term_length)
+        window = publication_window(term_length, ctx.ipc_publication_window)
     else:
-        window = ctx.network_window(term_length)
+        window = publication_window(term_length, ctx.network_publication_window, network=True)
     linger = parse_timeout_ns(uri, "linger", ctx.publication_linger_timeout_ns)
     session_id = parse_int32(uri, "session-id")
     initial_position = _initial_position(uri, term_length)

@@ -69,7 +69,8 @@ from logbuf.driver.channel_params import resolve_publication, resolve_subscripti
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.context import MS, DriverContext
 from logbuf.driver.ipc_conductor import IpcConductor, SubscriptionLink
-from logbuf.driver.ipc_publication import IpcPublication, PublicationState
+from logbuf.driver.ipc_publication import IpcPublication
+from logbuf.driver.lifecycle import PublicationState
 from logbuf.driver.native_ipc import NativeIpcDuty
 from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription, SpySubscription
 from logbuf.driver.network_publication import NetworkPublication

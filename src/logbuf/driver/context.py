@@ -10,6 +10,7 @@ from typing import Any
 from logbuf.directory import DEFAULT_STORAGE_RESERVE, resolve_directory
 from logbuf.driver.agents import DEFAULT_AGENT_IDLE, IdleSpec, check_threading_mode, default_threading_mode
 from logbuf.driver.udp.impairment import Impairment
+from logbuf.driver.windows import max_publication_window
 from logbuf.idle import idle_strategy
 from logbuf.logbuffer import descriptor as d
 
@@ -27,7 +28,7 @@ class DriverContext:
     ipc_term_length: int = d.DEFAULT_IPC_TERM_LENGTH
     network_term_length: int = d.DEFAULT_NETWORK_TERM_LENGTH
     mtu: int = d.DEFAULT_MTU
-    ipc_publication_window: int = 0  # 0: half a term (Aeron)
+    ipc_publication_window: int = 0  # 0: half a term (Aeron); the rules: logbuf.driver.windows
     unblock_timeout_ns: int = 15 * SECOND
     client_liveness_timeout_ns: int = 10 * SECOND
     publication_linger_timeout_ns: int = 5 * SECOND
@@ -107,7 +108,7 @@ class DriverContext:
             d.check_mtu(self.mtu, min(self.ipc_term_length, self.network_term_length))
         except ValueError as exc:
             raise ValueError(f"mtu: {exc}") from None
-        if self.ipc_publication_window < 0 or self.ipc_publication_window > self.ipc_term_length:
+        if not 0 <= self.ipc_publication_window <= max_publication_window(self.ipc_term_length, network=False):
             raise ValueError("ipc_publication_window must be 0 (half a term) or at most one term")
         for name in (
             "unblock_timeout_ns",
@@ -173,17 +174,6 @@ class DriverContext:
     @property
     def file_mode(self) -> int:
         return 0o660 if self.group_access else 0o600
-
-    def ipc_window(self, term_length: int) -> int:
-        if self.ipc_publication_window:
-            return min(self.ipc_publication_window, term_length)
-        return term_length // 2
-
-    def network_window(self, term_length: int) -> int:
-        """pub-lmt runs this far ahead of snd-pos (at most half a term: one term stays behind snd-pos)."""
-        if self.network_publication_window:
-            return min(self.network_publication_window, term_length // 2)
-        return term_length // 2
 
     def agent_idle(self, role: str) -> IdleSpec:
         """The idle strategy of the native agent whose first role is ``role``."""

@@ -27,7 +27,8 @@ from logbuf.cnc.messages import (
 )
 from logbuf.driver.channel_params import PublicationParams, SubscriptionParams, confirm_match
 from logbuf.driver.command_error import CommandError
-from logbuf.driver.ipc_publication import IpcPublication, PublicationState, SubscriberLink, TetherState
+from logbuf.driver.ipc_publication import IpcPublication, SubscriberLink, TetherState
+from logbuf.driver.lifecycle import PublicationState
 from logbuf.driver.native_ipc import COMMAND_REFUSED, PUBLICATION_REMOVED, SUBSCRIBER_REMOVED, NativeIpcDuty
 from logbuf.driver.services import DriverServices
 
@@ -175,7 +176,7 @@ class IpcConductor:
         """Drained (or lingered long enough): images go away, counters are freed, the file is deleted."""
         for link in list(publication.subscribers.values()):
             self._unlink_subscriber(publication, link, notify=True)
-        publication.state = PublicationState.CLOSED
+        publication.close()
         self.publications.remove(publication)
         if self.native is not None:
             # the agent may be reading the log and counters right now: they go when it says it let go

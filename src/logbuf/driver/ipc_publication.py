@@ -8,8 +8,16 @@ false.  On the timer: unblock a claim that has held the consumers still for long
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Sequence
 
+from logbuf.driver.lifecycle import PublicationEvent, PublicationLifecycle, PublicationState
+from logbuf.driver.windows import (
+    check_publication_window,
+    publication_window,
+    trip_gain,
+    untethered_window_limit,
+)
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.logbuffer.term_unblocker import unblock
@@ -34,10 +42,9 @@ class IpcPublicationDuty:
         self.publisher_position = publisher_position
         self.publisher_limit = publisher_limit
         self.subscriber_positions = subscriber_positions
-        self.window_length = window_length or log.term_length // 2
-        if not 0 < self.window_length <= log.term_length:
-            raise ValueError(f"window {self.window_length} must be in (0, term length {log.term_length}]")
-        self.trip_gain = self.window_length // 8
+        self.window_length = window_length or publication_window(log.term_length)
+        check_publication_window(self.window_length, log.term_length, network=False)
+        self.trip_gain = trip_gain(self.window_length)
         self.unblock_timeout_ns = unblock_timeout_ns
         self.on_unblocked = on_unblocked
         consumer = log.producer_position()
@@ -99,13 +106,7 @@ class IpcPublicationDuty:
         return False
 
 
-class PublicationState:
-    ACTIVE = "active"  # publishers attached
-    DRAINING = "draining"  # no publisher left: subscribers read to the end of stream (or the linger timeout)
-    CLOSED = "closed"  # counters freed and file deleted
-
-
-class TetherState:
+class TetherState(enum.Enum):
     """Where an untethered subscriber stands (Aeron's IPC publication): ``active`` holds the publication back
     like any subscriber; one that stayed more than a window behind for the window-limit timeout is told its
     image is gone and ``linger``s (still counted) for another such timeout, then ``rest``s (not counted) for the
@@ -186,12 +187,12 @@ def advance_untethered(links: Iterable[SubscriberLink], now_ns: int, window_limi
     return events
 
 
-class IpcPublication:
+class IpcPublication(PublicationLifecycle):
     """A log on this host shared by the publishers of one stream (or owned by one exclusive publisher).
 
     The driver entity: the log file, its pub-pos and pub-lmt counters, the subscribers' sub-pos links, the
-    publishers attached (by registration id) and the drain/linger life cycle.  The per-cycle work is the
-    :class:`IpcPublicationDuty`.
+    publishers attached (by registration id) and its life cycle (:mod:`logbuf.driver.lifecycle`: active,
+    draining, closed).  The per-cycle work is the :class:`IpcPublicationDuty`.
     """
 
     def __init__(
@@ -229,7 +230,6 @@ class IpcPublication:
         self._positions: tuple[Position, ...] = ()
         self._untethered: tuple[SubscriberLink, ...] = ()
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
-        self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
         # set by a conductor whose native duty runs this publication (it stops unblocking a draining one)
         self.on_draining: Callable[[IpcPublication], None] | None = None
@@ -282,7 +282,7 @@ class IpcPublication:
             return events
         included = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
         consumer = max([*included, self.duty.consumer_position if consumer_position is None else consumer_position])
-        window_limit = consumer - self.window_length + self.window_length // 8
+        window_limit = untethered_window_limit(consumer, self.window_length)
         events = advance_untethered(untethered, now_ns, window_limit, consumer,
                                     self.untethered_window_limit_timeout_ns, self.untethered_resting_timeout_ns)
         if any(event.available is not False for event in events):  # whether a link counts changed
@@ -306,7 +306,7 @@ class IpcPublication:
 
     def start_draining(self, now_ns: int, linger_ns: int) -> None:
         """No publisher is left: mark the end of stream and give subscribers until the deadline to read it."""
-        self.state = PublicationState.DRAINING
+        self._transition(PublicationEvent.DRAIN)
         if self.on_draining is not None:
             self.on_draining(self)
         self.log.end_of_stream_position = self.log.producer_position()

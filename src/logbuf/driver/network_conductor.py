@@ -60,9 +60,10 @@ from logbuf.driver.udp import (
     receiver_window_length,
 )
 from logbuf.driver.udp.loss_detector import DEFAULT_UNICAST_RETRY_RATIO, Gap
-from logbuf.driver.udp.status_schedule import DEFAULT_INITIAL_WINDOW_LENGTH, DEFAULT_SM_TIMEOUT_NS
+from logbuf.driver.udp.status_schedule import DEFAULT_SM_TIMEOUT_NS
 from logbuf.driver.udp_channel import UdpChannel, UnknownHostError, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
+from logbuf.driver.windows import initial_receiver_window
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.native import ffi, lib
@@ -436,7 +437,7 @@ class NetworkConductor:
         are freed and the file deleted; the endpoint is closed when unused."""
         with contextlib.suppress(ValueError):
             self.publications.remove(publication)
-        publication.state = PublicationState.CLOSED
+        publication.close()
         for link in publication.subscribers.values():  # (their counters go with the publication's)
             self._announce_spy_unavailable(publication, link)  # every linked spy, resting ones too (aeronmd)
         self._closing_publications[publication.registration_id] = publication
@@ -608,7 +609,7 @@ class NetworkConductor:
         if endpoint.remove_subscription(subscription.stream_id):
             # the stream's last subscription: the agent ends its images and reports each (IMAGE_REMOVED)
             for image in endpoint.images_of(subscription.stream_id):
-                image.removing = True
+                image.begin_removing()
             self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_SUBSCRIPTION,
                                                       endpoint_id=endpoint.endpoint_id,
                                                       stream_id=subscription.stream_id))
@@ -704,9 +705,8 @@ class NetworkConductor:
         ctx = self.services.ctx
         correlation_id = self.services.next_correlation_id()
         # rcv-wnd of the first subscription that named one, else the driver's; the first one's other settings
-        initial_window = next((s.params.receiver_window for s in subscriptions
-                               if s.params is not None and s.params.receiver_window is not None),
-                              ctx.receiver_window or DEFAULT_INITIAL_WINDOW_LENGTH)
+        initial_window = initial_receiver_window((s.params.receiver_window for s in subscriptions
+                                                  if s.params is not None), ctx.receiver_window)
         first = subscriptions[0].params
         sparse = not ctx.pre_touch if first is None else first.sparse
         window = receiver_window_length(setup.term_length, initial_window)

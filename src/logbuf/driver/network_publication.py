@@ -39,15 +39,16 @@ from typing import Any
 
 from logbuf.driver.ipc_publication import (
     DEFAULT_UNBLOCK_TIMEOUT_NS,
-    PublicationState,
     SubscriberLink,
     UntetheredEvent,
     advance_untethered,
 )
+from logbuf.driver.lifecycle import PublicationEvent, PublicationLifecycle, PublicationState
 from logbuf.driver.sender import Sender
 from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl
 from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.udp.sender_schedule import DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_SETUP_INTERVAL_NS
+from logbuf.driver.windows import check_publication_window, untethered_window_limit
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_unblocker import unblock
@@ -77,7 +78,7 @@ class NetworkPublicationPositions:
         return [p.counter_id for p in (self.pub_pos, self.pub_lmt, self.snd_pos, self.snd_lmt, self.snd_bpe)]
 
 
-class NetworkPublication:
+class NetworkPublication(PublicationLifecycle):
     """The conductor's view of a network publication: its log, counters, publishers and life cycle (the
     sender agent owns everything that moves)."""
 
@@ -110,8 +111,7 @@ class NetworkPublication:
         untethered_resting_timeout_ns: int = 10_000_000_000,
         unblock_timeout_ns: int = DEFAULT_UNBLOCK_TIMEOUT_NS,
     ) -> None:
-        if not 0 < window_length <= log.term_length // 2:
-            raise ValueError(f"publication window {window_length} must be in (0, T/2]")
+        check_publication_window(window_length, log.term_length, network=True)
         if not 0 < len(destination) <= lib.LBN_ADDRESS_SLOT:
             raise ValueError(f"destination sockaddr of {len(destination)} bytes")
         self.registration_id = registration_id
@@ -144,7 +144,6 @@ class NetworkPublication:
         self.unblock_timeout_ns = unblock_timeout_ns
         self._last_snd_pos = log.producer_position()
         self._time_of_last_snd_move_ns = now_ns
-        self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
         self.end_of_stream_position: int | None = None
         self.drained_reason = 0  # DRAINED_*, once the agent reported it
@@ -227,7 +226,7 @@ class NetworkPublication:
         if not untethered:
             return []
         snd_pos = self.snd_pos
-        window_limit = snd_pos - self.window_length + self.window_length // 4
+        window_limit = untethered_window_limit(snd_pos, self.window_length, network=True)
         events = advance_untethered(untethered, now_ns, window_limit, snd_pos,
                                     self.untethered_window_limit_timeout_ns, self.untethered_resting_timeout_ns)
         for event in events:
@@ -280,7 +279,7 @@ class NetworkPublication:
 
     def start_draining(self, now_ns: int, linger_ns: int) -> None:
         """No publisher is left: the stream ends where the producer stopped; the agent drains it."""
-        self.state = PublicationState.DRAINING
+        self._transition(PublicationEvent.DRAIN)
         end = self.log.producer_position()
         self.end_of_stream_position = end
         self.log.end_of_stream_position = end

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from logbuf.driver.ipc_publication import SubscriberLink
+from logbuf.driver.lifecycle import ImageLifecycle, PublicationImageEvent
 from logbuf.driver.udp.loss_detector import Gap
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
@@ -47,10 +48,11 @@ class ImageWaker:
             lib.lb_wake_close(sem)
 
 
-class PublicationImage:
+class PublicationImage(ImageLifecycle):
     """The conductor's record of an image: its log (kept mapped until the receiver agent lets go of it),
-    its rcv-hwm / rcv-pos counters (the agent writes them), its subscribers' sub-pos links and the stream's
-    wake-up semaphore the agent posts."""
+    its rcv-hwm / rcv-pos counters (the agent writes them), its subscribers' sub-pos links, the stream's
+    wake-up semaphore the agent posts, and its life cycle (:mod:`logbuf.driver.lifecycle`: active, removing,
+    closed)."""
 
     def __init__(
         self,
@@ -81,7 +83,6 @@ class PublicationImage:
         self.waker = waker
         self.loss_observer = loss_observer
         self.subscribers: dict[int, SubscriberLink] = {}
-        self.removing = False  # the agent was told to let go; waiting for its word
         rcv_hwm.set(join_position)
         rcv_pos.set(join_position)
 
@@ -99,6 +100,8 @@ class PublicationImage:
         return [self.rcv_hwm.counter_id, self.rcv_pos.counter_id]
 
     def close(self) -> None:
+        """The agent let go of it (or the driver shuts down): its semaphore handle and log are closed."""
+        self._transition(PublicationImageEvent.CLOSE)
         self.waker.close()
         self.log.close()
 

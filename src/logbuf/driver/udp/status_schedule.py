@@ -2,20 +2,20 @@
 
 An SM goes out when the consumption position (the slowest subscriber) has moved more than a quarter of the
 receiver window since the last SM, at least every ``sm_timeout_ns`` (200 ms), and at once when forced (a new
-image announcing itself to the sender).  The window is ``min(128 KiB, T/2)`` unless configured.
+image announcing itself to the sender).  The window is ``min(128 KiB, T/2)`` unless configured (its rule:
+:func:`logbuf.driver.windows.receiver_window_length`).
 """
 
 from __future__ import annotations
 
+from logbuf.driver.windows import DEFAULT_INITIAL_WINDOW_LENGTH, receiver_window_length
+
+# the receiver window's rule lives in windows.py; its names stay importable from here
+__all__ = [
+    "DEFAULT_INITIAL_WINDOW_LENGTH", "DEFAULT_SM_TIMEOUT_NS", "StatusMessageSchedule", "receiver_window_length",
+]
+
 DEFAULT_SM_TIMEOUT_NS = 200_000_000
-DEFAULT_INITIAL_WINDOW_LENGTH = 128 * 1024
-
-
-def receiver_window_length(term_length: int, initial_window_length: int = DEFAULT_INITIAL_WINDOW_LENGTH) -> int:
-    """``min(initial window, T/2)``: a receiver never lets the sender lap a term it may still be reading."""
-    if initial_window_length <= 0:
-        raise ValueError("the receiver window must be positive")
-    return min(initial_window_length, term_length // 2)
 
 
 class StatusMessageSchedule:
