@@ -12,9 +12,8 @@ from logbuf.driver.agents import DEFAULT_AGENT_IDLE, IdleSpec, check_threading_m
 from logbuf.driver.udp.impairment import Impairment
 from logbuf.idle import idle_strategy
 from logbuf.logbuffer import descriptor as d
-
-MS = 1_000_000
-SECOND = 1_000_000_000
+from logbuf.units import NANOS_PER_MILLI as MS
+from logbuf.units import NANOS_PER_SECOND as SECOND
 
 
 def _power_of_two(value: int) -> bool:

@@ -60,10 +60,10 @@ from logbuf.errors import LogbufError, bind_error
 from logbuf.feed import moldudp64
 from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE
 from logbuf.feed.moldudp64 import DEFAULT_PAYLOAD_BUDGET, HEADER_LENGTH, MAX_MESSAGE_COUNT, REQUEST_LENGTH
+from logbuf.units import NANOS_PER_SECOND
 
 log = logging.getLogger(__name__)
 
-NANOS_PER_SECOND = 1_000_000_000
 DEFAULT_RING_BITS = 20
 MIN_RING_BITS, MAX_RING_BITS = 1, 30
 DEFAULT_RATE = 1_000.0  # answers per second per client
