@@ -36,6 +36,7 @@ from logbuf.cnc.counters import (
 from logbuf.errors import USAGE_EXIT_STATUS, LogbufError
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
+from logbuf.units import NANOS_PER_MICRO
 
 
 class DemoError(LogbufError):
@@ -147,8 +148,8 @@ def _summary(summary: dict, total: int) -> tuple[str, bool]:
         f"{summary.get('gaps_recovered', 0)} gaps ({summary.get('recovery_requests', 0)} requests)",
         f"lost:             {lost:,} messages" + (f" ({why})" if why else ""),
         f"kernel drops:     {drops:,} datagrams (socket buffers full)",
-        f"wire to log:      p50 {summary.get('wire_to_log_p50_ns', 0) / 1e3:,.0f} us, "
-        f"p99 {summary.get('wire_to_log_p99_ns', 0) / 1e3:,.0f} us",
+        f"wire to log:      p50 {summary.get('wire_to_log_p50_ns', 0) / NANOS_PER_MICRO:,.0f} us, "
+        f"p99 {summary.get('wire_to_log_p99_ns', 0) / NANOS_PER_MICRO:,.0f} us",
     ]
     return "\n".join(lines), lost > 0 or published != total
 

@@ -29,6 +29,7 @@ from logbuf.client.image import ControlledPollAction, FragmentBatch, FragmentHan
 from logbuf.errors import ClosedError, LogbufError
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.logbuffer.header import Header
+from logbuf.units import NANOS_PER_MILLI
 
 _log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ WAIT_SLICE_S = 0.1
 # Without a semaphore, how long before looking for it again (a driver could create it later).
 SEMAPHORE_RETRY_S = 1.0
 # Back-off while waiting without a semaphore: bounded sleeps, so a timeout or a close is seen within 1 ms.
-_NO_SEMAPHORE_MAX_PARK_NS = 1_000_000
+_NO_SEMAPHORE_MAX_PARK_NS = NANOS_PER_MILLI
 
 
 class Subscription:

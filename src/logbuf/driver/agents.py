@@ -28,7 +28,7 @@ from typing import Any
 
 from logbuf.native import ffi, lib
 from logbuf.position import Position
-from logbuf.units import NANOS_PER_SECOND, NANOS_PER_UNIT
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND, NANOS_PER_UNIT
 
 #: a native duty: (cffi ``int32_t (*)(void *, int64_t)`` function pointer, cffi ``void *`` state)
 NativeDuty = tuple[Any, Any]
@@ -105,7 +105,7 @@ class IdleSpec:
     max_spins: int = 10
     max_yields: int = 20  # Aeron's back-off: 10 spins, 20 yields, then parks from 1 µs doubling to 1 ms
     min_park_ns: int = 1_000
-    max_park_ns: int = 1_000_000
+    max_park_ns: int = NANOS_PER_MILLI
 
     @classmethod
     def parse(cls, text: str) -> IdleSpec:
@@ -136,7 +136,7 @@ class IdleSpec:
                 parse_duration_ns(values["max-park"], "max-park") if "max-park" in values else defaults.max_park_ns,
             )
         elif kind == "sleep":
-            park = parse_duration_ns(values["park"], "park") if "park" in values else 1_000_000
+            park = parse_duration_ns(values["park"], "park") if "park" in values else NANOS_PER_MILLI
             spec = cls(kind, 0, 0, park, park)
         else:
             spec = cls(kind, 0, 0, 0, 0)
@@ -148,7 +148,7 @@ class IdleSpec:
             raise ValueError(f"idle strategy kind {self.kind!r} unknown")
         if self.max_spins < 0 or self.max_yields < 0:
             raise ValueError("idle strategy: spins and yields must be >= 0")
-        if self.kind in ("sleep", "backoff") and not 0 < self.min_park_ns <= self.max_park_ns <= 1_000_000_000:
+        if self.kind in ("sleep", "backoff") and not 0 < self.min_park_ns <= self.max_park_ns <= NANOS_PER_SECOND:
             raise ValueError("idle strategy: need 0 < min-park <= max-park <= 1s")
 
     def __str__(self) -> str:
@@ -220,7 +220,7 @@ class NativeAgent:
     ``owner`` and the agent keeps a reference until :meth:`close`."""
 
     def __init__(self, name: str, idle: IdleSpec | str = DEFAULT_AGENT_IDLE,
-                 cycle_threshold_ns: int = 1_000_000) -> None:
+                 cycle_threshold_ns: int = NANOS_PER_MILLI) -> None:
         spec = IdleSpec.parse(idle) if isinstance(idle, str) else idle
         spec.validate()
         if not name or len(name.encode()) > 15 or not name.isascii():
