@@ -16,6 +16,7 @@ PACKAGE = SRC / "logbuf"
 # package of a strictly lower rank; packages that share a rank do not import each other.
 LAYERS: dict[str, int] = {
     "errors": 0, "_native": 0, "_client": 0,  # compiled modules import nothing of ours
+    "units": 0,  # time units: imports nothing
     "native": 1,
     "position": 2, "idle": 2, "cli_args": 2, "directory": 2,
     "logbuffer": 3, "cnc": 3,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from logbuf import cli
-from logbuf.cli_args import UsageError, count, duration, off_or
-from logbuf.errors import LogbufError
+from logbuf.cli_args import count, duration, off_or
+from logbuf.errors import LogbufError, UsageError
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

@@ -7,8 +7,7 @@ import struct
 from logbuf import Position
 from logbuf.driver.ipc_publication import IpcPublicationDuty
 from logbuf.logbuffer.term_unblocker import unblock
-
-SECOND = 1_000_000_000
+from logbuf.units import NANOS_PER_SECOND as SECOND
 
 
 def _duty(p, **kw):

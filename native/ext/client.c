@@ -3,8 +3,9 @@
  *
  * The cffi shim (logbuf._native) keeps the atomics and serves the driver, the tools and the batch paths; this
  * module gives publications and images methods that Python calls with one vectorcall and that stay in C for
- * the whole append or poll.  Both modules compile the same appender/reader C (native/lb_*.c and the static
- * inline helpers of native/include/lb_frame.h), so there is one implementation of the log buffer.
+ * the whole append or poll.  Both modules link one shared library of the log buffer core (native/lb_*.c,
+ * liblogbuf-core.so beside them) and use the static inline helpers of native/include/lb_frame.h, so there is
+ * one implementation of the log buffer, and one copy of it in a process.
  *
  * Ownership: a LogMapping holds the one buffer export of a log buffer's mmap.  Publications, images and the
  * memoryviews handed to handlers hold a reference to it, so the mapping cannot be unmapped under them; when
@@ -25,11 +26,21 @@
 #include "lb_layout.h"
 #include "logbuf.h"
 
-/* ControlledPollAction values (logbuf.client.image.ControlledPollAction) */
+/* log2 of the shortest and longest term: the range of a stream's position bits */
+#define POSITION_BITS_MIN __builtin_ctz(LB_TERM_MIN_LENGTH)
+#define POSITION_BITS_MAX __builtin_ctz(LB_TERM_MAX_LENGTH)
+
+/* ControlledPollAction values: logbuf.client.image.ControlledPollAction is checked against POLL_ACTIONS at import */
 #define ACTION_ABORT 1
 #define ACTION_BREAK 2
 #define ACTION_COMMIT 3
 #define ACTION_CONTINUE 4
+
+/* the default fragment limit of poll and controlled_poll (as Aeron's samples) */
+#define DEFAULT_FRAGMENT_LIMIT 10
+
+/* the alignment of an int64 counter slot (sub-pos, pub-lmt): what an atomic 64-bit access needs */
+#define COUNTER_ALIGNMENT ((uintptr_t)sizeof(int64_t))
 
 static PyObject *ClosedError, *LogCorruptedError, *ClaimStateError, *MessageTooLargeError, *UnboundHeaderError,
     *ReentrantPollError;
@@ -221,8 +232,9 @@ static PyObject *LogMapping_new(PyTypeObject *type, PyObject *args, PyObject *kw
     int term_length;
     static char *kwlist[] = {"mapping", "term_length", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "Oi:LogMapping", kwlist, &mapping, &term_length)) return NULL;
-    if (term_length < 64 * 1024 || (term_length & (term_length - 1)) != 0) {
-        PyErr_Format(PyExc_ValueError, "term length %d is not a power of two >= 64 KiB", term_length);
+    if (term_length < LB_TERM_MIN_LENGTH || term_length > LB_TERM_MAX_LENGTH || (term_length & (term_length - 1)) != 0) {
+        PyErr_Format(PyExc_ValueError, "term length %d is not a power of two within [%d, %d]", term_length,
+                     LB_TERM_MIN_LENGTH, LB_TERM_MAX_LENGTH);
         return NULL;
     }
     LogMapping *self = (LogMapping *)type->tp_alloc(type, 0);
@@ -238,7 +250,7 @@ static PyObject *LogMapping_new(PyTypeObject *type, PyObject *args, PyObject *kw
         Py_DECREF(self);
         return NULL;
     }
-    if (((uintptr_t)self->view.buf & 7) != 0) {
+    if (((uintptr_t)self->view.buf & (COUNTER_ALIGNMENT - 1)) != 0) {
         PyErr_SetString(PyExc_ValueError, "the mapping is not 8-byte aligned");
         Py_DECREF(self);
         return NULL;
@@ -303,7 +315,8 @@ static PyTypeObject LogMappingType = {
     .tp_as_buffer = &LogMapping_as_buffer,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "LogMapping(mapping, term_length)\n--\n\nHolds the buffer export of a log buffer mapping (three "
-              "terms then the 4096-byte metadata block) for the native objects that use it.",
+              "terms then the " Py_STRINGIFY(LB_LOG_META_DATA_LENGTH) "-byte metadata block) for the native objects "
+              "that use it.",
     .tp_methods = LogMapping_methods,
     .tp_getset = LogMapping_getset,
     .tp_new = LogMapping_new,
@@ -312,26 +325,87 @@ static PyTypeObject LogMappingType = {
 /* A memoryview of the whole mapping that shares the LogMapping's export (the base for payload views). */
 static PyObject *mapping_view(LogMapping *log) { return PyMemoryView_FromObject((PyObject *)log); }
 
-/* A new 1-D byte view sharing base's managed buffer, pointed at [buf, buf + len) inside the mapping.  The view
- * is ours alone (a fresh object), so setting its pointer and length is not observable by anyone else. */
-static PyObject *view_at(PyObject *base, uint8_t *buf, Py_ssize_t len)
+/*
+ * Payload views, two ways.
+ *
+ * Fast (the default where it was checked): a view nobody else holds is re-pointed at the next payload by writing
+ * its Py_buffer, i.e. the layout of PyMemoryViewObject, which is CPython's (not part of its stable API).  It is
+ * compiled only for the CPython versions it was checked against, with the GIL (a free-threaded build could
+ * see the view from another thread).
+ *
+ * Portable (every other build, and after _use_cpython_internals(False), which the tests use to run the same
+ * cases both ways): each payload gets a fresh view sliced from the mapping's view through the public API.
+ */
+#if defined(PYPY_VERSION) || defined(Py_LIMITED_API) || defined(Py_GIL_DISABLED) || PY_VERSION_HEX < 0x030A0000 \
+    || PY_VERSION_HEX >= 0x030E0000
+#define HAVE_VIEW_INTERNALS 0
+#else
+#define HAVE_VIEW_INTERNALS 1
+#endif
+
+/* Per-subclass method descriptors (specialize) pay off only with CPython's specialising interpreter (3.11+). */
+#if defined(PYPY_VERSION) || PY_VERSION_HEX < 0x030B0000
+#define HAVE_SPECIALIZER 0
+#else
+#define HAVE_SPECIALIZER 1
+#endif
+
+static int use_internals = HAVE_VIEW_INTERNALS;
+
+/* The portable view of [buf, buf + len) inside base's buffer: base[start:start + len], sharing its export. */
+static PyObject *slice_view(PyObject *base, uint8_t *buf, Py_ssize_t len)
 {
-    PyObject *mv = PyMemoryView_FromObject(base);
-    if (mv == NULL) return NULL;
-    Py_buffer *v = &((PyMemoryViewObject *)mv)->view;
-    v->buf = buf;
-    v->len = len;
-    v->shape[0] = len;
-    return mv;
+    const uint8_t *start = (const uint8_t *)PyMemoryView_GET_BUFFER(base)->buf;
+    Py_ssize_t offset = buf == NULL ? 0 : (Py_ssize_t)(buf - start);
+    if (buf == NULL) len = 0;
+    PyObject *lo = PyLong_FromSsize_t(offset), *hi = PyLong_FromSsize_t(offset + len);
+    PyObject *slice = (lo != NULL && hi != NULL) ? PySlice_New(lo, hi, NULL) : NULL;
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    if (slice == NULL) return NULL;
+    PyObject *view = PyObject_GetItem(base, slice);
+    Py_DECREF(slice);
+    return view;
 }
 
-/* Re-points a view nobody else holds (reference count 1) at the next payload. */
-static inline void repoint_view(PyObject *mv, uint8_t *buf, Py_ssize_t len)
+#if HAVE_VIEW_INTERNALS
+static inline void write_view(PyObject *mv, uint8_t *buf, Py_ssize_t len)
 {
     Py_buffer *v = &((PyMemoryViewObject *)mv)->view;
     v->buf = buf;
     v->len = len;
     v->shape[0] = len;
+}
+#endif
+
+/* A new 1-D byte view sharing base's managed buffer, of [buf, buf + len) inside the mapping (NULL: empty). */
+static PyObject *view_at(PyObject *base, uint8_t *buf, Py_ssize_t len)
+{
+#if HAVE_VIEW_INTERNALS
+    if (use_internals) {
+        /* the view is ours alone (a fresh object), so setting its pointer and length is not observable */
+        PyObject *mv = PyMemoryView_FromObject(base);
+        if (mv != NULL) write_view(mv, buf, len);
+        return mv;
+    }
+#endif
+    return slice_view(base, buf, len);
+}
+
+/* Points *slot, a view nobody else holds (reference count 1), at the next payload: re-pointed in place (fast)
+ * or replaced by a fresh view (portable).  -1 with an exception when no view could be made. */
+static inline int repoint_view(PyObject **slot, PyObject *base, uint8_t *buf, Py_ssize_t len)
+{
+#if HAVE_VIEW_INTERNALS
+    if (use_internals) {
+        write_view(*slot, buf, len);
+        return 0;
+    }
+#endif
+    PyObject *fresh = slice_view(base, buf, len);
+    if (fresh == NULL) return -1;
+    Py_SETREF(*slot, fresh);
+    return 0;
 }
 
 /* After a callback: a view the handler kept is released (valid only inside the callback) and replaced. */
@@ -350,7 +424,7 @@ static int64_t *counter_address(PyObject *obj, Py_ssize_t offset, Py_buffer *vie
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_SIMPLE) < 0) return NULL;
     uint8_t *address = (uint8_t *)view->buf + offset;
-    if (offset < 0 || offset > view->len - 8 || ((uintptr_t)address & 7) != 0) {
+    if (offset < 0 || offset > view->len - (Py_ssize_t)sizeof(int64_t) || ((uintptr_t)address & (COUNTER_ALIGNMENT - 1)) != 0) {
         PyBuffer_Release(view);
         PyErr_Format(PyExc_ValueError, "counter offset %zd is outside a buffer of %zd bytes or not 8-aligned",
                      offset, view->len);
@@ -408,10 +482,10 @@ static PyTypeObject HeaderType;
 
 static PyObject *Header_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    int initial_term_id = 0, position_bits = 16;
+    int initial_term_id = 0, position_bits = POSITION_BITS_MIN;
     static char *kwlist[] = {"initial_term_id", "position_bits", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|ii:Header", kwlist, &initial_term_id, &position_bits)) return NULL;
-    if (position_bits < 16 || position_bits > 30) {
+    if (position_bits < POSITION_BITS_MIN || position_bits > POSITION_BITS_MAX) {
         PyErr_Format(PyExc_ValueError, "position_bits %d is not log2 of a term length", position_bits);
         return NULL;
     }
@@ -500,8 +574,9 @@ static PyObject *Header_repr(Header *self)
 
 static PyGetSetDef Header_getset[] = {
     {"frame_length", (getter)Header_frame_length, NULL, "Frame length (header + payload).", NULL},
-    {"flags", (getter)Header_flags, NULL, "BEGIN (0x80) / END (0x40) / EOS (0x20) flags.", NULL},
-    {"type", (getter)Header_type, NULL, "Frame type (DATA = 1).", NULL},
+    {"flags", (getter)Header_flags, NULL, "BEGIN (" Py_STRINGIFY(LB_BEGIN_FLAG) ") / END (" Py_STRINGIFY(LB_END_FLAG) ") / EOS ("
+     Py_STRINGIFY(LB_EOS_FLAG) ") flags.", NULL},
+    {"type", (getter)Header_type, NULL, "Frame type (DATA = " Py_STRINGIFY(LB_HDR_TYPE_DATA) ").", NULL},
     {"term_offset", (getter)Header_term_offset, NULL, "Offset of the frame in its term.", NULL},
     {"offset", (getter)Header_term_offset, NULL, "Alias of term_offset.", NULL},
     {"session_id", (getter)Header_session_id, NULL, "Session id of the publisher.", NULL},
@@ -848,7 +923,7 @@ static int BufferClaim_set_reserved_value(BufferClaim *self, PyObject *value, vo
     if (v == -1 && PyErr_Occurred()) return -1;
     if (claim_check_open(self) < 0) return -1;
     int64_t rv = v;
-    memcpy(self->frame + LB_RESERVED_VALUE_OFFSET, &rv, 8);
+    memcpy(self->frame + LB_RESERVED_VALUE_OFFSET, &rv, sizeof rv);
     return 0;
 }
 
@@ -1179,7 +1254,7 @@ static int parse_poll_args(const char *name, PyObject *const *args, Py_ssize_t n
         return -1;
     }
     *handler = given[0];
-    *limit = 10;
+    *limit = DEFAULT_FRAGMENT_LIMIT;
     if (given[1] != NULL) {
         long v = PyLong_AsLong(given[1]);
         if (v == -1 && PyErr_Occurred()) return -1;
@@ -1240,9 +1315,13 @@ static PyObject *image_dispatch(Image *self, PyObject *const *args, Py_ssize_t n
             failed = 1;   /* held by an outer handler (a poll from inside a handler): never re-point it */
             break;
         }
+        if (repoint_view(&self->payload, self->base_view, (uint8_t *)term + offset + LB_HEADER_LENGTH,
+                         frame_length - LB_HEADER_LENGTH) < 0) {
+            failed = 1;
+            break;
+        }
         header->frame = term + offset;
         header->offset = offset;
-        repoint_view(self->payload, (uint8_t *)term + offset + LB_HEADER_LENGTH, frame_length - LB_HEADER_LENGTH);
         call_args[0] = Py_NewRef(self->payload);   /* ours: a close on another thread may drop self->payload */
         call_args[1] = (PyObject *)header;
         PyObject *r = PyObject_Vectorcall(handler, call_args, 2, NULL);
@@ -1631,6 +1710,8 @@ static int add_layout(PyObject *module)
     L("END_FLAG", LB_END_FLAG)
     L("UNFRAGMENTED", LB_UNFRAGMENTED)
     L("PARTITION_COUNT", LB_PARTITION_COUNT)
+    L("TERM_MIN_LENGTH", LB_TERM_MIN_LENGTH)
+    L("TERM_MAX_LENGTH", LB_TERM_MAX_LENGTH)
     L("LOG_META_DATA_LENGTH", LB_LOG_META_DATA_LENGTH)
     L("TERM_TAIL_COUNTERS_OFFSET", LB_META_TAIL_COUNTERS)
     L("LOG_ACTIVE_TERM_COUNT_OFFSET", LB_META_ACTIVE_TERM_COUNT)
@@ -1639,9 +1720,35 @@ static int add_layout(PyObject *module)
     L("LOG_WAITING_SUBSCRIBERS_OFFSET", LB_META_WAITING_SUBSCRIBERS)
     L("MAX_WAKE_POSTS", LB_MAX_WAKE_POSTS)
 #undef L
-    return PyModule_AddObject(module, "LAYOUT", layout);
+    if (PyModule_AddObject(module, "LAYOUT", layout) < 0) goto fail;
+    return 0;
 fail:
     Py_DECREF(layout);
+    return -1;
+}
+
+/* Named integer tables Python checks at import against its own enums (PublicationResult, ControlledPollAction). */
+static int add_codes(PyObject *module)
+{
+    PyObject *results = PyDict_New(), *actions = PyDict_New();
+    if (results == NULL || actions == NULL) goto fail;
+    if (set_int(results, "NOT_CONNECTED", LB_NOT_CONNECTED) < 0 || set_int(results, "BACK_PRESSURED", LB_BACK_PRESSURED) < 0
+        || set_int(results, "ADMIN_ACTION", LB_ADMIN_ACTION) < 0 || set_int(results, "CLOSED", LB_CLOSED) < 0
+        || set_int(results, "MAX_POSITION_EXCEEDED", LB_MAX_POSITION_EXCEEDED) < 0
+        || set_int(actions, "ABORT", ACTION_ABORT) < 0 || set_int(actions, "BREAK", ACTION_BREAK) < 0
+        || set_int(actions, "COMMIT", ACTION_COMMIT) < 0 || set_int(actions, "CONTINUE", ACTION_CONTINUE) < 0) {
+        goto fail;
+    }
+    if (PyModule_AddObjectRef(module, "RESULT_CODES", results) < 0
+        || PyModule_AddObjectRef(module, "POLL_ACTIONS", actions) < 0) {
+        goto fail;
+    }
+    Py_DECREF(results);
+    Py_DECREF(actions);
+    return 0;
+fail:
+    Py_XDECREF(results);
+    Py_XDECREF(actions);
     return -1;
 }
 
@@ -1684,7 +1791,28 @@ PyDoc_STRVAR(specialize_doc,
 "Gives a Python subclass of Publication or Image its own method descriptors of the hot methods (offer,\n"
 "try_claim; poll, controlled_poll, is_data_available).  CPython's call specialisation requires the\n"
 "descriptor's type to be exactly the instance's type: without this, every call on a subclass instance\n"
-"takes the generic (slower) call path.");
+"takes the generic (slower) call path.  A no-op before CPython 3.11 and while the CPython internals are off\n"
+"(_use_cpython_internals(False)): the subclass then uses the inherited descriptors.");
+
+PyDoc_STRVAR(use_internals_doc,
+"_use_cpython_internals($module, enabled, /)\n--\n\n"
+"Turns the CPython-specific fast paths (payload views re-pointed in place; per-subclass descriptors from\n"
+"specialize) on or off for what is created from now on; returns the previous setting.  Off, every payload\n"
+"gets a fresh memoryview through the public API.  On is refused (ValueError) where this build has no such\n"
+"path (CPYTHON_INTERNALS is False).  For tests and comparisons: the behaviour is the same either way.");
+
+static PyObject *client_use_internals(PyObject *module, PyObject *arg)
+{
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0) return NULL;
+    if (enabled && !HAVE_VIEW_INTERNALS) {
+        PyErr_SetString(PyExc_ValueError, "this build of logbuf._client has no CPython-internals fast path");
+        return NULL;
+    }
+    int previous = use_internals;
+    use_internals = enabled;
+    return PyBool_FromLong(previous);
+}
 
 static PyObject *client_specialize(PyObject *module, PyObject *cls)
 {
@@ -1693,21 +1821,23 @@ static PyObject *client_specialize(PyObject *module, PyObject *cls)
         return NULL;
     }
     PyTypeObject *type = (PyTypeObject *)cls;
-    int r;
-    if (PyType_IsSubtype(type, &PublicationType)) {
-        r = define_own_descriptors(type, PublicationType.tp_methods, hot_publication_methods);
-    } else if (PyType_IsSubtype(type, &ImageType)) {
-        r = define_own_descriptors(type, ImageType.tp_methods, hot_image_methods);
-    } else {
+    if (!PyType_IsSubtype(type, &PublicationType) && !PyType_IsSubtype(type, &ImageType)) {
         PyErr_SetString(PyExc_TypeError, "specialize() takes a subclass of Publication or Image");
         return NULL;
     }
+    /* without the specialising interpreter (or with the internals off) the inherited descriptors serve: the
+     * same methods, on the generic call path */
+    if (!HAVE_SPECIALIZER || !use_internals) Py_RETURN_NONE;
+    int r = PyType_IsSubtype(type, &PublicationType)
+                ? define_own_descriptors(type, PublicationType.tp_methods, hot_publication_methods)
+                : define_own_descriptors(type, ImageType.tp_methods, hot_image_methods);
     if (r < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef client_functions[] = {
     {"specialize", (PyCFunction)client_specialize, METH_O, specialize_doc},
+    {"_use_cpython_internals", (PyCFunction)client_use_internals, METH_O, use_internals_doc},
     {NULL}};
 
 static struct PyModuleDef client_module = {
@@ -1733,12 +1863,13 @@ PyMODINIT_FUNC PyInit__client(void)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     }
-    if (add_layout(m) < 0) goto fail;
+    if (add_layout(m) < 0 || add_codes(m) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "NOT_CONNECTED", LB_NOT_CONNECTED) < 0
         || PyModule_AddIntConstant(m, "BACK_PRESSURED", LB_BACK_PRESSURED) < 0
         || PyModule_AddIntConstant(m, "ADMIN_ACTION", LB_ADMIN_ACTION) < 0
         || PyModule_AddIntConstant(m, "CLOSED", LB_CLOSED) < 0
-        || PyModule_AddIntConstant(m, "MAX_POSITION_EXCEEDED", LB_MAX_POSITION_EXCEEDED) < 0) {
+        || PyModule_AddIntConstant(m, "MAX_POSITION_EXCEEDED", LB_MAX_POSITION_EXCEEDED) < 0
+        || PyModule_AddObjectRef(m, "CPYTHON_INTERNALS", HAVE_VIEW_INTERNALS ? Py_True : Py_False) < 0) {
         goto fail;
     }
     return m;

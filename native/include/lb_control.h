@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "lb_layout.h"   /* LB_TERM_MIN_LENGTH, LB_TERM_MAX_LENGTH */
+
 #define LB_HDR_TYPE_NAK 0x02
 #define LB_HDR_TYPE_SM 0x03
 #define LB_HDR_TYPE_ERR 0x04
@@ -25,8 +27,6 @@
 #define LB_SM_EOS_FLAG 0x40          /* the receiver saw the end of the stream */
 #define LB_RTTM_REPLY_FLAG 0x80
 
-#define LB_TERM_MIN_LENGTH (64 * 1024)
-#define LB_TERM_MAX_LENGTH (1024 * 1024 * 1024)
 #define LB_MAX_MTU 65504             /* the largest UDP payload over IPv4, aligned to frames */
 
 /* A term length a SETUP (or a publication) may carry: a power of two within [64 KiB, 1 GiB]. */

@@ -33,6 +33,8 @@
 
 /* ---- log buffer: three terms then the metadata block ---- */
 #define LB_PARTITION_COUNT 3
+#define LB_TERM_MIN_LENGTH (64 * 1024)           /* a term length is a power of two within these */
+#define LB_TERM_MAX_LENGTH (1024 * 1024 * 1024)
 #define LB_LOG_META_DATA_LENGTH 4096
 #define LB_META_TAIL_COUNTERS 0
 #define LB_META_ACTIVE_TERM_COUNT 24

@@ -16,6 +16,12 @@ BACK_PRESSURED: Final[int]
 ADMIN_ACTION: Final[int]
 CLOSED: Final[int]
 MAX_POSITION_EXCEEDED: Final[int]
+#: publication result codes of logbuf.h (name -> value), checked against ``PublicationResult`` by ``check_codes``
+RESULT_CODES: Final[dict[str, int]]
+#: the controlled-poll actions the native poll acts on, checked against ``ControlledPollAction``
+POLL_ACTIONS: Final[dict[str, int]]
+#: whether this build has the CPython-specific fast paths (see ``_use_cpython_internals``)
+CPYTHON_INTERNALS: Final[bool]
 
 @final
 class LogMapping:
@@ -171,3 +177,4 @@ class FragmentAssembler:
     def handler(self) -> Callable[[memoryview, Header], object]: ...
 
 def specialize(cls: type[Publication] | type[Image], /) -> None: ...
+def _use_cpython_internals(enabled: bool, /) -> bool: ...

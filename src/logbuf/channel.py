@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from logbuf.errors import LogbufError
 from logbuf.logbuffer import descriptor as d
+from logbuf.units import NANOS_PER_UNIT
 
 SCHEMES = ("aeron", "logbuf")
 MEDIA = ("ipc", "udp")
@@ -90,7 +91,6 @@ LOGBUF_URI_KEYS: dict[str, tuple[str, str]] = {
 _SIZE = re.compile(r"^(\d+)([kKmMgG]?)$")
 _SCALE = {"": 1, "k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024}
 _DURATION = re.compile(r"^(\d+)(ns|us|ms|s)$")
-_DURATION_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 # fc=<strategy>[,t:<receiver timeout>]: min = the slowest receiver sets the limit (receivers tracked by id),
 # max = the fastest one does (Aeron's multicast default), unicast = the one receiver
 FLOW_CONTROL_STRATEGIES = ("min", "max", "unicast")
@@ -114,7 +114,7 @@ def parse_duration_ns(text: str, what: str) -> int:
     match = _DURATION.match(text.strip())
     if not match:
         raise InvalidChannelError(f"{what}={text!r} is not a duration (digits with ns, us, ms or s)")
-    return int(match.group(1)) * _DURATION_NS[match.group(2)]
+    return int(match.group(1)) * NANOS_PER_UNIT[match.group(2)]
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
+
+from logbuf.cli_args import TRACEBACK_ENV, traceback_wanted
+from logbuf.errors import ERROR_EXIT_STATUS, INTERRUPTED_EXIT_STATUS, USAGE_EXIT_STATUS, LogbufError
 
 # command -> the module that registers it: each module exposes ``add_commands(subparsers)`` and every
 # sub-command sets ``func`` (args -> exit status).  Only the chosen command's module is imported.
@@ -46,10 +48,6 @@ _COMMANDS = {
 # every module, in the order ``logbuf --help`` lists their commands
 _COMMAND_MODULES = tuple(dict.fromkeys(_COMMANDS.values()))
 
-TRACEBACK_ENV = "LOGBUF_TRACEBACK"
-INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, what shells report for Ctrl-C
-ERROR_EXIT_STATUS = 1
-USAGE_EXIT_STATUS = 2  # argparse's status for bad arguments
 
 _log = logging.getLogger("logbuf")
 
@@ -188,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_EXIT_STATUS
     command = args.command
     configure_logging(_log_level(args), command)
-    show_traceback = os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    show_traceback = traceback_wanted()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -200,8 +198,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_error_line(command, exc), file=sys.stderr)
         return USAGE_EXIT_STATUS
     except Exception as exc:
-        from logbuf.errors import LogbufError
-
         if show_traceback or not isinstance(exc, (LogbufError, OSError)):
             raise
         print(_error_line(command, exc), file=sys.stderr)

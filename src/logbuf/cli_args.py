@@ -1,4 +1,4 @@
-"""Argument types shared by the ``logbuf`` sub-commands (argparse ``type=`` callables), and ``UsageError``.
+"""Argument types shared by the ``logbuf`` sub-commands (argparse ``type=`` callables).
 
 Each type raises ``argparse.ArgumentTypeError`` with a short reason, which argparse turns into the usual
 one-line ``logbuf <command>: error: argument --x: <reason>`` (exit status 2) before any work starts.
@@ -16,10 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from logbuf.errors import LogbufError
+from logbuf.errors import INTERRUPTED_EXIT_STATUS
 
-USAGE_EXIT_STATUS = 2  # what argparse itself exits with on bad arguments
-INTERRUPTED_EXIT_STATUS = 130  # 128 + SIGINT, what shells report for Ctrl-C
 TRACEBACK_ENV = "LOGBUF_TRACEBACK"
 
 
@@ -52,16 +50,6 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None or action.nargs == 0 or "default" in text:
             return text
         return super()._get_help_string(action)
-
-
-class UsageError(LogbufError):
-    """The user's input cannot be used (a bad combination of options, a missing input file).
-
-    ``logbuf`` prints ``logbuf <command>: error: <message>`` and exits with status 2, like argparse does for
-    a malformed option.
-    """
-
-    exit_code = USAGE_EXIT_STATUS
 
 
 def count(text: str) -> int:

@@ -33,9 +33,10 @@ from logbuf.cnc.counters import (
     PUBLISHER_LIMIT_TYPE_ID,
     SUBSCRIBER_POSITION_TYPE_ID,
 )
-from logbuf.errors import LogbufError
+from logbuf.errors import USAGE_EXIT_STATUS, LogbufError
 from logbuf.samples.ipc import ping_pong, throughput
 from logbuf.samples.ports import free_udp_ports
+from logbuf.units import NANOS_PER_MICRO
 
 
 class DemoError(LogbufError):
@@ -147,8 +148,8 @@ def _summary(summary: dict, total: int) -> tuple[str, bool]:
         f"{summary.get('gaps_recovered', 0)} gaps ({summary.get('recovery_requests', 0)} requests)",
         f"lost:             {lost:,} messages" + (f" ({why})" if why else ""),
         f"kernel drops:     {drops:,} datagrams (socket buffers full)",
-        f"wire to log:      p50 {summary.get('wire_to_log_p50_ns', 0) / 1e3:,.0f} us, "
-        f"p99 {summary.get('wire_to_log_p99_ns', 0) / 1e3:,.0f} us",
+        f"wire to log:      p50 {summary.get('wire_to_log_p50_ns', 0) / NANOS_PER_MICRO:,.0f} us, "
+        f"p99 {summary.get('wire_to_log_p99_ns', 0) / NANOS_PER_MICRO:,.0f} us",
     ]
     return "\n".join(lines), lost > 0 or published != total
 
@@ -282,15 +283,15 @@ def _demo(args: argparse.Namespace) -> int:
         if args.transport_messages <= 0 or args.rtt_samples <= 0 or any(s < 0 for s in args.sizes):
             print("logbuf demo: error: --transport-messages and --rtt-samples must be positive, --sizes >= 0",
                   file=sys.stderr)
-            return 2
+            return USAGE_EXIT_STATUS
         return run_transport_demo(args.transport_messages, args.sizes, args.rtt_samples)
     if args.messages < MIN_MESSAGES:
         print(f"logbuf demo: error: --messages must be at least {MIN_MESSAGES} (the scripted faults need room)",
               file=sys.stderr)
-        return 2
+        return USAGE_EXIT_STATUS
     if args.timeout <= 0:
         print("logbuf demo: error: --timeout must be > 0", file=sys.stderr)
-        return 2
+        return USAGE_EXIT_STATUS
     with contextlib.suppress(KeyboardInterrupt):
         return run_market_data_demo(args)
     print("logbuf demo: interrupted", file=sys.stderr)  # after its processes were stopped

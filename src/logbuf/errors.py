@@ -1,10 +1,28 @@
-"""logbuf's exceptions: one base class, specific subclasses for what a caller can act on."""
+"""logbuf's exceptions: one base class, specific subclasses for what a caller can act on; and the exit statuses
+of the ``logbuf`` commands that end on one."""
 
 from __future__ import annotations
+
+#: a command failed (a ``LogbufError`` or ``OSError`` without an ``exit_code`` of its own)
+ERROR_EXIT_STATUS = 1
+#: bad arguments or input the user can fix: argparse's own status, and ``UsageError``'s
+USAGE_EXIT_STATUS = 2
+#: 128 + SIGINT, what shells report for Ctrl-C
+INTERRUPTED_EXIT_STATUS = 130
 
 
 class LogbufError(Exception):
     """Base class of every error logbuf raises on purpose."""
+
+
+class UsageError(LogbufError):
+    """The user's input cannot be used (a bad combination of options, a missing input file).
+
+    ``logbuf`` prints ``logbuf <command>: error: <message>`` and exits with status 2
+    (:data:`USAGE_EXIT_STATUS`), like argparse does for a malformed option.
+    """
+
+    exit_code = USAGE_EXIT_STATUS
 
 
 class InvalidLogBufferError(LogbufError):

@@ -11,6 +11,8 @@ import os
 import time
 from typing import Protocol
 
+from logbuf.units import NANOS_PER_MICRO, NANOS_PER_MILLI, NANOS_PER_SECOND
+
 
 class IdleStrategy(Protocol):
     """What a polling loop does when a duty cycle found no work."""
@@ -56,10 +58,10 @@ class SleepingIdleStrategy:
 
     name = "sleep"
 
-    def __init__(self, period_ns: int = 1_000_000) -> None:
+    def __init__(self, period_ns: int = NANOS_PER_MILLI) -> None:
         if period_ns <= 0:
             raise ValueError("period_ns must be positive")
-        self._period_s = period_ns / 1e9
+        self._period_s = period_ns / NANOS_PER_SECOND
 
     def idle(self, work_count: int = 0) -> None:
         """Sleeps one period when there was no work."""
@@ -79,7 +81,7 @@ class BackoffIdleStrategy:
     __slots__ = ("max_spins", "max_yields", "min_park_ns", "max_park_ns", "_spins", "_yields", "_park_ns")
 
     def __init__(
-        self, max_spins: int = 10, max_yields: int = 20, min_park_ns: int = 1_000, max_park_ns: int = 1_000_000
+        self, max_spins: int = 10, max_yields: int = 20, min_park_ns: int = NANOS_PER_MICRO, max_park_ns: int = NANOS_PER_MILLI
     ) -> None:
         if max_spins < 0 or max_yields < 0 or min_park_ns <= 0 or max_park_ns < min_park_ns:
             raise ValueError("need max_spins >= 0, max_yields >= 0 and 0 < min_park_ns <= max_park_ns")
@@ -106,7 +108,7 @@ class BackoffIdleStrategy:
             self._yields += 1
             os.sched_yield()
         else:
-            time.sleep(self._park_ns / 1e9)
+            time.sleep(self._park_ns / NANOS_PER_SECOND)
             self._park_ns = min(self._park_ns * 2, self.max_park_ns)
 
     @property
@@ -129,7 +131,7 @@ def idle_strategy(name: str) -> IdleStrategy:
     if kind == "sleep":
         if arg and not arg.isdigit():
             raise ValueError(f"sleep:{arg}: the period must be a number of ns")
-        return SleepingIdleStrategy(int(arg) if arg else 1_000_000)
+        return SleepingIdleStrategy(int(arg) if arg else NANOS_PER_MILLI)
     if kind == "backoff":
         if not arg:
             return BackoffIdleStrategy()

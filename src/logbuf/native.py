@@ -2,7 +2,9 @@
 
 Two modules are built at install time from ``native/``: ``logbuf._native`` (cffi: atomics, scanner,
 unblocker, cleaner, batch paths; ``ffi``/``lib`` here) and ``logbuf._client`` (a CPython extension: the
-client's per-message offer/claim/poll as extension types).  ``AtomicBuffer`` is the only way Python code
+client's per-message offer/claim/poll as extension types).  Both link one shared library of the log buffer
+core, ``liblogbuf-core.so`` beside them, so a publication the extension set up is appended to by the same code
+when the cffi side is handed it (``Publication.native_struct()``).  ``AtomicBuffer`` is the only way Python code
 reaches the atomics: it checks offsets, sizes and alignment before anything reaches C, the way Agrona's
 ``UnsafeBuffer`` does for Aeron.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 if os.environ.get("LOGBUF_NATIVE_DIR"):
@@ -30,10 +33,23 @@ except ImportError as exc:  # pragma: no cover - depends on how the package was 
 
 from logbuf.errors import ClosedError
 
-__all__ = ["AtomicBuffer", "check_layout", "client", "ffi", "lib"]
+__all__ = ["AtomicBuffer", "check_codes", "check_layout", "client", "ffi", "lib"]
 
 #: the CPython extension module ``logbuf._client`` (its types: the stub ``_client.pyi`` next to it)
 client = _client
+
+#: ``LOGBUF_CPYTHON_INTERNALS=0`` turns the client's CPython-specific fast paths off (payload views re-pointed
+#: in place, per-subclass method descriptors): the portable path, through the public C API only; ``1`` asks for
+#: them and refuses to import where this build has none.  Unset: on wherever the build has them.
+INTERNALS_ENV = "LOGBUF_CPYTHON_INTERNALS"
+_internals = os.environ.get(INTERNALS_ENV)
+if _internals is not None:
+    if _internals not in ("0", "1"):
+        raise ImportError(f"{INTERNALS_ENV}={_internals!r}: expected 0 or 1")
+    try:
+        _client._use_cpython_internals(_internals == "1")
+    except ValueError as exc:
+        raise ImportError(f"{INTERNALS_ENV}=1: {exc}") from None
 
 
 def check_layout(*namespaces: Any) -> None:
@@ -50,6 +66,26 @@ def check_layout(*namespaces: Any) -> None:
                 f"logbuf's native build disagrees on the log layout: {name} is {value} in C, "
                 f"{python_value} in Python (rebuild the native modules)"
             )
+
+
+def check_codes(table: str, python: Mapping[str, int]) -> None:
+    """Asserts that a table of named codes compiled into the native code equals Python's.
+
+    ``table`` names the ``logbuf._client`` table (``RESULT_CODES``: ``logbuf.h``'s publication results, which
+    ``logbuf._native`` must also export as ``LB_<name>``; ``POLL_ACTIONS``: the controlled-poll actions);
+    ``python`` maps the same names to Python's values (an enum's members).  Raises ImportError on any
+    difference, naming it (a stale build).
+    """
+    native = dict(getattr(_client, table))
+    if table == "RESULT_CODES":
+        for name, value in native.items():
+            if getattr(lib, f"LB_{name}", None) != value:
+                raise ImportError(f"logbuf's native modules disagree: {name} is {value} in logbuf._client, "
+                                  f"{getattr(lib, f'LB_{name}', None)} in logbuf._native (rebuild them)")
+    if native != dict(python):
+        differences = sorted(set(native.items()) ^ set(dict(python).items()))
+        raise ImportError(f"logbuf's native build disagrees with Python on {table}: {differences} "
+                          "(rebuild the native modules)")
 
 
 class AtomicBuffer:

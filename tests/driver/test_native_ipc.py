@@ -16,9 +16,9 @@ from logbuf import ConcurrentPublication, LogBuffers, Position
 from logbuf.driver.ipc_publication import IpcPublicationDuty, SubscriberLink
 from logbuf.driver.native_ipc import PUBLICATION_REMOVED, SUBSCRIBER_REMOVED, NativeIpcDuty
 from logbuf.native import ffi, lib
+from logbuf.units import NANOS_PER_SECOND as SECOND
 
 TERM = 64 * 1024
-SECOND = 1_000_000_000
 
 
 class Side:

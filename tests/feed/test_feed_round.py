@@ -26,13 +26,13 @@ from logbuf.feed.feed_native import NativeRound, RecvRing, lib
 from logbuf.feed.handler import FeedHandler, FeedHandlerConfig
 from logbuf.feed.recovery import RecoveryConfig
 from logbuf.samples.ports import free_udp_ports
+from logbuf.units import NANOS_PER_MILLI as MILLI
 
 pytestmark = pytest.mark.timeout(120)
 SESSION = b"ROUND0001 "
 HEADER = struct.Struct(">10sQH")
 BLOCK = struct.Struct(">H")
 U64 = 1 << 64
-MILLI = 1_000_000
 
 
 def message(seq: int) -> bytes:

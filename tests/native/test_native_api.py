@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
+
 import pytest
 
+from logbuf.client.image import ControlledPollAction
+from logbuf.client.publication import PublicationResult
 from logbuf.errors import ClosedError, MessageTooLargeError
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer import frame as f
-from logbuf.native import AtomicBuffer, check_layout, client
+from logbuf.native import AtomicBuffer, check_codes, check_layout, client, lib
 
 
 def test_plain_accessors_are_bounds_checked_by_their_size() -> None:
@@ -39,6 +44,34 @@ def test_native_layout_equals_the_python_constants() -> None:
 def test_layout_check_refuses_a_disagreeing_build() -> None:
     with pytest.raises(ImportError, match="HEADER_LENGTH"):
         check_layout({**vars(f), "HEADER_LENGTH": 64}, vars(d))
+
+
+def test_result_codes_and_poll_actions_equal_the_python_enums() -> None:
+    assert {r.name: r.value for r in PublicationResult} == client.RESULT_CODES
+    assert {name: getattr(lib, f"LB_{name}") for name in client.RESULT_CODES} == client.RESULT_CODES
+    assert {a.name: a.value for a in ControlledPollAction} == client.POLL_ACTIONS
+
+
+def test_code_check_refuses_a_disagreeing_build() -> None:
+    with pytest.raises(ImportError, match="CLOSED"):
+        check_codes("RESULT_CODES", {**{r.name: r.value for r in PublicationResult}, "CLOSED": -6})
+    with pytest.raises(ImportError, match="BREAK"):
+        check_codes("POLL_ACTIONS", {"ABORT": 1, "COMMIT": 3, "CONTINUE": 4})
+
+
+def test_both_modules_run_one_copy_of_the_core_library() -> None:
+    core = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "liblogbuf-core" in line}
+    assert len(core) == 1, core  # one library mapped, beside the modules that link it
+    path = Path(next(iter(core)))
+    assert path.parent == Path(client.__file__).parent
+    # the cffi module has no lb_offer_batch of its own: looked up from it, the symbol is the core's (the code
+    # that appends to the lb_publication_t Publication.native_struct() hands over)
+    import logbuf._native
+
+    def address(library: str) -> int | None:
+        return ctypes.cast(ctypes.CDLL(library)["lb_offer_batch"], ctypes.c_void_p).value
+
+    assert address(logbuf._native.__file__) == address(str(path))
 
 
 def test_offering_str_is_a_clear_type_error(pipe) -> None:

@@ -14,6 +14,9 @@ import textwrap
 
 import pytest
 
+from logbuf.native import INTERNALS_ENV
+from support.internals import INTERNALS_MODES
+
 SETUP = """
 import os, sys, tempfile
 from logbuf import ConcurrentPublication, ExclusivePublication, Image, LogBuffers
@@ -45,6 +48,13 @@ def run_child(body: str, tmp_path) -> str:
     assert result.returncode == 0, f"child exited with {result.returncode}:\n{result.stderr[-3000:]}"
     assert result.stdout.strip().endswith("OK"), result.stdout
     return result.stdout
+
+
+@pytest.fixture(autouse=True, params=INTERNALS_MODES)
+def internals_mode(request, monkeypatch) -> str:
+    """Every case runs with the client's CPython-internals fast paths and with the portable path."""
+    monkeypatch.setenv(INTERNALS_ENV, request.param)
+    return request.param
 
 
 @pytest.fixture

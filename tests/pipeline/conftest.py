@@ -23,8 +23,8 @@ pytest.importorskip("pyarrow", reason="the pipeline needs the analytics extra (p
 
 from logbuf.exchange.synth import OPEN_NS  # noqa: E402
 from logbuf.pipeline.scenario import FreezeSpec, ScenarioConfig, ScenarioTruth, generate  # noqa: E402
+from logbuf.units import NANOS_PER_MILLI  # noqa: E402
 
-NANOS_PER_MILLI = 1_000_000
 SPARK_TEST_TIMEOUT_S = 600  # Spark start-up + the shared analysis, with both cores busy elsewhere
 SPARK_FIXTURES = {"spark", "analysis"}
 SCENARIO = ScenarioConfig(

@@ -10,9 +10,9 @@ import pytest
 
 from logbuf.recording import schema
 from logbuf.recording.reader import read_dataset
+from logbuf.units import NANOS_PER_MILLI
 
 pytestmark = pytest.mark.spark
-NANOS_PER_MILLI = 1_000_000
 
 
 def _first_arrivals(packets, feed: str) -> dict[int, int]:

@@ -69,19 +69,14 @@ from logbuf.errors import (
 )
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.units import epoch_ms
 
-MS = 1_000_000
 DEFAULT_DRIVER_TIMEOUT_MS = 10_000
 KEEPALIVE_INTERVAL_MS = 500
 CONNECT_POLL_S = 0.01  # how often connect() looks for a cnc.dat that is not there (or not ready) yet
 RING_FULL_PAUSE_S = 0.001  # the to-driver ring is full: the driver is behind
 
 ErrorHandler = Callable[[BaseException], Any]
-
-
-def epoch_ms() -> int:
-    """Milliseconds since the epoch (the clock of cnc.dat heartbeats)."""
-    return time.time_ns() // MS
 
 
 def log_error(error: BaseException) -> None:

@@ -24,7 +24,7 @@ from logbuf.errors import LogCorruptedError
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.header import Header
 from logbuf.logbuffer.log_buffers import LogBuffers
-from logbuf.native import client, ffi, lib
+from logbuf.native import check_codes, client, ffi, lib
 from logbuf.position import Position
 
 #: ``handler(buffer, header)``: ``buffer`` (a memoryview of the payload) and ``header`` (a flyweight) are valid
@@ -39,6 +39,9 @@ class ControlledPollAction(enum.IntEnum):
     BREAK = 2  # stop after this fragment
     COMMIT = 3  # publish the position now, then continue
     CONTINUE = 4  # go on
+
+
+check_codes("POLL_ACTIONS", {a.name: a.value for a in ControlledPollAction})  # the values the native poll acts on
 
 
 class FragmentBatch:

@@ -18,7 +18,7 @@ import numpy as np
 
 from logbuf.errors import ClosedError, LogCorruptedError, MessageTooLargeError
 from logbuf.logbuffer.log_buffers import LogBuffers
-from logbuf.native import client, ffi, lib
+from logbuf.native import check_codes, client, ffi, lib
 from logbuf.position import Position
 
 
@@ -32,6 +32,8 @@ class PublicationResult(enum.IntEnum):
     MAX_POSITION_EXCEEDED = -5
 
 
+check_codes("RESULT_CODES", {r.name: r.value for r in PublicationResult})  # the same codes as logbuf.h's
+
 NOT_CONNECTED = PublicationResult.NOT_CONNECTED
 BACK_PRESSURED = PublicationResult.BACK_PRESSURED
 ADMIN_ACTION = PublicationResult.ADMIN_ACTION
@@ -42,6 +44,16 @@ MAX_POSITION_EXCEEDED = PublicationResult.MAX_POSITION_EXCEEDED
 def describe(result: int) -> str:
     """``"position 4096"`` or the result code's name."""
     return f"position {result}" if result >= 0 else PublicationResult(result).name
+
+
+def _int64_per_message(values: Any, count: int, name: str) -> Any:
+    """An ``int64_t *`` over one value per message (NULL for None); it keeps the array it points into."""
+    if values is None:
+        return ffi.NULL
+    array = np.ascontiguousarray(values, dtype=np.int64)
+    if len(array) != count:
+        raise ValueError(f"{name} needs one value per message")
+    return ffi.from_buffer("int64_t[]", array)
 
 
 class BatchResult(NamedTuple):
@@ -108,8 +120,8 @@ class Publication(client.Publication):
 
     def native_struct(self) -> Any:
         """The ``lb_publication_t *`` (cffi) of this open publication, for native code that appends through
-        ``logbuf._native`` (``lb_offer_batch``, the feed engine).  Valid while the publication is open; raises
-        ClosedError once it is closed."""
+        ``logbuf._native`` (``lb_offer_batch``, the feed engine): the same core library as ``offer`` runs on
+        it.  Valid while the publication is open; raises ClosedError once it is closed."""
         if self.is_closed:
             raise ClosedError(f"{type(self).__name__} is closed")
         return ffi.cast("lb_publication_t *", self._struct_address)
@@ -143,18 +155,8 @@ class Publication(client.Publication):
         if isinstance(messages, str):
             raise TypeError("offer_batch takes bytes-like data, not str (encode it first)")
         buf = ffi.from_buffer(messages)
-        rv_ptr = ffi.NULL
-        if reserved_values is not None:
-            reserved_values = np.ascontiguousarray(reserved_values, dtype=np.int64)
-            if len(reserved_values) != count:
-                raise ValueError("reserved_values needs one value per message")
-            rv_ptr = ffi.from_buffer("int64_t[]", reserved_values)
-        offsets_ptr = ffi.NULL
-        if offsets is not None:
-            offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-            if len(offsets) != count:
-                raise ValueError("offsets needs one value per message")
-            offsets_ptr = ffi.from_buffer("int64_t[]", offsets)
+        rv_ptr = _int64_per_message(reserved_values, count, "reserved_values")
+        offsets_ptr = _int64_per_message(offsets, count, "offsets")
         result = lib.lb_offer_batch(
             self.native_struct(), self._exclusive, buf, len(buf), offsets_ptr, ffi.from_buffer("int32_t[]", lengths), rv_ptr,
             count, self._appended,

@@ -29,6 +29,7 @@ from logbuf.client.image import ControlledPollAction, FragmentBatch, FragmentHan
 from logbuf.errors import ClosedError, LogbufError
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.logbuffer.header import Header
+from logbuf.units import NANOS_PER_MILLI
 
 _log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ WAIT_SLICE_S = 0.1
 # Without a semaphore, how long before looking for it again (a driver could create it later).
 SEMAPHORE_RETRY_S = 1.0
 # Back-off while waiting without a semaphore: bounded sleeps, so a timeout or a close is seen within 1 ms.
-_NO_SEMAPHORE_MAX_PARK_NS = 1_000_000
+_NO_SEMAPHORE_MAX_PARK_NS = NANOS_PER_MILLI
 
 
 class Subscription:
@@ -145,35 +146,30 @@ class Subscription:
         again (use :meth:`controlled_poll` and ``ABORT`` to see a fragment again).
         """
         images = self._images
-        n = len(images)
-        if n == 0:
-            if self._closed:
-                self._raise_if_client_failed()  # the client lost its driver: say so (not a silent 0)
-            return 0
-        if n == 1:
+        if len(images) == 1:  # the common case, without the round's set-up
             return images[0].poll(handler, fragment_limit)
-        start = self._round_robin = (self._round_robin + 1) % n
-        fragments = 0
-        for i in range(n):
-            fragments += images[(start + i) % n].poll(handler, fragment_limit - fragments)
-            if fragments >= fragment_limit:
-                break
-        return fragments
+        return self._poll_in_turn(False, handler, fragment_limit)
 
     def controlled_poll(
         self, handler: Callable[[memoryview, Header], ControlledPollAction], fragment_limit: int = 10
     ) -> int:
         """As :meth:`poll`, with the handler returning a :class:`~logbuf.ControlledPollAction`."""
+        return self._poll_in_turn(True, handler, fragment_limit)
+
+    def _poll_in_turn(self, controlled: bool, handler: Callable[..., Any], fragment_limit: int) -> int:
+        # each image in turn, starting one further each call, until fragment_limit fragments in total
         images = self._images
         n = len(images)
         if n == 0:
             if self._closed:
-                self._raise_if_client_failed()
+                self._raise_if_client_failed()  # the client lost its driver: say so (not a silent 0)
             return 0
         start = self._round_robin = (self._round_robin + 1) % n
         fragments = 0
         for i in range(n):
-            fragments += images[(start + i) % n].controlled_poll(handler, fragment_limit - fragments)
+            image = images[(start + i) % n]
+            poll = image.controlled_poll if controlled else image.poll
+            fragments += poll(handler, fragment_limit - fragments)
             if fragments >= fragment_limit:
                 break
         return fragments

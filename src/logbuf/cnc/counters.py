@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import enum
 import struct
-import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -34,6 +33,7 @@ from logbuf.cnc.errors import CncFileError, CountersFullError, CounterStateError
 from logbuf.cnc.layout import COUNTER_METADATA_LENGTH, COUNTER_VALUE_LENGTH
 from logbuf.native import AtomicBuffer
 from logbuf.position import Position
+from logbuf.units import NANOS_PER_MILLI, epoch_ms
 
 # -- value record ------------------------------------------------------------------------------------
 VALUE_OFFSET = 0
@@ -140,7 +140,7 @@ LOGBUF_VERSION = "0.1.0"  # the package's version (pyproject.toml)
 # Aeron puts its git sha, which logbuf built it.
 SOFTWARE_VERSION_TEXT = "version={}.{}.{} commit=logbuf-{}".format(*AERON_VERSION, LOGBUF_VERSION)
 THREADING_MODE = "SHARED"  # conductor, sender and receiver in one loop: Aeron's name for it
-DEFAULT_CYCLE_THRESHOLD_NS = 1_000_000  # a duty cycle longer than this is counted (Aeron: 1 s; ours: 1 ms)
+DEFAULT_CYCLE_THRESHOLD_NS = NANOS_PER_MILLI  # a duty cycle longer than this is counted (Aeron: 1 s; ours: 1 ms)
 
 
 def system_counter_labels(
@@ -334,10 +334,6 @@ class CounterInfo(NamedTuple):
     reference_id: int
 
 
-def _epoch_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class CountersReader:
     """Reads counters anyone allocated (clients, tools): values with acquire, metadata once allocated."""
 
@@ -468,7 +464,7 @@ class CountersManager(CountersReader):
         self,
         metadata_buffer: AtomicBuffer,
         values_buffer: AtomicBuffer,
-        clock_ms: Callable[[], int] = _epoch_ms,
+        clock_ms: Callable[[], int] = epoch_ms,
         free_to_reuse_timeout_ms: int = DEFAULT_FREE_TO_REUSE_TIMEOUT_MS,
     ) -> None:
         super().__init__(metadata_buffer, values_buffer)

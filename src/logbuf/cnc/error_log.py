@@ -19,13 +19,13 @@ timestamp.  (Right after publication a reader may briefly see a count of 0, as i
 from __future__ import annotations
 
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from logbuf.cnc.layout import align
 from logbuf.native import AtomicBuffer
+from logbuf.units import epoch_ms
 
 LENGTH_OFFSET = 0
 OBSERVATION_COUNT_OFFSET = 4
@@ -33,10 +33,6 @@ LAST_OBSERVATION_TIMESTAMP_OFFSET = 8
 FIRST_OBSERVATION_TIMESTAMP_OFFSET = 16
 ENCODED_ERROR_OFFSET = 24
 RECORD_ALIGNMENT = 8
-
-
-def _epoch_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def encode_error(error: BaseException | str) -> str:
@@ -50,7 +46,7 @@ def encode_error(error: BaseException | str) -> str:
 class DistinctErrorLog:
     """Records distinct errors into ``buffer`` (single process; thread-safe within it)."""
 
-    def __init__(self, buffer: AtomicBuffer, clock_ms: Callable[[], int] = _epoch_ms) -> None:
+    def __init__(self, buffer: AtomicBuffer, clock_ms: Callable[[], int] = epoch_ms) -> None:
         self._buffer = buffer
         self._clock_ms = clock_ms
         self._lock = threading.Lock()

@@ -28,6 +28,7 @@ from typing import Any
 
 from logbuf.native import ffi, lib
 from logbuf.position import Position
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND, NANOS_PER_UNIT
 
 #: a native duty: (cffi ``int32_t (*)(void *, int64_t)`` function pointer, cffi ``void *`` state)
 NativeDuty = tuple[Any, Any]
@@ -68,7 +69,6 @@ def check_threading_mode(mode: str) -> str:
     return mode
 
 
-_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _DURATION = re.compile(r"^(\d+)(ns|us|ms|s)?$")
 
 
@@ -77,13 +77,13 @@ def parse_duration_ns(text: str, what: str) -> int:
     match = _DURATION.match(text.strip())
     if match is None:
         raise ValueError(f"{what}={text!r}: expected a whole number with ns, us, ms or s (e.g. 1ms)")
-    return int(match.group(1)) * _UNITS[match.group(2) or "ns"]
+    return int(match.group(1)) * NANOS_PER_UNIT[match.group(2) or "ns"]
 
 
 def _format_ns(ns: int) -> str:
     for unit in ("s", "ms", "us"):
-        if ns % _UNITS[unit] == 0 and ns >= _UNITS[unit]:
-            return f"{ns // _UNITS[unit]}{unit}"
+        if ns % NANOS_PER_UNIT[unit] == 0 and ns >= NANOS_PER_UNIT[unit]:
+            return f"{ns // NANOS_PER_UNIT[unit]}{unit}"
     return f"{ns}ns"
 
 
@@ -105,7 +105,7 @@ class IdleSpec:
     max_spins: int = 10
     max_yields: int = 20  # Aeron's back-off: 10 spins, 20 yields, then parks from 1 µs doubling to 1 ms
     min_park_ns: int = 1_000
-    max_park_ns: int = 1_000_000
+    max_park_ns: int = NANOS_PER_MILLI
 
     @classmethod
     def parse(cls, text: str) -> IdleSpec:
@@ -136,7 +136,7 @@ class IdleSpec:
                 parse_duration_ns(values["max-park"], "max-park") if "max-park" in values else defaults.max_park_ns,
             )
         elif kind == "sleep":
-            park = parse_duration_ns(values["park"], "park") if "park" in values else 1_000_000
+            park = parse_duration_ns(values["park"], "park") if "park" in values else NANOS_PER_MILLI
             spec = cls(kind, 0, 0, park, park)
         else:
             spec = cls(kind, 0, 0, 0, 0)
@@ -148,7 +148,7 @@ class IdleSpec:
             raise ValueError(f"idle strategy kind {self.kind!r} unknown")
         if self.max_spins < 0 or self.max_yields < 0:
             raise ValueError("idle strategy: spins and yields must be >= 0")
-        if self.kind in ("sleep", "backoff") and not 0 < self.min_park_ns <= self.max_park_ns <= 1_000_000_000:
+        if self.kind in ("sleep", "backoff") and not 0 < self.min_park_ns <= self.max_park_ns <= NANOS_PER_SECOND:
             raise ValueError("idle strategy: need 0 < min-park <= max-park <= 1s")
 
     def __str__(self) -> str:
@@ -220,7 +220,7 @@ class NativeAgent:
     ``owner`` and the agent keeps a reference until :meth:`close`."""
 
     def __init__(self, name: str, idle: IdleSpec | str = DEFAULT_AGENT_IDLE,
-                 cycle_threshold_ns: int = 1_000_000) -> None:
+                 cycle_threshold_ns: int = NANOS_PER_MILLI) -> None:
         spec = IdleSpec.parse(idle) if isinstance(idle, str) else idle
         spec.validate()
         if not name or len(name.encode()) > 15 or not name.isascii():
@@ -267,7 +267,7 @@ class NativeAgent:
         """Stops and joins the thread within ``timeout_s``; False when it is still running."""
         if self._agent is None:
             return True
-        return lib.lb_agent_stop(self._agent, int(timeout_s * 1e9)) == 0
+        return lib.lb_agent_stop(self._agent, int(timeout_s * NANOS_PER_SECOND)) == 0
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stops the thread and frees the agent.  A thread that does not stop in time is left running with

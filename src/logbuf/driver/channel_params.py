@@ -26,6 +26,7 @@ from logbuf.driver.context import SECOND, DriverContext
 from logbuf.driver.windows import publication_window
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
+from logbuf.units import NANOS_PER_UNIT
 
 # Aeron's defaults for the untethered subscriber timeouts
 DEFAULT_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS = 5 * SECOND
@@ -48,7 +49,6 @@ _HONOURED_VALUES: dict[str, dict[str, frozenset[str]]] = {
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _DURATION = re.compile(r"^(\d+)(ns|us|ms|s)?$")
-_DURATION_NS = {None: 1, "ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 def check_keys(uri: ChannelUri) -> None:
@@ -101,7 +101,7 @@ def parse_timeout_ns(uri: ChannelUri, key: str, default: int) -> int:
     match = _DURATION.match(text)
     if not match:
         raise InvalidChannelError(f"channel {uri}: {key}={text!r} is not a duration (digits, then ns, us, ms or s)")
-    return int(match.group(1)) * _DURATION_NS[match.group(2)]
+    return int(match.group(1)) * NANOS_PER_UNIT[match.group(2) or "ns"]
 
 
 def _size(uri: ChannelUri, key: str) -> int | None:

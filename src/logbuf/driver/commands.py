@@ -9,9 +9,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from logbuf.channel import InvalidChannelError, parse_size
-from logbuf.cli_args import INTERRUPTED_EXIT_STATUS, UsageError, add_driver_dir
+from logbuf.cli_args import add_driver_dir
 from logbuf.driver.agents import THREADING_MODES
 from logbuf.driver.context import MS, SECOND
+from logbuf.errors import INTERRUPTED_EXIT_STATUS, UsageError
 
 if TYPE_CHECKING:
     from logbuf.driver.context import DriverContext

@@ -13,9 +13,8 @@ from logbuf.driver.udp.impairment import Impairment
 from logbuf.driver.windows import max_publication_window
 from logbuf.idle import idle_strategy
 from logbuf.logbuffer import descriptor as d
-
-MS = 1_000_000
-SECOND = 1_000_000_000
+from logbuf.units import NANOS_PER_MILLI as MS
+from logbuf.units import NANOS_PER_SECOND as SECOND
 
 
 def _power_of_two(value: int) -> bool:

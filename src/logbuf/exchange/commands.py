@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from logbuf.channel import parse_endpoint
-from logbuf.cli_args import UsageError, count, off_or, stop_on_signals, stopped_status
+from logbuf.cli_args import count, off_or, stop_on_signals, stopped_status
+from logbuf.errors import UsageError
 from logbuf.marketdata import moldudp64
 
 _host_port = off_or(parse_endpoint)  # HOST:PORT, [v6]:PORT or off

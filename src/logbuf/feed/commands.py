@@ -26,15 +26,9 @@ from logbuf.cli_args import (
     stopped_status,
     traceback_wanted,
 )
-from logbuf.cli_args import UsageError as CommandLineError
-from logbuf.errors import LogbufError
-
-USAGE_ERROR = 2
-
-
-class UsageError(LogbufError):
-    """A command-line value the user can fix."""
-
+from logbuf.errors import LogbufError, UsageError
+from logbuf.units import NANOS_PER_MILLI as _NANOS_PER_MILLI
+from logbuf.units import NANOS_PER_SECOND as _NANOS_PER_SECOND
 
 _host_port = off_or(parse_endpoint)  # HOST:PORT, [v6]:PORT or off
 
@@ -51,8 +45,8 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
-        except (UsageError, ValueError) as exc:
-            raise CommandLineError(str(exc)) from exc
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
 
     return run
 
@@ -163,8 +157,6 @@ def _cmd_feed(args: argparse.Namespace) -> int:
     return status
 
 
-_NANOS_PER_MILLI = 1_000_000
-_NANOS_PER_SECOND = 1_000_000_000
 _MAX_BATCH_WAIT_US = 100_000
 
 

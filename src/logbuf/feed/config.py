@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from logbuf.feed.events import FeedMode
 from logbuf.marketdata import moldudp64
 from logbuf.marketdata.moldudp64 import MAX_MESSAGE_COUNT, MAX_SEQUENCE
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
-NANOS_PER_MILLI = 1_000_000
-NANOS_PER_SECOND = 1_000_000_000
 # A packet more than this many messages past everything known needs a confirmation before it counts (the other
 # feed's copy, or the next packet of the same feed continuing after it): ~100 packets of ~40 messages, so an
 # ordinary loss is never held back and a jump costs one packet's wait.

@@ -83,15 +83,13 @@ from logbuf.feed.feed_native import (
 from logbuf.feed.recovery import Recovery
 from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
+from logbuf.units import NANOS_PER_MICRO, NANOS_PER_SECOND
 
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
 LATENCY_SAMPLES = 1 << 16
 DEFAULT_BATCH_WAIT_S = DEFAULT_BATCH_WAIT_US / 1e6
 RETRANSMIT_SLOTS = 8  # receive slots kept for retransmission answers per cycle
 UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause after ECONNREFUSED
-NANOS_PER_SECOND = 1_000_000_000
-NANOS_PER_MILLI = 1_000_000
-NANOS_PER_MICRO = 1_000
 INVALID_BATCH = lib.LB_INVALID_BATCH  # lb_offer_batch: a message longer than the publication's maximum
 
 

@@ -67,7 +67,6 @@ HEADER_LENGTH = 11
 MAX_TIMESTAMP = 2**48 - 1
 PRICE4_SCALE = 10_000
 PRICE8_SCALE = 100_000_000
-NANOS_PER_SECOND = 1_000_000_000
 
 # Header as struct: the 48-bit timestamp travels as a u16 high part and a u32 low part.
 _HEADER_FORMAT = ">cHHHI"

@@ -13,9 +13,8 @@ import time
 from collections.abc import Callable
 
 from logbuf.cli_args import count
-from logbuf.errors import LogbufError
+from logbuf.errors import USAGE_EXIT_STATUS, LogbufError
 
-USAGE_ERROR = 2
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 _EXTRA_HINT = "install the analytics extra: pip install -e '.[analytics]'"
 
@@ -40,10 +39,10 @@ def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
             return func(args)
         except ModuleNotFoundError as exc:
             print(f"logbuf {args.command}: error: {exc.name} is not installed ({_EXTRA_HINT})", file=sys.stderr)
-            return USAGE_ERROR
+            return USAGE_EXIT_STATUS
         except (LogbufError, ValueError, OSError, RuntimeError) as exc:
             print(f"logbuf {args.command}: error: {exc}", file=sys.stderr)
-            return USAGE_ERROR
+            return USAGE_EXIT_STATUS
 
     return run
 

@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from logbuf.pipeline.errors import PipelineConfigError
+from logbuf.units import NANOS_PER_MILLI
 
-NANOS_PER_MILLI = 1_000_000
 MIN_SILENCE_FLOOR_NS = 10 * NANOS_PER_MILLI
 
 

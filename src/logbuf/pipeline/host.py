@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 
-NANOS_PER_MILLI = 1_000_000
+from logbuf.units import NANOS_PER_MILLI
+
 DEFAULT_LATE_THRESHOLD_NS = 50 * NANOS_PER_MILLI
 REFLECT = "delays and freezes measured then reflect the host, not the feeds"
 

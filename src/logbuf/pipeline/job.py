@@ -50,9 +50,8 @@ from logbuf.pipeline.options import AnalyzeConfig, add_arguments, config_from_ar
 from logbuf.pipeline.quantiles import exact_quantiles
 from logbuf.pipeline.storage import Location, Staging, check_output
 from logbuf.recording import schema
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
-NANOS_PER_SECOND = 1_000_000_000
-NANOS_PER_MILLI = 1_000_000
 # nice window lengths for the time series (multiples of the default freeze bin of 12.5 ms)
 _WINDOWS_MS = (100, 250, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000)
 STAGES = ("read", "sequence", "quantiles", "time", "freezes", "messages", "gaps", "output")

@@ -11,9 +11,8 @@ from logbuf.pipeline.errors import PipelineConfigError
 from logbuf.pipeline.freezes import FreezeParams
 from logbuf.pipeline.host import DEFAULT_LATE_THRESHOLD_NS, late_warnings, read_summaries
 from logbuf.pipeline.quantiles import DEFAULT_MAX_COLLECT
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
-NANOS_PER_SECOND = 1_000_000_000
-NANOS_PER_MILLI = 1_000_000
 DEFAULT_PERCENTILES = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999, 1.0)
 DEFAULT_BUCKET_SIZE = 1 << 16  # sequences per bucket of the sequence space
 

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from logbuf.units import NANOS_PER_MILLI as _NS_PER_MS
+
 # one theme for every figure (matplotlib's default, white): a colour per feed, one for freezes and gaps
 COLORS = {"A": "#1f1f1f", "B": "#3d8bfd", "R": "#2ca02c"}
 STYLES = {"A": "-", "B": "--", "R": "-"}  # A solid on top, B dashed: one never hides the other
@@ -36,7 +38,6 @@ CATCH_UP_COLOR = "#ff7f0e"
 UNRECOVERED_COLOR = "#d62728"
 _GAP_FLOOR_MS = 0.01  # gaps filled before (or as) they were detected are drawn on this line
 _MIN_CATCH_UP_MS = 0.05  # a catch-up shorter than this is none: the feed resumed level with the other
-_NS_PER_MS = 1_000_000
 MAX_FREEZE_PLOTS = 3
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-_NS_PER_MS = 1_000_000
-_NS_PER_S = 1_000_000_000
+from logbuf.units import NANOS_PER_MILLI as _NS_PER_MS
+from logbuf.units import NANOS_PER_SECOND as _NS_PER_S
+
 MAX_ROWS = 12
 
 # Columns holding a duration (shown in ms) and an epoch time (shown as UTC time of day) in the report.

@@ -46,10 +46,9 @@ from logbuf.pipeline.columns import feed_array, messages_table
 from logbuf.pipeline.errors import PipelineConfigError, PipelineError
 from logbuf.recording import schema
 from logbuf.recording.writer import RecordingWriter
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
 TRUTH_FILE = "_scenario_truth.json"
-NANOS_PER_MILLI = 1_000_000
-NANOS_PER_SECOND = 1_000_000_000
 _MAX_FRAME = max(itch.LENGTHS.values()) + LENGTH_PREFIX_SIZE
 _NEVER = np.iinfo(np.int64).max
 _FEEDS = (schema.FEED_A, schema.FEED_B, schema.FEED_RETRANSMIT)  # dictionary order of the feed columns

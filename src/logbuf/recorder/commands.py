@@ -14,7 +14,8 @@ import sys
 import time
 from typing import Any
 
-from logbuf.cli_args import StopSignal, UsageError, add_driver_dir, count, stopped_status, traceback_wanted
+from logbuf.cli_args import StopSignal, add_driver_dir, count, stopped_status, traceback_wanted
+from logbuf.errors import USAGE_EXIT_STATUS, UsageError
 from logbuf.feed import published
 from logbuf.recorder.config import (
     DEFAULT_COMMIT_INTERVAL_S,
@@ -24,7 +25,6 @@ from logbuf.recorder.config import (
     DEFAULT_SESSION,
 )
 
-USAGE_ERROR = 2
 RUNTIME_ERROR = 1
 _EXTRA_HINT = "install the recorder extra: pip install 'logbuf[recorder]'"
 
@@ -87,7 +87,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
         from logbuf.recorder.recorder import Recorder, RecorderConfig, RecorderDataLoss, RecorderError
     except ModuleNotFoundError as exc:
         print(f"logbuf record: error: {exc.name} is not installed ({_EXTRA_HINT})", file=sys.stderr)
-        return USAGE_ERROR
+        return USAGE_EXIT_STATUS
     from logbuf.errors import LogbufError
     from logbuf.recording.schema import RecordingFormatError
 

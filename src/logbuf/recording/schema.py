@@ -72,6 +72,7 @@ import datetime as _dt
 import pyarrow as pa
 
 from logbuf.errors import LogbufError
+from logbuf.units import NANOS_PER_SECOND
 
 FORMAT_NAME = "logbuf-recording"
 FORMAT_VERSION = 1
@@ -158,7 +159,7 @@ def hour_start_ns(label: str) -> int:
         moment = _dt.datetime.strptime(label, _HOUR_FORMAT).replace(tzinfo=_dt.timezone.utc)
     except ValueError:
         raise RecordingFormatError(f"hour partition {label!r} is not YYYY-MM-DDTHH") from None
-    return int(moment.timestamp()) * 1_000_000_000
+    return int(moment.timestamp()) * NANOS_PER_SECOND
 
 
 def check_session(session: str) -> str:

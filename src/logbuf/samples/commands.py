@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from logbuf.cli_args import DefaultsHelpFormatter, UsageError, add_driver_dir, traceback_wanted
-from logbuf.errors import LogbufError
+from logbuf.cli_args import DefaultsHelpFormatter, add_driver_dir, traceback_wanted
+from logbuf.errors import LogbufError, UsageError
 
 
 def _cmd_book(args: argparse.Namespace) -> int:

@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import time
-
-
-def epoch_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def iso_ms(epoch_ms: int) -> str:

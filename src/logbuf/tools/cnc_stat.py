@@ -37,6 +37,7 @@ from logbuf.directory import ENV_DIR
 from logbuf.tools import _fmt
 from logbuf.tools.counter_types import counter_type, decode_key, parse_counter_type, type_name
 from logbuf.tools.exit_codes import DriverInactiveError, MissingFileError, UnusableFileError
+from logbuf.units import NANOS_PER_MILLI, epoch_ms
 
 DEFAULT_NOT_READY_WAIT_S = 1.0  # a driver writes the whole header within milliseconds of creating the file
 _NOT_READY_RETRY_S = 0.01
@@ -131,7 +132,7 @@ class DriverHeader:
     def read(cls, cnc: CncFile, time_ms: int, stale_after_ms: int | None = None) -> DriverHeader:
         layout = cnc.layout
         if stale_after_ms is None:
-            stale_after_ms = layout.client_liveness_timeout_ns // 1_000_000
+            stale_after_ms = layout.client_liveness_timeout_ns // NANOS_PER_MILLI
         return cls(
             cnc_path=str(cnc.path),
             cnc_version=layout.version,
@@ -519,7 +520,7 @@ class CncStatSource:
         path: str | os.PathLike[str],
         *,
         stale_after_ms: int | None = None,
-        clock_ms: Callable[[], int] = _fmt.epoch_ms,
+        clock_ms: Callable[[], int] = epoch_ms,
         not_ready_wait_s: float = DEFAULT_NOT_READY_WAIT_S,
     ) -> None:
         self.path = Path(path)
@@ -559,7 +560,7 @@ def read_stat(
     cnc_path: str | os.PathLike[str],
     *,
     stale_after_ms: int | None = None,
-    clock_ms: Callable[[], int] = _fmt.epoch_ms,
+    clock_ms: Callable[[], int] = epoch_ms,
     not_ready_wait_s: float = DEFAULT_NOT_READY_WAIT_S,
 ) -> StatSnapshot:
     """One snapshot of the counters in ``cnc_path``; liveness is not checked (``header.check_active()`` does).

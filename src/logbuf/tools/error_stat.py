@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from logbuf.cnc.loss_report import format_timestamp
 from logbuf.tools import _fmt
 from logbuf.tools.cnc_stat import DEFAULT_NOT_READY_WAIT_S, DriverHeader, open_cnc
+from logbuf.units import epoch_ms
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def read_errors(
     cnc_path: str | os.PathLike[str],
     *,
     since_ms: int = 0,
-    clock_ms: Callable[[], int] = _fmt.epoch_ms,
+    clock_ms: Callable[[], int] = epoch_ms,
     not_ready_wait_s: float = DEFAULT_NOT_READY_WAIT_S,
 ) -> ErrorReport:
     """The distinct errors (last seen at or after ``since_ms``) of the driver owning ``cnc_path``.

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import enum
 
-from logbuf.errors import LogbufError
+from logbuf.errors import USAGE_EXIT_STATUS, LogbufError
 
 
 class ExitCode(enum.IntEnum):
     OK = 0
-    USAGE = 2
+    USAGE = USAGE_EXIT_STATUS
     NOT_FOUND = 3
     UNUSABLE = 4
     DRIVER_INACTIVE = 5

@@ -23,6 +23,7 @@ from typing import TextIO
 from logbuf.tools import _fmt
 from logbuf.tools.cnc_stat import CounterSample, StatSnapshot, format_stat
 from logbuf.tools.exit_codes import ExitCode, ToolError
+from logbuf.units import epoch_ms
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"  # cursor home, erase display
 
@@ -76,7 +77,7 @@ def watch(
     max_lines: int | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    clock_ms: Callable[[], int] = _fmt.epoch_ms,
+    clock_ms: Callable[[], int] = epoch_ms,
 ) -> int:
     """Renders ``read()`` every ``interval_s`` until Ctrl-C or ``count`` frames; returns 0.
 

@@ -24,15 +24,16 @@ import random
 import re
 from typing import Any
 
+from logbuf.units import NANOS_PER_UNIT
+
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ns|us|ms|s)$")
-_UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 def _duration_ns(text: str, name: str) -> int:
     match = _DURATION.match(text.strip())
     if not match:
         raise ValueError(f"impairment {name}={text!r}: a duration such as 250us, 2ms or 0.5s")
-    return int(float(match.group(1)) * _UNIT_NS[match.group(2)])
+    return int(float(match.group(1)) * NANOS_PER_UNIT[match.group(2)])
 
 
 class Impairment:

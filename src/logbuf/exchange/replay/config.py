@@ -9,10 +9,9 @@ from logbuf.errors import LogbufError
 from logbuf.exchange.synth import CLOSE_NS, OPEN_NS
 from logbuf.marketdata import moldudp64
 from logbuf.marketdata.moldudp64 import DEFAULT_PAYLOAD_BUDGET, HEADER_LENGTH
+from logbuf.units import NANOS_PER_SECOND
 
 START_PHASES: dict[str, int] = {"pre-open": 0, "open": OPEN_NS, "close": CLOSE_NS}
-NANOS_PER_SECOND = 1_000_000_000
-NANOS_PER_MILLI = 1_000_000
 DEFAULT_FLUSH_GAP_NS = 50_000
 DEFAULT_CATCH_UP_BUDGET = 2_800  # ~70 messages of ~36 framed bytes per catch-up packet
 

@@ -24,11 +24,12 @@ from collections.abc import Iterator
 import numpy as np
 
 from logbuf.exchange.dayfile import DayFileReader
-from logbuf.exchange.replay.config import NANOS_PER_SECOND, START_PHASES, ReplayConfig
+from logbuf.exchange.replay.config import START_PHASES, ReplayConfig
 from logbuf.exchange.replay.plans import Packetiser, PacketPlan
 from logbuf.exchange.replay.schedule import EventKind, FeedScheduler, SendEvent
 from logbuf.exchange.replay.wire import SendBatch, build_batch
 from logbuf.marketdata import moldudp64
+from logbuf.units import NANOS_PER_SECOND
 
 _CHUNK_PLANS = 256  # plans decided and built at a time: building a chunk holds up due sends well under 1 ms
 _EVENT_BATCH = 512  # events per batch when batches group events() (configurations the bulk path does not take)

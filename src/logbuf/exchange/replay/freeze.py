@@ -10,10 +10,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from logbuf.exchange.replay.config import NANOS_PER_MILLI, FaultConfig
+from logbuf.exchange.replay.config import FaultConfig
 from logbuf.exchange.replay.plans import PacketPlan
 from logbuf.marketdata import moldudp64
 from logbuf.marketdata.moldudp64 import HEADER_LENGTH, MAX_MESSAGE_COUNT
+from logbuf.units import NANOS_PER_MILLI
 
 
 class HeadEndFreeze:

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from logbuf.exchange.replay.config import NANOS_PER_MILLI, NANOS_PER_SECOND, ReplayError
+from logbuf.exchange.replay.config import ReplayError
 from logbuf.exchange.replay.core import ReplayCore
 from logbuf.exchange.replay.schedule import FeedSendStats
 from logbuf.exchange.replay.wire import FeedBatch, SendBatch
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
 _LATE_NS = NANOS_PER_MILLI  # a packet sent later than this after its due time counts as late
 _PROGRESS_MESSAGES = 65_536  # report progress in steps this large (a call per packet costs more than a send)

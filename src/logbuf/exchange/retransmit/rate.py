@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from logbuf.exchange.retransmit.ring import RetransmitError
+from logbuf.units import NANOS_PER_SECOND
 
-NANOS_PER_SECOND = 1_000_000_000
 DEFAULT_RATE = 1_000.0  # answers per second per client
 DEFAULT_BURST = 100.0
 

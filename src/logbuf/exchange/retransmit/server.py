@@ -19,9 +19,10 @@ import numpy as np
 from logbuf.errors import bind_error
 from logbuf.exchange.retransmit.core import RetransmitCore, RetransmitStats
 from logbuf.exchange.retransmit.fair import DEFAULT_QUEUE, FairService
-from logbuf.exchange.retransmit.rate import DEFAULT_BURST, DEFAULT_RATE, NANOS_PER_SECOND, RateLimiter
+from logbuf.exchange.retransmit.rate import DEFAULT_BURST, DEFAULT_RATE, RateLimiter
 from logbuf.exchange.retransmit.ring import MessageRing
 from logbuf.marketdata.moldudp64 import DEFAULT_PAYLOAD_BUDGET, REQUEST_LENGTH
+from logbuf.units import NANOS_PER_SECOND
 
 log = logging.getLogger(__name__)
 
