@@ -16,6 +16,8 @@
 #define LBD_SND_ADD_PUBLICATION 3       /* publication_id, endpoint_id and the publication fields */
 #define LBD_SND_REMOVE_PUBLICATION 4    /* publication_id: acknowledged by LBD_SND_PUBLICATION_REMOVED */
 #define LBD_SND_DRAIN_PUBLICATION 5     /* publication_id, end_position, deadline_ns: LBD_SND_PUBLICATION_DRAINED */
+#define LBD_SND_ADD_DESTINATION 6       /* endpoint_id, destination (manual MDC); publication_id: its registration id */
+#define LBD_SND_REMOVE_DESTINATION 7    /* endpoint_id, destination (the same sockaddr bytes as added) */
 
 /* events (lbd_snd_event_t.type) */
 #define LBD_SND_ENDPOINT_REMOVED 101     /* endpoint_id: its fds are no longer used */
@@ -29,12 +31,19 @@
 /* flow control strategies */
 #define LBD_FC_UNICAST 0   /* one receiver; also Aeron's multicast "max": the furthest receiver */
 #define LBD_FC_MIN 1       /* every live receiver holds the sender back */
+#define LBD_FC_TAGGED 2    /* min over the receivers whose SMs carry the group tag; group_min_size gates it */
+
+/* multi-destination-cast of a send endpoint (lbd_snd_command_t.control_mode on LBD_SND_ADD_ENDPOINT) */
+#define LBD_MDC_NONE 0     /* each publication sends to its own destination */
+#define LBD_MDC_DYNAMIC 1  /* an SM from a new receiver adds its source; silent ones time out */
+#define LBD_MDC_MANUAL 2   /* destinations added and removed by commands only */
 
 /* limits */
 #define LBD_SND_MAX_ENDPOINTS 256
 #define LBD_SND_MAX_PUBLICATIONS 1024
 #define LBD_SND_MAX_RECEIVERS 256        /* receivers tracked per min flow control (more are not tracked) */
-#define LBD_SND_MAX_RETRANSMIT_ACTIONS 64
+#define LBD_SND_MAX_RETRANSMIT_ACTIONS 256  /* max-resend's upper bound (as Aeron's) */
+#define LBD_SND_MAX_DESTINATIONS 256     /* per MDC endpoint (more are refused / not tracked) */
 #define LBD_SND_MAX_HELD 16384           /* datagrams an impairment holds back at most (more are dropped) */
 
 /* A seeded model of a bad network (logbuf.driver.udp.Impairment's parameters) on one direction of an
@@ -60,7 +69,8 @@ typedef struct lbd_snd_command {
     int32_t send_fd;                    /* data, SETUP, heartbeats, retransmits and RTTM replies go out here */
     int32_t control_fd;                 /* SM, NAK, RTTM, ERR arrive here (the send socket for unicast) */
     int32_t receive_batch;              /* datagrams per recvmmsg (1..LBN_MAX_BATCH) */
-    int32_t reserved0;
+    int32_t control_mode;               /* LBD_MDC_* */
+    int64_t destination_timeout_ns;     /* dynamic MDC: a destination without SMs for this long is dropped */
     lbd_snd_impairment_t send_impairment;     /* everything this endpoint sends */
     lbd_snd_impairment_t receive_impairment;  /* every control datagram it receives */
     /* publication */
@@ -80,7 +90,10 @@ typedef struct lbd_snd_command {
     int32_t window_length;              /* pub-lmt = snd-pos + window while connected */
     int32_t max_datagrams;              /* data datagrams per sendmmsg */
     int32_t flow_control;               /* LBD_FC_* */
-    int32_t retransmit_max_actions;
+    int32_t retransmit_max_actions;     /* max-resend (1..LBD_SND_MAX_RETRANSMIT_ACTIONS) */
+    int32_t retransmit_group;           /* 1: group semantics (multicast, MDC); 0: unicast, one reused action */
+    int32_t group_min_size;             /* LBD_FC_TAGGED */
+    int64_t group_tag;                  /* LBD_FC_TAGGED */
     int64_t receiver_timeout_ns;
     int64_t setup_interval_ns;
     int64_t heartbeat_interval_ns;
@@ -141,6 +154,8 @@ int64_t lbd_sender_setups_sent(lbd_sender_t *sender);
 /* Counts of publications and endpoints the agent holds (for tests). */
 int32_t lbd_sender_publication_count(lbd_sender_t *sender);
 int32_t lbd_sender_endpoint_count(lbd_sender_t *sender);
+/* The destinations an MDC endpoint sends to now (-1: no such endpoint). */
+int32_t lbd_sender_destination_count(lbd_sender_t *sender, int32_t endpoint_id);
 
 /* ---- test-only: the sender's state machines without sockets, to compare against driver/udp/ ---- */
 
@@ -151,6 +166,12 @@ void lbd_snd_model_free(lbd_snd_model_t *model);
 /* A status message (returns the new snd-lmt). */
 int64_t lbd_snd_model_on_sm(lbd_snd_model_t *model, int32_t term_id, int32_t term_offset, int32_t window,
                             int64_t receiver_id, int32_t flags, int64_t now_ns);
+/* The same with the SM's feedback length and, when it is 8, the group tag it carries (tagged flow control). */
+int64_t lbd_snd_model_on_sm_tagged(lbd_snd_model_t *model, int32_t term_id, int32_t term_offset, int32_t window,
+                                   int64_t receiver_id, int32_t flags, int64_t now_ns, int32_t tag_length,
+                                   int64_t tag);
+/* 1 when the publication counts as connected (flow control has its receivers). */
+int32_t lbd_snd_model_connected(lbd_snd_model_t *model);
 /* Flow control's receiver time-outs (returns the new snd-lmt). */
 int64_t lbd_snd_model_on_idle(lbd_snd_model_t *model, int64_t now_ns);
 /* A NAK: 1 and out[0..2] = (term id, term offset, length) to resend now, or 0. */

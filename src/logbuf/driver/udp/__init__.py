@@ -2,13 +2,18 @@
 return what to send.  Sockets, threads and counters in cnc.dat are the driver's.
 
 Sender side: :class:`PublicationSender` = :class:`SenderSchedule` + :class:`SendPlanner` + flow control
-(:class:`UnicastFlowControl`, :class:`MinMulticastFlowControl`) + :class:`RetransmitHandler`.
+(:class:`UnicastFlowControl`, :class:`MinMulticastFlowControl`, :class:`TaggedFlowControl`) + :class:`RetransmitHandler`.
 Receiver side: :class:`ReceiverDispatcher` -> :class:`ImageReceiver` = :class:`TermRebuilder` +
 :class:`LossDetector` + :class:`StatusMessageSchedule`.  :class:`Impairment` models a lossy network.
 """
 
 from logbuf.driver.udp.counters import ReceiverCounters, SenderCounters
-from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl, UnicastFlowControl
+from logbuf.driver.udp.flow_control import (
+    FlowControl,
+    MinMulticastFlowControl,
+    TaggedFlowControl,
+    UnicastFlowControl,
+)
 from logbuf.driver.udp.image_receiver import ImageReceiver, ImageState
 from logbuf.driver.udp.impairment import Impairment
 from logbuf.driver.udp.loss_detector import Gap, LossDetector, LossScan, MulticastNakDelay, UnicastNakDelay
@@ -45,6 +50,7 @@ __all__ = [
     "SenderCounters",
     "SenderSchedule",
     "StatusMessageSchedule",
+    "TaggedFlowControl",
     "TermRebuilder",
     "UnicastFlowControl",
     "UnicastNakDelay",
