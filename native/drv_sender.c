@@ -8,6 +8,10 @@
  * (snd-pos + window while a receiver is connected, after cleaning the log one term behind snd-pos), so a
  * starved Python thread never holds a publisher back.  The state machines are those of driver/udp/ in Python
  * (include/lb_snd_machines.h).
+ *
+ * A multi-destination-cast endpoint (LBD_MDC_DYNAMIC / MANUAL) keeps its destinations (Aeron's destination
+ * tracker): each frame is planned once and sent to every destination; an endpoint without MDC keeps the
+ * single-destination path (lbn_send_term: plan and sendmmsg in one call).
  */
 #define _GNU_SOURCE
 #include <errno.h>
