@@ -241,6 +241,30 @@ static void destination_on_sm(endpoint_t *ep, int64_t receiver_id, const uint8_t
     d->registration_id = -1;
 }
 
+/* manual MDC: a destination the client added (address_length checked by the caller) */
+static void add_destination(endpoint_t *ep, const uint8_t *address, int32_t address_length, int64_t registration_id,
+                            int64_t now_ns)
+{
+    destination_t *d = &ep->destinations[ep->destination_count++];
+    memset(d, 0, sizeof(*d));
+    memcpy(d->address, address, (size_t)address_length);
+    d->address_length = address_length;
+    d->last_activity_ns = now_ns;
+    d->registration_id = registration_id;
+}
+
+/* the last destination added at this host and port goes */
+static void remove_destination(endpoint_t *ep, const uint8_t *address)
+{
+    for (int32_t i = ep->destination_count - 1; i >= 0; i--) {
+        const destination_t *d = &ep->destinations[i];
+        if (same_host(d->address, address) && same_port(d->address, address)) {
+            remove_destination_at(ep, i);
+            return;
+        }
+    }
+}
+
 /* Datagrams of a publication to its destination, or to every destination of an MDC endpoint: how many went
  * (to each destination: the fewest any took, so a full buffer resends rather than loses), or -errno. */
 static int32_t pub_send(publication_t *p, const uint8_t **buffers, const int32_t *lengths, int32_t count,
@@ -900,24 +924,13 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
             emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
             return;
         }
-        destination_t *d = &ep->destinations[ep->destination_count++];
-        memset(d, 0, sizeof(*d));
-        memcpy(d->address, c->destination, (size_t)c->destination_length);
-        d->address_length = c->destination_length;
-        d->last_activity_ns = c->now_ns;
-        d->registration_id = c->publication_id;
+        add_destination(ep, c->destination, c->destination_length, c->publication_id, c->now_ns);
         return;
     }
     case LBD_SND_REMOVE_DESTINATION: {
         endpoint_t *ep = find_endpoint(s, c->endpoint_id);
         if (ep == NULL || ep->destinations == NULL || c->destination_length < 8) return;
-        for (int32_t i = ep->destination_count - 1; i >= 0; i--) {
-            const destination_t *d = &ep->destinations[i];
-            if (same_host(d->address, c->destination) && same_port(d->address, c->destination)) {
-                remove_destination_at(ep, i);
-                break;
-            }
-        }
+        remove_destination(ep, c->destination);
         return;
     }
     default:
@@ -1118,4 +1131,61 @@ void lbd_snd_model_stats(lbd_snd_model_t *m, int64_t *out)
 int32_t lbd_snd_control_valid(const uint8_t *datagram, int32_t length)
 {
     return datagram != NULL && lbn_control_valid(datagram, length);
+}
+
+/* ---- test-only: the destination tracker ---- */
+
+struct lbd_snd_tracker {
+    endpoint_t ep;
+};
+
+lbd_snd_tracker_t *lbd_snd_tracker_new(int32_t control_mode, int64_t timeout_ns)
+{
+    if ((control_mode != LBD_MDC_DYNAMIC && control_mode != LBD_MDC_MANUAL) || timeout_ns <= 0) return NULL;
+    lbd_snd_tracker_t *t = calloc(1, sizeof(lbd_snd_tracker_t));
+    if (t == NULL) return NULL;
+    t->ep.destinations = calloc(LBD_SND_MAX_DESTINATIONS, sizeof(destination_t));
+    if (t->ep.destinations == NULL) {
+        free(t);
+        return NULL;
+    }
+    t->ep.control_mode = control_mode;
+    t->ep.destination_timeout_ns = timeout_ns;
+    return t;
+}
+
+void lbd_snd_tracker_free(lbd_snd_tracker_t *t)
+{
+    if (t == NULL) return;
+    free(t->ep.destinations);
+    free(t);
+}
+
+void lbd_snd_tracker_on_sm(lbd_snd_tracker_t *t, int64_t receiver_id, const uint8_t *source, int32_t source_length,
+                           int64_t now_ns)
+{
+    destination_on_sm(&t->ep, receiver_id, source, source_length, now_ns);
+}
+
+int32_t lbd_snd_tracker_add(lbd_snd_tracker_t *t, const uint8_t *address, int32_t address_length,
+                            int64_t registration_id, int64_t now_ns)
+{
+    if (t->ep.control_mode != LBD_MDC_MANUAL || t->ep.destination_count >= LBD_SND_MAX_DESTINATIONS ||
+        address_length < 8 || address_length > LBN_ADDRESS_SLOT)
+        return 0;
+    add_destination(&t->ep, address, address_length, registration_id, now_ns);
+    return 1;
+}
+
+void lbd_snd_tracker_remove(lbd_snd_tracker_t *t, const uint8_t *address, int32_t address_length)
+{
+    if (address_length >= 8) remove_destination(&t->ep, address);
+}
+
+int32_t lbd_snd_tracker_targets(lbd_snd_tracker_t *t, int64_t now_ns, uint8_t *out)
+{
+    expire_destinations(&t->ep, now_ns);
+    for (int32_t i = 0; i < t->ep.destination_count; i++)
+        memcpy(out + (int64_t)i * LBN_ADDRESS_SLOT, t->ep.destinations[i].address, LBN_ADDRESS_SLOT);
+    return t->ep.destination_count;
 }

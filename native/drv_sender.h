@@ -189,6 +189,21 @@ int32_t lbd_snd_model_receiver_count(lbd_snd_model_t *model);
 int32_t lbd_snd_model_receivers_at_eos(lbd_snd_model_t *model);
 /* out: invalid packets, naks out of window, naks suppressed, pool overflows, 0 */
 void lbd_snd_model_stats(lbd_snd_model_t *model, int64_t *out);
+/* A multi-destination-cast endpoint's destinations alone (the tracker of driver/udp/destination_tracker.py). */
+typedef struct lbd_snd_tracker lbd_snd_tracker_t;
+lbd_snd_tracker_t *lbd_snd_tracker_new(int32_t control_mode, int64_t timeout_ns);
+void lbd_snd_tracker_free(lbd_snd_tracker_t *tracker);
+/* An SM of `receiver_id` from `source` (sockaddr bytes). */
+void lbd_snd_tracker_on_sm(lbd_snd_tracker_t *tracker, int64_t receiver_id, const uint8_t *source,
+                           int32_t source_length, int64_t now_ns);
+/* ADD_DESTINATION / REMOVE_DESTINATION (manual); 1 when added. */
+int32_t lbd_snd_tracker_add(lbd_snd_tracker_t *tracker, const uint8_t *address, int32_t address_length,
+                            int64_t registration_id, int64_t now_ns);
+void lbd_snd_tracker_remove(lbd_snd_tracker_t *tracker, const uint8_t *address, int32_t address_length);
+/* Where a frame sent now goes (silent dynamic destinations dropped first): their count, each address in
+ * out + 32 i (LBN_ADDRESS_SLOT bytes, room for LBD_SND_MAX_DESTINATIONS). */
+int32_t lbd_snd_tracker_targets(lbd_snd_tracker_t *tracker, int64_t now_ns, uint8_t *out);
+
 /* 1 when a datagram of `length` bytes arriving on a control socket is all valid control frames (the checks of
  * logbuf.protocol.datagram.classify), 0 when it is counted invalid and dropped. */
 int32_t lbd_snd_control_valid(const uint8_t *datagram, int32_t length);
