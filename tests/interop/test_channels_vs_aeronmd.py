@@ -409,7 +409,13 @@ def mdc_dynamic(directory: Path) -> Observation:
         subs = [client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control={control}", STREAM)
                 for _ in range(2)]
         wait_until(lambda: pub.is_connected and all(sub.images for sub in subs), timeout=10, what="both images")
+        manual = "aeron:udp?control-mode=manual|term-length=64k"
         return {"both got everything": _received_all(subs, _offer(pub, 10)),
+                "the same control: one publication": client.add_publication(
+                    f"aeron:udp?control={control}|control-mode=dynamic|term-length=64k", STREAM).session_id
+                == pub.session_id,
+                "manual without control: a publication each": client.add_publication(manual, STREAM + 2).session_id
+                != client.add_publication(manual, STREAM + 2).session_id,
                 "dynamic without control": _refused(
                     lambda: client.add_publication("aeron:udp?control-mode=dynamic", STREAM + 1))}
 
@@ -503,7 +509,8 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "image log metadata": lambda o: o["receiver window"] == 32 * 1024,
     "C samples, session-id": lambda o: o == {778: True, 779: False},
     "MDC, manual destinations": lambda o: o["both got everything"] == [True, True] and o["the removed one got"] == [],
-    "MDC, dynamic destinations": lambda o: o["both got everything"] == [True, True],
+    "MDC, dynamic destinations": lambda o: o["both got everything"] == [True, True]
+    and o["the same control: one publication"] and o["manual without control: a publication each"],
     "fc=tagged with g:/gtag, max-resend": lambda o: not o["connected with one tagged of two"]
     and o["tagged got everything"] == [True, True],
     "C samples, dynamic MDC with fc=tagged": lambda o: o == [True, True],

@@ -142,7 +142,7 @@ class NetworkConductor:
         self.receive_endpoints: dict[str, ReceiveChannelEndpoint] = {}
         self._rng = random.SystemRandom()
         self._transports_opened = 0
-        self._mdc_instances = 0  # manual MDC channels without control=: one endpoint each
+        self._mdc_instances = 0  # MDC channels without a control port: one endpoint each
         self.now_ns = 0
 
     # -- channels and endpoints ------------------------------------------------------------------------
@@ -198,7 +198,8 @@ class NetworkConductor:
 
     def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int,
                        sndbuf: int | None = None, rcvbuf: int | None = None) -> SendChannelEndpoint:
-        if channel.is_multi_destination and channel.explicit_control is None:
+        if channel.is_multi_destination and (channel.explicit_control is None or channel.explicit_control.port == 0):
+            # as aeronmd: no control address (or an ephemeral one) makes an endpoint of its own
             self._mdc_instances += 1
             channel = dataclasses.replace(channel, instance=self._mdc_instances)
         endpoint = self.send_endpoints.get(channel.key)

@@ -177,7 +177,7 @@ class UdpChannel:
     explicit_control: SocketAddress | None = None  # control=: what a publication binds / a subscription's SMs go to
     control_mode: str | None = None  # "dynamic" / "manual": a multi-destination-cast publication
     has_endpoint: bool = True  # False: an MDC channel without endpoint= (data then names the bind address)
-    instance: int = 0  # manual MDC without control=: each publication has its own endpoint
+    instance: int = 0  # MDC without a control port: each publication has its own endpoint (numbered)
 
     @classmethod
     def from_uri(cls, uri: ChannelUri) -> UdpChannel:
@@ -242,7 +242,7 @@ class UdpChannel:
             parts = [f"control-mode={self.control_mode}"]
             if self.explicit_control is not None:
                 parts.append(f"control={self.explicit_control}")
-            else:
+            if self.instance:
                 parts.append(f"instance={self.instance}")
             return "aeron:udp?" + "|".join(parts)
         parts = [f"endpoint={self.data}"]
