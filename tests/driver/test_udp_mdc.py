@@ -221,3 +221,17 @@ def test_max_resend_bounds_the_retransmits_and_the_stream_still_completes(tmp_pa
         wait_until(lambda: pub.is_connected and sub.images, timeout=20, what="connection")
         (received,) = stream(pub, [sub], 1500)
         assert received.sequences == list(range(1500)) and received.corrupt == 0
+
+
+def test_explicit_control_unicast_the_publication_binds_the_control_address(drivers) -> None:  # type: ignore[no-untyped-def]
+    """``endpoint=E|control=C`` without a mode: the publication sends from C to E, the subscription binds E and
+    sends its status messages to C."""
+    _, pub_client, sub_client = drivers
+    port, control = free_udp_port(), free_udp_port()
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}|control=127.0.0.1:{control}|term-length=64k"
+    sub = sub_client.add_subscription(channel, STREAM)
+    pub = pub_client.add_publication(channel, STREAM)
+    wait_until(lambda: pub.is_connected and sub.images, timeout=20, what="connection")
+    assert sub.images[0].source_identity == f"127.0.0.1:{control}"
+    (received,) = stream(pub, [sub], 300)
+    assert received.sequences == list(range(300))
