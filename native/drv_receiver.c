@@ -73,6 +73,10 @@ typedef struct pending {
 typedef struct endpoint {
     int32_t id, fd, send_fd;
     int64_t receiver_id;
+    int64_t group_tag;
+    int32_t has_group_tag;          /* SMs are 44 bytes, the group tag after the receiver id */
+    int32_t explicit_control;
+    int64_t next_control_elicit_ns;
     uint8_t control[LBD_ADDRESS_LENGTH];
     int32_t control_length;
     int32_t removing, reported;
@@ -172,11 +176,15 @@ static int64_t consumption_position(const image_t *im)
     return min < 0 ? 0 : min;
 }
 
+/* an SM with the endpoint's group tag (gtag=) carries it in 8 bytes after the receiver id, as Aeron's */
+static inline int32_t sm_length(const endpoint_t *e) { return e->has_group_tag ? LB_SM_LENGTH + 8 : LB_SM_LENGTH; }
+
 static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t position, int32_t flags,
                     int64_t now_ns)
 {
-    uint8_t f[LB_SM_LENGTH];
-    put_i32(f, LB_SM_LENGTH);
+    uint8_t f[LB_SM_LENGTH + 8];
+    const int32_t length = sm_length(e);
+    put_i32(f, length);
     f[4] = 0;
     f[5] = (uint8_t)flags;
     f[6] = LB_HDR_TYPE_SM;
@@ -187,7 +195,8 @@ static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t posit
     put_i32(f + 20, (int32_t)(position & (im->term_length - 1)));
     put_i32(f + 24, im->window);
     put_i64(f + 28, e->receiver_id);
-    send_frame(r, e, f, LB_SM_LENGTH, im->source, im->source_length, now_ns);
+    if (e->has_group_tag) put_i64(f + LB_SM_LENGTH, e->group_tag);
+    send_frame(r, e, f, length, im->source, im->source_length, now_ns);
     r->counters.status_messages_sent++;
 }
 
@@ -621,6 +630,24 @@ static int cooling(endpoint_t *e, int32_t session_id, int32_t stream_id, int64_t
     return p != NULL && p->cool_until_ns != INT64_MIN && now_ns < p->cool_until_ns;
 }
 
+/* An SM with the SETUP flag: the sender (re)sends its SETUP. */
+static void send_setup_request(lbd_receiver_t *r, endpoint_t *e, int32_t session_id, int32_t stream_id,
+                               const uint8_t *source, int32_t source_length, int64_t now_ns)
+{
+    uint8_t f[LB_SM_LENGTH + 8];
+    memset(f, 0, sizeof(f));
+    const int32_t length = sm_length(e);
+    put_i32(f, length);
+    f[5] = LB_SM_SETUP_FLAG;
+    f[6] = LB_HDR_TYPE_SM;
+    put_i32(f + 8, session_id);
+    put_i32(f + 12, stream_id);
+    put_i64(f + 28, e->receiver_id);
+    if (e->has_group_tag) put_i64(f + LB_SM_LENGTH, e->group_tag);
+    send_frame(r, e, f, length, source, source_length, now_ns);
+    r->counters.status_messages_sent++;
+}
+
 static void on_unknown_data(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int32_t kind, const uint8_t *source,
                             int32_t source_length, int64_t now_ns)
 {
@@ -636,16 +663,17 @@ static void on_unknown_data(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg,
     if (p != NULL && p->elicit_ns != INT64_MIN && now_ns - p->elicit_ns < r->elicit_interval_ns) return;
     if (p == NULL) p = find_pending(r, e, session_id, stream_id, 1);
     p->elicit_ns = now_ns;
-    uint8_t f[LB_SM_LENGTH];
-    memset(f, 0, sizeof(f));
-    put_i32(f, LB_SM_LENGTH);
-    f[5] = LB_SM_SETUP_FLAG;
-    f[6] = LB_HDR_TYPE_SM;
-    put_i32(f + 8, session_id);
-    put_i32(f + 12, stream_id);
-    put_i64(f + 28, e->receiver_id);
-    send_frame(r, e, f, LB_SM_LENGTH, source, source_length, now_ns);
-    r->counters.status_messages_sent++;
+    send_setup_request(r, e, session_id, stream_id, source, source_length, now_ns);
+}
+
+/* explicit control (control= on the subscription): a SETUP-eliciting SM for any session to the control address
+ * while the endpoint has subscriptions, so a dynamic multi-destination-cast sender adds this receiver */
+static int32_t elicit_control(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
+{
+    if (!e->explicit_control || e->stream_count == 0 || e->removing || now_ns < e->next_control_elicit_ns) return 0;
+    e->next_control_elicit_ns = now_ns + LBD_CONTROL_ELICIT_INTERVAL_NS;
+    for (int32_t i = 0; i < e->stream_count; i++) send_setup_request(r, e, 0, e->streams[i], NULL, 0, now_ns);
+    return 1;
 }
 
 static void on_setup(lbd_receiver_t *r, endpoint_t *e, const uint8_t *f, const uint8_t *source, int32_t source_length,
@@ -910,6 +938,10 @@ static int add_endpoint(lbd_receiver_t *r, const lbd_command_t *c)
     e->fd = c->fd;
     e->send_fd = c->send_fd;
     e->receiver_id = c->receiver_id;
+    e->group_tag = c->group_tag;
+    e->has_group_tag = c->has_group_tag != 0;
+    e->explicit_control = c->explicit_control != 0 && c->address_length > 0;
+    e->next_control_elicit_ns = INT64_MIN;
     r->rng ^= (uint64_t)c->receiver_id;  /* receivers of one group draw different multicast NAK delays */
     e->control_length = c->address_length > 0 && c->address_length <= LBD_ADDRESS_LENGTH ? c->address_length : 0;
     memcpy(e->control, c->address, (size_t)e->control_length);
@@ -1061,6 +1093,7 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
                     e->stream_capacity = capacity;
                 }
                 e->streams[e->stream_count++] = c.stream_id;
+                e->next_control_elicit_ns = INT64_MIN;  /* explicit control: ask for SETUPs now */
             }
             break;
         case LBD_CMD_REMOVE_SUBSCRIPTION:
@@ -1135,6 +1168,7 @@ int32_t lbd_receiver_do_work(void *receiver, int64_t now_ns)
         endpoint_t *e = r->endpoints[i];
         if (!e->removing) work += receive(r, e, now_ns);
         work += poll_images(r, e, now_ns);
+        work += elicit_control(r, e, now_ns);
     }
     work += sweep_endpoints(r);
     return work;

@@ -41,12 +41,17 @@
 #define LBD_ADDRESS_LENGTH 32
 #define LBD_MAX_SUBSCRIBERS 64
 #define LBD_NO_GIVE_UP -1
+#define LBD_CONTROL_ELICIT_INTERVAL_NS 1000000000LL  /* Aeron's pending-setup period */
 
 typedef struct lbd_command {
     int32_t type;
     int32_t endpoint_id;
     int64_t image_id;               /* the image's correlation id */
     int64_t receiver_id;            /* ADD_ENDPOINT: the id its SMs carry */
+    int64_t group_tag;              /* ADD_ENDPOINT with has_group_tag: carried by its SMs (gtag=, 44-byte SMs) */
+    int32_t has_group_tag;          /* ADD_ENDPOINT */
+    int32_t explicit_control;       /* ADD_ENDPOINT: 1 = control= given: SETUP-eliciting SMs go to the control
+                                       address every second while it has subscriptions (an MDC sender learns it) */
     int32_t fd;                     /* ADD_ENDPOINT: the socket datagrams arrive on */
     int32_t send_fd;                /* ADD_ENDPOINT: the socket SMs and NAKs leave from */
     int32_t stream_id;              /* ADD/REMOVE_SUBSCRIPTION, ADD_IMAGE */

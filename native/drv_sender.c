@@ -9,9 +9,14 @@
  * spies-simulate-connection, a spy - after cleaning the log one term behind it), so a starved Python thread
  * never holds a publisher back.  The state machines are those of driver/udp/ in Python
  * (include/lb_snd_machines.h).
+ *
+ * A multi-destination-cast endpoint (LBD_MDC_DYNAMIC / MANUAL) keeps its destinations (Aeron's destination
+ * tracker): each frame is planned once and sent to every destination; an endpoint without MDC keeps the
+ * single-destination path (lbn_send_term: plan and sendmmsg in one call).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sys/socket.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +50,22 @@ static int impairment_init(lbd_impairment_t *im, const lbd_snd_impairment_t *spe
 
 /* ---- the agent's state ---- */
 
+/* A destination of a multi-destination-cast endpoint (Aeron's destination tracker entry). */
+typedef struct destination {
+    uint8_t address[LBN_ADDRESS_SLOT];
+    int32_t address_length;
+    int32_t has_receiver_id;      /* dynamic: the receiver id of the SM that added it; manual: from its first SM */
+    int64_t receiver_id;
+    int64_t last_activity_ns;
+    int64_t registration_id;
+} destination_t;
+
 typedef struct endpoint {
     int32_t id;
+    int32_t control_mode;         /* LBD_MDC_* */
+    int64_t destination_timeout_ns;
+    int32_t destination_count;
+    destination_t *destinations;  /* LBD_SND_MAX_DESTINATIONS of them, MDC endpoints only */
     int32_t send_fd;
     int32_t control_fd;
     int32_t receive_batch;
@@ -172,6 +191,104 @@ static int32_t ep_release(endpoint_t *ep, int64_t now_ns)
     return lbd_impairment_release(&ep->impairment, now_ns, send_released, ep);
 }
 
+/* ---- multi-destination-cast: the endpoint's destinations ---- */
+
+static int address_family(const uint8_t *a) { return (int)rd_u16(a); }
+
+static int same_port(const uint8_t *a, const uint8_t *b)
+{
+    return address_family(a) == address_family(b) && a[2] == b[2] && a[3] == b[3];
+}
+
+static int same_host(const uint8_t *a, const uint8_t *b)
+{
+    if (address_family(a) != address_family(b)) return 0;
+    return address_family(a) == AF_INET6 ? memcmp(a + 8, b + 8, 16) == 0 : memcmp(a + 4, b + 4, 4) == 0;
+}
+
+static void remove_destination_at(endpoint_t *ep, int32_t i)
+{
+    ep->destinations[i] = ep->destinations[--ep->destination_count];
+}
+
+/* dynamic MDC: destinations silent for longer than the timeout are dropped */
+static void expire_destinations(endpoint_t *ep, int64_t now_ns)
+{
+    if (ep->control_mode != LBD_MDC_DYNAMIC) return;
+    for (int32_t i = ep->destination_count - 1; i >= 0; i--)
+        if (now_ns - ep->destinations[i].last_activity_ns > ep->destination_timeout_ns) remove_destination_at(ep, i);
+}
+
+/* An SM from `source`: the destination it comes from is active (dynamic: a new one is added there). */
+static void destination_on_sm(endpoint_t *ep, int64_t receiver_id, const uint8_t *source, int32_t source_length,
+                              int64_t now_ns)
+{
+    if (source_length < 8 || source_length > LBN_ADDRESS_SLOT) return;
+    for (int32_t i = 0; i < ep->destination_count; i++) {
+        destination_t *d = &ep->destinations[i];
+        const int match = d->has_receiver_id ? d->receiver_id == receiver_id && same_port(d->address, source)
+                                             : same_host(d->address, source) && same_port(d->address, source);
+        if (!match) continue;
+        if (!d->has_receiver_id) {
+            d->receiver_id = receiver_id;
+            d->has_receiver_id = 1;
+        }
+        d->last_activity_ns = now_ns;
+        return;
+    }
+    if (ep->control_mode != LBD_MDC_DYNAMIC || ep->destination_count >= LBD_SND_MAX_DESTINATIONS) return;
+    destination_t *d = &ep->destinations[ep->destination_count++];
+    memset(d, 0, sizeof(*d));
+    memcpy(d->address, source, (size_t)source_length);
+    d->address_length = source_length;
+    d->has_receiver_id = 1;
+    d->receiver_id = receiver_id;
+    d->last_activity_ns = now_ns;
+    d->registration_id = -1;
+}
+
+/* manual MDC: a destination the client added (address_length checked by the caller) */
+static void add_destination(endpoint_t *ep, const uint8_t *address, int32_t address_length, int64_t registration_id,
+                            int64_t now_ns)
+{
+    destination_t *d = &ep->destinations[ep->destination_count++];
+    memset(d, 0, sizeof(*d));
+    memcpy(d->address, address, (size_t)address_length);
+    d->address_length = address_length;
+    d->last_activity_ns = now_ns;
+    d->registration_id = registration_id;
+}
+
+/* the last destination added at this host and port goes */
+static void remove_destination(endpoint_t *ep, const uint8_t *address)
+{
+    for (int32_t i = ep->destination_count - 1; i >= 0; i--) {
+        const destination_t *d = &ep->destinations[i];
+        if (same_host(d->address, address) && same_port(d->address, address)) {
+            remove_destination_at(ep, i);
+            return;
+        }
+    }
+}
+
+/* Datagrams of a publication to its destination, or to every destination of an MDC endpoint: how many went
+ * (to each destination: the fewest any took, so a full buffer resends rather than loses), or -errno. */
+static int32_t pub_send(publication_t *p, const uint8_t **buffers, const int32_t *lengths, int32_t count,
+                        int64_t now_ns)
+{
+    endpoint_t *ep = p->endpoint;
+    if (ep->control_mode == LBD_MDC_NONE)
+        return ep_send(ep, buffers, lengths, count, p->destination, p->destination_length, now_ns);
+    expire_destinations(ep, now_ns);
+    int32_t least = count;
+    for (int32_t i = 0; i < ep->destination_count; i++) {
+        const destination_t *d = &ep->destinations[i];
+        const int32_t rc = ep_send(ep, buffers, lengths, count, d->address, d->address_length, now_ns);
+        if (rc < least) least = rc;
+    }
+    return least;
+}
+
 static void note_send_error(lbd_sender_t *s, endpoint_t *ep, int32_t rc)
 {
     /* a full socket buffer is back-pressure, not an error; anything else is reported once until it changes */
@@ -222,7 +339,26 @@ static int32_t send_data(lbd_sender_t *s, publication_t *p, int64_t now_ns, int 
         const uint8_t *term = term_of(p, position);
         int64_t result[4] = {0, 0, 0, 0};
         int32_t rc;
-        if (ep->impaired) {
+        if (ep->control_mode != LBD_MDC_NONE) {
+            /* planned once, then the same datagrams to every destination */
+            int32_t offsets[LBN_MAX_BATCH], lengths[LBN_MAX_BATCH], paddings[LBN_MAX_BATCH];
+            const uint8_t *buffers[LBN_MAX_BATCH];
+            int32_t max = p->max_datagrams - total;
+            if (max > LBN_MAX_BATCH) max = LBN_MAX_BATCH;
+            rc = lbn_plan_batch(term, T, term_offset, p->snd_lmt - position, p->mtu, max, offsets, lengths,
+                                paddings);
+            if (rc > 0) {
+                result[0] = rc;
+                for (int32_t i = 0; i < rc; i++) buffers[i] = term + offsets[i];
+                const int32_t went = pub_send(p, buffers, lengths, rc, now_ns);
+                result[1] = went > 0 ? went : 0;
+                for (int32_t i = 0; i < result[1]; i++) {
+                    result[2] += lengths[i];
+                    result[3] += (int64_t)lengths[i] + paddings[i];
+                }
+                rc = went < 0 ? went : 0;
+            }
+        } else if (ep->impaired) {
             int32_t offsets[LBN_MAX_BATCH], lengths[LBN_MAX_BATCH], paddings[LBN_MAX_BATCH];
             rc = lbn_plan_batch(term, T, term_offset, p->snd_lmt - position, p->mtu, p->max_datagrams - total,
                                 offsets, lengths, paddings);
@@ -272,7 +408,8 @@ static int send_control(lbd_sender_t *s, publication_t *p, const uint8_t *frame,
 {
     const uint8_t *buffers[1] = {frame};
     int32_t lengths[1] = {length};
-    int32_t rc = ep_send(p->endpoint, buffers, lengths, 1, address, address_length, now_ns);
+    int32_t rc = address != NULL ? ep_send(p->endpoint, buffers, lengths, 1, address, address_length, now_ns)
+                                 : pub_send(p, buffers, lengths, 1, now_ns);
     if (rc == 1) return 1;
     s->delta.short_sends++;
     note_send_error(s, p->endpoint, rc);
@@ -293,7 +430,7 @@ static int send_setup(lbd_sender_t *s, publication_t *p, int64_t now_ns)
     wr_i32(f + 28, p->term_length);
     wr_i32(f + 32, p->mtu);
     wr_i32(f + 36, p->ttl);
-    if (!send_control(s, p, f, LB_SETUP_LENGTH, p->destination, p->destination_length, now_ns)) return 0;
+    if (!send_control(s, p, f, LB_SETUP_LENGTH, NULL, 0, now_ns)) return 0;
     s->delta.bytes_sent += LB_SETUP_LENGTH;
     s->setups_sent++;
     snd_schedule_on_setup_sent(&p->schedule, now_ns);
@@ -311,7 +448,7 @@ static int send_heartbeat(lbd_sender_t *s, publication_t *p, int64_t now_ns)
     wr_i32(f + LB_SESSION_ID_OFFSET, p->session_id);
     wr_i32(f + LB_STREAM_ID_OFFSET, p->stream_id);
     wr_i32(f + LB_TERM_ID_OFFSET, lb_term_id_of_position(p->snd_pos, p->position_bits, p->initial_term_id));
-    if (!send_control(s, p, f, LB_HEADER_LENGTH, p->destination, p->destination_length, now_ns)) return 0;
+    if (!send_control(s, p, f, LB_HEADER_LENGTH, NULL, 0, now_ns)) return 0;
     s->delta.bytes_sent += LB_HEADER_LENGTH;
     s->delta.heartbeats_sent++;
     p->schedule.last_send_ns = now_ns;
@@ -352,7 +489,7 @@ static int32_t resend(lbd_sender_t *s, publication_t *p, const snd_resend_t *r, 
             position += (int64_t)available + padding;
         }
         if (count == 0) break;
-        int32_t rc = ep_send(p->endpoint, buffers, lengths, count, p->destination, p->destination_length, now_ns);
+        int32_t rc = pub_send(p, buffers, lengths, count, now_ns);
         int32_t sent = rc > 0 ? rc : 0;
         for (int32_t i = 0; i < sent; i++) {
             s->delta.bytes_sent += lengths[i];
@@ -411,13 +548,13 @@ static int32_t update_positions(publication_t *p)
         working++;
     }
     const int simulated = p->spies_simulate_connection && working > 0;
-    if (simulated && p->fc.count == 0 && fastest > p->snd_pos && fastest <= producer &&
+    if (simulated && !snd_fc_connected(&p->fc) && fastest > p->snd_pos && fastest <= producer &&
         (fastest & (LB_FRAME_ALIGNMENT - 1)) == 0) {
         /* nobody to send to: the sender follows the fastest spy (never past the producer), sending nothing */
         p->snd_pos = fastest;
         p->snd_lmt = fastest;
     }
-    if (p->fc.count > 0 || simulated) {
+    if (snd_fc_connected(&p->fc) || simulated) {
         int64_t slowest = p->snd_pos;
         for (int32_t i = 0; i < p->spy_count; i++) {
             if (!p->spy_included[i]) continue;
@@ -506,7 +643,7 @@ static int32_t check_drained(lbd_sender_t *s, publication_t *p, int64_t now_ns)
     if (!p->draining || p->drained_reported) return 0;
     int64_t reason = 0;
     if (now_ns >= p->deadline_ns) reason = 2;
-    else if (p->fc.count == 0) reason = 3;
+    else if (!snd_fc_connected(&p->fc)) reason = 3;
     else if (p->snd_pos >= p->end_position && snd_fc_receivers_at_eos(&p->fc)) reason = 1;
     if (!reason) return 0;
     p->drained_reported = 1;
@@ -530,6 +667,8 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
 {
     const uint16_t type = rd_u16(f + LB_TYPE_OFFSET);
     if (type == LB_HDR_TYPE_SETUP) return 0;  /* a receiver's business, never a sender's */
+    if (type == LB_HDR_TYPE_SM && ep->control_mode != LBD_MDC_NONE)
+        destination_on_sm(ep, rd_i64(f + 28), source, source_length, now_ns);
     publication_t *p = find_publication(s, ep, rd_i32(f + 8), rd_i32(f + 12));
     if (p == NULL) return 0;
     p->next_poll_ns = 0;  /* an SM may open the window or ask for a SETUP: the sender runs this cycle */
@@ -542,8 +681,10 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
         if (!setup_requested) {
             const int64_t position = lb_compute_position(rd_i32(f + 16), rd_i32(f + 20), p->position_bits,
                                                          p->initial_term_id);
+            const int32_t tag_length = rd_i32(f) - LB_SM_LENGTH;  /* the datagram check bounds the length */
             p->snd_lmt = snd_fc_on_sm(&p->fc, rd_i64(f + 28), position, rd_i32(f + 24),
-                                      (flags & LB_SM_EOS_FLAG) != 0, p->snd_lmt, now_ns);
+                                      (flags & LB_SM_EOS_FLAG) != 0, p->snd_lmt, now_ns, tag_length,
+                                      tag_length == 8 ? rd_i64(f + LB_SM_LENGTH) : 0);
         }
         return 1;
     }
@@ -656,11 +797,12 @@ static int publication_fields_valid(const lbd_snd_command_t *c)
     const int32_t T = c->term_length;
     return c->terms != NULL && c->meta != NULL && lb_term_length_valid(T) && c->mtu > LB_HEADER_LENGTH &&
            c->mtu <= LB_MAX_MTU && (c->mtu & (LB_FRAME_ALIGNMENT - 1)) == 0 && c->window_length > 0 &&
-           c->window_length <= T / 2 && c->max_datagrams > 0 && c->destination_length > 0 &&
+           c->window_length <= T / 2 && c->max_datagrams > 0 && c->destination_length >= 0 &&
            c->destination_length <= LBN_ADDRESS_SLOT && c->retransmit_max_actions > 0 &&
            c->retransmit_max_actions <= LBD_SND_MAX_RETRANSMIT_ACTIONS && c->setup_interval_ns > 0 &&
            c->heartbeat_interval_ns > 0 && c->retransmit_linger_ns >= 0 && c->retransmit_delay_ns >= 0 &&
-           c->retained_window > 0 && (c->flow_control == LBD_FC_UNICAST || c->flow_control == LBD_FC_MIN);
+           c->retained_window > 0 && c->group_min_size >= 0 &&
+           (c->flow_control == LBD_FC_UNICAST || c->flow_control == LBD_FC_MIN || c->flow_control == LBD_FC_TAGGED);
 }
 
 static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpoint_t *ep)
@@ -693,10 +835,13 @@ static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpo
     snd_schedule_init(&p->schedule, c->now_ns, c->setup_interval_ns, c->heartbeat_interval_ns);
     p->fc.strategy = c->flow_control;
     p->fc.receiver_timeout_ns = c->receiver_timeout_ns;
+    p->fc.group_tag = c->group_tag;
+    p->fc.group_min_size = c->flow_control == LBD_FC_TAGGED ? c->group_min_size : 0;
     p->rtx.term_length = c->term_length;
     p->rtx.position_bits = p->position_bits;
     p->rtx.initial_term_id = c->initial_term_id;
-    p->rtx.max_actions = c->retransmit_max_actions;
+    p->rtx.group = c->retransmit_group != 0;
+    p->rtx.max_actions = p->rtx.group ? c->retransmit_max_actions : 1;  /* as Aeron: max-resend is for groups */
     p->rtx.linger_ns = c->retransmit_linger_ns;
     p->rtx.delay_ns = c->retransmit_delay_ns;
     p->rtx.retained_window = c->retained_window;
@@ -760,6 +905,18 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
             emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
             return;
         }
+        if (c->control_mode != LBD_MDC_NONE) {
+            ep->destinations = calloc(LBD_SND_MAX_DESTINATIONS, sizeof(destination_t));
+            if (ep->destinations == NULL || (c->control_mode != LBD_MDC_DYNAMIC && c->control_mode != LBD_MDC_MANUAL) ||
+                c->destination_timeout_ns <= 0) {
+                free(ep->destinations);
+                free(ep);
+                emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
+                return;
+            }
+        }
+        ep->control_mode = c->control_mode;
+        ep->destination_timeout_ns = c->destination_timeout_ns;
         ep->id = c->endpoint_id;
         ep->send_fd = c->send_fd;
         ep->control_fd = c->control_fd;
@@ -782,6 +939,7 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
             }
             lbd_impairment_close(&ep->impairment);
             lbd_impairment_close(&ep->receive_impairment);
+            free(ep->destinations);
             free(ep);
             s->endpoints[i] = s->endpoints[--s->endpoint_count];
             break;
@@ -793,6 +951,7 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
         endpoint_t *ep = find_endpoint(s, c->endpoint_id);
         publication_t *p = NULL;
         if (ep == NULL || find_publication_index(s, c->publication_id) >= 0 ||
+            (ep->control_mode == LBD_MDC_NONE && c->destination_length <= 0) ||
             s->publication_count >= LBD_SND_MAX_PUBLICATIONS || !publication_fields_valid(c) ||
             (p = malloc(sizeof(publication_t))) == NULL) {
             emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
@@ -832,6 +991,22 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
     case LBD_SND_SET_SPY_INCLUDED:
         if (!on_spy_command(s, c)) emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
         return;
+    case LBD_SND_ADD_DESTINATION: {
+        endpoint_t *ep = find_endpoint(s, c->endpoint_id);
+        if (ep == NULL || ep->control_mode != LBD_MDC_MANUAL || ep->destination_count >= LBD_SND_MAX_DESTINATIONS ||
+            c->destination_length < 8 || c->destination_length > LBN_ADDRESS_SLOT) {
+            emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
+            return;
+        }
+        add_destination(ep, c->destination, c->destination_length, c->publication_id, c->now_ns);
+        return;
+    }
+    case LBD_SND_REMOVE_DESTINATION: {
+        endpoint_t *ep = find_endpoint(s, c->endpoint_id);
+        if (ep == NULL || ep->destinations == NULL || c->destination_length < 8) return;
+        remove_destination(ep, c->destination);
+        return;
+    }
     default:
         emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
     }
@@ -875,6 +1050,7 @@ void lbd_sender_free(lbd_sender_t *s)
     for (int32_t i = 0; i < s->endpoint_count; i++) {
         lbd_impairment_close(&s->endpoints[i]->impairment);
         lbd_impairment_close(&s->endpoints[i]->receive_impairment);
+        free(s->endpoints[i]->destinations);
         free(s->endpoints[i]);
     }
     if (s->commands) lb_spsc_free(s->commands);
@@ -887,6 +1063,12 @@ void *lbd_sender_events(lbd_sender_t *s) { return s->events; }
 int64_t lbd_sender_setups_sent(lbd_sender_t *s) { return s->setups_sent; }
 int32_t lbd_sender_publication_count(lbd_sender_t *s) { return s->publication_count; }
 int32_t lbd_sender_endpoint_count(lbd_sender_t *s) { return s->endpoint_count; }
+
+int32_t lbd_sender_destination_count(lbd_sender_t *s, int32_t endpoint_id)
+{
+    const endpoint_t *ep = find_endpoint(s, endpoint_id);
+    return ep == NULL ? -1 : ep->destination_count;
+}
 
 int32_t lbd_sender_do_work(void *agent, int64_t now_ns)
 {
@@ -941,13 +1123,22 @@ void lbd_snd_model_free(lbd_snd_model_t *m) { free(m); }
 int64_t lbd_snd_model_on_sm(lbd_snd_model_t *m, int32_t term_id, int32_t term_offset, int32_t window,
                             int64_t receiver_id, int32_t flags, int64_t now_ns)
 {
+    return lbd_snd_model_on_sm_tagged(m, term_id, term_offset, window, receiver_id, flags, now_ns, 0, 0);
+}
+
+int32_t lbd_snd_model_connected(lbd_snd_model_t *m) { return snd_fc_connected(&m->p.fc); }
+
+int64_t lbd_snd_model_on_sm_tagged(lbd_snd_model_t *m, int32_t term_id, int32_t term_offset, int32_t window,
+                                   int64_t receiver_id, int32_t flags, int64_t now_ns, int32_t tag_length,
+                                   int64_t tag)
+{
     publication_t *p = &m->p;
     const int setup_requested = (flags & LB_SM_SETUP_FLAG) != 0;
     snd_schedule_on_sm(&p->schedule, setup_requested);
     if (!setup_requested) {
         const int64_t position = lb_compute_position(term_id, term_offset, p->position_bits, p->initial_term_id);
         p->snd_lmt = snd_fc_on_sm(&p->fc, receiver_id, position, window, (flags & LB_SM_EOS_FLAG) != 0, p->snd_lmt,
-                                  now_ns);
+                                  now_ns, tag_length, tag);
     }
     return p->snd_lmt;
 }
@@ -1014,4 +1205,61 @@ void lbd_snd_model_stats(lbd_snd_model_t *m, int64_t *out)
 int32_t lbd_snd_control_valid(const uint8_t *datagram, int32_t length)
 {
     return datagram != NULL && lbn_control_valid(datagram, length);
+}
+
+/* ---- test-only: the destination tracker ---- */
+
+struct lbd_snd_tracker {
+    endpoint_t ep;
+};
+
+lbd_snd_tracker_t *lbd_snd_tracker_new(int32_t control_mode, int64_t timeout_ns)
+{
+    if ((control_mode != LBD_MDC_DYNAMIC && control_mode != LBD_MDC_MANUAL) || timeout_ns <= 0) return NULL;
+    lbd_snd_tracker_t *t = calloc(1, sizeof(lbd_snd_tracker_t));
+    if (t == NULL) return NULL;
+    t->ep.destinations = calloc(LBD_SND_MAX_DESTINATIONS, sizeof(destination_t));
+    if (t->ep.destinations == NULL) {
+        free(t);
+        return NULL;
+    }
+    t->ep.control_mode = control_mode;
+    t->ep.destination_timeout_ns = timeout_ns;
+    return t;
+}
+
+void lbd_snd_tracker_free(lbd_snd_tracker_t *t)
+{
+    if (t == NULL) return;
+    free(t->ep.destinations);
+    free(t);
+}
+
+void lbd_snd_tracker_on_sm(lbd_snd_tracker_t *t, int64_t receiver_id, const uint8_t *source, int32_t source_length,
+                           int64_t now_ns)
+{
+    destination_on_sm(&t->ep, receiver_id, source, source_length, now_ns);
+}
+
+int32_t lbd_snd_tracker_add(lbd_snd_tracker_t *t, const uint8_t *address, int32_t address_length,
+                            int64_t registration_id, int64_t now_ns)
+{
+    if (t->ep.control_mode != LBD_MDC_MANUAL || t->ep.destination_count >= LBD_SND_MAX_DESTINATIONS ||
+        address_length < 8 || address_length > LBN_ADDRESS_SLOT)
+        return 0;
+    add_destination(&t->ep, address, address_length, registration_id, now_ns);
+    return 1;
+}
+
+void lbd_snd_tracker_remove(lbd_snd_tracker_t *t, const uint8_t *address, int32_t address_length)
+{
+    if (address_length >= 8) remove_destination(&t->ep, address);
+}
+
+int32_t lbd_snd_tracker_targets(lbd_snd_tracker_t *t, int64_t now_ns, uint8_t *out)
+{
+    expire_destinations(&t->ep, now_ns);
+    for (int32_t i = 0; i < t->ep.destination_count; i++)
+        memcpy(out + (int64_t)i * LBN_ADDRESS_SLOT, t->ep.destinations[i].address, LBN_ADDRESS_SLOT);
+    return t->ep.destination_count;
 }

@@ -19,6 +19,8 @@
 #define LBD_SND_ADD_SPY 6               /* publication_id, subscription_id, spy_pos, spy_included */
 #define LBD_SND_REMOVE_SPY 7            /* publication_id, subscription_id (the counter is no longer read after) */
 #define LBD_SND_SET_SPY_INCLUDED 8      /* publication_id, subscription_id, spy_included */
+#define LBD_SND_ADD_DESTINATION 9       /* endpoint_id, destination (manual MDC); publication_id: its registration id */
+#define LBD_SND_REMOVE_DESTINATION 10   /* endpoint_id, destination (the same sockaddr bytes as added) */
 
 /* events (lbd_snd_event_t.type) */
 #define LBD_SND_ENDPOINT_REMOVED 101     /* endpoint_id: its fds are no longer used */
@@ -32,12 +34,19 @@
 /* flow control strategies */
 #define LBD_FC_UNICAST 0   /* one receiver; also Aeron's multicast "max": the furthest receiver */
 #define LBD_FC_MIN 1       /* every live receiver holds the sender back */
+#define LBD_FC_TAGGED 2    /* min over the receivers whose SMs carry the group tag; group_min_size gates it */
+
+/* multi-destination-cast of a send endpoint (lbd_snd_command_t.control_mode on LBD_SND_ADD_ENDPOINT) */
+#define LBD_MDC_NONE 0     /* each publication sends to its own destination */
+#define LBD_MDC_DYNAMIC 1  /* an SM from a new receiver adds its source; silent ones time out */
+#define LBD_MDC_MANUAL 2   /* destinations added and removed by commands only */
 
 /* limits */
 #define LBD_SND_MAX_ENDPOINTS 256
 #define LBD_SND_MAX_PUBLICATIONS 1024
 #define LBD_SND_MAX_RECEIVERS 256        /* receivers tracked per min flow control (more are not tracked) */
-#define LBD_SND_MAX_RETRANSMIT_ACTIONS 64
+#define LBD_SND_MAX_RETRANSMIT_ACTIONS 256  /* max-resend's upper bound (as Aeron's) */
+#define LBD_SND_MAX_DESTINATIONS 256     /* per MDC endpoint (more are refused / not tracked) */
 #define LBD_SND_MAX_HELD 16384           /* datagrams an impairment holds back at most (more are dropped) */
 #define LBD_SND_MAX_SPIES 64             /* spy subscriptions per publication */
 
@@ -64,7 +73,8 @@ typedef struct lbd_snd_command {
     int32_t send_fd;                    /* data, SETUP, heartbeats, retransmits and RTTM replies go out here */
     int32_t control_fd;                 /* SM, NAK, RTTM, ERR arrive here (the send socket for unicast) */
     int32_t receive_batch;              /* datagrams per recvmmsg (1..LBN_MAX_BATCH) */
-    int32_t reserved0;
+    int32_t control_mode;               /* LBD_MDC_* */
+    int64_t destination_timeout_ns;     /* dynamic MDC: a destination without SMs for this long is dropped */
     lbd_snd_impairment_t send_impairment;     /* everything this endpoint sends */
     lbd_snd_impairment_t receive_impairment;  /* every control datagram it receives */
     /* publication */
@@ -84,7 +94,10 @@ typedef struct lbd_snd_command {
     int32_t window_length;              /* pub-lmt = snd-pos + window while connected */
     int32_t max_datagrams;              /* data datagrams per sendmmsg */
     int32_t flow_control;               /* LBD_FC_* */
-    int32_t retransmit_max_actions;
+    int32_t retransmit_max_actions;     /* max-resend (1..LBD_SND_MAX_RETRANSMIT_ACTIONS) */
+    int32_t retransmit_group;           /* 1: group semantics (multicast, MDC); 0: unicast, one reused action */
+    int32_t group_min_size;             /* LBD_FC_TAGGED */
+    int64_t group_tag;                  /* LBD_FC_TAGGED */
     int64_t receiver_timeout_ns;
     int64_t setup_interval_ns;
     int64_t heartbeat_interval_ns;
@@ -151,6 +164,8 @@ int64_t lbd_sender_setups_sent(lbd_sender_t *sender);
 /* Counts of publications and endpoints the agent holds (for tests). */
 int32_t lbd_sender_publication_count(lbd_sender_t *sender);
 int32_t lbd_sender_endpoint_count(lbd_sender_t *sender);
+/* The destinations an MDC endpoint sends to now (-1: no such endpoint). */
+int32_t lbd_sender_destination_count(lbd_sender_t *sender, int32_t endpoint_id);
 
 /* ---- test-only: the sender's state machines without sockets, to compare against driver/udp/ ---- */
 
@@ -161,6 +176,12 @@ void lbd_snd_model_free(lbd_snd_model_t *model);
 /* A status message (returns the new snd-lmt). */
 int64_t lbd_snd_model_on_sm(lbd_snd_model_t *model, int32_t term_id, int32_t term_offset, int32_t window,
                             int64_t receiver_id, int32_t flags, int64_t now_ns);
+/* The same with the SM's feedback length and, when it is 8, the group tag it carries (tagged flow control). */
+int64_t lbd_snd_model_on_sm_tagged(lbd_snd_model_t *model, int32_t term_id, int32_t term_offset, int32_t window,
+                                   int64_t receiver_id, int32_t flags, int64_t now_ns, int32_t tag_length,
+                                   int64_t tag);
+/* 1 when the publication counts as connected (flow control has its receivers). */
+int32_t lbd_snd_model_connected(lbd_snd_model_t *model);
 /* Flow control's receiver time-outs (returns the new snd-lmt). */
 int64_t lbd_snd_model_on_idle(lbd_snd_model_t *model, int64_t now_ns);
 /* A NAK: 1 and out[0..2] = (term id, term offset, length) to resend now, or 0. */
@@ -178,6 +199,21 @@ int32_t lbd_snd_model_receiver_count(lbd_snd_model_t *model);
 int32_t lbd_snd_model_receivers_at_eos(lbd_snd_model_t *model);
 /* out: invalid packets, naks out of window, naks suppressed, pool overflows, 0 */
 void lbd_snd_model_stats(lbd_snd_model_t *model, int64_t *out);
+/* A multi-destination-cast endpoint's destinations alone (the tracker of driver/udp/destination_tracker.py). */
+typedef struct lbd_snd_tracker lbd_snd_tracker_t;
+lbd_snd_tracker_t *lbd_snd_tracker_new(int32_t control_mode, int64_t timeout_ns);
+void lbd_snd_tracker_free(lbd_snd_tracker_t *tracker);
+/* An SM of `receiver_id` from `source` (sockaddr bytes). */
+void lbd_snd_tracker_on_sm(lbd_snd_tracker_t *tracker, int64_t receiver_id, const uint8_t *source,
+                           int32_t source_length, int64_t now_ns);
+/* ADD_DESTINATION / REMOVE_DESTINATION (manual); 1 when added. */
+int32_t lbd_snd_tracker_add(lbd_snd_tracker_t *tracker, const uint8_t *address, int32_t address_length,
+                            int64_t registration_id, int64_t now_ns);
+void lbd_snd_tracker_remove(lbd_snd_tracker_t *tracker, const uint8_t *address, int32_t address_length);
+/* Where a frame sent now goes (silent dynamic destinations dropped first): their count, each address in
+ * out + 32 i (LBN_ADDRESS_SLOT bytes, room for LBD_SND_MAX_DESTINATIONS). */
+int32_t lbd_snd_tracker_targets(lbd_snd_tracker_t *tracker, int64_t now_ns, uint8_t *out);
+
 /* 1 when a datagram of `length` bytes arriving on a control socket is all valid control frames (the checks of
  * logbuf.protocol.datagram.classify), 0 when it is counted invalid and dropped. */
 int32_t lbd_snd_control_valid(const uint8_t *datagram, int32_t length);

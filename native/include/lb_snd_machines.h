@@ -1,6 +1,6 @@
 /*
  * The sender's sans-IO state machines in C (private to drv_sender.c): SETUP / heartbeat schedule, flow control
- * (unicast and min multicast) and the retransmit handler.  Each follows its Python specification in
+ * (unicast / max, min multicast, tagged) and the retransmit handler.  Each follows its Python specification in
  * src/logbuf/driver/udp/ (sender_schedule.py, flow_control.py, retransmit.py); property tests compare them.
  */
 #ifndef LB_SND_MACHINES_H
@@ -82,6 +82,12 @@ typedef struct snd_flow_control {
     int32_t strategy;         /* LBD_FC_* */
     int64_t receiver_timeout_ns;
     int32_t count;
+    /* tagged: only receivers whose SMs carry this group tag count; fewer than group_min_size hold the sender
+     * (and the publication is not connected) */
+    int64_t group_tag;
+    int32_t group_min_size;
+    int any_sm;               /* tagged: some SM (tagged or not) came within the receiver timeout */
+    int64_t last_any_sm_ns;
     snd_receiver_t receivers[LBD_SND_MAX_RECEIVERS];  /* unicast uses receivers[0] */
 } snd_flow_control_t;
 
@@ -101,11 +107,52 @@ static inline void snd_receiver_update(snd_receiver_t *r, int64_t position, int6
     r->end_of_stream = eos;
 }
 
-/* An SM (not a SETUP request) at `position` with `window`: the new snd-lmt. */
-static inline int64_t snd_fc_on_sm(snd_flow_control_t *fc, int64_t receiver_id, int64_t position, int32_t window,
-                                   int eos, int64_t snd_lmt, int64_t now_ns)
+/* Tagged (Aeron's tagged flow control): a receiver joins when its SM carries the group tag, is not at EOS and
+ * is no more than a window behind the slowest; its limit follows its latest SM; below the group's minimum size
+ * the limit stays, with no tagged receiver any SM moves it forward (as max). */
+static inline int64_t snd_fc_tagged_on_sm(snd_flow_control_t *fc, int64_t receiver_id, int64_t position,
+                                          int32_t window, int eos, int64_t snd_lmt, int64_t now_ns, int matches)
 {
     const int64_t limit = position + window;
+    int64_t min_position = INT64_MAX;
+    int existing = 0;
+    fc->any_sm = 1;
+    fc->last_any_sm_ns = now_ns;
+    for (int32_t i = 0; i < fc->count; i++) {
+        snd_receiver_t *r = &fc->receivers[i];
+        if (matches && r->receiver_id == receiver_id) {
+            r->end_of_stream = eos;
+            if (position > r->position) r->position = position;
+            r->position_plus_window = limit;
+            r->last_sm_ns = now_ns;
+            existing = 1;
+        }
+        if (r->position_plus_window < min_position) min_position = r->position_plus_window;
+    }
+    if (!existing && !eos && matches && fc->count < LBD_SND_MAX_RECEIVERS &&
+        (fc->count == 0 || limit >= min_position - window)) {
+        snd_receiver_t *r = &fc->receivers[fc->count++];
+        r->receiver_id = receiver_id;
+        r->position = position;
+        r->position_plus_window = limit;
+        r->last_sm_ns = now_ns;
+        r->end_of_stream = 0;
+        if (limit < min_position) min_position = limit;
+    }
+    if (fc->count < fc->group_min_size) return snd_lmt;
+    if (fc->count == 0) return snd_lmt > limit ? snd_lmt : limit;
+    return snd_lmt > min_position ? snd_lmt : min_position;
+}
+
+/* An SM (not a SETUP request) at `position` with `window`: the new snd-lmt.  `tag_length` is the length of the
+ * SM's feedback (8: it carries `tag`, the receiver's group tag). */
+static inline int64_t snd_fc_on_sm(snd_flow_control_t *fc, int64_t receiver_id, int64_t position, int32_t window,
+                                   int eos, int64_t snd_lmt, int64_t now_ns, int32_t tag_length, int64_t tag)
+{
+    const int64_t limit = position + window;
+    if (fc->strategy == LBD_FC_TAGGED)
+        return snd_fc_tagged_on_sm(fc, receiver_id, position, window, eos, snd_lmt, now_ns,
+                                   tag_length == 8 && tag == fc->group_tag);
     if (fc->strategy == LBD_FC_MIN) {
         snd_receiver_t *r = NULL;
         for (int32_t i = 0; i < fc->count; i++) {
@@ -132,18 +179,32 @@ static inline int64_t snd_fc_on_sm(snd_flow_control_t *fc, int64_t receiver_id, 
     return snd_lmt > limit ? snd_lmt : limit;
 }
 
-/* Receivers silent for longer than the timeout are dropped: the new snd-lmt. */
+/* Receivers silent for longer than the timeout are dropped (tagged: also those at EOS): the new snd-lmt. */
 static inline int64_t snd_fc_on_idle(snd_flow_control_t *fc, int64_t snd_lmt, int64_t now_ns)
 {
+    const int tagged = fc->strategy == LBD_FC_TAGGED;
     int32_t kept = 0;
     for (int32_t i = 0; i < fc->count; i++) {
         if (now_ns - fc->receivers[i].last_sm_ns > fc->receiver_timeout_ns) continue;
+        if (tagged && fc->receivers[i].end_of_stream) continue;
         if (kept != i) fc->receivers[kept] = fc->receivers[i];
         kept++;
     }
     fc->count = kept;
+    if (tagged) {
+        if (fc->any_sm && now_ns - fc->last_any_sm_ns > fc->receiver_timeout_ns) fc->any_sm = 0;
+        return kept == 0 || kept < fc->group_min_size ? snd_lmt : snd_fc_min_limit(fc);
+    }
     if (fc->strategy == LBD_FC_MIN && kept) return snd_fc_min_limit(fc);
     return snd_lmt;
+}
+
+/* Whether the publication is connected: a receiver is tracked (tagged: some SM came lately and the group has
+ * its minimum size). */
+static inline int snd_fc_connected(const snd_flow_control_t *fc)
+{
+    if (fc->strategy == LBD_FC_TAGGED) return fc->any_sm && fc->count >= fc->group_min_size;
+    return fc->count > 0;
 }
 
 static inline int snd_fc_receivers_at_eos(const snd_flow_control_t *fc)
@@ -177,7 +238,8 @@ typedef struct snd_retransmit {
     int32_t term_length;
     int32_t position_bits;
     int32_t initial_term_id;
-    int32_t max_actions;
+    int32_t max_actions;      /* max-resend with group semantics (multicast, MDC); 1 for unicast */
+    int32_t group;            /* 0 (unicast): the one action is reused by a NAK for another range */
     int64_t linger_ns;
     int64_t delay_ns;
     int64_t retained_window;
@@ -226,12 +288,15 @@ static inline int snd_rtx_on_nak(snd_retransmit_t *r, int32_t term_id, int32_t t
             continue;
         }
         active++;
-        if (a->resend.term_id == term_id && a->resend.term_offset == term_offset) {
+        /* a NAK inside a range already being resent (or lingering) is that range's */
+        if (a->resend.term_id == term_id && a->resend.term_offset <= term_offset &&
+            term_offset < a->resend.term_offset + a->resend.length) {
             r->suppressed++;
             return 0;
         }
+        if (!r->group) free_slot = a;  /* unicast: the one action goes to the new range */
     }
-    if (free_slot == NULL || active >= r->max_actions) {
+    if (free_slot == NULL || (r->group && active >= r->max_actions)) {
         r->overflow++;
         return 0;
     }

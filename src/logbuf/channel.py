@@ -5,9 +5,11 @@ separated by ``|``; sizes accept ``k``/``m``/``g`` suffixes (binary, as Aeron do
 kept here (tools show them); the driver refuses every key it does not honour (:data:`AERON_URI_KEYS` says
 which) and resolves the rest against its own settings.  Values are checked here as far as they stand alone.
 
-UDP parameters: ``endpoint`` (required; a multicast group for multicast), ``interface`` (local address to bind
-or to send and join on, ``host[:port]``), ``ttl`` (multicast), ``fc`` (flow control: ``min``, ``max`` or
-``unicast``, optionally ``,t:<receiver timeout>`` such as ``fc=min,t:2s``).  Addresses are resolved by the
+UDP parameters: ``endpoint`` (required unless ``control`` or ``control-mode=manual`` is given; a multicast group
+for multicast), ``interface`` (local address to bind or to send and join on, ``host[:port]``), ``ttl``
+(multicast), ``control`` and ``control-mode`` (multi-destination-cast publications: ``dynamic`` or ``manual``),
+``fc`` (flow control: ``min``, ``max``, ``tagged`` or ``unicast``, optionally ``,t:<receiver timeout>`` such as
+``fc=min,t:2s``, and for ``tagged`` ``,g:<group tag>[/<min group size>]``).  Addresses are resolved by the
 driver (:mod:`logbuf.driver.udp_channel`).
 
 A subscription channel ``aeron-spy:aeron:udp?endpoint=...`` is a spy: it reads the driver's own network
@@ -31,6 +33,8 @@ MTU_PARAM = "mtu"
 ENDPOINT_PARAM = "endpoint"
 INTERFACE_PARAM = "interface"
 CONTROL_PARAM = "control"
+CONTROL_MODE_PARAM = "control-mode"
+CONTROL_MODES = ("dynamic", "manual")  # multi-destination-cast; Aeron's "response" is refused by name
 FLOW_CONTROL_PARAM = "fc"
 TTL_PARAM = "ttl"
 SESSION_ID_PARAM = "session-id"
@@ -61,18 +65,20 @@ AERON_URI_KEYS: dict[str, tuple[str, str]] = {
     "so-sndbuf": ("implemented", "UDP: SO_SNDBUF of the channel's socket"),
     "so-rcvbuf": ("implemented", "UDP: SO_RCVBUF of the channel's socket"),
     "rcv-wnd": ("implemented", "UDP subscriptions: the receiver window its images offer"),
-    "fc": ("partial", "UDP publications: min, max (and logbuf's unicast), ,t:<timeout>; not tagged or g:"),
+    "fc": ("implemented", "UDP publications: min, max, tagged (g:<tag>[/<min group size>]) and logbuf's unicast; "
+                          ",t:<timeout>"),
     "cc": ("partial", "static only (the default); cubic refused"),
     "reliable": ("partial", "true only (the default)"),
     "rejoin": ("partial", "true only (the default)"),
     "alias": ("implemented", "a label: kept in the channel string, no other effect (as Aeron)"),
     "nak-delay": ("refused", "receiver data plane"),
-    "max-resend": ("refused", "sender data plane"),
+    "max-resend": ("implemented", "UDP publications: retransmits in flight (1..256, default 16; multicast and "
+                                  "MDC; unicast has one, as Aeron)"),
     "group": ("refused", "receiver data plane (multicast / MDS group semantics)"),
-    "control": ("refused", "multi-destination-cast"),
-    "control-mode": ("refused", "multi-destination-cast / response channels"),
+    "control": ("implemented", "UDP publications: the address an MDC publication binds for status messages"),
+    "control-mode": ("partial", "UDP publications: dynamic and manual (multi-destination-cast); response refused"),
     "tags": ("refused", "channel and publication tags"),
-    "gtag": ("refused", "tagged flow control"),
+    "gtag": ("implemented", "UDP subscriptions: the group tag their status messages carry (fc=tagged)"),
     "ssc": ("implemented", "UDP publications: spies simulate a connection (default: the driver's setting)"),
     "ats": ("refused", "Aeron transport security"),
     "media-rcv-ts-offset": ("refused", "receive timestamps"),
@@ -91,9 +97,11 @@ LOGBUF_URI_KEYS: dict[str, tuple[str, str]] = {
 _SIZE = re.compile(r"^(\d+)([kKmMgG]?)$")
 _SCALE = {"": 1, "k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024}
 _DURATION = re.compile(r"^(\d+)(ns|us|ms|s)$")
-# fc=<strategy>[,t:<receiver timeout>]: min = the slowest receiver sets the limit (receivers tracked by id),
-# max = the fastest one does (Aeron's multicast default), unicast = the one receiver
-FLOW_CONTROL_STRATEGIES = ("min", "max", "unicast")
+# fc=<strategy>[,t:<receiver timeout>][,g:<tag>[/<min group size>]]: min = the slowest receiver sets the limit
+# (receivers tracked by id), max = the fastest one does (Aeron's multicast and MDC default), tagged = the slowest
+# of the receivers whose SMs carry the group tag, unicast = the one receiver
+FLOW_CONTROL_STRATEGIES = ("min", "max", "tagged", "unicast")
+DEFAULT_GROUP_TAG = -1  # Aeron's default flow-control group tag
 # UDP payload limit for one datagram carrying whole frames (IPv4: 65535 - 20 IP - 8 UDP), frame-aligned
 MAX_UDP_PAYLOAD_LENGTH = 65504
 
@@ -121,6 +129,8 @@ def parse_duration_ns(text: str, what: str) -> int:
 class FlowControlSpec:
     strategy: str  # one of FLOW_CONTROL_STRATEGIES
     receiver_timeout_ns: int | None = None  # None: the driver's default
+    group_tag: int | None = None  # tagged: g:<tag> (None: Aeron's default, -1)
+    group_min_size: int | None = None  # tagged: g:<tag>/<min group size> (None: 0)
 
 
 @dataclass(frozen=True)
@@ -193,14 +203,29 @@ class ChannelUri:
                 f"fc={text!r}: flow control must be one of {', '.join(FLOW_CONTROL_STRATEGIES)}"
             )
         timeout = None
+        group_tag = group_min_size = None
         for option in options:
             key, sep, value = option.partition(":")
-            if key != "t" or not sep:
-                raise InvalidChannelError(f"fc={text!r}: unknown option {option!r} (t:<receiver timeout>)")
-            timeout = parse_duration_ns(value, "fc receiver timeout")
-            if timeout <= 0:
-                raise InvalidChannelError(f"fc={text!r}: the receiver timeout must be positive")
-        return FlowControlSpec(strategy, timeout)
+            if key == "t" and sep:
+                timeout = parse_duration_ns(value, "fc receiver timeout")
+                if timeout <= 0:
+                    raise InvalidChannelError(f"fc={text!r}: the receiver timeout must be positive")
+            elif key == "g" and sep:
+                if strategy != "tagged":
+                    raise InvalidChannelError(f"fc={text!r}: g: is supported with fc=tagged only")
+                group_tag, group_min_size = _parse_group(text, value)
+            else:
+                raise InvalidChannelError(f"fc={text!r}: unknown option {option!r} (t:<receiver timeout>, "
+                                          f"g:<group tag>[/<min group size>])")
+        return FlowControlSpec(strategy, timeout, group_tag, group_min_size)
+
+    def control_mode(self) -> str | None:
+        """``control-mode=dynamic|manual`` (multi-destination-cast), or None when the channel does not say."""
+        mode = self.params.get(CONTROL_MODE_PARAM)
+        if mode is not None and mode not in CONTROL_MODES:
+            raise InvalidChannelError(f"channel {self}: parameter 'control-mode' = {mode} is not supported by this "
+                                      f"driver (supported: {', '.join(CONTROL_MODES)})")
+        return mode
 
     def validate(self) -> None:
         """Syntax and ranges a value has on its own; what depends on the driver (a term length's default, the
@@ -215,10 +240,15 @@ class ChannelUri:
         except ValueError as exc:
             raise InvalidChannelError(f"channel {self}: {exc}") from None
         if self.is_udp:
-            if ENDPOINT_PARAM not in self.params and CONTROL_PARAM not in self.params:
+            mode = self.control_mode()
+            if ENDPOINT_PARAM not in self.params and CONTROL_PARAM not in self.params and mode != "manual":
                 raise InvalidChannelError(f"channel {self}: a UDP channel needs endpoint=host:port")
+            if mode == "dynamic" and CONTROL_PARAM not in self.params:
+                raise InvalidChannelError(f"channel {self}: control-mode=dynamic needs control=host:port")
             if ENDPOINT_PARAM in self.params:
                 parse_endpoint(self.params[ENDPOINT_PARAM])
+            if CONTROL_PARAM in self.params:
+                parse_endpoint(self.params[CONTROL_PARAM])
             self.flow_control()
         elif ENDPOINT_PARAM in self.params:
             raise InvalidChannelError(f"channel {self}: an IPC channel has no endpoint")
@@ -233,6 +263,26 @@ class ChannelUri:
 
     def __str__(self) -> str:
         return self.canonical()
+
+
+def _parse_group(text: str, value: str) -> tuple[int | None, int | None]:
+    """``g:<tag>``, ``g:<tag>/<min group size>`` or ``g:/<min group size>`` (Aeron's forms)."""
+    tag_text, slash, size_text = value.partition("/")
+    tag = size = None
+    try:
+        if tag_text:
+            tag = int(tag_text, 10)
+            if not -(2**63) <= tag < 2**63:
+                raise ValueError
+        if slash:
+            size = int(size_text, 10)
+            if not 0 <= size <= 2**31 - 1:
+                raise ValueError
+    except ValueError:
+        raise InvalidChannelError(f"fc={text!r}: g:{value} must be <group tag>[/<min group size>]") from None
+    if tag is None and size is None:
+        raise InvalidChannelError(f"fc={text!r}: g: needs a group tag or /<min group size>")
+    return tag, size
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from logbuf.channel import AERON_URI_KEYS, ChannelUri, InvalidChannelError
+from logbuf.channel import AERON_URI_KEYS, ChannelUri, FlowControlSpec, InvalidChannelError
 from logbuf.driver.channel_params import (
     DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS,
     InitialPosition,
@@ -50,7 +50,14 @@ def test_unknown_and_misspelt_keys_are_refused_by_name(base: str, key: str) -> N
     (UDP + "|cc=cubic", "cc"),
     (UDP + "|reliable=false", "reliable"),
     (UDP + "|rejoin=false", "rejoin"),
-    (UDP + "|fc=tagged,g:1/2", "fc"),
+    (UDP + "|fc=min,g:1/2", "fc"),
+    (UDP + "|fc=tagged,g:x", "fc"),
+    (UDP + "|control-mode=response", "control-mode"),
+    ("aeron:udp?control-mode=dynamic", "control-mode"),
+    (UDP + "|max-resend=257", "max-resend"),
+    (UDP + "|max-resend=0", "max-resend"),
+    (UDP + "|gtag=x", "gtag"),
+    ("aeron:ipc?max-resend=4", "max-resend"),
     ("aeron:ipc?so-sndbuf=64k", "so-sndbuf"),
     ("aeron:ipc?interface=127.0.0.1", "interface"),
     ("aeron-spy:" + UDP + "|tether=maybe", "tether"),
@@ -59,6 +66,18 @@ def test_unknown_and_misspelt_keys_are_refused_by_name(base: str, key: str) -> N
 ])
 def test_values_not_honoured_are_refused_by_name(channel: str, key: str) -> None:
     _refused(channel, key)
+
+
+def test_mdc_tagged_and_max_resend_settings_resolve() -> None:
+    pub = resolve_publication(ChannelUri.parse("aeron:udp?control=127.0.0.1:40457|control-mode=dynamic|"
+                                               "fc=tagged,g:7/2,t:2s|max-resend=4"), CTX)
+    assert pub.flow_control is not None and pub.max_resend == 4
+    assert (pub.flow_control.strategy, pub.flow_control.group_tag, pub.flow_control.group_min_size,
+            pub.flow_control.receiver_timeout_ns) == ("tagged", 7, 2, 2_000_000_000)
+    assert ChannelUri.parse(UDP + "|fc=tagged,g:/3").flow_control() == FlowControlSpec("tagged", None, None, 3)
+    assert resolve_publication(ChannelUri.parse("aeron:udp?control-mode=manual"), CTX).max_resend is None
+    sub = resolve_subscription(ChannelUri.parse(UDP + "|control=127.0.0.1:40457|gtag=-5"), CTX)
+    assert sub.group_tag == -5
 
 
 def test_ipc_mtu_is_checked_against_the_drivers_ipc_term_length() -> None:

@@ -196,3 +196,135 @@ def test_the_agent_on_its_own_thread_while_the_control_plane_adds_and_removes(tm
         sender.close()
         receiver.close()
     assert not duty.is_alive()
+
+
+def _mdc_agent(tmp_path: Path, mode: str) -> tuple[Sender, SendChannelEndpoint, NetworkPublication, LogBuffers,
+                                                  Position]:
+    channel = UdpChannel.from_uri(ChannelUri.parse(f"aeron:udp?control=127.0.0.1:0|control-mode={mode}"))
+    transport = UdpTransport(channel, TransportRole.SEND)
+    log = LogBuffers.create(tmp_path / f"{mode}.logbuffer", term_length=T, session_id=SESSION, stream_id=STREAM,
+                            initial_term_id=INITIAL_TERM_ID)
+    sender = Sender()
+    endpoint = SendChannelEndpoint(channel, transport, endpoint_id=sender.next_endpoint_id())
+    positions = NetworkPublicationPositions(*(Position.standalone() for _ in range(5)))
+    publication = NetworkPublication(
+        registration_id=43, channel=str(channel.uri), is_exclusive=True, log=log, sender=sender,
+        endpoint_key=endpoint.key, endpoint_id=endpoint.endpoint_id, destination=b"", channel_status_id=-1,
+        positions=positions, window_length=T // 2, max_datagrams=8, flow_control=UnicastFlowControl(),
+        retransmit=RetransmitHandler(T, INITIAL_TERM_ID, group_semantics=True), now_ns=0)
+    for command, fill in ((lib.LBD_SND_ADD_ENDPOINT, endpoint.fill_add_command),
+                          (lib.LBD_SND_ADD_PUBLICATION, publication.fill_add_command)):
+        c = sender.new_command(command)
+        fill(c)
+        sender.offer(c)
+    return sender, endpoint, publication, log, positions.snd_pos
+
+
+def _receivers(count: int) -> list[socket.socket]:
+    sockets = []
+    for _ in range(count):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        sockets.append(s)
+    return sockets
+
+
+def _drain(s: socket.socket) -> list[object]:
+    packets = []
+    while True:
+        try:
+            packets.append(classify(s.recv(65536)))
+        except BlockingIOError:
+            return packets
+
+
+def _commit_frame(log: LogBuffers) -> int:
+    frame = encode_data_frame(b"to every destination", term_offset=0, session_id=SESSION, stream_id=STREAM,
+                              term_id=INITIAL_TERM_ID)
+    log.terms.view[: len(frame)] = frame
+    log.meta.put_i64_release(d.TERM_TAIL_COUNTERS_OFFSET, d.pack_tail(INITIAL_TERM_ID, len(frame)))
+    return len(frame)
+
+
+def _data_frames(packets: list[object]) -> int:
+    return sum(1 for p in packets if isinstance(p, DataPacket) and not p.header.is_heartbeat)
+
+
+def test_dynamic_mdc_destinations_are_the_sources_of_status_messages_and_time_out(tmp_path: Path) -> None:
+    """Each receiver's SM (any session: a SETUP request for session 0 too) adds its source; every frame goes
+    to each destination; one silent for 5 s is dropped, and comes back with its next SM."""
+    sender, endpoint, _, log, snd_pos = _mdc_agent(tmp_path, "dynamic")
+    receivers = _receivers(2)
+    try:
+        control = endpoint.transport.local_address.python
+        sender.do_work(1)
+        assert sender.destination_count(endpoint.endpoint_id) == 0
+        receivers[0].sendto(StatusMessage(SESSION, STREAM, INITIAL_TERM_ID, 0, T // 4, 11).encode(), control)
+        receivers[1].sendto(StatusMessage(0, STREAM, 0, 0, 0, 12, 0x80).encode(), control)  # a SETUP request
+        now = 1_000_000
+        wait_until(lambda: sender.do_work(now) >= 0 and sender.destination_count(endpoint.endpoint_id) == 2,
+                   what="both receivers as destinations")
+        end = _commit_frame(log)
+        wait_until(lambda: sender.do_work(now) >= 0 and snd_pos.get() == end, what="the frame sent")
+        got = [[], []]  # type: list[list[object]]
+        wait_until(lambda: all(_data_frames(g.__iadd__(_drain(r)) or g) for g, r in zip(got, receivers, strict=True)),
+                   what="the frame at both destinations")
+        # 5 s without an SM from either: dropped (at the next send, a heartbeat here)
+        later = now + 5_000_000_001 + 200_000_000
+        sender.do_work(later)
+        assert sender.destination_count(endpoint.endpoint_id) == 0
+        receivers[0].sendto(StatusMessage(SESSION, STREAM, INITIAL_TERM_ID, 0, T // 4, 11).encode(), control)
+        wait_until(lambda: sender.do_work(later) >= 0 and sender.destination_count(endpoint.endpoint_id) == 1,
+                   what="the receiver back")
+    finally:
+        sender.close()
+        endpoint.close()
+        for r in receivers:
+            r.close()
+        log.close()
+
+
+def test_manual_mdc_destinations_come_and_go_by_command_only(tmp_path: Path) -> None:
+    sender, endpoint, _, log, snd_pos = _mdc_agent(tmp_path, "manual")
+    receivers = _receivers(2)
+    try:
+        control = endpoint.transport.local_address.python
+
+        def destination(command_type: int, r: socket.socket, correlation_id: int) -> None:
+            c = sender.new_command(command_type)
+            c.endpoint_id = endpoint.endpoint_id
+            c.publication_id = correlation_id
+            address = UdpChannel.from_uri(ChannelUri.parse(
+                f"aeron:udp?endpoint=127.0.0.1:{r.getsockname()[1]}")).data.sockaddr
+            c.destination_length = len(address)
+            c.destination[0: len(address)] = address
+            sender.offer(c)
+
+        stranger = _receivers(1)[0]
+        stranger.sendto(StatusMessage(SESSION, STREAM, INITIAL_TERM_ID, 0, T // 4, 99).encode(), control)
+        for i, r in enumerate(receivers):
+            destination(lib.LBD_SND_ADD_DESTINATION, r, 100 + i)
+        wait_until(lambda: sender.do_work(time.monotonic_ns()) >= 0
+                   and sender.destination_count(endpoint.endpoint_id) == 2, what="two destinations")
+        for r in receivers:  # SETUPs or heartbeats go to each destination (none to the stranger: its SM added
+            # nothing, though it counts for the publication, as on aeronmd)
+            wait_until(lambda r=r: sender.do_work(time.monotonic_ns()) >= 0 and _drain(r),
+                       what="a frame at the destination")
+        assert _drain(stranger) == []
+        destination(lib.LBD_SND_REMOVE_DESTINATION, receivers[1], 0)
+        wait_until(lambda: sender.do_work(time.monotonic_ns()) >= 0
+                   and sender.destination_count(endpoint.endpoint_id) == 1, what="one removed")
+        receivers[0].sendto(StatusMessage(SESSION, STREAM, INITIAL_TERM_ID, 0, T // 4, 11).encode(), control)
+        end = _commit_frame(log)
+        wait_until(lambda: sender.do_work(time.monotonic_ns()) >= 0 and snd_pos.get() == end, what="the frame sent")
+        _drain(receivers[1])
+        wait_until(lambda: _data_frames(_drain(receivers[0])), what="the frame at the kept destination")
+        assert _data_frames(_drain(receivers[1])) == 0
+        stranger.close()
+    finally:
+        sender.close()
+        endpoint.close()
+        for r in receivers:
+            r.close()
+        log.close()

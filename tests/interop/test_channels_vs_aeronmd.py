@@ -8,6 +8,7 @@ the reason when aeronmd is not there (see ``aeron_driver``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import socket
@@ -35,7 +36,7 @@ from logbuf.cnc.messages import (
     decode_response,
 )
 from logbuf.logbuffer import descriptor as d
-from support import stop_process, wait_until
+from support import WaitTimeout, stop_process, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 STREAM = 10
@@ -454,6 +455,124 @@ def c_samples_spy(directory: Path) -> Observation:
     lines = log.read_text().splitlines()
     return {"spy got messages": any("from session 778" in line for line in lines),
             "image source": sorted({line.split(" from ")[-1] for line in lines if line.startswith("Available image")})}
+def _received_all(subs: list[logbuf.Subscription], sent: list[bytes]) -> list[bool]:
+    """Polls every subscription until each has ``sent`` (or 10 s went by): whether each got exactly that."""
+    got: list[list[bytes]] = [[] for _ in subs]
+
+    def poll() -> bool:
+        for sub, into in zip(subs, got, strict=True):
+            _poll(sub, into)
+        return all(len(into) >= len(sent) for into in got)
+
+    with contextlib.suppress(WaitTimeout):  # what each got is the observation
+        wait_until(poll, timeout=10, what="every subscriber's messages")
+    return [into == sent for into in got]
+
+
+def mdc_manual(directory: Path) -> Observation:
+    """A manual MDC publication (default flow control) to two unicast subscriptions the client adds as
+    destinations, then removes one; the destination commands' answers."""
+    ports = [free_udp_port(), free_udp_port()]
+    destinations = [f"aeron:udp?endpoint=127.0.0.1:{port}" for port in ports]
+    with logbuf.connect(directory) as client:
+        subs = [client.add_subscription(destination, STREAM) for destination in destinations]
+        pub = client.add_publication("aeron:udp?control-mode=manual|term-length=64k", STREAM)
+        connected_before = pub.is_connected
+        for destination in destinations:
+            pub.add_destination(destination)
+        wait_until(lambda: pub.is_connected and all(sub.images for sub in subs), what="both images")
+        first = _received_all(subs, _offer(pub, 10))
+        pub.remove_destination(destinations[1])
+        time.sleep(0.2)  # the removal reaches the sender before the next messages
+        later = _offer(pub, 10, prefix=b"later")
+        got_first: list[bytes] = []
+        wait_until(lambda: _poll(subs[0], got_first) >= 0 and len(got_first) == len(later), what="later messages")
+        got_removed: list[bytes] = []
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            _poll(subs[1], got_removed)
+        unicast = client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}", STREAM)
+        return {
+            "connected before a destination": connected_before, "both got everything": first,
+            "the kept one got the later ones": got_first == later, "the removed one got": got_removed,
+            "remove it again": _code(lambda: pub.remove_destination(destinations[1])),
+            "destination with mtu": _code(lambda: pub.add_destination(destinations[0] + "|mtu=4096")),
+            "destination with port 0": _code(lambda: pub.add_destination("aeron:udp?endpoint=127.0.0.1:0")),
+            "destination on a unicast publication": _code(lambda: unicast.add_destination(destinations[0])),
+        }
+
+
+def mdc_dynamic(directory: Path) -> Observation:
+    """A dynamic MDC publication; two subscriptions whose status messages go to its control address."""
+    control = f"127.0.0.1:{free_udp_port()}"
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication(f"aeron:udp?control={control}|control-mode=dynamic|term-length=64k", STREAM)
+        subs = [client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control={control}", STREAM)
+                for _ in range(2)]
+        wait_until(lambda: pub.is_connected and all(sub.images for sub in subs), timeout=10, what="both images")
+        manual = "aeron:udp?control-mode=manual|term-length=64k"
+        return {"both got everything": _received_all(subs, _offer(pub, 10)),
+                "the same control: one publication": client.add_publication(
+                    f"aeron:udp?control={control}|control-mode=dynamic|term-length=64k", STREAM).session_id
+                == pub.session_id,
+                "manual without control: a publication each": client.add_publication(manual, STREAM + 2).session_id
+                != client.add_publication(manual, STREAM + 2).session_id,
+                "dynamic without control": _refused(
+                    lambda: client.add_publication("aeron:udp?control-mode=dynamic", STREAM + 1))}
+
+
+def tagged_flow_control(directory: Path) -> Observation:
+    """fc=tagged,g:7/2: one tagged and one untagged receiver do not connect the publication; a second tagged
+    one does; max-resend values."""
+    control = f"127.0.0.1:{free_udp_port()}"
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication(
+            f"aeron:udp?control={control}|control-mode=dynamic|fc=tagged,g:7/2|max-resend=4|term-length=64k", STREAM)
+
+        def subscribe(tag: str) -> logbuf.Subscription:
+            return client.add_subscription(
+                f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control={control}{tag}", STREAM)
+
+        first, untagged = subscribe("|gtag=7"), subscribe("")
+        wait_until(lambda: first.images and untagged.images, timeout=10, what="two images")
+        time.sleep(0.5)  # status messages from both have come
+        one_of_two = pub.is_connected
+        second = subscribe("|gtag=7")
+        wait_until(lambda: pub.is_connected, timeout=10, what="the group complete")
+        wait_until(lambda: second.images, what="the second tagged image")
+        return {"connected with one tagged of two": one_of_two,
+                "tagged got everything": _received_all([first, second], _offer(pub, 10)),
+                "max-resend=0": _refused(lambda: client.add_publication(
+                    f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|max-resend=0", STREAM)),
+                "max-resend=257": _refused(lambda: client.add_publication(
+                    f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|max-resend=257", STREAM)),
+                "max-resend=256": _code(lambda: client.add_publication(
+                    f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|max-resend=256", STREAM))}
+
+
+def c_samples_mdc_tagged(directory: Path) -> Observation:
+    """Aeron's basic_publisher on a dynamic MDC channel with fc=tagged,g:7; basic_subscribers with gtag=7 on
+    two ports: who prints messages (Aeron's samples cannot add manual destinations)."""
+    binaries = require_aeron_bin()
+    control = f"127.0.0.1:{free_udp_port()}"
+    logs = {port: directory.parent / f"basic_subscriber_mdc_{port}.txt" for port in (free_udp_port(), free_udp_port())}
+    subscribers = []
+    for port, log in logs.items():
+        with open(log, "w") as out:
+            subscribers.append(subprocess.Popen(
+                [str(binaries / "bin" / "basic_subscriber"), "-p", str(directory), "-c",
+                 f"aeron:udp?endpoint=127.0.0.1:{port}|control={control}|gtag=7", "-s", str(STREAM)],
+                stdout=out, stderr=subprocess.STDOUT))
+    try:
+        time.sleep(1.0)  # the subscribers register before the publisher's messages
+        subprocess.run([str(binaries / "bin" / "basic_publisher"), "-p", str(directory), "-c",
+                        f"aeron:udp?control={control}|control-mode=dynamic|fc=tagged,g:7", "-s", str(STREAM),
+                        "-m", "5", "-l", "1"], capture_output=True, timeout=60)
+        time.sleep(0.5)
+    finally:
+        for proc in subscribers:
+            stop_process(proc, signal.SIGINT)
+    return [any("from session" in line for line in log.read_text().splitlines()) for log in logs.values()]
 
 
 SCENARIOS: dict[str, Callable[[Path], Observation]] = {
@@ -473,6 +592,10 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "aeron-spy: ssc": spies_simulate_connection,
     "aeron-spy: tether=false": untethered_spy,
     "C samples, aeron-spy:": c_samples_spy,
+    "MDC, manual destinations": mdc_manual,
+    "MDC, dynamic destinations": mdc_dynamic,
+    "fc=tagged with g:/gtag, max-resend": tagged_flow_control,
+    "C samples, dynamic MDC with fc=tagged": c_samples_mdc_tagged,
 }
 
 
@@ -495,6 +618,12 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "aeron-spy: ssc": lambda o: o["ssc=true connected"] and not o["ssc=false connected"],
     "aeron-spy: tether=false": lambda o: o["events"] == ["available", "unavailable", "available"],
     "C samples, aeron-spy:": lambda o: o["spy got messages"],
+    "MDC, manual destinations": lambda o: o["both got everything"] == [True, True] and o["the removed one got"] == [],
+    "MDC, dynamic destinations": lambda o: o["both got everything"] == [True, True]
+    and o["the same control: one publication"] and o["manual without control: a publication each"],
+    "fc=tagged with g:/gtag, max-resend": lambda o: not o["connected with one tagged of two"]
+    and o["tagged got everything"] == [True, True],
+    "C samples, dynamic MDC with fc=tagged": lambda o: o == [True, True],
 }
 
 

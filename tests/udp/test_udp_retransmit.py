@@ -92,3 +92,26 @@ def test_arguments_are_checked() -> None:
         RetransmitHandler(1000, 0)
     with pytest.raises(ValueError):
         RetransmitHandler(T, 0, max_actions=0)
+
+
+def test_a_nak_inside_a_range_being_resent_is_that_range_s() -> None:
+    h = handler()
+    assert h.on_nak(nak(12, 1024, 512), 0, SND_POS) == [Resend(12, 1024, 512)]
+    assert h.on_nak(nak(12, 1024 + 256, 512), 1 * MS, SND_POS) == []  # starts inside the lingering range
+    assert h.naks_suppressed == 1 and h.active_count == 1
+
+
+def test_unicast_has_one_action_that_a_nak_for_another_range_takes_over() -> None:
+    h = handler(group_semantics=False, max_actions=16)
+    assert h.max_actions == 1  # max-resend is for groups, as Aeron's
+    assert h.on_nak(nak(12, 0, 64), 0, SND_POS) == [Resend(12, 0, 64)]
+    assert h.on_nak(nak(12, 4096, 64), 1 * MS, SND_POS) == [Resend(12, 4096, 64)]  # takes the lingering one over
+    assert h.active_count == 1 and h.counters.retransmit_pool_overflow == 0
+    assert h.on_nak(nak(12, 4096, 64), 2 * MS, SND_POS) == []  # lingering
+
+
+def test_max_resend_bounds_a_group_s_retransmits() -> None:
+    h = handler(group_semantics=True, max_actions=3)
+    for i in range(3):
+        assert h.on_nak(nak(12, i * 1024, 64), 0, SND_POS)
+    assert h.on_nak(nak(12, 8192, 64), 0, SND_POS) == [] and h.counters.retransmit_pool_overflow == 1

@@ -48,6 +48,7 @@ from logbuf.cnc.messages import (
     ControlResponse,
     CorrelatedMessage,
     CounterMessage,
+    DestinationMessage,
     ErrorCode,
     ErrorResponse,
     PublicationMessage,
@@ -542,6 +543,9 @@ class ClientConductor:
                     "channel": channel,
                     "registration_id": registration_id,
                     "on_close": self._on_publication_close,
+                    # destinations name the driver's publication (its original registration id), as Aeron's do
+                    "on_destination": lambda add, destination, _id=ready.registration_id: self._destination(
+                        _id, add, destination),
                 }
                 try:
                     publication = cls(log, position_limit, wake_semaphore=wake, **kwargs)
@@ -555,6 +559,13 @@ class ClientConductor:
             self._publications[registration_id] = publication
             self._publication_logs[registration_id] = ready.log_file_name
         return publication
+
+    def _destination(self, registration_id: int, add: bool, channel: str) -> None:
+        """ADD_DESTINATION / REMOVE_DESTINATION for a manual multi-destination-cast publication; waits for the
+        driver's answer (RegistrationError with its code when refused)."""
+        command = ControlCommand.ADD_DESTINATION if add else ControlCommand.REMOVE_DESTINATION
+        what = f"{'add' if add else 'remove'}_destination({channel!r})"
+        self._request(command, DestinationMessage(self.client_id, self._next_id(), registration_id, channel), what)
 
     def _let_go(self, item: object) -> None:
         holdings = self.holdings() if self.holdings is not None else None

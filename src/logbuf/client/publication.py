@@ -93,6 +93,7 @@ class Publication(client.Publication):
         registration_id: int = -1,
         on_close: Callable[[Publication], None] | None = None,
         wake_semaphore: str | None = None,
+        on_destination: Callable[[bool, str], None] | None = None,
     ) -> None:
         self.log = log
         self.position_limit = position_limit
@@ -106,6 +107,7 @@ class Publication(client.Publication):
         self.max_payload_length = log.max_payload_length
         self.max_possible_position = log.max_possible_position
         self._on_close = on_close
+        self._on_destination = on_destination
         self._closed = False
         limit_buffer, limit_offset = position_limit.slot
         # subscribers may sleep on the stream's semaphore: the native side posts it after an append when one waits
@@ -168,6 +170,27 @@ class Publication(client.Publication):
         if result == lib.LB_CORRUPT_FRAME:
             raise LogCorruptedError("the log's tail counters cannot be a tail (corrupted metadata)", -1)
         return BatchResult(self._appended[0], result)
+
+    # -- multi-destination-cast ---------------------------------------------------------------------
+
+    def add_destination(self, channel: str) -> None:
+        """Adds a destination to a manual multi-destination-cast publication (its channel has
+        ``control-mode=manual``): from now on every frame also goes to ``channel``'s endpoint, e.g.
+        ``aeron:udp?endpoint=10.0.0.2:40456``.  Waits for the driver's answer; raises
+        :class:`~logbuf.errors.RegistrationError` (with Aeron's error code) when the driver refuses it."""
+        self._destination(True, channel)
+
+    def remove_destination(self, channel: str) -> None:
+        """Stops sending to a destination added with :meth:`add_destination` (the same channel string's
+        endpoint); removing one that is not there is not an error, as on aeronmd."""
+        self._destination(False, channel)
+
+    def _destination(self, add: bool, channel: str) -> None:
+        if self.is_closed:
+            raise ClosedError(f"{type(self).__name__} is closed")
+        if self._on_destination is None:
+            raise ClosedError(f"{type(self).__name__} has no driver to ask (not made by a client)")
+        self._on_destination(add, channel)
 
     # -- state ---------------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from logbuf.channel import (
     parse_size,
 )
 from logbuf.driver.context import SECOND, DriverContext
+from logbuf.driver.udp.retransmit import MAX_RESEND_LIMIT
 from logbuf.driver.windows import publication_window
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
@@ -34,7 +35,7 @@ DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS = 10 * SECOND
 
 # keys that only mean something on one medium (refused on the other: they would be ignored there)
 UDP_ONLY_KEYS = frozenset({"interface", "ttl", "so-sndbuf", "so-rcvbuf", "rcv-wnd", "fc", "cc", "reliable",
-                           "rejoin", "ssc"})
+                           "rejoin", "ssc", "control", "control-mode", "max-resend", "gtag"})
 
 # partly honoured keys: the values honoured on each medium
 _HONOURED_VALUES: dict[str, dict[str, frozenset[str]]] = {
@@ -139,6 +140,7 @@ class PublicationParams:
     socket_rcvbuf: int | None
     flow_control: FlowControlSpec | None
     spies_simulate_connection: bool = False  # UDP: the publication is connected while only spies read it
+    max_resend: int | None = None  # UDP: retransmits in flight (None: the driver's, 16)
     term_length_given: bool = False  # the channel named it (a shared publication must then match it)
     mtu_given: bool = False
 
@@ -154,6 +156,7 @@ class SubscriptionParams:
     socket_rcvbuf: int | None
     sparse: bool = True  # UDP: the images' logs
     resume_positions: dict[int, int] = field(default_factory=dict)
+    group_tag: int | None = None  # UDP: gtag=, carried by the endpoint's status messages (fc=tagged)
 
     def matches(self, session_id: int) -> bool:
         """Whether an image of ``session_id`` is for this subscription."""
@@ -218,9 +221,18 @@ def resolve_publication(uri: ChannelUri, ctx: DriverContext) -> PublicationParam
         socket_rcvbuf=rcvbuf,
         flow_control=uri.flow_control() if uri.is_udp else None,
         spies_simulate_connection=parse_bool(uri, "ssc", ctx.spies_simulate_connection),
+        max_resend=_max_resend(uri),
         term_length_given=term_length_given,
         mtu_given=mtu_given,
     )
+
+
+def _max_resend(uri: ChannelUri) -> int | None:
+    """``max-resend``: 1..256 retransmits in flight (a size, as Aeron parses it)."""
+    value = _size(uri, "max-resend")
+    if value is not None and not 1 <= value <= MAX_RESEND_LIMIT:
+        raise InvalidChannelError(f"channel {uri}: max-resend={value} must be > 0 and <= {MAX_RESEND_LIMIT}")
+    return value
 
 
 def _initial_position(uri: ChannelUri, term_length: int) -> InitialPosition | None:
@@ -253,6 +265,17 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
     if window is not None and not 0 < window <= _INT32_MAX:
         raise InvalidChannelError(f"channel {uri}: rcv-wnd={window} must be positive")
     sndbuf, rcvbuf = _socket_buffers(uri)
+    if "control-mode" in uri.params:
+        raise InvalidChannelError(f"channel {uri}: control-mode on a subscription is not supported by this driver "
+                                  f"(multi-destination subscriptions)")
+    group_tag = None
+    if "gtag" in uri.params:
+        try:
+            group_tag = int(uri.params["gtag"], 10)
+        except ValueError:
+            group_tag = None
+        if group_tag is None or not -(2**63) <= group_tag < 2**63:
+            raise InvalidChannelError(f"channel {uri}: gtag={uri.params['gtag']!r} is not an int64")
     return SubscriptionParams(
         session_id=parse_int32(uri, "session-id"),
         tether=parse_bool(uri, "tether", True),
@@ -261,6 +284,7 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
         socket_rcvbuf=rcvbuf,
         sparse=parse_bool(uri, "sparse", not ctx.pre_touch),
         resume_positions=parse_resume_positions(uri),
+        group_tag=group_tag,
     )
 
 

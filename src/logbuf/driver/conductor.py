@@ -332,8 +332,12 @@ class DriverConductor:
             self._receive_destination(client, msg)
         elif command == ControlCommand.REJECT_IMAGE:
             self._reject_image(msg)
-        # REMOVE_DESTINATION_BY_ID: aeronmd answers nothing and records nothing when the publication has no
-        # manual destinations (no publication here has any)
+        elif command == ControlCommand.REMOVE_DESTINATION_BY_ID:
+            # as aeronmd: OPERATION_SUCCESS for a manual MDC publication; nothing at all (no answer, no error
+            # log) for an unknown publication or one without manual destinations
+            publication = self.network.publication(msg.registration_id)
+            if publication is not None and self.network.remove_destination_by_id(publication, msg.destination_id):
+                self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
 
     def _client(self, client_id: int) -> ClientSession:
         """The client's session; its first command allocates its heartbeat counter (type 11)."""
@@ -496,17 +500,22 @@ class DriverConductor:
                                                 owner_id=NULL_VALUE)
         self._send(ControlResponse.ON_STATIC_COUNTER, CounterUpdate(msg.correlation_id, counter_id))
 
-    # -- destinations and images (multi-destination-cast is not supported: answered as aeronmd answers for
-    # publications and subscriptions without manual control) -----------------------------------------------
+    # -- destinations (a manual multi-destination-cast publication's; subscriptions' are answered as aeronmd
+    # answers for subscriptions without manual control) and images ----------------------------------------
 
     def _send_destination(self, client: ClientSession, msg: DestinationMessage, command: ControlCommand) -> None:
-        publication = client.publication_links.get(msg.registration_id)
-        if not isinstance(publication, NetworkPublication):
-            verb = "add" if command == ControlCommand.ADD_DESTINATION else "remove"
-            raise CommandError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown {verb} destination client_id="
+        """ADD_DESTINATION / REMOVE_DESTINATION on a network publication (found by its registration id, any
+        client's, as aeronmd does): OPERATION_SUCCESS with the correlation id, or aeronmd's error."""
+        publication = self.network.publication(msg.registration_id)
+        if publication is None:
+            where = "add destination" if command == ControlCommand.ADD_DESTINATION else "remove destination,"
+            raise CommandError(ErrorCode.UNKNOWN_PUBLICATION, f"unknown {where} client_id="
                                                               f"{client.client_id} registration_id={msg.registration_id}")
-        raise CommandError(ErrorCode.GENERIC_ERROR,
-                           f"channel does not allow manual control of destinations: {msg.channel}")
+        if command == ControlCommand.ADD_DESTINATION:
+            self.network.add_destination(publication, msg.channel, msg.correlation_id)
+        else:
+            self.network.remove_destination(publication, msg.channel)
+        self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
 
     def _receive_destination(self, client: ClientSession, msg: DestinationMessage) -> None:
         if not isinstance(self.subscriptions.get(msg.registration_id), NetworkSubscription):

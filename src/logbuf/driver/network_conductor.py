@@ -23,13 +23,14 @@ acknowledged the removal.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import time
 from collections.abc import Callable
 from typing import Any
 
-from logbuf.channel import ChannelUri, InvalidChannelError
+from logbuf.channel import DEFAULT_GROUP_TAG, ChannelUri, InvalidChannelError
 from logbuf.cnc import counters as c
 from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import (
@@ -56,12 +57,14 @@ from logbuf.driver.udp import (
     FlowControl,
     MinMulticastFlowControl,
     RetransmitHandler,
+    TaggedFlowControl,
     UnicastFlowControl,
     receiver_window_length,
 )
 from logbuf.driver.udp.loss_detector import DEFAULT_UNICAST_RETRY_RATIO, Gap
+from logbuf.driver.udp.retransmit import DEFAULT_MAX_ACTIONS
 from logbuf.driver.udp.status_schedule import DEFAULT_SM_TIMEOUT_NS
-from logbuf.driver.udp_channel import UdpChannel, UnknownHostError, describe_sockaddr
+from logbuf.driver.udp_channel import SocketAddress, UdpChannel, UnknownHostError, describe_sockaddr
 from logbuf.driver.udp_transport import TransportOptions, TransportRole, UdpTransport
 from logbuf.driver.windows import initial_receiver_window
 from logbuf.logbuffer import descriptor as d
@@ -175,6 +178,7 @@ class NetworkConductor:
         self.receive_endpoints: dict[str, ReceiveChannelEndpoint] = {}
         self._rng = random.SystemRandom()
         self._transports_opened = 0
+        self._mdc_instances = 0  # MDC channels without a control port: one endpoint each
         self.now_ns = 0
 
     # -- channels and endpoints ------------------------------------------------------------------------
@@ -230,6 +234,10 @@ class NetworkConductor:
 
     def _send_endpoint(self, channel: UdpChannel, uri: ChannelUri, registration_id: int,
                        sndbuf: int | None = None, rcvbuf: int | None = None) -> SendChannelEndpoint:
+        if channel.is_multi_destination and (channel.explicit_control is None or channel.explicit_control.port == 0):
+            # as aeronmd: no control address (or an ephemeral one) makes an endpoint of its own
+            self._mdc_instances += 1
+            channel = dataclasses.replace(channel, instance=self._mdc_instances)
         endpoint = self.send_endpoints.get(channel.key)
         if endpoint is not None:
             _check_socket_buffers(endpoint.transport, channel, sndbuf, rcvbuf)
@@ -275,6 +283,11 @@ class NetworkConductor:
             endpoint = None
         if endpoint is not None:
             _check_socket_buffers(endpoint.transport, channel, sndbuf, rcvbuf)
+            for key, wanted, has in (("control", channel.explicit_control, endpoint.channel.explicit_control),
+                                     ("gtag", None if params is None else params.group_tag, endpoint.group_tag)):
+                if wanted != has:
+                    raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel {channel}: {key} differs from the "
+                                                                  f"endpoint's ({has})")
         if endpoint is None:
             self._receive_impairment = None
             transport = self._transport(channel, TransportRole.RECEIVE, sndbuf, rcvbuf)
@@ -291,10 +304,16 @@ class NetworkConductor:
             endpoint = ReceiveChannelEndpoint(channel, transport, endpoint_id, self._rng.randint(1, 2**63 - 1),
                                               status_counter_id=status)
             endpoint.local_sockaddr_counter_id = sockaddr
+            endpoint.group_tag = None if params is None else params.group_tag
             fields: dict[str, Any] = {"endpoint_id": endpoint_id, "fd": transport.recv_fd, "send_fd": transport.send_fd,
                                       "receiver_id": endpoint.receiver_id}
             if channel.control is not None:  # multicast: SMs and NAKs go to the control group
                 fields["address"] = channel.control.sockaddr
+            elif channel.explicit_control is not None:  # control=: SMs and NAKs go there (an MDC sender)
+                fields["address"] = channel.explicit_control.sockaddr
+                fields["explicit_control"] = 1
+            if params is not None and params.group_tag is not None:
+                fields.update(group_tag=params.group_tag, has_group_tag=1)
             if impairment is not None:
                 fields.update(drop=impairment.drop, duplicate=impairment.duplicate, reorder=impairment.reorder,
                               delay_ns=impairment.delay_ns, jitter_ns=impairment.jitter_ns,
@@ -347,7 +366,10 @@ class NetworkConductor:
             timeout = spec.receiver_timeout_ns
         if spec is not None and spec.strategy == "min":
             return MinMulticastFlowControl(timeout)
-        # unicast, and "max" (Aeron's multicast default): the limit follows the receiver that is furthest on
+        if spec is not None and spec.strategy == "tagged":
+            return TaggedFlowControl(DEFAULT_GROUP_TAG if spec.group_tag is None else spec.group_tag,
+                                     spec.group_min_size or 0, timeout)
+        # unicast, and "max" (Aeron's multicast and MDC default): the limit follows the furthest receiver
         return UnicastFlowControl(timeout)
 
     def add_publication(self, registration_id: int, uri: ChannelUri, params: PublicationParams, stream_id: int,
@@ -406,13 +428,16 @@ class NetworkConductor:
                 sender=self.sender,
                 endpoint_key=endpoint.key,
                 endpoint_id=endpoint.endpoint_id,
-                destination=endpoint.transport.channel.data.sockaddr,
+                destination=b"" if channel.is_multi_destination else endpoint.transport.channel.data.sockaddr,
                 channel_status_id=endpoint.status_counter_id,
                 positions=NetworkPublicationPositions(*(self.services.counters.position(i) for i in counter_ids)),
                 window_length=window,
                 max_datagrams=ctx.send_batch,
                 flow_control=flow_control,
-                retransmit=RetransmitHandler(term_length, log.initial_term_id),
+                # as Aeron: max-resend bounds a group's retransmits; a unicast publication has one, reused
+                retransmit=RetransmitHandler(term_length, log.initial_term_id,
+                                             max_actions=params.max_resend or DEFAULT_MAX_ACTIONS,
+                                             group_semantics=channel.is_multicast or channel.is_multi_destination),
                 now_ns=self.now_ns,
                 mtu=mtu,
                 ttl=channel.ttl,
@@ -450,6 +475,85 @@ class NetworkConductor:
             endpoint.remove(publication)
             if endpoint.is_unused:
                 self._close_send_endpoint(endpoint)
+
+    # -- multi-destination-cast: manual destinations ---------------------------------------------------
+
+    def publication(self, registration_id: int) -> NetworkPublication | None:
+        """The network publication of this registration id (any client's), or None."""
+        for publication in self.publications:
+            if publication.registration_id == registration_id:
+                return publication
+        return None
+
+    def destination_endpoint(self, publication: NetworkPublication, channel: str) -> tuple[SendChannelEndpoint,
+                                                                                             bytes]:
+        """The manual MDC endpoint of ``publication`` and the sockaddr of destination ``channel``: what aeronmd
+        checks, with its codes (INVALID_CHANNEL for a spy or a key destinations must not carry, GENERIC_ERROR
+        for a channel without manual control or a destination without an endpoint)."""
+        if channel.startswith("aeron-spy:"):
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"Aeron spies are invalid as send destinations: {channel}")
+        uri: ChannelUri | None
+        try:
+            uri = ChannelUri.parse(channel)
+        except InvalidChannelError:
+            uri = None  # answered below as a destination without an endpoint
+        for key in ("mtu", "rcv-wnd", "so-rcvbuf", "so-sndbuf", "response-correlation-id"):
+            if uri is not None and key in uri.params:
+                raise CommandError(ErrorCode.INVALID_CHANNEL,
+                                   f"destinations must not contain the key: {key} channel={channel}")
+        endpoint = self.send_endpoints.get(publication.endpoint_key)
+        if endpoint is None or not endpoint.is_manual:
+            raise CommandError(ErrorCode.GENERIC_ERROR,
+                               f"channel does not allow manual control of destinations: {channel}")
+        target = uri.endpoint() if uri is not None and uri.is_udp else None
+        if target is None:
+            raise CommandError(ErrorCode.GENERIC_ERROR, f"incorrect URI format for destination: {channel}")
+        if target[1] == 0:
+            raise CommandError(ErrorCode.GENERIC_ERROR,
+                               f"endpoint has port=0 for send destination: channel={channel}")
+        try:
+            address = SocketAddress.resolve(target[0], target[1], "endpoint")
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.UNKNOWN_HOST, str(exc)) from None
+        return endpoint, address.sockaddr
+
+    def add_destination(self, publication: NetworkPublication, channel: str, correlation_id: int) -> None:
+        """ADD_DESTINATION: the publication's manual MDC endpoint sends to ``channel``'s endpoint too."""
+        endpoint, sockaddr = self.destination_endpoint(publication, channel)
+        endpoint.destinations[sockaddr] = correlation_id
+        command = self.sender.new_command(lib.LBD_SND_ADD_DESTINATION)
+        command.endpoint_id = endpoint.endpoint_id
+        command.publication_id = correlation_id
+        command.now_ns = self.now_ns
+        command.destination_length = len(sockaddr)
+        command.destination[0 : len(sockaddr)] = sockaddr
+        self.sender.offer(command)
+
+    def remove_destination(self, publication: NetworkPublication, channel: str) -> None:
+        """REMOVE_DESTINATION: nothing more goes to ``channel``'s endpoint (a destination not there: no-op)."""
+        endpoint, sockaddr = self.destination_endpoint(publication, channel)
+        endpoint.destinations.pop(sockaddr, None)
+        command = self.sender.new_command(lib.LBD_SND_REMOVE_DESTINATION)
+        command.endpoint_id = endpoint.endpoint_id
+        command.destination_length = len(sockaddr)
+        command.destination[0 : len(sockaddr)] = sockaddr
+        self.sender.offer(command)
+
+    def remove_destination_by_id(self, publication: NetworkPublication, destination_id: int) -> bool:
+        """REMOVE_DESTINATION_BY_ID: the destination its ADD_DESTINATION (correlation id ``destination_id``)
+        added goes; False when the publication has no manual destinations (an unknown id: nothing goes)."""
+        endpoint = self.send_endpoints.get(publication.endpoint_key)
+        if endpoint is None or not endpoint.is_manual:
+            return False
+        for sockaddr, correlation_id in list(endpoint.destinations.items()):
+            if correlation_id == destination_id:
+                del endpoint.destinations[sockaddr]
+                command = self.sender.new_command(lib.LBD_SND_REMOVE_DESTINATION)
+                command.endpoint_id = endpoint.endpoint_id
+                command.destination_length = len(sockaddr)
+                command.destination[0 : len(sockaddr)] = sockaddr
+                self.sender.offer(command)
+        return True
 
     def _publication_removed(self, publication: NetworkPublication) -> None:
         self.services.free_counters([link.counter_id for link in publication.subscribers.values()])

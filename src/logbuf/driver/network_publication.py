@@ -7,7 +7,8 @@ and retransmit settings):
 
 - SETUP until a receiver's first status message (and when one asks), whole committed frames from snd-pos
   within snd-lmt (``sendmmsg``), heartbeats when idle, retransmits from NAKs (delay / linger), RTTM replies;
-- flow control from status messages (unicast, or ``fc=min`` with receivers timing out);
+- flow control from status messages (unicast / ``fc=max``, ``fc=min`` with receivers timing out, ``fc=tagged``);
+- multi-destination-cast: on an MDC endpoint every frame goes to each of the endpoint's destinations;
 - snd-pos, snd-lmt, snd-bpe; pub-pos; and while a receiver is connected ``pub-lmt = snd-pos + window`` (with
   the trip-gain hysteresis of IPC) after cleaning the log up to ``snd-pos - T`` (one term behind the sender
   stays intact for retransmits), else ``pub-lmt = snd-pos`` and isConnected false.  The agent moves pub-lmt
@@ -45,7 +46,7 @@ from logbuf.driver.ipc_publication import (
 )
 from logbuf.driver.lifecycle import PublicationEvent, PublicationLifecycle, PublicationState
 from logbuf.driver.sender import Sender
-from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl
+from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl, TaggedFlowControl
 from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.udp.sender_schedule import DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_SETUP_INTERVAL_NS
 from logbuf.driver.windows import check_publication_window, untethered_window_limit
@@ -112,7 +113,7 @@ class NetworkPublication(PublicationLifecycle):
         unblock_timeout_ns: int = DEFAULT_UNBLOCK_TIMEOUT_NS,
     ) -> None:
         check_publication_window(window_length, log.term_length, network=True)
-        if not 0 < len(destination) <= lib.LBN_ADDRESS_SLOT:
+        if not 0 <= len(destination) <= lib.LBN_ADDRESS_SLOT:  # empty: a multi-destination-cast endpoint's
             raise ValueError(f"destination sockaddr of {len(destination)} bytes")
         self.registration_id = registration_id
         self.channel = channel
@@ -176,9 +177,15 @@ class NetworkPublication(PublicationLifecycle):
         command.ttl = self.ttl
         command.window_length = self.window_length
         command.max_datagrams = self.max_datagrams
-        command.flow_control = lib.LBD_FC_MIN if isinstance(fc, MinMulticastFlowControl) else lib.LBD_FC_UNICAST
+        if isinstance(fc, TaggedFlowControl):
+            command.flow_control = lib.LBD_FC_TAGGED
+            command.group_tag = fc.group_tag
+            command.group_min_size = fc.group_min_size
+        else:
+            command.flow_control = lib.LBD_FC_MIN if isinstance(fc, MinMulticastFlowControl) else lib.LBD_FC_UNICAST
         command.receiver_timeout_ns = fc.receiver_timeout_ns  # type: ignore[attr-defined]
         command.retransmit_max_actions = rtx.max_actions
+        command.retransmit_group = 1 if rtx.group_semantics else 0
         command.retransmit_delay_ns = rtx.delay_ns
         command.retransmit_linger_ns = rtx.linger_ns
         command.retained_window = rtx.retained_window

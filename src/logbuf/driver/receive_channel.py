@@ -27,6 +27,7 @@ class ReceiveChannelEndpoint:
         self.stream_refs: dict[int, int] = {}  # stream id -> subscriptions on it
         self.images: dict[int, PublicationImage] = {}  # correlation id -> image
         self.closing = False  # removal asked of the agent, not yet acknowledged
+        self.group_tag: int | None = None  # gtag= of its subscriptions: carried by its status messages
 
     def add_subscription(self, stream_id: int) -> bool:
         """One subscription of ``stream_id`` more; True when it is the stream's first."""

@@ -6,6 +6,11 @@ descriptors (:meth:`add_command`); the agent reads the control frames receivers 
 and routes each to the publication of its ``(session id, stream id)``.  Frames for sessions it does not have
 are ignored; a datagram that is malformed or not all control frames is counted as an invalid packet and
 dropped.  The sockets are closed only after the agent acknowledged the endpoint's removal.
+
+A multi-destination-cast endpoint (``control-mode=dynamic|manual``) sends every frame of its publications to
+each of its destinations: dynamic ones are the sources of receivers' status messages (dropped after
+:data:`DESTINATION_TIMEOUT_NS` without one, Aeron's destination timeout), manual ones those the clients added
+(:attr:`SendChannelEndpoint.destinations`, mirrored in the agent).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from logbuf.driver.udp.impairment import Impairment
 from logbuf.driver.udp_channel import UdpChannel
 from logbuf.driver.udp_transport import MAX_BATCH, UdpTransport
 from logbuf.native import lib
+
+DESTINATION_TIMEOUT_NS = 5_000_000_000  # Aeron's destination timeout (dynamic MDC)
 
 
 class SessionHolder(Protocol):
@@ -37,6 +44,7 @@ class SendChannelEndpoint:
         self.endpoint_id = endpoint_id  # the native sender agent's name for it
         self.local_sockaddr_counter_id = -1  # snd-local-sockaddr, when the conductor allocated one
         self.publications: dict[tuple[int, int], SessionHolder] = {}
+        self.destinations: dict[bytes, int] = {}  # manual MDC: sockaddr -> the ADD_DESTINATION's correlation id
 
     def add(self, publication: SessionHolder) -> None:
         key = (publication.session_id, publication.stream_id)
@@ -63,8 +71,16 @@ class SendChannelEndpoint:
         command.send_fd = transport.send_fd
         command.control_fd = transport.recv_fd
         command.receive_batch = max(1, min(transport.options.receive_batch, MAX_BATCH))
+        mode = self.channel.control_mode
+        command.control_mode = (lib.LBD_MDC_DYNAMIC if mode == "dynamic" else
+                                lib.LBD_MDC_MANUAL if mode == "manual" else lib.LBD_MDC_NONE)
+        command.destination_timeout_ns = DESTINATION_TIMEOUT_NS
         _fill_impairment(command.send_impairment, transport.send_impairment)
         _fill_impairment(command.receive_impairment, transport.receive_impairment)
+
+    @property
+    def is_manual(self) -> bool:
+        return self.channel.control_mode == "manual"
 
     def close(self) -> None:
         self.transport.close()

@@ -128,6 +128,10 @@ class Sender:
     def endpoint_count(self) -> int:
         return 0 if self._agent is None else int(lib.lbd_sender_endpoint_count(self._agent))
 
+    def destination_count(self, endpoint_id: int) -> int:
+        """The destinations a multi-destination-cast endpoint sends to now (-1: no such endpoint)."""
+        return -1 if self._agent is None else int(lib.lbd_sender_destination_count(self._agent, endpoint_id))
+
     @property
     def setups_sent(self) -> int:
         return 0 if self._agent is None else int(lib.lbd_sender_setups_sent(self._agent))

@@ -5,6 +5,12 @@
     aeron:udp?endpoint=239.1.1.1:40456|interface=10.0.0.7  multicast: data to the group, control (SM, NAK) to
                                                            the group + 1 (Aeron's rule: the data group is odd)
 
+Multi-destination-cast (MDC) publications name no endpoint: ``control=host:port|control-mode=dynamic`` binds the
+control address, where receivers' status messages (subscriptions on ``endpoint=<theirs>|control=host:port``)
+add them as destinations; ``control-mode=manual`` (``control`` optional) sends to the destinations the client
+adds.  ``endpoint=E|control=C`` without a mode is explicit control: the publication binds C and sends to E; a
+subscription binds E and sends its status messages and NAKs to C.
+
 ``interface`` is the local address to bind (unicast senders, ``host[:port]``) or the interface to send and join
 on (multicast).  ``ttl`` sets the multicast TTL.  Two channels that differ only in stream parameters (term
 length, MTU, flow control) share one endpoint: :attr:`UdpChannel.key` names the transport.
@@ -20,7 +26,14 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from logbuf.channel import INTERFACE_PARAM, TTL_PARAM, ChannelUri, InvalidChannelError, parse_endpoint
+from logbuf.channel import (
+    CONTROL_PARAM,
+    INTERFACE_PARAM,
+    TTL_PARAM,
+    ChannelUri,
+    InvalidChannelError,
+    parse_endpoint,
+)
 
 # sockaddr_in:  family (host order u16) | port (network u16) | address (4) | zero (8)          = 16 bytes
 # sockaddr_in6: family (host order u16) | port (network u16) | flowinfo (4) | address (16) | scope id (4) = 28
@@ -161,18 +174,37 @@ class UdpChannel:
     control: SocketAddress | None  # multicast only: where SM/NAK go (the group + 1)
     interface: SocketAddress | None  # local bind address (port 0: ephemeral) or multicast interface
     ttl: int  # multicast TTL; 0 = the OS default
+    explicit_control: SocketAddress | None = None  # control=: what a publication binds / a subscription's SMs go to
+    control_mode: str | None = None  # "dynamic" / "manual": a multi-destination-cast publication
+    has_endpoint: bool = True  # False: an MDC channel without endpoint= (data then names the bind address)
+    instance: int = 0  # MDC without a control port: each publication has its own endpoint (numbered)
 
     @classmethod
     def from_uri(cls, uri: ChannelUri) -> UdpChannel:
         if not uri.is_udp:
             raise InvalidChannelError(f"channel {uri} is not a UDP channel")
+        mode = uri.control_mode()
+        explicit_control = None
+        control_text = uri.params.get(CONTROL_PARAM)
+        if control_text is not None:
+            control_host, control_port = parse_endpoint(control_text)
+            explicit_control = SocketAddress.resolve(control_host, control_port, "control")
+            if explicit_control.is_multicast:
+                raise InvalidChannelError(f"channel {uri}: control {explicit_control} must be a unicast address")
         endpoint = uri.endpoint()
-        if endpoint is None:
+        if endpoint is None and mode is None:
             raise InvalidChannelError(f"channel {uri}: a UDP channel needs endpoint=host:port")
-        host, port = endpoint
-        if port == 0:
-            raise InvalidChannelError(f"channel {uri}: the endpoint needs a port")
-        data = SocketAddress.resolve(host, port, "endpoint")
+        if endpoint is None:
+            data = explicit_control if explicit_control is not None else SocketAddress("0.0.0.0", 0)
+        else:
+            host, port = endpoint
+            if port == 0:
+                raise InvalidChannelError(f"channel {uri}: the endpoint needs a port")
+            data = SocketAddress.resolve(host, port, "endpoint")
+        if mode is not None and data.is_multicast:
+            raise InvalidChannelError(f"channel {uri}: control-mode={mode} is for unicast destinations")
+        if explicit_control is not None and data.is_multicast:
+            raise InvalidChannelError(f"channel {uri}: control= is not supported with a multicast endpoint")
         interface = None
         text = uri.params.get(INTERFACE_PARAM)
         if text is not None:
@@ -186,16 +218,33 @@ class UdpChannel:
         control = _control_group(data) if data.is_multicast else None
         if interface is not None and interface.is_multicast:
             raise InvalidChannelError(f"channel {uri}: interface {interface} is a multicast address")
-        return cls(uri, data, control, interface, int(ttl_text))
+        if explicit_control is not None:
+            if interface is not None and interface.family != explicit_control.family:
+                raise InvalidChannelError(f"channel {uri}: interface {interface} and control {explicit_control} are "
+                                          f"of different address families")
+            interface = explicit_control  # a publication binds the control address (a subscription binds data)
+        return cls(uri, data, control, interface, int(ttl_text), explicit_control, mode, endpoint is not None)
 
     @property
     def is_multicast(self) -> bool:
         return self.control is not None
 
     @property
+    def is_multi_destination(self) -> bool:
+        """A multi-destination-cast publication channel (control-mode=dynamic or manual)."""
+        return self.control_mode is not None
+
+    @property
     def key(self) -> str:
         """The send transport this channel needs: publications whose channels have equal keys share one send
         channel endpoint (one socket)."""
+        if self.control_mode is not None:
+            parts = [f"control-mode={self.control_mode}"]
+            if self.explicit_control is not None:
+                parts.append(f"control={self.explicit_control}")
+            if self.instance:
+                parts.append(f"instance={self.instance}")
+            return "aeron:udp?" + "|".join(parts)
         parts = [f"endpoint={self.data}"]
         if self.interface is not None:
             parts.append(f"interface={self.interface}")

@@ -2,13 +2,20 @@
 return what to send.  Sockets, threads and counters in cnc.dat are the driver's.
 
 Sender side: :class:`PublicationSender` = :class:`SenderSchedule` + :class:`SendPlanner` + flow control
-(:class:`UnicastFlowControl`, :class:`MinMulticastFlowControl`) + :class:`RetransmitHandler`.
+(:class:`UnicastFlowControl`, :class:`MinMulticastFlowControl`, :class:`TaggedFlowControl`)
++ :class:`RetransmitHandler`; a multi-destination-cast endpoint's :class:`DestinationTracker`.
 Receiver side: :class:`ReceiverDispatcher` -> :class:`ImageReceiver` = :class:`TermRebuilder` +
 :class:`LossDetector` + :class:`StatusMessageSchedule`.  :class:`Impairment` models a lossy network.
 """
 
 from logbuf.driver.udp.counters import ReceiverCounters, SenderCounters
-from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl, UnicastFlowControl
+from logbuf.driver.udp.destination_tracker import DestinationTracker
+from logbuf.driver.udp.flow_control import (
+    FlowControl,
+    MinMulticastFlowControl,
+    TaggedFlowControl,
+    UnicastFlowControl,
+)
 from logbuf.driver.udp.image_receiver import ImageReceiver, ImageState
 from logbuf.driver.udp.impairment import Impairment
 from logbuf.driver.udp.loss_detector import Gap, LossDetector, LossScan, MulticastNakDelay, UnicastNakDelay
@@ -22,6 +29,7 @@ from logbuf.driver.udp.term_rebuilder import TermRebuilder
 
 __all__ = [
     "CreateImage",
+    "DestinationTracker",
     "FlowControl",
     "Gap",
     "ImageReceiver",
@@ -45,6 +53,7 @@ __all__ = [
     "SenderCounters",
     "SenderSchedule",
     "StatusMessageSchedule",
+    "TaggedFlowControl",
     "TermRebuilder",
     "UnicastFlowControl",
     "UnicastNakDelay",

@@ -4,6 +4,10 @@
 - :class:`MinMulticastFlowControl` (``fc=min``) - every receiver, tracked by its receiver id, holds the sender
   back: ``snd-lmt = min over receivers of (position + window)``; a receiver silent for the receiver timeout
   (5 s) is dropped and stops holding the sender back.
+- :class:`TaggedFlowControl` (``fc=tagged,g:<tag>[/<min group size>]``, Aeron's tagged flow control) - only
+  receivers whose status messages carry the group tag (the 8-byte extension after the receiver id, sent by
+  subscriptions with ``gtag=<tag>``) hold the sender back, as ``min`` does; until the group has its minimum
+  size the limit stays where it is and the publication is not connected.
 
 Both track receivers so the publication can tell whether it is connected (``receiver_count``).  Status
 messages asking for a SETUP (flag 0x80) are not flow-control input; the sender handles those.
@@ -32,6 +36,11 @@ class FlowControl(Protocol):
 
     @property
     def receiver_count(self) -> int: ...
+
+    @property
+    def is_connected(self) -> bool:
+        """Enough receivers are there for the publication to count as connected."""
+        ...
 
     @property
     def receivers_at_end_of_stream(self) -> bool:
@@ -78,6 +87,10 @@ class UnicastFlowControl:
         return 0 if self.receiver is None else 1
 
     @property
+    def is_connected(self) -> bool:
+        return self.receiver is not None
+
+    @property
     def receivers_at_end_of_stream(self) -> bool:
         return self.receiver is not None and self.receiver.end_of_stream
 
@@ -119,5 +132,93 @@ class MinMulticastFlowControl:
         return len(self.receivers)
 
     @property
+    def is_connected(self) -> bool:
+        return bool(self.receivers)
+
+    @property
     def receivers_at_end_of_stream(self) -> bool:
         return bool(self.receivers) and all(r.end_of_stream for r in self.receivers.values())
+
+
+GROUP_TAG_LENGTH = 8  # the SM extension that carries a receiver's group tag
+
+
+def group_tag_of(sm: StatusMessage) -> int | None:
+    """The group tag an SM carries (its feedback is exactly 8 bytes, little-endian), else None."""
+    if len(sm.feedback) != GROUP_TAG_LENGTH:
+        return None
+    return int.from_bytes(sm.feedback, "little", signed=True)
+
+
+class TaggedFlowControl:
+    """``fc=tagged,g:<tag>[/<min group size>]``: the slowest receiver of the tagged group sets the limit.
+
+    A receiver joins when its SM carries the group tag, is not at end of stream and is at most a window behind
+    the slowest tracked one; its limit follows its latest SM.  Below ``group_min_size`` receivers the limit does
+    not move (and the publication is not connected); with none tracked, any SM moves it forward as ``max``
+    does.  Receivers silent for the timeout, or at end of stream, are dropped when idle.
+    """
+
+    def __init__(self, group_tag: int, group_min_size: int = 0,
+                 receiver_timeout_ns: int = DEFAULT_RECEIVER_TIMEOUT_NS) -> None:
+        if group_min_size < 0:
+            raise ValueError("the minimum group size must be >= 0")
+        self.group_tag = group_tag
+        self.group_min_size = group_min_size
+        self.receiver_timeout_ns = receiver_timeout_ns
+        self.receivers: list[ReceiverState] = []  # in the order they joined
+        self.last_sm_ns: int | None = None  # any SM, tagged or not: someone listens
+
+    def on_status_message(
+        self, sm: StatusMessage, snd_lmt: int, position_bits: int, initial_term_id: int, now_ns: int
+    ) -> int:
+        position = sm.position(position_bits, initial_term_id)
+        limit = position + sm.receiver_window
+        matches = group_tag_of(sm) == self.group_tag
+        eos = sm.is_end_of_stream
+        self.last_sm_ns = now_ns
+        existing = False
+        min_position: int | None = None
+        for r in self.receivers:
+            if matches and r.receiver_id == sm.receiver_id:
+                r.end_of_stream = eos
+                r.position = max(r.position, position)
+                r.position_plus_window = limit
+                r.last_sm_ns = now_ns
+                existing = True
+            min_position = r.position_plus_window if min_position is None else min(min_position,
+                                                                                     r.position_plus_window)
+        if (not existing and not eos and matches and len(self.receivers) < _MAX_RECEIVERS
+                and (min_position is None or limit >= min_position - sm.receiver_window)):
+            self.receivers.append(ReceiverState(sm.receiver_id, position, limit, now_ns))
+            min_position = limit if min_position is None else min(min_position, limit)
+        if len(self.receivers) < self.group_min_size:
+            return snd_lmt
+        if min_position is None:
+            return max(snd_lmt, limit)
+        return max(snd_lmt, min_position)
+
+    def on_idle(self, now_ns: int, snd_lmt: int, snd_pos: int) -> int:
+        timeout = self.receiver_timeout_ns
+        self.receivers = [r for r in self.receivers
+                          if now_ns - r.last_sm_ns <= timeout and not r.end_of_stream]
+        if self.last_sm_ns is not None and now_ns - self.last_sm_ns > timeout:
+            self.last_sm_ns = None
+        if not self.receivers or len(self.receivers) < self.group_min_size:
+            return snd_lmt
+        return min(r.position_plus_window for r in self.receivers)
+
+    @property
+    def receiver_count(self) -> int:
+        return len(self.receivers)
+
+    @property
+    def is_connected(self) -> bool:
+        return self.last_sm_ns is not None and len(self.receivers) >= self.group_min_size
+
+    @property
+    def receivers_at_end_of_stream(self) -> bool:
+        return bool(self.receivers) and all(r.end_of_stream for r in self.receivers)
+
+
+_MAX_RECEIVERS = 256  # receivers tracked at most (the native agent's LBD_SND_MAX_RECEIVERS)

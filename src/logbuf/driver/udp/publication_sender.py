@@ -102,8 +102,9 @@ class PublicationSender:
 
     @property
     def is_connected(self) -> bool:
-        """A receiver has sent a status message within the flow control's receiver timeout."""
-        return self.flow_control.receiver_count > 0
+        """A receiver has sent a status message within the flow control's receiver timeout (tagged: and the
+        group has its minimum size)."""
+        return self.flow_control.is_connected
 
     def _term_id_and_offset(self) -> tuple[int, int]:
         position = self.planner.position
