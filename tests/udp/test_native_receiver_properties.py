@@ -17,6 +17,7 @@ from logbuf.driver.udp import CreateImage, ImageReceiver, ReceiverDispatcher, Re
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.native import ffi, lib
 from logbuf.protocol import DataHeader, DataPacket, FrameType, SetupFrame, classify, encode_data_frame
+from logbuf.protocol.error_frame import ErrorFrame
 from logbuf.protocol.header import MalformedFrameError
 
 T = 64 * 1024
@@ -52,7 +53,7 @@ def datagrams(groups: list[list[int]]) -> list[bytes]:
 
 
 class NativeRig:
-    def __init__(self, log: LogBuffers) -> None:
+    def __init__(self, log: LogBuffers, *, reliable: bool = True, nak_delay_ns: int = 100 * US) -> None:
         self.log = log
         self.receiver = Receiver()
         self.counters = ffi.new("int64_t[2]")
@@ -64,7 +65,8 @@ class NativeRig:
             initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
             terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
             rcv_hwm=self.counters, rcv_pos=self.counters + 1, liveness_timeout_ns=10**10, sm_timeout_ns=200_000_000,
-            nak_delay_ns=100 * US, nak_retry_ns=10_000 * US, give_up_ns=-1, address=SOURCE))
+            nak_delay_ns=nak_delay_ns, nak_retry_ns=100 * nak_delay_ns, give_up_ns=-1, address=SOURCE,
+            reliable=int(reliable)))
         self.view = ffi.new("lbd_image_view_t *")
         self.out = ffi.new("uint8_t[64]")
 
@@ -92,10 +94,10 @@ class NativeRig:
 
 
 class SpecRig:
-    def __init__(self, log: LogBuffers) -> None:
+    def __init__(self, log: LogBuffers, *, reliable: bool = True, nak_delay_ns: int = 100 * US) -> None:
         self.log = log
         self.image = ImageReceiver(log, JOIN, 0, receiver_id=9, window_length=T // 2,
-                                   nak_delay=UnicastNakDelay(100 * US, 100))
+                                   nak_delay=UnicastNakDelay(nak_delay_ns, 100), reliable=reliable)
 
     def start(self, now: int) -> list[bytes]:
         return self.poll(now)
@@ -115,18 +117,23 @@ class SpecRig:
 groups_strategy = st.lists(st.lists(st.integers(1, 400), min_size=1, max_size=3), min_size=1, max_size=30)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(groups=groups_strategy, data=st.data())
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=groups_strategy, data=st.data(), reliable=st.booleans(),
+       nak_delay_ns=st.sampled_from([100 * US, 0, 1, 3_000 * US]))
 def test_native_receiver_matches_its_specification(make_log: Callable[..., LogBuffers], groups: list[list[int]],
-                                                   data: Any) -> None:
+                                                   data: Any, reliable: bool, nak_delay_ns: int) -> None:
+    """Also per channel: ``nak-delay`` (the unicast NAK delay and its retries) and ``reliable=false`` (a gap
+    whose NAK falls due is padded instead: the same PAD frames in both logs, no NAK)."""
     raws = datagrams(groups)
     order = data.draw(st.permutations(range(len(raws))))
     dropped = data.draw(st.sets(st.sampled_from(range(len(raws))), max_size=max(0, len(raws) // 4)))
     duplicates = data.draw(st.lists(st.sampled_from(range(len(raws))), max_size=5))
     steps = [i for i in order if i not in dropped] + duplicates
     ticks = data.draw(st.lists(st.integers(0, 20_000 * US), min_size=len(steps), max_size=len(steps)))
-    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
-    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM),
+                       reliable=reliable, nak_delay_ns=nak_delay_ns)
+    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM),
+                   reliable=reliable, nak_delay_ns=nak_delay_ns)
     now = 1
     assert native.start(now) == spec.start(now)
     for index, tick in zip(steps, ticks, strict=True):
@@ -141,6 +148,10 @@ def test_native_receiver_matches_its_specification(make_log: Callable[..., LogBu
         assert native.poll(now) == spec.poll(now)
     rebuild, hwm = spec.positions()
     assert native.positions() == (rebuild, hwm)
+    if not reliable:
+        assert rebuild == hwm  # every gap padded
+        assert native.receiver.counters.naks_sent == spec.image.counters.naks_sent == 0
+        assert native.receiver.counters.loss_gap_fills == spec.image.counters.loss_gap_fills
     for at in range(JOIN, hwm, T):  # the same bytes in both logs, term by term
         index = (at // T) % 3
         start = at % T
@@ -344,3 +355,80 @@ def test_a_forged_frame_below_the_rebuild_position_never_overwrites_delivered_pa
         assert rig.positions() == (JOIN + _align(len(genuine)),) * 2
         if isinstance(rig, NativeRig):
             rig.receiver.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rejoin=st.booleans(), waits=st.lists(st.integers(0, 3_000_000_000), min_size=1, max_size=4))
+def test_an_image_that_timed_out_rejoins_as_the_dispatcher_says(make_log: Callable[..., LogBuffers], rejoin: bool,
+                                                                 waits: list[int]) -> None:
+    """``rejoin``: an image that timed out leaves its session cooling down for the cool-down (rejoin=true) or
+    for as long as the stream is subscribed (rejoin=false); SETUPs after it ask for a new image only when the
+    dispatcher's would."""
+    log = make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM)
+    receiver = Receiver()
+    counters = ffi.new("int64_t[2]")
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=9))
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    liveness = 1_000_000_000
+    receiver.offer(receiver.command(
+        lib.LBD_CMD_ADD_IMAGE, endpoint_id=1, image_id=1, session_id=SESSION, stream_id=STREAM, term_length=T,
+        initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
+        terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+        rcv_hwm=counters, rcv_pos=counters + 1, liveness_timeout_ns=liveness, sm_timeout_ns=200_000_000,
+        nak_delay_ns=100 * US, nak_retry_ns=10_000 * US, give_up_ns=-1, address=SOURCE, rejoin=int(rejoin)))
+    receiver.do_work(1)
+    spec = ReceiverDispatcher(9)
+    spec.add_subscription(STREAM)
+    spec.add_image(ImageReceiver(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION,
+                                          stream_id=STREAM), JOIN, 1, receiver_id=9, window_length=T // 2,
+                                 liveness_timeout_ns=liveness), SOURCE, rejoin=rejoin)
+    now = 1 + liveness + 1
+    spec.poll(now, lambda image: image.rebuild_position)
+    receiver.do_work(now)
+    removed = [e.reason for e in receiver.poll_events() if e.type == lib.LBD_EVENT_IMAGE_REMOVED]
+    assert removed == [lib.LBD_REASON_TIMED_OUT] and spec.image(SESSION, STREAM) is None
+    setup = SetupFrame(JOIN % T, SESSION, STREAM, INITIAL, INITIAL, T, 1408, 0).encode()
+    for wait in waits:
+        now += wait
+        expected = [e for e in spec.on_datagram(setup, now, SOURCE) if isinstance(e, CreateImage)]
+        assert lib.lbd_receiver_feed(receiver._native, 1, setup, len(setup), SOURCE, len(SOURCE), now) == 1
+        created = [e for e in receiver.poll_events() if e.type == lib.LBD_EVENT_CREATE_IMAGE]
+        assert len(created) == len(expected)
+        if not rejoin:
+            assert not created
+    receiver.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(reason=st.text(max_size=30), ticks=st.lists(st.integers(0, 150_000_000), min_size=1, max_size=12))
+def test_a_rejected_image_sends_error_frames_as_its_specification(make_log: Callable[..., LogBuffers], reason: str,
+                                                                   ticks: list[int]) -> None:
+    """REJECT_IMAGE: from then on no data is taken and the SMs become ERR frames (IMAGE_REJECTED, the reason, the
+    receiver id) at the SM timeout, the same frames at the same ticks in the agent and its specification; the
+    image ends when its liveness runs out."""
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    now = 1
+    assert native.start(now) == spec.start(now)
+    text = reason.encode()
+    r = native.receiver
+    r.offer(r.command(lib.LBD_CMD_REJECT_IMAGE, image_id=1, text=ffi.from_buffer(text), text_length=len(text)))
+    r.do_work(now)
+    spec.image.reject(reason)
+    raws = datagrams([[100]] * len(ticks))
+    sent = []
+    for raw, tick in zip(raws, ticks, strict=True):
+        now += tick
+        native.feed(raw, now)
+        spec.feed(raw, now)
+        frames = spec.poll(now)
+        assert native.poll(now) == [f[:64] for f in frames]
+        assert native.positions() == spec.positions() == (JOIN, JOIN)
+        sent += frames
+    assert all(f[6] == FrameType.ERR and ErrorFrame.decode(f).message == reason for f in sent)
+    assert len(sent) == r.counters.error_frames_sent
+    now += 10**10 + 1  # its liveness
+    native.poll(now)
+    r.do_work(now)
+    assert [e.reason for e in r.poll_events() if e.type == lib.LBD_EVENT_IMAGE_REMOVED] == [lib.LBD_REASON_TIMED_OUT]
+    r.close()

@@ -12,13 +12,15 @@ Per ``(session id, stream id)`` of a subscribed stream:
   SETUP's initial term id, term length and MTU, then calls :meth:`add_image` with an :class:`ImageReceiver`
   starting at ``setup.join_position()``;
 - an image that timed out or reached end of stream is removed (:class:`ImageRemoved`) and its session is
-  ignored for ``cool_down_ns``, so a lingering sender's heartbeats do not recreate it at once.
+  ignored for ``cool_down_ns``, so a lingering sender's heartbeats do not recreate it at once; an image added
+  with ``rejoin=False`` (Aeron's ``rejoin=false``) leaves its session ignored until the stream is unsubscribed.
 
 Malformed datagrams are counted ("Invalid packets") and dropped; nothing a peer sends raises.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -57,11 +59,12 @@ Event = Reply | CreateImage | ImageRemoved
 
 
 class _Entry:
-    __slots__ = ("image", "source")
+    __slots__ = ("image", "source", "rejoin")
 
-    def __init__(self, image: ImageReceiver, source: Any) -> None:
+    def __init__(self, image: ImageReceiver, source: Any, rejoin: bool) -> None:
         self.image = image
         self.source = source
+        self.rejoin = rejoin
 
 
 class ReceiverDispatcher:
@@ -83,7 +86,7 @@ class ReceiverDispatcher:
         self.images: dict[tuple[int, int], _Entry] = {}
         self._pending: dict[tuple[int, int], int] = {}  # CreateImage emitted at
         self._elicited: dict[tuple[int, int], int] = {}  # SETUP asked for at
-        self._cool_down: dict[tuple[int, int], int] = {}  # ignored until
+        self._cool_down: dict[tuple[int, int], float] = {}  # ignored until (inf: rejoin=false)
 
     # -- driver commands -----------------------------------------------------------------------------
 
@@ -100,9 +103,10 @@ class ReceiverDispatcher:
                 del table[key]
         return [ImageRemoved(s, st, ImageState.ACTIVE) for s, st in removed]
 
-    def add_image(self, image: ImageReceiver, source: Any = None) -> None:
+    def add_image(self, image: ImageReceiver, source: Any = None, *, rejoin: bool = True) -> None:
+        """``rejoin=False``: once the image ends, its session is not joined again while subscribed."""
         key = (image.session_id, image.stream_id)
-        self.images[key] = _Entry(image, source)
+        self.images[key] = _Entry(image, source, rejoin)
         self._pending.pop(key, None)
         self._elicited.pop(key, None)
 
@@ -195,6 +199,6 @@ class ReceiverDispatcher:
                 out.extend(Reply(frame, entry.source) for frame in frames)
             if image.state is not ImageState.ACTIVE:
                 del self.images[key]
-                self._cool_down[key] = now_ns + self.cool_down_ns
+                self._cool_down[key] = now_ns + self.cool_down_ns if entry.rejoin else math.inf
                 out.append(ImageRemoved(key[0], key[1], image.state))
         return out
