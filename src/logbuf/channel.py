@@ -30,6 +30,7 @@ CONTROL_PARAM = "control"
 FLOW_CONTROL_PARAM = "fc"
 TTL_PARAM = "ttl"
 SESSION_ID_PARAM = "session-id"
+CONTROL_MODE_PARAM = "control-mode"
 
 # Every key of an Aeron 1.48 channel URI, with what this driver does with it.  ``implemented``: honoured as
 # aeronmd honours it; ``partial``: some values honoured, the others refused by name; ``refused``: any use is
@@ -57,14 +58,18 @@ AERON_URI_KEYS: dict[str, tuple[str, str]] = {
     "rcv-wnd": ("implemented", "UDP subscriptions: the receiver window its images offer"),
     "fc": ("partial", "UDP publications: min, max (and logbuf's unicast), ,t:<timeout>; not tagged or g:"),
     "cc": ("partial", "static only (the default); cubic refused"),
-    "reliable": ("partial", "true only (the default)"),
-    "rejoin": ("partial", "true only (the default)"),
+    "reliable": ("implemented", "UDP subscriptions: false pads a gap where its NAK would go (no NAK)"),
+    "rejoin": ("implemented", "UDP subscriptions: false leaves a session whose image ended unjoined while "
+                              "subscribed"),
     "alias": ("implemented", "a label: kept in the channel string, no other effect (as Aeron)"),
-    "nak-delay": ("refused", "receiver data plane"),
+    "nak-delay": ("implemented", "UDP subscriptions: the unicast NAK delay (retries at 100x); none with group "
+                                 "semantics"),
     "max-resend": ("refused", "sender data plane"),
-    "group": ("refused", "receiver data plane (multicast / MDS group semantics)"),
+    "group": ("implemented", "UDP subscriptions: true, false or infer (the default: multicast, or the sender's "
+                             "group flag) - randomised multicast NAK delays"),
     "control": ("refused", "multi-destination-cast"),
-    "control-mode": ("refused", "multi-destination-cast / response channels"),
+    "control-mode": ("partial", "manual on UDP subscriptions (MDS: add/remove receive destinations); dynamic, "
+                                "response and publications refused"),
     "tags": ("refused", "channel and publication tags"),
     "gtag": ("refused", "tagged flow control"),
     "ssc": ("refused", "spies"),
@@ -206,7 +211,8 @@ class ChannelUri:
         except ValueError as exc:
             raise InvalidChannelError(f"channel {self}: {exc}") from None
         if self.is_udp:
-            if ENDPOINT_PARAM not in self.params and CONTROL_PARAM not in self.params:
+            if (ENDPOINT_PARAM not in self.params and CONTROL_PARAM not in self.params
+                    and self.params.get(CONTROL_MODE_PARAM) != "manual"):
                 raise InvalidChannelError(f"channel {self}: a UDP channel needs endpoint=host:port")
             if ENDPOINT_PARAM in self.params:
                 parse_endpoint(self.params[ENDPOINT_PARAM])

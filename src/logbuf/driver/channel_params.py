@@ -32,7 +32,11 @@ DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS = 10 * SECOND
 
 # keys that only mean something on one medium (refused on the other: they would be ignored there)
 UDP_ONLY_KEYS = frozenset({"interface", "ttl", "so-sndbuf", "so-rcvbuf", "rcv-wnd", "fc", "cc", "reliable",
-                           "rejoin"})
+                           "rejoin", "nak-delay", "group", "control-mode"})
+# group=: Aeron's inferable boolean (infer: multicast channel, or a SETUP with the sender's group flag)
+GROUP_VALUES = ("true", "false", "infer")
+# keys a receive destination of an MDS subscription may not carry (they belong to the subscription's channel)
+INVALID_DESTINATION_KEYS = ("mtu", "rcv-wnd", "so-rcvbuf", "so-sndbuf", "response-correlation-id")
 IPC_ONLY_KEYS = frozenset({"untethered-window-limit-timeout", "untethered-resting-timeout"})
 
 # partly honoured keys: the values honoured on each medium
@@ -40,8 +44,6 @@ _HONOURED_VALUES: dict[str, dict[str, frozenset[str]]] = {
     "tether": {"ipc": frozenset({"true", "false"}), "udp": frozenset({"true"})},
     "eos": {"ipc": frozenset({"true", "false"}), "udp": frozenset({"true"})},
     "cc": {"udp": frozenset({"static"})},
-    "reliable": {"udp": frozenset({"true"})},
-    "rejoin": {"udp": frozenset({"true"})},
 }
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -154,6 +156,11 @@ class SubscriptionParams:
     socket_rcvbuf: int | None
     sparse: bool = True  # UDP: the images' logs
     resume_positions: dict[int, int] = field(default_factory=dict)
+    reliable: bool = True  # UDP: reliable=false pads gaps instead of NAKing them
+    rejoin: bool = True  # UDP: rejoin=false leaves an ended session unjoined while subscribed
+    group: str = "infer"  # UDP: one of GROUP_VALUES
+    nak_delay_ns: int | None = None  # UDP: nak-delay, None = the driver's
+    manual: bool = False  # UDP: control-mode=manual (MDS)
 
     def matches(self, session_id: int) -> bool:
         """Whether an image of ``session_id`` is for this subscription."""
@@ -195,6 +202,8 @@ def resolve_publication(uri: ChannelUri, ctx: DriverContext) -> PublicationParam
         window = ctx.ipc_window(term_length)
     else:
         window = ctx.network_window(term_length)
+    if "control-mode" in uri.params:
+        raise InvalidChannelError(f"channel {uri}: control-mode is not supported on publications by this driver")
     linger = parse_timeout_ns(uri, "linger", ctx.publication_linger_timeout_ns)
     session_id = parse_int32(uri, "session-id")
     initial_position = _initial_position(uri, term_length)
@@ -252,6 +261,17 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
     if window is not None and not 0 < window <= _INT32_MAX:
         raise InvalidChannelError(f"channel {uri}: rcv-wnd={window} must be positive")
     sndbuf, rcvbuf = _socket_buffers(uri)
+    group = uri.params.get("group", "infer")
+    if group not in GROUP_VALUES:
+        raise InvalidChannelError(f"channel {uri}: group={group!r} must be one of {', '.join(GROUP_VALUES)}")
+    control_mode = uri.params.get("control-mode")
+    if control_mode is not None and control_mode != "manual":
+        raise InvalidChannelError(f"channel {uri}: control-mode={control_mode} is not supported on subscriptions by "
+                                  f"this driver (supported: manual)")
+    if control_mode == "manual" and "endpoint" in uri.params:
+        raise InvalidChannelError(f"channel {uri}: control-mode=manual takes its endpoints from add_destination, "
+                                  f"not endpoint=")
+    nak_delay = uri.params.get("nak-delay")
     return SubscriptionParams(
         session_id=parse_int32(uri, "session-id"),
         tether=parse_bool(uri, "tether", True),
@@ -260,7 +280,23 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
         socket_rcvbuf=rcvbuf,
         sparse=parse_bool(uri, "sparse", not ctx.pre_touch),
         resume_positions=parse_resume_positions(uri),
+        reliable=parse_bool(uri, "reliable", True),
+        rejoin=parse_bool(uri, "rejoin", True),
+        group=group,
+        nak_delay_ns=None if nak_delay is None else parse_timeout_ns(uri, "nak-delay", 0),
+        manual=control_mode == "manual",
     )
+
+
+def check_destination(uri: ChannelUri) -> None:
+    """A receive destination of an MDS subscription: a UDP channel with an endpoint, none of the keys that
+    belong to the subscription (INVALID_CHANNEL naming the key, as aeronmd)."""
+    for key in INVALID_DESTINATION_KEYS:
+        if key in uri.params:
+            raise InvalidChannelError(f"destinations must not contain the key: {key} channel={uri}")
+    check_keys(uri)
+    if not uri.is_udp or "endpoint" not in uri.params or "control-mode" in uri.params:
+        raise InvalidChannelError(f"channel {uri}: a receive destination is aeron:udp?endpoint=host:port")
 
 
 def confirm_match(params: PublicationParams, term_length: int, mtu: int, session_id: int, where: str) -> str | None:

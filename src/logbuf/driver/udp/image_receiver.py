@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
+from logbuf.cnc.messages import ErrorCode
 from logbuf.driver.udp.counters import ReceiverCounters
 from logbuf.driver.udp.loss_detector import Gap, LossDetector, NakDelay
 from logbuf.driver.udp.status_schedule import (
@@ -45,7 +46,7 @@ from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status_message import END_OF_STREAM_FLAG, StatusMessage
 
 DEFAULT_IMAGE_LIVENESS_TIMEOUT_NS = 10_000_000_000
-IMAGE_REJECTED = 13  # the ERR frame's error code (Aeron's ErrorCode.IMAGE_REJECTED)
+IMAGE_REJECTED = int(ErrorCode.IMAGE_REJECTED)  # the ERR frame's error code
 
 
 class ImageState(enum.Enum):
