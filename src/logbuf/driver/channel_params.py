@@ -202,6 +202,7 @@ def resolve_publication(uri: ChannelUri, ctx: DriverContext) -> PublicationParam
         window = ctx.ipc_window(term_length)
     else:
         window = ctx.network_window(term_length)
+    _receiver_values(uri)
     if "control-mode" in uri.params:
         raise InvalidChannelError(f"channel {uri}: control-mode is not supported on publications by this driver")
     linger = parse_timeout_ns(uri, "linger", ctx.publication_linger_timeout_ns)
@@ -261,9 +262,7 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
     if window is not None and not 0 < window <= _INT32_MAX:
         raise InvalidChannelError(f"channel {uri}: rcv-wnd={window} must be positive")
     sndbuf, rcvbuf = _socket_buffers(uri)
-    group = uri.params.get("group", "infer")
-    if group not in GROUP_VALUES:
-        raise InvalidChannelError(f"channel {uri}: group={group!r} must be one of {', '.join(GROUP_VALUES)}")
+    group = _receiver_values(uri)
     control_mode = uri.params.get("control-mode")
     if control_mode is not None and control_mode != "manual":
         raise InvalidChannelError(f"channel {uri}: control-mode={control_mode} is not supported on subscriptions by "
@@ -286,6 +285,18 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
         nak_delay_ns=None if nak_delay is None else parse_timeout_ns(uri, "nak-delay", 0),
         manual=control_mode == "manual",
     )
+
+
+def _receiver_values(uri: ChannelUri) -> str:
+    """The receiver keys' values checked on either side (a publication ignores them, as aeronmd, but a bad
+    value is refused there too); returns ``group``."""
+    group = uri.params.get("group", "infer")
+    if group not in GROUP_VALUES:
+        raise InvalidChannelError(f"channel {uri}: group={group!r} must be one of {', '.join(GROUP_VALUES)}")
+    parse_timeout_ns(uri, "nak-delay", 0)
+    parse_bool(uri, "reliable", True)
+    parse_bool(uri, "rejoin", True)
+    return group
 
 
 def check_destination(uri: ChannelUri) -> None:
