@@ -701,6 +701,7 @@ class NetworkConductor:
         sparse = not ctx.pre_touch if first is None else first.sparse
         reliable = True if first is None else first.reliable
         rejoin = True if first is None else first.rejoin
+        multicast = treat_as_multicast("infer" if first is None else first.group, endpoint.is_multicast, setup.flags)
         window = receiver_window_length(setup.term_length, initial_window)
         path = self.services.images_dir / f"{correlation_id}{LOG_SUFFIX}"
         log = LogBuffers.create(
@@ -721,7 +722,7 @@ class NetworkConductor:
             fill_image_metadata(log, initial_window, sparse=sparse,
                                 socket_sndbuf=0 if first is None else first.socket_sndbuf or 0,
                                 socket_rcvbuf=0 if first is None else first.socket_rcvbuf or 0, rejoin=rejoin,
-                                reliable=reliable)
+                                reliable=reliable, group=multicast)
             join = setup.join_position()
             name = endpoint.uri.canonical()
             observer = None
@@ -754,7 +755,6 @@ class NetworkConductor:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             raise
-        multicast = treat_as_multicast("infer" if first is None else first.group, endpoint.is_multicast, setup.flags)
         # nak-delay: the endpoint's channel's (the subscription that opened it), as aeronmd
         nak_delay_ns = ctx.nak_unicast_delay_ns if endpoint.nak_delay_ns is None else endpoint.nak_delay_ns
         self.receiver.offer(self.receiver.command(
