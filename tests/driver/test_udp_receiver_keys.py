@@ -277,8 +277,8 @@ def test_rejecting_an_image_sends_error_frames_and_the_image_goes(tmp_path: Path
 
 
 def test_a_publisher_counts_the_error_frames_of_a_rejected_image(tmp_path: Path) -> None:
-    """Through two logbuf drivers' worth of one: the publication's sender sees the ERR frames (Error Frames
-    received) once its subscriber rejected the image."""
+    """The publication's sender (the same driver) sees the ERR frames (Error Frames received) once its
+    subscriber rejected the image, and records the publication error in the error log as aeronmd does."""
     port = free_udp_port()
     with logbuf.MediaDriver.launch(tmp_path / "drv", image_liveness_timeout_ns=1_000_000_000) as drv, \
             logbuf.connect(drv.directory) as cl:
@@ -288,3 +288,7 @@ def test_a_publisher_counts_the_error_frames_of_a_rejected_image(tmp_path: Path)
         sub.images[0].reject("stop")
         wait_until(lambda: system(cl, ERROR_FRAMES_RECEIVED) > 0, timeout=10, what="the sender to see ERR frames")
         assert system(cl, ERROR_FRAMES_SENT) > 0
+        expected = (f"onPublicationError: registrationId={pub.registration_id}, sessionId={pub.session_id}, "
+                    f"streamId={STREAM}, errorCode={int(ErrorCode.IMAGE_REJECTED)}")
+        wait_until(lambda: any(expected in o.text for o in drv.cnc.error_log_reader()),
+                   what="the publication error in the error log")

@@ -453,6 +453,13 @@ class NetworkConductor:
             elif event.type == lib.LBD_SND_SEND_ERROR:
                 self.services.record_error(f"send endpoint {event.endpoint_id}: send failed: "
                                            f"{os.strerror(event.value)}")
+            elif event.type == lib.LBD_SND_PUBLICATION_ERROR:
+                # a receiver sent an ERR frame (it rejected the image): recorded as aeronmd records it
+                publication = next((p for p in self.publications if p.registration_id == event.publication_id), None)
+                if publication is not None:
+                    self.services.record_error(
+                        f"onPublicationError: registrationId={publication.registration_id}, sessionId="
+                        f"{publication.session_id}, streamId={publication.stream_id}, errorCode={event.value}")
             elif event.type == lib.LBD_SND_COMMAND_REFUSED:
                 self.services.record_error(f"sender agent refused command {event.value} (endpoint "
                                            f"{event.endpoint_id}, publication {event.publication_id})")
