@@ -213,19 +213,20 @@ def test_forged_frames_never_break_the_agent(make_log: Callable[..., LogBuffers]
 
 
 dispatch_op = st.one_of(
-    st.tuples(st.just("setup"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1])),
-    st.tuples(st.just("data"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1])),
-    st.tuples(st.just("heartbeat"), st.integers(1, 4), st.booleans()),
-    st.tuples(st.just("tick"), st.integers(0, 400_000_000), st.just(0)),
+    st.tuples(st.just("setup"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1]), st.sampled_from([0, 0x40])),
+    st.tuples(st.just("data"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1]), st.just(0)),
+    st.tuples(st.just("heartbeat"), st.integers(1, 4), st.booleans(), st.just(0)),
+    st.tuples(st.just("tick"), st.integers(0, 400_000_000), st.just(0), st.just(0)),
 )
 
 
 @settings(max_examples=80, deadline=None)
 @given(ops=st.lists(dispatch_op, max_size=40))
-def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tuple[str, int, Any]]) -> None:
+def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tuple[str, int, Any, int]]) -> None:
     """Sessions the agent has no image for, as ReceiverDispatcher: a SETUP of a subscribed stream asks for an
-    image once per pending timeout; DATA asks the sender for a SETUP at most once per elicit interval; an
-    ended stream's heartbeat asks nothing; other streams are ignored."""
+    image once per pending timeout (with the SETUP's flags: its group flag decides ``group=infer``, see
+    ``treat_as_multicast``); DATA asks the sender for a SETUP at most once per elicit interval; an ended
+    stream's heartbeat asks nothing; other streams are ignored."""
     spec = ReceiverDispatcher(9)
     spec.add_subscription(STREAM)
     receiver = Receiver()
@@ -234,12 +235,12 @@ def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tu
     receiver.do_work(0)
     out = ffi.new("uint8_t[64]")
     now = 1_000_000_000
-    for kind, session, extra in ops:
+    for kind, session, extra, flags in ops:
         if kind == "tick":
             now += session
             continue
         if kind == "setup":
-            raw = SetupFrame(0, session, extra, 5, 5, T, 1408, 0).encode()
+            raw = SetupFrame(0, session, extra, 5, 5, T, 1408, 0, flags).encode()
         elif kind == "data":
             raw = encode_data_frame(b"x" * 10, term_offset=64, session_id=session, stream_id=extra, term_id=5)
         else:
@@ -249,11 +250,11 @@ def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tu
         sent = []
         while (n := lib.lbd_receiver_take_sent(receiver._native, out, 64)) >= 0:
             sent.append(bytes(ffi.buffer(out, n)))
-        created = [(e.session_id, e.stream_id, e.term_length, e.address) for e in receiver.poll_events()
+        created = [(e.session_id, e.stream_id, e.term_length, e.address, e.flags) for e in receiver.poll_events()
                    if e.type == lib.LBD_EVENT_CREATE_IMAGE]
         assert sent == [e.frame.encode() for e in expected if isinstance(e, Reply)]
-        assert created == [(e.setup.session_id, e.setup.stream_id, e.setup.term_length, e.source) for e in expected
-                           if isinstance(e, CreateImage)]
+        assert created == [(e.setup.session_id, e.setup.stream_id, e.setup.term_length, e.source, e.setup.flags)
+                           for e in expected if isinstance(e, CreateImage)]
     receiver.close()
 
 
@@ -432,3 +433,13 @@ def test_a_rejected_image_sends_error_frames_as_its_specification(make_log: Call
     r.do_work(now)
     assert [e.reason for e in r.poll_events() if e.type == lib.LBD_EVENT_IMAGE_REMOVED] == [lib.LBD_REASON_TIMED_OUT]
     r.close()
+
+
+@given(group=st.sampled_from(["true", "false", "infer"]), multicast=st.booleans(), flags=st.integers(0, 255))
+def test_group_semantics_follow_the_group_key(group: str, multicast: bool, flags: int) -> None:
+    """group=true: multicast NAK delays on any channel; false: never; infer: a multicast channel or a SETUP
+    with the sender's group flag (0x40), as aeronmd decides for a new image."""
+    from logbuf.driver.network_conductor import treat_as_multicast
+
+    expected = {"true": True, "false": False, "infer": multicast or bool(flags & 0x40)}[group]
+    assert treat_as_multicast(group, multicast, flags) is expected
