@@ -35,7 +35,6 @@
 
 #define META_END_OF_STREAM_POSITION 128
 #define DESTINATION_TIMEOUT_NS 5000000000LL  /* an MDS image answers a destination heard from this recently */
-#define SETUP_GROUP_FLAG 0x40
 
 /* Where an image's data came from through one destination, and where its SMs, NAKs and ERRs go back. */
 typedef struct connection {

@@ -76,6 +76,7 @@ def test_mds_one_subscription_two_destinations_a_publisher_to_each(tmp_path: Pat
         pub_a = cl.add_publication(channel(a), STREAM)
         pub_b = cl.add_publication(channel(b), STREAM)
         wait_until(lambda: pub_a.is_connected and pub_b.is_connected and len(sub.images) == 2, what="both images")
+        assert sorted(_receive_sockaddrs(cl)) == sorted(f"127.0.0.1:{p}" for p in (a, b))
         got: dict[int, list[bytes]] = {pub_a.session_id: [], pub_b.session_id: []}
 
         def poll() -> int:
@@ -93,6 +94,13 @@ def test_mds_one_subscription_two_destinations_a_publisher_to_each(tmp_path: Pat
         assert [i.session_id for i in sub.images] == [pub_b.session_id]
         # the removed destination's socket is closed: the port can be bound again
         wait_until(lambda: _bindable(a), what="the removed destination's socket closed")
+        assert _receive_sockaddrs(cl) == [f"127.0.0.1:{b}"]
+
+
+def _receive_sockaddrs(cl: logbuf.Client) -> list[str]:
+    """The addresses of the rcv-local-sockaddr counters (one per receive destination)."""
+    return [i.label.rsplit(" ", 1)[-1] for i in cl.counters
+            if i.type_id == c.LOCAL_SOCKADDR_TYPE_ID and i.label.startswith(c.RECEIVE_LOCAL_SOCKADDR_NAME)]
 
 
 def _bindable(port: int) -> bool:

@@ -306,6 +306,8 @@ class NetworkConductor:
             self._close_image(endpoint, image, notify=True)
         if endpoint.local_sockaddr_counter_id >= 0:
             self.services.counters.free(endpoint.local_sockaddr_counter_id)
+        for destination in endpoint.destinations.values():
+            self.services.counters.free(destination.local_sockaddr_counter_id)
         self.services.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
@@ -542,7 +544,17 @@ class NetworkConductor:
             raise CommandError(ErrorCode.GENERIC_ERROR, f"channel {endpoint.uri}: at most "
                                                         f"{lib.LBD_MAX_DESTINATIONS} receive destinations")
         transport = self._transport(udp, TransportRole.RECEIVE, endpoint.socket_sndbuf, endpoint.socket_rcvbuf)
-        endpoint.destinations[destination_id] = ReceiveDestination(destination_id, udp, transport)
+        address = str(transport.receive_address)
+        try:  # each destination's local socket address, as aeronmd counts it
+            sockaddr = self.services.counters.allocate(
+                c.LOCAL_SOCKADDR_TYPE_ID,
+                c.local_sockaddr_label(c.RECEIVE_LOCAL_SOCKADDR_NAME, endpoint.status_counter_id, address),
+                c.local_sockaddr_key(endpoint.status_counter_id, address), registration_id=destination_id)
+        except BaseException:
+            transport.close()
+            raise
+        self.services.counters.set_counter_value(sockaddr, CHANNEL_STATUS_ACTIVE)
+        endpoint.destinations[destination_id] = ReceiveDestination(destination_id, udp, transport, sockaddr)
         fields: dict[str, Any] = {"endpoint_id": endpoint.endpoint_id, "destination_id": destination_id,
                                   "fd": transport.recv_fd, "send_fd": transport.send_fd}
         if udp.control is not None:  # multicast: SMs and NAKs go to the control group
@@ -641,6 +653,7 @@ class NetworkConductor:
             elif event.type == lib.LBD_EVENT_DESTINATION_REMOVED:
                 destination = endpoint.destinations.pop(event.destination_id, None)
                 if destination is not None:
+                    self.services.counters.free(destination.local_sockaddr_counter_id)
                     destination.transport.close()
             elif event.type == lib.LBD_EVENT_IMAGE_REMOVED:
                 image = endpoint.images.get(event.image_id)

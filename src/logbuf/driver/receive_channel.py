@@ -30,6 +30,7 @@ class ReceiveDestination:
     id: int
     channel: UdpChannel
     transport: UdpTransport
+    local_sockaddr_counter_id: int = -1  # its rcv-local-sockaddr counter
     removing: bool = False
 
 
