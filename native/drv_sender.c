@@ -5,8 +5,9 @@
  * each datagram checked whole before any frame acts: hostile input); then per publication: SETUP while no SM
  * came (or one asks), whole committed frames from snd-pos within snd-lmt in one sendmmsg, a heartbeat when
  * nothing went for the heartbeat interval, delayed retransmits; snd-pos, snd-lmt, snd-bpe, pub-pos and pub-lmt
- * (snd-pos + window while a receiver is connected, after cleaning the log one term behind snd-pos), so a
- * starved Python thread never holds a publisher back.  The state machines are those of driver/udp/ in Python
+ * (the slowest of snd-pos and the included spies + window while a receiver is connected - or, with
+ * spies-simulate-connection, a spy - after cleaning the log one term behind it), so a starved Python thread
+ * never holds a publisher back.  The state machines are those of driver/udp/ in Python
  * (include/lb_snd_machines.h).
  */
 #define _GNU_SOURCE
@@ -79,6 +80,11 @@ typedef struct publication {
     int64_t trip_limit, pub_lmt, clean_position;
     int64_t published_pub_pos, published_snd_pos, published_snd_lmt, published_snd_bpe;
     int connected_flag;
+    /* spies: their sub-pos counters (client-written: any value) */
+    int32_t spy_count, spies_simulate_connection;
+    int64_t spy_ids[LBD_SND_MAX_SPIES];
+    int64_t *spy_pos[LBD_SND_MAX_SPIES];
+    int32_t spy_included[LBD_SND_MAX_SPIES];
     /* draining */
     int64_t end_position;              /* INT64_MAX until the last publisher left */
     int64_t deadline_ns;
@@ -385,7 +391,9 @@ static int32_t clean(publication_t *p, int64_t target)
 }
 
 /* pub-pos, pub-lmt (with cleaning), isConnected, and the sender positions: as NetworkPublication.update did
- * in the conductor, so the publisher's limit moves as soon as snd-pos does. */
+ * in the conductor, so the publisher's limit moves as soon as snd-pos does.  Aeron's rule: while the
+ * publication has subscribers (a receiver, or with spies-simulate-connection an included spy), pub-lmt is the
+ * slowest of snd-pos and the included spies plus the window; else it falls back to snd-pos. */
 static int32_t update_positions(publication_t *p)
 {
     int32_t work = 0;
@@ -394,11 +402,33 @@ static int32_t update_positions(publication_t *p)
         p->published_pub_pos = producer;
         store_counter(p->pub_pos_counter, producer);
     }
-    if (p->fc.count > 0) {
-        const int64_t proposed = p->snd_pos + p->window_length;
+    int32_t working = 0;
+    int64_t fastest = p->snd_pos;
+    for (int32_t i = 0; i < p->spy_count; i++) {
+        if (!p->spy_included[i]) continue;
+        const int64_t position = lb_get_i64_acquire((const uint8_t *)p->spy_pos[i]);
+        if (position > fastest) fastest = position;
+        working++;
+    }
+    const int simulated = p->spies_simulate_connection && working > 0;
+    if (simulated && p->fc.count == 0 && fastest > p->snd_pos && fastest <= producer &&
+        (fastest & (LB_FRAME_ALIGNMENT - 1)) == 0) {
+        /* nobody to send to: the sender follows the fastest spy (never past the producer), sending nothing */
+        p->snd_pos = fastest;
+        p->snd_lmt = fastest;
+    }
+    if (p->fc.count > 0 || simulated) {
+        int64_t slowest = p->snd_pos;
+        for (int32_t i = 0; i < p->spy_count; i++) {
+            if (!p->spy_included[i]) continue;
+            const int64_t position = lb_get_i64_acquire((const uint8_t *)p->spy_pos[i]);
+            if (position < slowest) slowest = position;
+        }
+        const int64_t proposed = slowest + p->window_length;
         if (proposed > p->trip_limit) {
-            /* retransmits read at most the retained window (< T) behind snd-pos: one term stays intact */
-            work += clean(p, p->snd_pos - p->term_length);
+            /* retransmits read at most the retained window (< T) behind snd-pos, spies read from their
+             * position: one term behind the slowest stays intact */
+            work += clean(p, slowest - p->term_length);
             p->pub_lmt = proposed;
             store_counter(p->pub_lmt_counter, proposed);
             p->trip_limit = proposed + p->trip_gain;
@@ -684,6 +714,45 @@ static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpo
     p->clean_position = c->position;
     p->published_pub_pos = p->published_snd_pos = p->published_snd_lmt = p->published_snd_bpe = INT64_MIN;
     p->end_position = INT64_MAX;
+    p->spies_simulate_connection = c->spies_simulate_connection != 0;
+}
+
+static int32_t find_spy(const publication_t *p, int64_t subscription_id)
+{
+    for (int32_t i = 0; i < p->spy_count; i++)
+        if (p->spy_ids[i] == subscription_id) return i;
+    return -1;
+}
+
+/* ADD_SPY, REMOVE_SPY, SET_SPY_INCLUDED: 1 done, 0 refused (unknown publication or spy, full, bad pointer) */
+static int on_spy_command(lbd_sender_t *s, const lbd_snd_command_t *c)
+{
+    const int32_t index = find_publication_index(s, c->publication_id);
+    if (index < 0) return c->type == LBD_SND_REMOVE_SPY;  /* its publication went first: nothing to drop */
+    publication_t *p = s->publications[index];
+    const int32_t i = find_spy(p, c->subscription_id);
+    switch (c->type) {
+    case LBD_SND_ADD_SPY:
+        if (i >= 0 || p->spy_count >= LBD_SND_MAX_SPIES || c->spy_pos == NULL ||
+            ((uintptr_t)c->spy_pos & 7) != 0) return 0;
+        p->spy_ids[p->spy_count] = c->subscription_id;
+        p->spy_pos[p->spy_count] = c->spy_pos;
+        p->spy_included[p->spy_count] = c->spy_included != 0;
+        p->spy_count++;
+        return 1;
+    case LBD_SND_REMOVE_SPY:
+        if (i >= 0) {
+            const int32_t last = --p->spy_count;
+            p->spy_ids[i] = p->spy_ids[last];
+            p->spy_pos[i] = p->spy_pos[last];
+            p->spy_included[i] = p->spy_included[last];
+        }
+        return 1;
+    default: /* LBD_SND_SET_SPY_INCLUDED */
+        if (i < 0) return 0;
+        p->spy_included[i] = c->spy_included != 0;
+        return 1;
+    }
 }
 
 static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
@@ -767,6 +836,11 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
         p->next_poll_ns = 0;
         return;
     }
+    case LBD_SND_ADD_SPY:
+    case LBD_SND_REMOVE_SPY:
+    case LBD_SND_SET_SPY_INCLUDED:
+        if (!on_spy_command(s, c)) emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
+        return;
     default:
         emit(s, LBD_SND_COMMAND_REFUSED, c->endpoint_id, c->publication_id, c->type);
     }

@@ -16,6 +16,9 @@
 #define LBD_SND_ADD_PUBLICATION 3       /* publication_id, endpoint_id and the publication fields */
 #define LBD_SND_REMOVE_PUBLICATION 4    /* publication_id: acknowledged by LBD_SND_PUBLICATION_REMOVED */
 #define LBD_SND_DRAIN_PUBLICATION 5     /* publication_id, end_position, deadline_ns: LBD_SND_PUBLICATION_DRAINED */
+#define LBD_SND_ADD_SPY 6               /* publication_id, subscription_id, spy_pos, spy_included */
+#define LBD_SND_REMOVE_SPY 7            /* publication_id, subscription_id (the counter is no longer read after) */
+#define LBD_SND_SET_SPY_INCLUDED 8      /* publication_id, subscription_id, spy_included */
 
 /* events (lbd_snd_event_t.type) */
 #define LBD_SND_ENDPOINT_REMOVED 101     /* endpoint_id: its fds are no longer used */
@@ -38,6 +41,7 @@
 #define LBD_SND_MAX_RECEIVERS 256        /* receivers tracked per min flow control (more are not tracked) */
 #define LBD_SND_MAX_RETRANSMIT_ACTIONS 64
 #define LBD_SND_MAX_HELD 16384           /* datagrams an impairment holds back at most (more are dropped) */
+#define LBD_SND_MAX_SPIES 64             /* spy subscriptions per publication */
 
 /* A seeded model of a bad network (logbuf.driver.udp.Impairment's parameters) on one direction of an
  * endpoint: each datagram dropped with probability `drop`, else delivered after delay + uniform jitter, held a
@@ -97,6 +101,12 @@ typedef struct lbd_snd_command {
     int32_t destination_length;
     int32_t reserved;
     uint8_t destination[32];            /* sockaddr of the data destination */
+    /* spies: a spy's sub-pos holds pub-lmt back while it is included (untethered and resting: not) */
+    int64_t subscription_id;            /* ADD_SPY, REMOVE_SPY, SET_SPY_INCLUDED */
+    int64_t *spy_pos;                   /* ADD_SPY: its sub-pos counter value */
+    int32_t spy_included;
+    int32_t spies_simulate_connection;  /* ADD_PUBLICATION: connected (and snd-pos follows the fastest spy)
+                                         * while spies read it and no receiver is there */
 } lbd_snd_command_t;
 
 typedef struct lbd_snd_event {

@@ -22,12 +22,13 @@ LAYERS: dict[str, int] = {
     "channel": 4, "protocol": 4,
     "client": 5,
     "driver": 6, "tools": 6,
-    "feed": 7, "recording": 7,
-    "recorder": 8,
-    "pipeline": 9,
-    "samples": 10,
-    "logbuf": 11,  # the public facade (src/logbuf/__init__.py): re-exports, imported only by applications
-    "demo": 12, "cli": 12,
+    "marketdata": 7, "recording": 7,  # marketdata: the MoldUDP64 and ITCH codecs, below both of their users
+    "exchange": 8, "feed": 8,  # the exchange simulator and the feed handler: neither imports the other
+    "recorder": 9,
+    "pipeline": 10,
+    "samples": 11,  # the examples (IPC rigs, the top-of-book subscriber): on top of everything they show
+    "logbuf": 12,  # the public facade (src/logbuf/__init__.py): re-exports, imported only by applications
+    "demo": 13, "cli": 13,
 }
 
 
@@ -119,6 +120,13 @@ def test_no_import_cycles() -> None:
         if v not in index:
             strongconnect(v)
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_market_data_layering() -> None:
+    """The codecs sit below both of their users; the exchange simulator and the feed handler share a rank, so
+    neither imports the other (the handler is tested against the simulator, never built from it); the examples
+    sit on top."""
+    assert LAYERS["marketdata"] < LAYERS["exchange"] == LAYERS["feed"] < LAYERS["samples"]
 
 
 def test_every_package_has_a_layer() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from logbuf import cli
-from logbuf.cli_args import UsageError, count, duration, host_port
+from logbuf.cli_args import UsageError, count, duration, off_or
 from logbuf.errors import LogbufError
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -209,19 +209,14 @@ def test_duration_rejects(text: str) -> None:
         duration(text)
 
 
-@pytest.mark.parametrize(
-    ("text", "address"),
-    [("127.0.0.1:30001", ("127.0.0.1", 30001)), (":9", ("0.0.0.0", 9)), ("[::1]:80", ("::1", 80)),
-     ("239.1.1.1:30001", ("239.1.1.1", 30001))],
-)
-def test_host_port(text: str, address: tuple[str, int]) -> None:
-    assert host_port(text) == address
+def test_off_or_turns_off_into_none_and_a_parse_error_into_a_usage_message() -> None:
+    from logbuf.channel import parse_endpoint
 
-
-@pytest.mark.parametrize("text", ["localhost", "host:", "host:0", "host:70000", "host:http"])
-def test_host_port_rejects(text: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError):
-        host_port(text)
+    address = off_or(parse_endpoint)
+    assert address("off") is None and address("OFF") is None
+    assert address("[::1]:80") == ("::1", 80)
+    with pytest.raises(argparse.ArgumentTypeError, match="must be host:port"):
+        address("::1:80")
 
 
 def test_usage_error_is_a_logbuf_error_with_the_usage_status() -> None:

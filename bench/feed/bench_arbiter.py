@@ -31,11 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from logbuf.feed import moldudp64  # noqa: E402
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig  # noqa: E402
 from logbuf.feed.events import DeliverBatch, Feed, FeedMode  # noqa: E402
 from logbuf.feed.feed_native import RecvRing  # noqa: E402
 from logbuf.feed.spec import SpecArbiter  # noqa: E402
+from logbuf.marketdata import moldudp64  # noqa: E402
 
 SESSION = "BENCH0001"
 SLOT = 2048

@@ -29,11 +29,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from logbuf.cli_args import count  # noqa: E402
-from logbuf.feed import moldudp64  # noqa: E402
-from logbuf.feed.dayfile import DayFileReader  # noqa: E402
-from logbuf.feed.replay import FaultConfig, FeedConfig, ReplayConfig, ReplayCore, ReplayServer  # noqa: E402
-from logbuf.feed.retransmit import MessageRing, RetransmitCore, make_server  # noqa: E402
-from logbuf.feed.synth import SynthConfig, write_day  # noqa: E402
+from logbuf.exchange.dayfile import DayFileReader  # noqa: E402
+from logbuf.exchange.replay.config import FaultConfig, FeedConfig, ReplayConfig  # noqa: E402
+from logbuf.exchange.replay.core import ReplayCore  # noqa: E402
+from logbuf.exchange.replay.sender import ReplayServer  # noqa: E402
+from logbuf.exchange.retransmit.core import RetransmitCore  # noqa: E402
+from logbuf.exchange.retransmit.ring import MessageRing  # noqa: E402
+from logbuf.exchange.retransmit.server import make_server  # noqa: E402
+from logbuf.exchange.synth import SynthConfig, write_day  # noqa: E402
+from logbuf.marketdata import moldudp64  # noqa: E402
 
 SESSION = "BENCH0001"
 

@@ -85,9 +85,11 @@ def _cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
 
 def sender(args: argparse.Namespace) -> int:
     """``logbuf replay`` as a library: A/B at ``--rate`` with the profile's faults, a retransmission process."""
-    from logbuf.feed.dayfile import DayFileReader
-    from logbuf.feed.replay import FaultConfig, FeedConfig, ReplayConfig, ReplayCore, ReplayServer
-    from logbuf.feed.retransmit import RetransmitProcess
+    from logbuf.exchange.dayfile import DayFileReader
+    from logbuf.exchange.replay.config import FaultConfig, FeedConfig, ReplayConfig
+    from logbuf.exchange.replay.core import ReplayCore
+    from logbuf.exchange.replay.sender import ReplayServer
+    from logbuf.exchange.retransmit.process import RetransmitProcess
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

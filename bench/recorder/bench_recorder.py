@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 import numpy as np  # noqa: E402
 
 import logbuf  # noqa: E402
+from logbuf.exchange.dayfile import LENGTH_PREFIX_SIZE, scan_frames  # noqa: E402
+from logbuf.exchange.synth import SynthConfig, SyntheticDay  # noqa: E402
 from logbuf.feed import published as out  # noqa: E402
-from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE, scan_frames  # noqa: E402
-from logbuf.feed.synth import SynthConfig, SyntheticDay  # noqa: E402
 
 SESSION = b"BENCH0001"
 DAY_MESSAGES = 1_000_000  # the day is replayed with increasing sequences until --messages

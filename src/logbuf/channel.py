@@ -9,6 +9,9 @@ UDP parameters: ``endpoint`` (required; a multicast group for multicast), ``inte
 or to send and join on, ``host[:port]``), ``ttl`` (multicast), ``fc`` (flow control: ``min``, ``max`` or
 ``unicast``, optionally ``,t:<receiver timeout>`` such as ``fc=min,t:2s``).  Addresses are resolved by the
 driver (:mod:`logbuf.driver.udp_channel`).
+
+A subscription channel ``aeron-spy:aeron:udp?endpoint=...`` is a spy: it reads the driver's own network
+publications of that channel and stream from their logs (:attr:`ChannelUri.spy`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ FLOW_CONTROL_PARAM = "fc"
 TTL_PARAM = "ttl"
 SESSION_ID_PARAM = "session-id"
 CONTROL_MODE_PARAM = "control-mode"
+# a subscription channel behind this prefix spies on the driver's own network publications of that channel
+SPY_PREFIX = "aeron-spy:"
 
 # Every key of an Aeron 1.48 channel URI, with what this driver does with it.  ``implemented``: honoured as
 # aeronmd honours it; ``partial``: some values honoured, the others refused by name; ``refused``: any use is
@@ -49,9 +54,9 @@ AERON_URI_KEYS: dict[str, tuple[str, str]] = {
     "linger": ("implemented", "how long a closed publication lingers for its subscribers"),
     "sparse": ("implemented", "sparse=false allocates (pre-touches) the log's pages"),
     "pub-wnd": ("implemented", "publication window (pub-lmt ahead of the slowest consumer)"),
-    "tether": ("partial", "IPC subscriptions: true and false; UDP subscriptions: true only"),
-    "untethered-window-limit-timeout": ("implemented", "IPC publications: untethered subscribers"),
-    "untethered-resting-timeout": ("implemented", "IPC publications: untethered subscribers"),
+    "tether": ("partial", "IPC and aeron-spy: subscriptions: true and false; other UDP subscriptions: true only"),
+    "untethered-window-limit-timeout": ("implemented", "IPC and UDP publications: untethered subscribers and spies"),
+    "untethered-resting-timeout": ("implemented", "IPC and UDP publications: untethered subscribers and spies"),
     "eos": ("partial", "true everywhere; false on IPC only (the flag is in the log metadata)"),
     "so-sndbuf": ("implemented", "UDP: SO_SNDBUF of the channel's socket"),
     "so-rcvbuf": ("implemented", "UDP: SO_RCVBUF of the channel's socket"),
@@ -72,7 +77,7 @@ AERON_URI_KEYS: dict[str, tuple[str, str]] = {
                                 "response and publications refused"),
     "tags": ("refused", "channel and publication tags"),
     "gtag": ("refused", "tagged flow control"),
-    "ssc": ("refused", "spies"),
+    "ssc": ("implemented", "UDP publications: spies simulate a connection (default: the driver's setting)"),
     "ats": ("refused", "Aeron transport security"),
     "media-rcv-ts-offset": ("refused", "receive timestamps"),
     "channel-rcv-ts-offset": ("refused", "receive timestamps"),
@@ -127,6 +132,7 @@ class FlowControlSpec:
 class ChannelUri:
     media: str  # "ipc" or "udp"
     params: dict[str, str] = field(default_factory=dict)
+    spy: bool = False  # aeron-spy:aeron:udp?...: a subscription reading this driver's network publications
 
     @classmethod
     def parse(cls, channel: str) -> ChannelUri:
@@ -134,10 +140,10 @@ class ChannelUri:
             raise InvalidChannelError("channel must be a non-empty string such as 'aeron:ipc'")
         if not channel.isascii() or any(c.isspace() for c in channel):
             raise InvalidChannelError(f"channel {channel!r} must be ASCII without spaces")
+        spy = channel.startswith(SPY_PREFIX)
+        if spy:
+            channel = channel[len(SPY_PREFIX):]
         scheme, sep, rest = channel.partition(":")
-        if scheme == "aeron-spy":
-            raise InvalidChannelError(f"channel {channel!r}: aeron-spy: subscriptions are not supported by this "
-                                      f"driver")
         if not sep or scheme not in SCHEMES:
             raise InvalidChannelError(f"channel {channel!r} must start with 'aeron:' (or 'logbuf:')")
         media, _, query = rest.partition("?")
@@ -152,7 +158,10 @@ class ChannelUri:
                 if key in params:
                     raise InvalidChannelError(f"channel {channel!r}: parameter {key!r} given twice")
                 params[key] = value
-        uri = cls(media, params)
+        if spy and media != "udp":
+            raise InvalidChannelError(f"channel {SPY_PREFIX}{channel!r}: a spy reads a UDP publication "
+                                      f"({SPY_PREFIX}aeron:udp?endpoint=host:port)")
+        uri = cls(media, params, spy)
         uri.validate()
         return uri
 
@@ -221,22 +230,26 @@ class ChannelUri:
             raise InvalidChannelError(f"channel {self}: an IPC channel has no endpoint")
 
     def canonical(self) -> str:
-        """``aeron:<media>`` plus parameters in a stable order (the form the driver shows and keys on)."""
+        """``aeron:<media>`` plus parameters in a stable order (the form the driver shows and keys on), behind
+        ``aeron-spy:`` for a spy."""
+        prefix = SPY_PREFIX if self.spy else ""
         if not self.params:
-            return f"aeron:{self.media}"
-        return f"aeron:{self.media}?" + "|".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+            return f"{prefix}aeron:{self.media}"
+        return f"{prefix}aeron:{self.media}?" + "|".join(f"{k}={v}" for k, v in sorted(self.params.items()))
 
     def __str__(self) -> str:
         return self.canonical()
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` → (host, port)."""
+    """``host:port`` or ``[v6]:port`` → (host, port); an IPv6 address only in brackets (``::1:80`` is ambiguous)."""
     if text.startswith("["):
         host, sep, port_text = text[1:].partition("]:")
     else:
         host, sep, port_text = text.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
+        if ":" in host:
+            sep = ""
+    if not sep or not host or "[" in host or "]" in host or not port_text.isdigit():
         raise InvalidChannelError(f"endpoint {text!r} must be host:port")
     port = int(port_text)
     if not 0 <= port <= 65535:

@@ -12,8 +12,9 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from logbuf.errors import LogbufError
 
@@ -89,17 +90,22 @@ def duration(text: str) -> float:
     return seconds
 
 
-def host_port(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``127.0.0.1:30001``, ``[::1]:30001``, ``:30001`` = all interfaces) as ``(host, port)``."""
-    host, sep, port_text = text.strip().rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:30001)")
-    port = int(port_text)
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r}: port must be 1..65535")
-    if host.startswith("[") and host.endswith("]"):  # IPv6 literal
-        host = host[1:-1]
-    return (host or "0.0.0.0", port)
+_T = TypeVar("_T")
+
+
+def off_or(parse: Callable[[str], _T]) -> Callable[[str], _T | None]:
+    """An argument type: ``off`` is None, anything else ``parse(text)``, whose ``ValueError`` becomes the usage
+    message (e.g. ``off_or(logbuf.channel.parse_endpoint)`` for an address that may be switched off)."""
+
+    def argument(text: str) -> _T | None:
+        if text.lower() == "off":
+            return None
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return argument
 
 
 class StopSignal(threading.Event):

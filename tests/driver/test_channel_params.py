@@ -60,7 +60,9 @@ def test_unknown_and_misspelt_keys_are_refused_by_name(base: str, key: str) -> N
     (UDP + "|fc=tagged,g:1/2", "fc"),
     ("aeron:ipc?so-sndbuf=64k", "so-sndbuf"),
     ("aeron:ipc?interface=127.0.0.1", "interface"),
-    (UDP + "|untethered-resting-timeout=1s", "untethered-resting-timeout"),
+    ("aeron-spy:" + UDP + "|tether=maybe", "tether"),
+    (UDP + "|ssc=yes", "ssc"),
+    ("aeron:ipc?ssc=true", "ssc"),
 ])
 def test_values_not_honoured_are_refused_by_name(channel: str, key: str) -> None:
     _refused(channel, key)
@@ -177,9 +179,30 @@ def test_the_docs_table_lists_every_key_with_its_status() -> None:
         assert f"| `{key}` | {status} |" in text, key
 
 
-def test_spy_subscriptions_are_refused_by_name() -> None:
+def test_a_spy_channel_keeps_its_prefix_and_takes_tether_false() -> None:
+    uri = ChannelUri.parse("aeron-spy:" + UDP + "|tether=false|session-id=7")
+    assert uri.spy and uri.is_udp
+    assert uri.canonical().startswith("aeron-spy:aeron:udp?")
+    params = resolve_subscription(uri, CTX)
+    assert not params.tether and params.matches(7) and not params.matches(8)
+    assert not ChannelUri.parse(UDP).spy
+
+
+def test_a_spy_reads_udp_publications_only() -> None:
     with pytest.raises(InvalidChannelError, match="aeron-spy"):
-        ChannelUri.parse("aeron-spy:aeron:udp?endpoint=127.0.0.1:40456")
+        ChannelUri.parse("aeron-spy:aeron:ipc")
+
+
+def test_ssc_and_the_untethered_timeouts_resolve_on_udp_publications() -> None:
+    params = resolve_publication(ChannelUri.parse(
+        UDP + "|ssc=true|untethered-window-limit-timeout=300ms|untethered-resting-timeout=1s"), CTX)
+    assert params.spies_simulate_connection
+    assert (params.untethered_window_limit_timeout_ns, params.untethered_resting_timeout_ns) == (300_000_000,
+                                                                                                  1_000_000_000)
+    assert not resolve_publication(ChannelUri.parse(UDP), CTX).spies_simulate_connection
+    driver_wide = DriverContext(network_term_length=128 * 1024, spies_simulate_connection=True)
+    assert resolve_publication(ChannelUri.parse(UDP), driver_wide).spies_simulate_connection  # the default
+    assert not resolve_publication(ChannelUri.parse(UDP + "|ssc=false"), driver_wide).spies_simulate_connection
 
 
 def test_a_chosen_session_id_stays_reserved_while_any_publication_has_it() -> None:

@@ -10,7 +10,6 @@ import random
 import pytest
 
 from logbuf.feed import arbiter as native
-from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import ArbiterConfig
 from logbuf.feed.coverage import Coverage
 from logbuf.feed.events import (
@@ -29,6 +28,7 @@ from logbuf.feed.events import (
 )
 from logbuf.feed.recovery import Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
+from logbuf.marketdata import moldudp64 as m
 from support.arbsim import Arrival, RetransmitStub, catch_up_scenario, packetise, simulate
 
 S1 = m.encode_session("S1")

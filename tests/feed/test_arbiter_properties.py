@@ -17,7 +17,6 @@ import hypothesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig
 from logbuf.feed.events import (
     Deliver,
@@ -30,6 +29,7 @@ from logbuf.feed.events import (
 )
 from logbuf.feed.recovery import Recovery
 from logbuf.feed.spec import SpecArbiter
+from logbuf.marketdata import moldudp64 as m
 from support.arbsim import Arrival, RetransmitStub, SimResult, simulate
 
 S1 = m.encode_session("PROP")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import logbuf
-from logbuf.feed import itch
+from logbuf.exchange.dayfile import read_messages
 from logbuf.feed import published as out
-from logbuf.feed.dayfile import read_messages
+from logbuf.marketdata import itch
 from logbuf.samples.ports import free_udp_ports
 from support import stop_process, wait_until
 

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
 from logbuf.feed.coverage import parse_blocks
 from logbuf.feed.events import Deliver, DeliverBatch, Event, Feed, FeedMode, RecoveryRequest
@@ -29,6 +28,7 @@ from logbuf.feed.feed_native import (
 )
 from logbuf.feed.recovery import Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
+from logbuf.marketdata import moldudp64 as m
 from support.arbsim import Arrival, catch_up_scenario, simulate
 
 S1 = m.encode_session("NAT1")

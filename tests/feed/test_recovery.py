@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from logbuf.feed import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig
 from logbuf.feed.events import (
     Deliver,
@@ -19,6 +18,7 @@ from logbuf.feed.events import (
     RecoveryRequest,
 )
 from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.marketdata import moldudp64 as m
 from support.arbsim import Arrival, RetransmitStub, packetise, simulate
 
 MS = 1_000_000

@@ -8,6 +8,7 @@ the reason when aeronmd is not there (see ``aeron_driver``).
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -214,7 +215,7 @@ def _metadata(pub: logbuf.Publication) -> Observation:
         "untethered resting": meta.get_i64(d.LOG_UNTETHERED_RESTING_TIMEOUT_NS_OFFSET),
     }
     for name, offset in (("sparse", d.LOG_SPARSE_OFFSET), ("signal eos", d.LOG_SIGNAL_EOS_OFFSET),
-                         ("tether", d.LOG_TETHER_OFFSET), ("rejoin", d.LOG_REJOIN_OFFSET),
+                         ("ssc", d.LOG_SPIES_SIMULATE_CONNECTION_OFFSET), ("tether", d.LOG_TETHER_OFFSET), ("rejoin", d.LOG_REJOIN_OFFSET),
                          ("reliable", d.LOG_RELIABLE_OFFSET)):
         fields[name] = bytes(meta.get_bytes(offset, 1))[0]
     return fields
@@ -230,6 +231,7 @@ def publication_metadata(directory: Path) -> Observation:
         "udp, default sockets": f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|sparse=true",
         "udp, sockets": f"aeron:udp?endpoint=127.0.0.1:{port}|so-sndbuf=128k|so-rcvbuf=256k|pub-wnd=8k|linger=3s|"
                         "sparse=false",
+        "udp, ssc": f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|ssc=true|sparse=true",
     }
     with logbuf.connect(directory) as client:
         return {name: _metadata(client.add_exclusive_publication(channel, STREAM))
@@ -472,6 +474,107 @@ def c_samples_session(directory: Path) -> Observation:
             for session, log in logs.items()}
 
 
+def spy_reads_a_network_publication(directory: Path) -> Observation:
+    """A spy beside a receiver: its image (session, source), what it reads, and that a spy that does not poll
+    holds the publisher back to the window from its position; a spy of another session sees nothing."""
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
+    with logbuf.connect(directory) as client:
+        receiver = client.add_subscription(channel, STREAM)
+        images: list[logbuf.Image] = []
+        spy = client.add_subscription("aeron-spy:" + channel, STREAM, on_available_image=images.append)
+        other = client.add_subscription("aeron-spy:" + channel + "|session-id=4", STREAM)
+        pub = client.add_exclusive_publication(channel + "|pub-wnd=16k|session-id=5", STREAM)
+        wait_until(lambda: pub.is_connected and receiver.images and images, what="the receiver's and spy's images")
+        got: list[bytes] = []
+        accepted = 0
+
+        def fill() -> bool:
+            nonlocal accepted
+            result = pub.offer(bytes(992))  # 1 KiB frames
+            accepted += result > 0
+            _poll(receiver, got)
+            return result == logbuf.BACK_PRESSURED and len(got) == accepted
+
+        wait_until(fill, timeout=30, what="back pressure from the spy")
+        spied: list[bytes] = []
+        wait_until(lambda: _poll(spy, spied) >= 0 and len(spied) == accepted, what="the spy reading")
+        counter_id = images[0].subscriber_position.counter_id
+        with CncFile.open(directory / "cnc.dat") as cnc:
+            info = next(i for i in cnc.counters_reader() if i.counter_id == counter_id)
+        label = re.sub(rf"\b{spy.registration_id}\b", "<registration id>", info.label.replace(channel, "<channel>"))
+        return {"session": images[0].session_id, "source": images[0].source_identity,
+                "sub-pos": (info.type_id, label, info.reference_id == pub.registration_id,
+                            info.registration_id == spy.registration_id),
+                "accepted before the spy read": accepted, "spy read all": spied == got,
+                "other session's spy images": len(other.images)}
+
+
+def spies_simulate_connection(directory: Path) -> Observation:
+    """A publication read only by a spy: connected with ssc=true, not without."""
+    observed: dict[str, Any] = {}
+    with logbuf.connect(directory) as client:
+        for stream, ssc in enumerate(("false", "true"), start=STREAM):
+            channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+            spy = client.add_subscription("aeron-spy:" + channel, stream)
+            pub = client.add_exclusive_publication(channel + f"|ssc={ssc}", stream)
+            wait_until(lambda spy=spy: spy.images, what="the spy's image")
+            if ssc == "true":
+                wait_until(lambda pub=pub: pub.is_connected, what="connected by the spy")
+                sent = _offer(pub, 5)
+                got: list[bytes] = []
+                wait_until(lambda spy=spy, got=got: _poll(spy, got) >= 0 and len(got) == 5, what="the spy's messages")
+                observed["ssc=true spy got"] = got == sent
+            observed[f"ssc={ssc} connected"] = pub.is_connected
+            observed[f"ssc={ssc} offer"] = pub.offer(b"x") > 0
+    return observed
+
+
+def untethered_spy(directory: Path) -> Observation:
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
+    with logbuf.connect(directory) as client:
+        receiver = client.add_subscription(channel, STREAM)
+        events: list[tuple[str, int]] = []
+        client.add_subscription("aeron-spy:" + channel + "|tether=false", STREAM,
+                                on_available_image=lambda i: events.append(("available", i.join_position)),
+                                on_unavailable_image=lambda i: events.append(("unavailable", 0)))
+        pub = client.add_publication(
+            channel + "|untethered-window-limit-timeout=200ms|untethered-resting-timeout=300ms", STREAM)
+        wait_until(lambda: pub.is_connected and receiver.images and events, what="both images")
+        got: list[bytes] = []
+
+        def step() -> bool:
+            pub.offer(bytes(500))
+            _poll(receiver, got)
+            return len(events) >= 3
+
+        wait_until(step, timeout=30, what="the untethered spy going and coming back")
+        window = 32 * 1024
+        return {"events": [kind for kind, _ in events[:3]],
+                "rejoined more than a window on": events[2][1] > events[0][1] + window}
+
+
+def c_samples_spy(directory: Path) -> Observation:
+    """Aeron's basic_subscriber on an aeron-spy: channel (Aeron's C client) reads what basic_publisher sends
+    on a publication with ssc=true (no receiver): who prints messages."""
+    binaries = require_aeron_bin()
+    base = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    log = directory.parent / "basic_subscriber_spy.txt"
+    with open(log, "w") as out:
+        spy = subprocess.Popen([str(binaries / "bin" / "basic_subscriber"), "-p", str(directory), "-c",
+                                f"aeron-spy:{base}", "-s", str(STREAM)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(1.0)  # the spy registers before the publisher's messages
+        subprocess.run([str(binaries / "bin" / "basic_publisher"), "-p", str(directory), "-c",
+                        f"{base}|ssc=true|session-id=778", "-s", str(STREAM), "-m", "5", "-l", "1"],
+                       capture_output=True, timeout=60)
+        time.sleep(0.5)
+    finally:
+        stop_process(spy, signal.SIGINT)
+    lines = log.read_text().splitlines()
+    return {"spy got messages": any("from session 778" in line for line in lines),
+            "image source": sorted({line.split(" from ")[-1] for line in lines if line.startswith("Available image")})}
+
+
 SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "session-id, IPC": session_ipc,
     "session-id, UDP": session_udp,
@@ -489,6 +592,10 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "multi-destination subscription": multi_destination_subscription,
     "reject image": reject_image,
     "C samples, receiver keys": c_samples_receiver_keys,
+    "aeron-spy: beside a receiver": spy_reads_a_network_publication,
+    "aeron-spy: ssc": spies_simulate_connection,
+    "aeron-spy: tether=false": untethered_spy,
+    "C samples, aeron-spy:": c_samples_spy,
 }
 
 
@@ -512,6 +619,11 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     and o["after removal"] == {"a": 0, "b": 5},
     "reject image": lambda o: o["reject"] == "ok" and o["after rejection"] == [],
     "C samples, receiver keys": lambda o: o["received"],
+    "aeron-spy: beside a receiver": lambda o: o["session"] == 5 and o["spy read all"]
+    and o["other session's spy images"] == 0,
+    "aeron-spy: ssc": lambda o: o["ssc=true connected"] and not o["ssc=false connected"],
+    "aeron-spy: tether=false": lambda o: o["events"] == ["available", "unavailable", "available"],
+    "C samples, aeron-spy:": lambda o: o["spy got messages"],
 }
 
 

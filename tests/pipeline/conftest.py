@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 pytest.importorskip("pyarrow", reason="the pipeline needs the analytics extra (pyarrow)")
 
-from logbuf.feed.synth import OPEN_NS  # noqa: E402
+from logbuf.exchange.synth import OPEN_NS  # noqa: E402
 from logbuf.pipeline.scenario import FreezeSpec, ScenarioConfig, ScenarioTruth, generate  # noqa: E402
 
 NANOS_PER_MILLI = 1_000_000

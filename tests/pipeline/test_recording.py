@@ -91,7 +91,7 @@ def test_marker_guards_the_format_version(tmp_path):
 
 
 def test_messages_columns_follow_the_itch_mapping():
-    from logbuf.feed import itch
+    from logbuf.marketdata import itch
     from logbuf.pipeline.columns import feed_array, messages_table
 
     msgs = [itch.AddOrder(7, 0, 100, 42, b"B", 300, b"ABCD", 1_234_500),

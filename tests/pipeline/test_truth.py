@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from logbuf.feed.synth import OPEN_NS
+from logbuf.exchange.synth import OPEN_NS
 from logbuf.pipeline.scenario import MOLD_HEADER, FreezeSpec, ScenarioConfig, generate
 
 pytestmark = pytest.mark.spark

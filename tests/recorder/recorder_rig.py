@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import logbuf
-from logbuf.feed import itch
+from logbuf.exchange.dayfile import LENGTH_PREFIX_SIZE, scan_frames
+from logbuf.exchange.synth import SynthConfig, SyntheticDay
 from logbuf.feed import published as out
-from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE, scan_frames
-from logbuf.feed.synth import SynthConfig, SyntheticDay
+from logbuf.marketdata import itch
 
 T0_NS = 1_767_600_000_000_000_000  # 2026-01-05 08:00 UTC
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from recorder_rig import expected_columns
 
-from logbuf.feed import itch
 from logbuf.feed import published as out
+from logbuf.marketdata import itch
 from logbuf.recorder.columns import MessageDecodeError, TableBuilder, capture_messages, decode_columns
 from logbuf.recording import schema
 

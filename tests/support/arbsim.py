@@ -4,7 +4,7 @@ For the tests and what-if tuning of the gap-detection and recovery settings with
 packets with :func:`packetise`, give them arrival times and feeds (:class:`Arrival`), and :func:`simulate` feeds
 them to an :class:`~logbuf.feed.arbiter.Arbiter` (or its specification) in time order,
 ticks it at its deadlines, and answers its ``RecoveryRequest`` s from a :class:`RetransmitStub` after a
-round-trip time. The stub answers the way ``logbuf.feed.retransmit.RetransmitCore`` does: one packet from the
+round-trip time. The stub answers the way ``logbuf.exchange.retransmit.core.RetransmitCore`` does: one packet from the
 requested first sequence, as many messages as fit the budget, nothing at all when that first sequence is not
 held.
 """
@@ -16,11 +16,11 @@ import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from logbuf.feed import moldudp64
 from logbuf.feed.arbiter import Arbiter
 from logbuf.feed.events import Deliver, DeliverBatch, Event, Feed, RecoveryRequest
-from logbuf.feed.moldudp64 import BLOCK_LENGTH_SIZE, DEFAULT_PAYLOAD_BUDGET, HEADER_LENGTH
 from logbuf.feed.spec import SpecArbiter
+from logbuf.marketdata import moldudp64
+from logbuf.marketdata.moldudp64 import BLOCK_LENGTH_SIZE, DEFAULT_PAYLOAD_BUDGET, HEADER_LENGTH
 
 
 @dataclass(frozen=True)

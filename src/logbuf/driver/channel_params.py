@@ -32,16 +32,17 @@ DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS = 10 * SECOND
 
 # keys that only mean something on one medium (refused on the other: they would be ignored there)
 UDP_ONLY_KEYS = frozenset({"interface", "ttl", "so-sndbuf", "so-rcvbuf", "rcv-wnd", "fc", "cc", "reliable",
-                           "rejoin", "nak-delay", "group", "control-mode"})
+                           "rejoin", "ssc", "nak-delay", "group", "control-mode"})
 # group=: Aeron's inferable boolean (infer: multicast channel, or a SETUP with the sender's group flag)
 GROUP_VALUES = ("true", "false", "infer")
 # keys a receive destination of an MDS subscription may not carry (they belong to the subscription's channel)
 INVALID_DESTINATION_KEYS = ("mtu", "rcv-wnd", "so-rcvbuf", "so-sndbuf", "response-correlation-id")
-IPC_ONLY_KEYS = frozenset({"untethered-window-limit-timeout", "untethered-resting-timeout"})
 
 # partly honoured keys: the values honoured on each medium
 _HONOURED_VALUES: dict[str, dict[str, frozenset[str]]] = {
-    "tether": {"ipc": frozenset({"true", "false"}), "udp": frozenset({"true"})},
+    # (a spy is tethered or not as an IPC subscriber is; an untethered UDP image is not implemented)
+    "tether": {"ipc": frozenset({"true", "false"}), "spy": frozenset({"true", "false"}),
+               "udp": frozenset({"true"})},
     "eos": {"ipc": frozenset({"true", "false"}), "udp": frozenset({"true"})},
     "cc": {"udp": frozenset({"static"})},
 }
@@ -63,10 +64,7 @@ def check_keys(uri: ChannelUri) -> None:
                 f"channel {uri}: parameter {key!r} is not supported by this driver ({note})")
         if uri.is_ipc and key in UDP_ONLY_KEYS:
             raise InvalidChannelError(f"channel {uri}: parameter {key!r} has no meaning on aeron:ipc")
-        if uri.is_udp and key in IPC_ONLY_KEYS:
-            raise InvalidChannelError(f"channel {uri}: parameter {key!r} is supported on aeron:ipc only "
-                                      f"(untethered spies and images are not supported)")
-        honoured = _HONOURED_VALUES.get(key, {}).get(uri.media)
+        honoured = _HONOURED_VALUES.get(key, {}).get("spy" if uri.spy else uri.media)
         if honoured is not None and value not in honoured:
             raise InvalidChannelError(
                 f"channel {uri}: {key}={value} is not supported by this driver on aeron:{uri.media} "
@@ -141,6 +139,7 @@ class PublicationParams:
     socket_sndbuf: int | None
     socket_rcvbuf: int | None
     flow_control: FlowControlSpec | None
+    spies_simulate_connection: bool = False  # UDP: the publication is connected while only spies read it
     term_length_given: bool = False  # the channel named it (a shared publication must then match it)
     mtu_given: bool = False
 
@@ -227,6 +226,7 @@ def resolve_publication(uri: ChannelUri, ctx: DriverContext) -> PublicationParam
         socket_sndbuf=sndbuf,
         socket_rcvbuf=rcvbuf,
         flow_control=uri.flow_control() if uri.is_udp else None,
+        spies_simulate_connection=parse_bool(uri, "ssc", ctx.spies_simulate_connection),
         term_length_given=term_length_given,
         mtu_given=mtu_given,
     )

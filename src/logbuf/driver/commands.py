@@ -104,6 +104,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     udp.add_argument("--network-term-length", type=_size, help="term length of network publications (16m)")
     udp.add_argument("--network-publication-window", type=_size, help="pub-lmt ahead of snd-pos (half a term)")
     udp.add_argument("--receiver-window", type=_size, help="window SMs offer senders (min(128k, T/2))")
+    udp.add_argument("--spies-simulate-connection", action="store_true",
+                     help="a network publication read only by aeron-spy: subscriptions counts as connected "
+                     "(a channel's ssc= overrides it; default: off)")
     udp.add_argument("--image-liveness-timeout", type=_seconds, help="seconds before a silent image goes (10)")
     udp.add_argument("--flow-control-receiver-timeout", type=_seconds,
                      help="seconds before a silent receiver stops holding a sender back (5)")
@@ -146,6 +149,7 @@ def _run_driver(args: argparse.Namespace) -> int:
             network_term_length=args.network_term_length,
             network_publication_window=args.network_publication_window,
             receiver_window=args.receiver_window,
+            spies_simulate_connection=args.spies_simulate_connection or None,
             image_liveness_timeout_ns=args.image_liveness_timeout,
             flow_control_receiver_timeout_ns=args.flow_control_receiver_timeout,
             loss_give_up_ns=args.loss_give_up,

@@ -71,7 +71,7 @@ from logbuf.driver.context import MS, DriverContext
 from logbuf.driver.ipc_conductor import IpcConductor, SubscriptionLink
 from logbuf.driver.ipc_publication import IpcPublication, PublicationState
 from logbuf.driver.native_ipc import NativeIpcDuty
-from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription
+from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription, SpySubscription
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.services import DriverServices
 
@@ -134,7 +134,7 @@ class DriverConductor:
         #: called on each timer tick with the time (ns) on the conductor's thread; each answers its work count
         self.timer_hooks: list[Callable[[int], int]] = []
         self.clients: dict[int, ClientSession] = {}
-        self.subscriptions: dict[int, SubscriptionLink | NetworkSubscription] = {}
+        self.subscriptions: dict[int, SubscriptionLink | NetworkSubscription | SpySubscription] = {}
         self.services = DriverServices(
             ctx,
             self.counters,
@@ -219,7 +219,7 @@ class DriverConductor:
         return self.system[ids[0]], self.system[ids[1]]
 
     def on_timer(self, now_ns: int, now_ms: int) -> int:
-        work = self.ipc.on_timer(now_ns)
+        work = self.ipc.on_timer(now_ns) + self.network.on_timer(now_ns)
         work += self._check_client_liveness(now_ms)
         work += self._check_blocked_commands(now_ns)
         work += self._close_truncated_streams()
@@ -362,6 +362,8 @@ class DriverConductor:
 
     def _add_publication(self, client: ClientSession, msg: PublicationMessage, exclusive: bool) -> None:
         uri = self._parse_channel(msg.channel)
+        if uri.spy:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel {uri}: aeron-spy: is for subscriptions only")
         try:
             params = resolve_publication(uri, self.ctx)
         except InvalidChannelError as exc:
@@ -397,6 +399,8 @@ class DriverConductor:
         )
         if created and isinstance(publication, IpcPublication):
             self.ipc.link_subscriptions(publication)  # Aeron's order: READY first, then the images
+        elif created and isinstance(publication, NetworkPublication):
+            self.network.link_spies(publication)
 
     def _remove_publication(self, client: ClientSession, msg: RemoveMessage) -> None:
         publication = client.publication_links.get(msg.registration_id)
@@ -430,6 +434,11 @@ class DriverConductor:
             raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
         if msg.correlation_id in self.subscriptions:
             raise CommandError(ErrorCode.GENERIC_ERROR, f"registration id {msg.correlation_id} already in use")
+        if uri.spy:
+            self.subscriptions[msg.correlation_id] = self.network.add_spy_subscription(
+                msg.correlation_id, client.client_id, uri, params, msg.stream_id)
+            client.subscriptions.add(msg.correlation_id)
+            return
         if uri.is_udp:
             network = self.network.add_subscription(msg.correlation_id, client.client_id, uri, params,
                                                     msg.stream_id)
@@ -452,7 +461,7 @@ class DriverConductor:
     def _drop_subscription(self, client: ClientSession, registration_id: int) -> None:
         client.subscriptions.discard(registration_id)
         subscription = self.subscriptions.pop(registration_id, None)
-        if isinstance(subscription, NetworkSubscription):
+        if isinstance(subscription, NetworkSubscription | SpySubscription):
             self.network.remove_subscription(registration_id)
         else:
             self.ipc.remove_subscription(registration_id)

@@ -57,6 +57,7 @@ class DriverContext:
     conductor_idle: str = DEFAULT_AGENT_IDLE
     conductor_interval_ns: int = 1_000_000  # shared mode: the conductor's duty runs at most this often
     network_publication_window: int = 0  # 0: half a term; pub-lmt = snd-pos + this window
+    spies_simulate_connection: bool = False  # a network publication read only by spies is connected (Aeron's)
     receiver_window: int = 0  # 0: min(128 KiB, T/2); what SMs offer the sender
     image_liveness_timeout_ns: int = 10 * SECOND  # an image silent this long is removed
     flow_control_receiver_timeout_ns: int = 5 * SECOND  # a receiver silent this long stops holding a sender

@@ -8,7 +8,7 @@ false.  On the timer: unblock a claim that has held the consumers still for long
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
@@ -154,6 +154,38 @@ class UntetheredEvent:
         self.available = available
 
 
+def advance_untethered(links: Iterable[SubscriberLink], now_ns: int, window_limit: int, rejoin_position: int,
+                       window_limit_timeout_ns: int, resting_timeout_ns: int) -> list[UntetheredEvent]:
+    """Moves untethered links through active -> linger -> resting -> active (see :class:`TetherState`), for an
+    IPC publication and a network publication's spies alike: a link at or below ``window_limit`` for the
+    window-limit timeout lingers, for as long again it rests, after the resting timeout it rejoins at
+    ``rejoin_position``.  Returns what the caller announces; a link whose ``available`` is not False changed
+    whether it counts toward the limit."""
+    events: list[UntetheredEvent] = []
+    for link in links:
+        if link.is_tether:
+            continue
+        if link.tether_state == TetherState.ACTIVE:
+            if link.position.get() > window_limit:
+                link.time_of_last_update_ns = now_ns
+            elif now_ns - link.time_of_last_update_ns >= window_limit_timeout_ns:
+                link.tether_state = TetherState.LINGER
+                link.time_of_last_update_ns = now_ns
+                events.append(UntetheredEvent(link, available=False))
+        elif link.tether_state == TetherState.LINGER:
+            if now_ns - link.time_of_last_update_ns >= window_limit_timeout_ns:
+                link.tether_state = TetherState.RESTING
+                link.time_of_last_update_ns = now_ns
+                events.append(UntetheredEvent(link, available=None))
+        elif now_ns - link.time_of_last_update_ns >= resting_timeout_ns:
+            link.position.set(rejoin_position)
+            link.join_position = rejoin_position
+            link.tether_state = TetherState.ACTIVE
+            link.time_of_last_update_ns = now_ns
+            events.append(UntetheredEvent(link, available=True))
+    return events
+
+
 class IpcPublication:
     """A log on this host shared by the publishers of one stream (or owned by one exclusive publisher).
 
@@ -251,30 +283,9 @@ class IpcPublication:
         included = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
         consumer = max([*included, self.duty.consumer_position if consumer_position is None else consumer_position])
         window_limit = consumer - self.window_length + self.window_length // 8
-        timeout = self.untethered_window_limit_timeout_ns
-        changed = False
-        for link in untethered:
-            if link.tether_state == TetherState.ACTIVE:
-                if link.position.get() > window_limit:
-                    link.time_of_last_update_ns = now_ns
-                elif now_ns - link.time_of_last_update_ns >= timeout:
-                    link.tether_state = TetherState.LINGER
-                    link.time_of_last_update_ns = now_ns
-                    events.append(UntetheredEvent(link, available=False))
-            elif link.tether_state == TetherState.LINGER:
-                if now_ns - link.time_of_last_update_ns >= timeout:
-                    link.tether_state = TetherState.RESTING
-                    link.time_of_last_update_ns = now_ns
-                    changed = True
-                    events.append(UntetheredEvent(link, available=None))
-            elif now_ns - link.time_of_last_update_ns >= self.untethered_resting_timeout_ns:
-                link.position.set(consumer)
-                link.join_position = consumer
-                link.tether_state = TetherState.ACTIVE
-                link.time_of_last_update_ns = now_ns
-                changed = True
-                events.append(UntetheredEvent(link, available=True))
-        if changed:
+        events = advance_untethered(untethered, now_ns, window_limit, consumer,
+                                    self.untethered_window_limit_timeout_ns, self.untethered_resting_timeout_ns)
+        if any(event.available is not False for event in events):  # whether a link counts changed
             self._refresh_positions()
         return events
 

@@ -48,6 +48,7 @@ def fill_publication_metadata(
     sparse: bool = False,
     socket_sndbuf: int = 0,
     socket_rcvbuf: int = 0,
+    spies_simulate_connection: bool = False,
 ) -> None:
     """A new publication log's metadata as aeronmd writes it (before any client maps the log)."""
     meta = log.meta
@@ -59,6 +60,7 @@ def fill_publication_metadata(
     meta.put_i64(d.LOG_UNTETHERED_RESTING_TIMEOUT_NS_OFFSET, untethered_resting_timeout_ns)
     meta.put_bytes(d.LOG_SIGNAL_EOS_OFFSET, b"\x01" if signal_eos else b"\x00")
     meta.put_bytes(d.LOG_SPARSE_OFFSET, b"\x01" if sparse else b"\x00")
+    meta.put_bytes(d.LOG_SPIES_SIMULATE_CONNECTION_OFFSET, b"\x01" if spies_simulate_connection else b"\x00")
     # the channel's so-sndbuf / so-rcvbuf (0: it named none), as aeronmd records them
     meta.put_i32(d.LOG_SOCKET_SNDBUF_LENGTH_OFFSET, socket_sndbuf)
     meta.put_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET, socket_rcvbuf)

@@ -11,6 +11,10 @@ acknowledged the removal.
 - publications: one :class:`SendChannelEndpoint` per transport (endpoint + interface), shared by every
   publication on it; non-exclusive publications of one stream on one transport share a log and a session;
   counters pub-pos, pub-lmt, snd-pos, snd-lmt, snd-bpe (+ the endpoint's snd-channel status);
+- spies (``aeron-spy:aeron:udp?...``): a :class:`SpySubscription` links to every active network publication of
+  its channel (same endpoint and interface) and stream - and to every later one - with its own sub-pos counter
+  and an image of the publication's log (source identity ``aeron:ipc``, as aeronmd); the sender agent counts
+  its position in pub-lmt;
 - subscriptions: one :class:`ReceiveChannelEndpoint` per transport (it binds the endpoint), streams counted;
   each image gets ``images/<correlationId>.logbuffer``, rcv-hwm and rcv-pos, and one sub-pos per subscription,
   announced with ON_AVAILABLE_IMAGE; an image that times out or ends is announced with ON_UNAVAILABLE_IMAGE.
@@ -28,7 +32,13 @@ from typing import Any
 from logbuf.channel import ChannelUri, InvalidChannelError
 from logbuf.cnc import counters as c
 from logbuf.cnc.loss_report import LossReport
-from logbuf.cnc.messages import AvailableImage, ControlResponse, ErrorCode, UnavailableImage
+from logbuf.cnc.messages import (
+    AvailableImage,
+    ControlResponse,
+    ErrorCode,
+    SubscriptionReady,
+    UnavailableImage,
+)
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
 from logbuf.driver.channel_params import (
     PublicationParams,
@@ -98,6 +108,30 @@ class NetworkSubscription:
         return stream_id == self.stream_id and (self.params is None or self.params.matches(session_id))
 
 
+class SpySubscription:
+    """An ``aeron-spy:`` subscription: the send transport it spies on (:attr:`UdpChannel.key`), its stream and
+    resolved parameters (session, tether)."""
+
+    __slots__ = ("registration_id", "client_id", "stream_id", "channel", "transport_key", "params")
+
+    def __init__(self, registration_id: int, client_id: int, stream_id: int, channel: str, transport_key: str,
+                 params: SubscriptionParams) -> None:
+        self.registration_id = registration_id
+        self.client_id = client_id
+        self.stream_id = stream_id
+        self.channel = channel
+        self.transport_key = transport_key
+        self.params = params
+
+    def matches(self, publication: NetworkPublication) -> bool:
+        """Whether this spy reads ``publication`` (its transport, stream, and session when it names one)."""
+        return (publication.endpoint_key == self.transport_key and publication.stream_id == self.stream_id
+                and self.params.matches(publication.session_id))
+
+
+SPY_SOURCE_IDENTITY = "aeron:ipc"  # what aeronmd announces as a spy image's source
+
+
 def _check_socket_buffers(transport: UdpTransport, channel: UdpChannel, sndbuf: int | None,
                           rcvbuf: int | None) -> None:
     """A channel that names socket buffers must agree with the endpoint it shares (one socket)."""
@@ -152,6 +186,7 @@ class NetworkConductor:
         self._send_impairment: Any = None
         self.publications: list[NetworkPublication] = []
         self.subscriptions: dict[int, NetworkSubscription] = {}
+        self.spies: dict[int, SpySubscription] = {}
         self.send_endpoints: dict[str, SendChannelEndpoint] = {}
         self.receive_endpoints: dict[str, ReceiveChannelEndpoint] = {}
         self._rng = random.SystemRandom()
@@ -401,6 +436,10 @@ class NetworkConductor:
                 now_ns=self.now_ns,
                 mtu=mtu,
                 ttl=channel.ttl,
+                spies_simulate_connection=params.spies_simulate_connection,
+                untethered_window_limit_timeout_ns=params.untethered_window_limit_timeout_ns,
+                untethered_resting_timeout_ns=params.untethered_resting_timeout_ns,
+                unblock_timeout_ns=ctx.unblock_timeout_ns,
             )
             endpoint.add(publication)
         except BaseException:
@@ -419,6 +458,8 @@ class NetworkConductor:
         with contextlib.suppress(ValueError):
             self.publications.remove(publication)
         publication.state = PublicationState.CLOSED
+        for link in publication.subscribers.values():  # (their counters go with the publication's)
+            self._announce_spy_unavailable(publication, link)  # every linked spy, resting ones too (aeronmd)
         self._closing_publications[publication.registration_id] = publication
         command = self.sender.new_command(lib.LBD_SND_REMOVE_PUBLICATION)
         command.endpoint_id = publication.endpoint_id
@@ -431,6 +472,8 @@ class NetworkConductor:
                 self._close_send_endpoint(endpoint)
 
     def _publication_removed(self, publication: NetworkPublication) -> None:
+        self.services.free_counters([link.counter_id for link in publication.subscribers.values()])
+        publication.subscribers.clear()
         self.services.free_counters(publication.counter_ids)
         self.services.delete_log(publication.log)
 
@@ -466,6 +509,99 @@ class NetworkConductor:
                 self.services.record_error(f"sender agent refused command {event.value} (endpoint "
                                            f"{event.endpoint_id}, publication {event.publication_id})")
         return len(events)
+
+    # -- spies -----------------------------------------------------------------------------------------
+
+    def add_spy_subscription(self, registration_id: int, client_id: int, uri: ChannelUri,
+                             params: SubscriptionParams, stream_id: int) -> SpySubscription:
+        """A spy on this driver's network publications of ``uri``'s transport and ``stream_id``: answered
+        ON_SUBSCRIPTION_READY (no channel status counter, as aeronmd), then an image of each one now active."""
+        channel = self.udp_channel(uri)
+        self.services.ensure_wake_semaphore(stream_id)
+        spy = SpySubscription(registration_id, client_id, stream_id, uri.canonical(), channel.key, params)
+        self.spies[registration_id] = spy
+        self.services.respond(ControlResponse.ON_SUBSCRIPTION_READY,
+                              SubscriptionReady(registration_id, c.NULL_COUNTER_ID))
+        for publication in self.publications:
+            if spy.matches(publication) and self._accepts_spies(publication):
+                self._link_spy(spy, publication)
+        return spy
+
+    @staticmethod
+    def _accepts_spies(publication: NetworkPublication) -> bool:
+        """Aeron's rule: an active publication, or a draining one that spies still read and whose sender
+        has not reached the end of its log."""
+        if publication.state == PublicationState.ACTIVE:
+            return True
+        return (publication.state == PublicationState.DRAINING
+                and any(link.included_in_limit for link in publication.subscribers.values())
+                and publication.log.producer_position() > publication.snd_pos)
+
+    def link_spies(self, publication: NetworkPublication) -> None:
+        """Every spy of a new publication's channel and stream reads it from now on (after its READY)."""
+        for spy in list(self.spies.values()):
+            if spy.matches(publication) and spy.registration_id not in publication.subscribers:
+                self._link_spy(spy, publication)
+
+    def _link_spy(self, spy: SpySubscription, publication: NetworkPublication) -> None:
+        if publication.spy_count >= lib.LBD_SND_MAX_SPIES:
+            self.services.record_error(f"spy {spy.registration_id} not linked to publication "
+                                       f"{publication.registration_id}: it has {lib.LBD_SND_MAX_SPIES} spies")
+            return
+        join = publication.snd_pos  # Aeron's join position for a spy: the sender's position
+        label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, spy.registration_id, publication.session_id,
+                                        publication.stream_id, spy.channel, join)
+        key = c.stream_position_key(spy.registration_id, publication.session_id, publication.stream_id,
+                                    spy.channel)
+        counters = self.services.counters
+        counter_id = counters.allocate(c.SUBSCRIBER_POSITION_TYPE_ID, label, key,
+                                       registration_id=spy.registration_id, owner_id=spy.client_id,
+                                       reference_id=publication.registration_id)
+        position = counters.position(counter_id)
+        position.set(join)
+        link = SubscriberLink(spy.registration_id, spy.client_id, counter_id, position, join,
+                              is_tether=spy.params.tether, now_ns=self.now_ns)
+        publication.add_spy(link)
+        self._announce_spy_available(publication, link)
+
+    def _announce_spy_available(self, publication: NetworkPublication, link: SubscriberLink) -> None:
+        self.services.respond(
+            ControlResponse.ON_AVAILABLE_IMAGE,
+            AvailableImage(publication.registration_id, publication.session_id, publication.stream_id,
+                           link.subscription_id, link.counter_id, str(publication.log.path), SPY_SOURCE_IDENTITY))
+
+    def _announce_spy_unavailable(self, publication: NetworkPublication, link: SubscriberLink,
+                                  channel: str | None = None) -> None:
+        """ON_UNAVAILABLE_IMAGE to a spy, naming its channel (aeronmd names ``aeron:ipc`` when an untethered
+        spy leaves)."""
+        if channel is None:
+            spy = self.spies.get(link.subscription_id)
+            channel = spy.channel if spy is not None else publication.channel
+        self.services.respond(
+            ControlResponse.ON_UNAVAILABLE_IMAGE,
+            UnavailableImage(publication.registration_id, link.subscription_id, publication.stream_id, channel))
+
+    def _remove_spy_subscription(self, registration_id: int) -> None:
+        self.spies.pop(registration_id, None)
+        for publication in self.publications:
+            link = publication.remove_spy(registration_id)
+            if link is not None:
+                # a freed counter is not reused before its free-for-reuse deadline: the agent's last reads
+                # (before it takes the removal) are safe
+                self.services.counters.free(link.counter_id)
+
+    def _check_untethered_spies(self) -> int:
+        work = 0
+        for publication in self.publications:
+            if publication.state != PublicationState.ACTIVE or not publication.subscribers:
+                continue
+            for event in publication.check_untethered(self.now_ns):
+                if event.available:
+                    self._announce_spy_available(publication, event.link)
+                elif event.available is False:
+                    self._announce_spy_unavailable(publication, event.link, SPY_SOURCE_IDENTITY)
+                work += 1
+        return work
 
     # -- subscriptions ---------------------------------------------------------------------------------
 
@@ -604,6 +740,9 @@ class NetworkConductor:
                 self._link(subscription, image, image.subscriber_join_position())
 
     def remove_subscription(self, registration_id: int) -> None:
+        if registration_id in self.spies:
+            self._remove_spy_subscription(registration_id)
+            return
         subscription = self.subscriptions.pop(registration_id, None)
         if subscription is None:
             return
@@ -884,7 +1023,17 @@ class NetworkConductor:
         """The conductor's per-cycle duty: the sender agent's events (the agent itself keeps pub-pos, pub-lmt
         and cleaning of every network publication)."""
         self.now_ns = now_ns
-        return self._on_sender_events() + self.on_receiver_events(now_ns)
+        return self._on_sender_events() + self.on_receiver_events(now_ns) + self._check_untethered_spies()
+
+    def on_timer(self, now_ns: int) -> int:
+        """Timer duty: claims a dead publisher left in a network publication's log are padded (counted in
+        the unblocked-publications system counter)."""
+        work = 0
+        for publication in self.publications:
+            if publication.on_timer(now_ns):
+                self.services.increment(c.SystemCounter.UNBLOCKED_PUBLICATIONS)
+                work += 1
+        return work
 
     def close(self) -> None:
         """Driver shutdown: sockets closed, logs closed and deleted (the agent's thread has stopped)."""

@@ -16,6 +16,18 @@ and retransmit settings):
 The Python state machines in :mod:`logbuf.driver.udp` (``PublicationSender`` and its parts) are the executable
 specification the agent follows; property tests compare the two.
 
+Spies (``aeron-spy:`` subscriptions of the same channel and stream) read the log as IPC subscribers do: each
+is a :class:`SubscriberLink` whose sub-pos counter the agent reads (:meth:`add_spy`); while the publication has
+subscribers pub-lmt is the slowest of snd-pos and the included spies plus the window.  With
+spies-simulate-connection (``ssc``) an included spy alone makes the publication connected and snd-pos follows the
+fastest spy while no receiver is there.  An untethered spy (``tether=false``) goes through the IPC publication's
+:class:`TetherState` steps, measured against snd-pos (Aeron's window limit for spies: a quarter window of slack),
+and rejoins at snd-pos.
+
+A publisher that dies mid-claim leaves the sender waiting at snd-pos: on the conductor's timer, a concurrent
+publication whose snd-pos sat behind the producer for the unblock timeout has that claim padded
+(:meth:`on_timer`, Aeron's rule), so the stream goes on.
+
 When its last publisher leaves, the publication drains: the end of stream is where the producer stopped; the
 agent's heartbeats carry the EOS flag once snd-pos is there, and it reports the publication drained when every
 receiver acknowledged it (an SM with the EOS flag), when no receiver is connected, or after the linger timeout.
@@ -25,12 +37,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from logbuf.driver.ipc_publication import PublicationState
+from logbuf.driver.ipc_publication import (
+    DEFAULT_UNBLOCK_TIMEOUT_NS,
+    PublicationState,
+    SubscriberLink,
+    UntetheredEvent,
+    advance_untethered,
+)
 from logbuf.driver.sender import Sender
 from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl
 from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.udp.sender_schedule import DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_SETUP_INTERVAL_NS
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.logbuffer.term_unblocker import unblock
 from logbuf.native import ffi, lib
 from logbuf.position import Position
 
@@ -85,6 +105,10 @@ class NetworkPublication:
         ttl: int = 0,
         setup_interval_ns: int = DEFAULT_SETUP_INTERVAL_NS,
         heartbeat_interval_ns: int = DEFAULT_HEARTBEAT_INTERVAL_NS,
+        spies_simulate_connection: bool = False,
+        untethered_window_limit_timeout_ns: int = 5_000_000_000,
+        untethered_resting_timeout_ns: int = 10_000_000_000,
+        unblock_timeout_ns: int = DEFAULT_UNBLOCK_TIMEOUT_NS,
     ) -> None:
         if not 0 < window_length <= log.term_length // 2:
             raise ValueError(f"publication window {window_length} must be in (0, T/2]")
@@ -113,7 +137,13 @@ class NetworkPublication:
         self.initial_position = log.producer_position()
         self.channel_status_id = channel_status_id
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
-        self.subscribers: dict = {}  # IPC subscribers never link to a network publication
+        self.subscribers: dict[int, SubscriberLink] = {}  # spies, by subscription registration id
+        self.spies_simulate_connection = spies_simulate_connection
+        self.untethered_window_limit_timeout_ns = untethered_window_limit_timeout_ns
+        self.untethered_resting_timeout_ns = untethered_resting_timeout_ns
+        self.unblock_timeout_ns = unblock_timeout_ns
+        self._last_snd_pos = log.producer_position()
+        self._time_of_last_snd_move_ns = now_ns
         self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
         self.end_of_stream_position: int | None = None
@@ -159,6 +189,56 @@ class NetworkPublication:
         command.now_ns = self.created_ns
         command.destination_length = len(self.destination)
         command.destination[0 : len(self.destination)] = self.destination
+        command.spies_simulate_connection = 1 if self.spies_simulate_connection else 0
+
+    # -- spies -----------------------------------------------------------------------------------------
+
+    def _spy_command(self, command_type: int, link: SubscriberLink) -> Any:
+        command = self._sender.new_command(command_type)
+        command.endpoint_id = self.endpoint_id
+        command.publication_id = self.registration_id
+        command.subscription_id = link.subscription_id
+        command.spy_included = 1 if link.included_in_limit else 0
+        return command
+
+    def add_spy(self, link: SubscriberLink) -> None:
+        """A spy reads the log from now on: its sub-pos counts toward pub-lmt (the agent reads it)."""
+        self.subscribers[link.subscription_id] = link
+        command = self._spy_command(lib.LBD_SND_ADD_SPY, link)
+        command.spy_pos = ffi.cast("int64_t *", link.position.pointer)
+        self._sender.offer(command)
+
+    def remove_spy(self, subscription_id: int) -> SubscriberLink | None:
+        """The spy leaves; once the agent took the command it no longer reads the counter."""
+        link = self.subscribers.pop(subscription_id, None)
+        if link is not None:
+            self._sender.offer(self._spy_command(lib.LBD_SND_REMOVE_SPY, link))
+        return link
+
+    @property
+    def spy_count(self) -> int:
+        return len(self.subscribers)
+
+    def check_untethered(self, now_ns: int) -> list[UntetheredEvent]:
+        """Untethered spies through active -> linger -> resting -> active (Aeron's rule for spies: behind
+        ``snd-pos - window + window/4`` for the window-limit timeout; they rejoin at snd-pos); the agent learns
+        whether each changed link counts toward pub-lmt."""
+        untethered = [link for link in self.subscribers.values() if not link.is_tether]
+        if not untethered:
+            return []
+        snd_pos = self.snd_pos
+        window_limit = snd_pos - self.window_length + self.window_length // 4
+        events = advance_untethered(untethered, now_ns, window_limit, snd_pos,
+                                    self.untethered_window_limit_timeout_ns, self.untethered_resting_timeout_ns)
+        for event in events:
+            if event.available is not False:
+                self._sender.offer(self._spy_command(lib.LBD_SND_SET_SPY_INCLUDED, event.link))
+        return events
+
+    def spies_caught_up(self, end_position: int) -> bool:
+        """Every spy that holds the publication back has read to ``end_position``."""
+        return all(link.position.get() >= end_position for link in self.subscribers.values()
+                   if link.included_in_limit)
 
     # -- conductor duty --------------------------------------------------------------------------------
 
@@ -167,7 +247,27 @@ class NetworkPublication:
         return 0
 
     def on_timer(self, now_ns: int) -> bool:
-        return False  # a network publication's sender never waits on a claim: nothing to unblock
+        """Timer duty (Aeron's): the sender waits at snd-pos for a frame to be committed; a concurrent
+        publication whose snd-pos sat still behind the producer for the unblock timeout - a publisher died
+        mid-claim - has the claim there padded; a draining one at once.  True when something was unblocked."""
+        snd_pos = self.snd_pos
+        producer = self.log.producer_position()
+        if snd_pos < 0 or snd_pos % FRAME_ALIGNMENT:
+            return False  # (cnc.dat is writable by clients: never unblock off a frame boundary)
+        if self.state == PublicationState.DRAINING:
+            return producer > snd_pos and unblock(self.log, snd_pos)
+        if self.is_exclusive or self.state != PublicationState.ACTIVE:
+            return False
+        if snd_pos != self._last_snd_pos or producer <= snd_pos:
+            self._last_snd_pos = snd_pos
+            self._time_of_last_snd_move_ns = now_ns
+            return False
+        if now_ns - self._time_of_last_snd_move_ns <= self.unblock_timeout_ns:
+            return False
+        if unblock(self.log, snd_pos):
+            self._time_of_last_snd_move_ns = now_ns
+            return True
+        return False
 
     def join_position(self) -> int:
         return self.log.producer_position()
@@ -197,8 +297,14 @@ class NetworkPublication:
         self.drained_reason = reason
 
     def is_drained(self, now_ns: int) -> bool:
-        """The agent reported it drained (or, should it never answer, the linger passed twice over)."""
-        return bool(self.drained_reason) or now_ns >= self.drain_deadline_ns + self._linger_ns
+        """The agent reported it drained and the spies read to the end of stream (or the linger passed;
+        should the agent never answer, twice over)."""
+        if now_ns >= self.drain_deadline_ns + self._linger_ns:
+            return True
+        if not self.drained_reason:
+            return False
+        end = self.end_of_stream_position
+        return end is None or now_ns >= self.drain_deadline_ns or self.spies_caught_up(end)
 
     @property
     def counter_ids(self) -> list[int]:

@@ -147,7 +147,8 @@ class DriverServices:
             fill_publication_metadata(log, params.linger_timeout_ns, params.untethered_window_limit_timeout_ns,
                                       params.untethered_resting_timeout_ns, signal_eos=params.signal_eos,
                                       sparse=params.sparse, socket_sndbuf=params.socket_sndbuf or 0,
-                                      socket_rcvbuf=params.socket_rcvbuf or 0)
+                                      socket_rcvbuf=params.socket_rcvbuf or 0,
+                                      spies_simulate_connection=params.spies_simulate_connection)
         except BaseException:
             self._discard(log)
             raise

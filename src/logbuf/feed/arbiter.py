@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from logbuf.feed import moldudp64
 from logbuf.feed.config import DEFAULT_MAX_JUMP, ArbiterConfig
 from logbuf.feed.coverage import Hole
 from logbuf.feed.events import (
@@ -57,6 +56,7 @@ from logbuf.feed.stats import (
     counter_values,
     new_delay_stats,
 )
+from logbuf.marketdata import moldudp64
 
 try:
     from logbuf._native import ffi, lib

@@ -12,9 +12,9 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from logbuf.feed import moldudp64
 from logbuf.feed.events import FeedMode
-from logbuf.feed.moldudp64 import MAX_MESSAGE_COUNT, MAX_SEQUENCE
+from logbuf.marketdata import moldudp64
+from logbuf.marketdata.moldudp64 import MAX_MESSAGE_COUNT, MAX_SEQUENCE
 
 NANOS_PER_MILLI = 1_000_000
 NANOS_PER_SECOND = 1_000_000_000

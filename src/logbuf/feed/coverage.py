@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 
-from logbuf.feed.moldudp64 import BLOCK_LENGTH_SIZE, HEADER_LENGTH
+from logbuf.marketdata.moldudp64 import BLOCK_LENGTH_SIZE, HEADER_LENGTH
 
 Hole = tuple[int, int]  # inclusive (first, last) sequence range
 

@@ -22,7 +22,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from logbuf.feed import moldudp64
+from logbuf.marketdata import moldudp64
 
 
 class Feed(IntEnum):

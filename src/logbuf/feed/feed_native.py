@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from logbuf.feed.events import Feed
-from logbuf.feed.moldudp64 import HEADER_LENGTH
+from logbuf.marketdata.moldudp64 import HEADER_LENGTH
 
 try:
     from logbuf._native import ffi, lib

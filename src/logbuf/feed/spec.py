@@ -4,7 +4,7 @@ The feed handler runs the same state machine in C (``native/feed.c``, behind :cl
 property tests feed both the same random packet streams and require identical events, deliveries and counters.
 This module is the readable statement of the rules; it is not on the hot path.
 
-Fed packets (raw bytes or decoded :mod:`~logbuf.feed.moldudp64` tuples) with their feed and arrival time, and
+Fed packets (raw bytes or decoded :mod:`~logbuf.marketdata.moldudp64` tuples) with their feed and arrival time, and
 clock ticks; returns :mod:`~logbuf.feed.events` in stream order. No sockets, no clock, no threads.
 
 **Per-message arbitration** (arbitrating per packet instead loses the fresh tail of a catch-up packet). Messages are processed by sequence number across feeds; a packet
@@ -74,7 +74,6 @@ from collections import deque
 
 import numpy as np
 
-from logbuf.feed import moldudp64
 from logbuf.feed.config import (  # noqa: F401  (re-exported: the settings the specification runs under)
     DEFAULT_MAX_JUMP,
     DEFAULT_MAX_QUEUE_BYTES,
@@ -98,12 +97,6 @@ from logbuf.feed.events import (
     QueueOverflow,
     RecoveryRequest,
     SessionChanged,
-)
-from logbuf.feed.moldudp64 import (
-    END_OF_SESSION_COUNT,
-    HEADER_LENGTH,
-    HEARTBEAT_COUNT,
-    MAX_SEQUENCE,
 )
 from logbuf.feed.recovery import Recovery
 from logbuf.feed.stats import (
@@ -130,6 +123,13 @@ from logbuf.feed.stats import (
     FeedStats,
     counter_values,
     new_delay_stats,
+)
+from logbuf.marketdata import moldudp64
+from logbuf.marketdata.moldudp64 import (
+    END_OF_SESSION_COUNT,
+    HEADER_LENGTH,
+    HEARTBEAT_COUNT,
+    MAX_SEQUENCE,
 )
 
 _HEADER = struct.Struct(">10sQH")

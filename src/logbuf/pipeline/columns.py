@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from logbuf.feed import itch
+from logbuf.marketdata import itch
 from logbuf.recording import schema
 
 _INT_COLUMNS = ("order_ref", "new_order_ref", "shares", "price")

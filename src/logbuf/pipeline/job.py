@@ -438,7 +438,7 @@ class Analysis:
 
     def _messages(self) -> None:
         """Type mix, symbols and wins per window from ONE scan of the messages (GROUPING SETS)."""
-        from logbuf.feed import itch
+        from logbuf.marketdata import itch
 
         view = f"logbuf_messages_{id(self)}"
         self.src.messages.createOrReplaceTempView(view)

@@ -1,6 +1,6 @@
 """A synthetic recording with KNOWN faults, for the analytics' tests, the demo and the benchmarks.
 
-The day's messages come from :mod:`logbuf.feed.synth` (stateful ITCH 5.0). Instead of replaying them over UDP,
+The day's messages come from :mod:`logbuf.exchange.synth` (stateful ITCH 5.0). Instead of replaying them over UDP,
 the generator computes, per feed, what a recorder on the receiving side would have written - packets, their
 arrival times, the delivered messages and the handler's gap events - with these faults injected on purpose::
 
@@ -38,10 +38,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from logbuf.feed import itch
-from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE, scan_frames
-from logbuf.feed.moldudp64 import HEADER_LENGTH as MOLD_HEADER
-from logbuf.feed.synth import OPEN_NS, SynthConfig, SyntheticDay
+from logbuf.exchange.dayfile import LENGTH_PREFIX_SIZE, scan_frames
+from logbuf.exchange.synth import OPEN_NS, SynthConfig, SyntheticDay
+from logbuf.marketdata import itch
+from logbuf.marketdata.moldudp64 import HEADER_LENGTH as MOLD_HEADER
 from logbuf.pipeline.columns import feed_array, messages_table
 from logbuf.pipeline.errors import PipelineConfigError, PipelineError
 from logbuf.recording import schema

@@ -12,7 +12,7 @@ Nothing here loops over messages in Python.  A message travels in two steps:
 
 2. **decode** (when rows are written, :func:`decode_columns`, ~250 k rows at a time): one pass of header
    fields over all rows, then per ITCH type present a reinterpretation of its rows as that type's numpy
-   layout (:func:`logbuf.feed.itch.message_dtype`, widened to 64 bytes) and a scatter of its fields into
+   layout (:func:`logbuf.marketdata.itch.message_dtype`, widened to 64 bytes) and a scatter of its fields into
    plain column arrays.  Doing this per quarter-million rows instead of per poll batch makes the numpy call
    overhead vanish.
 
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from logbuf.errors import LogbufError
-from logbuf.feed import itch
+from logbuf.marketdata import itch
 
 if TYPE_CHECKING:  # pyarrow is imported lazily: the module stays importable without the analytics extra
     import pyarrow as pa

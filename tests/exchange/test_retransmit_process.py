@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from logbuf.feed.dayfile import DayFileReader
+from logbuf.exchange.dayfile import DayFileReader
 from logbuf.samples.ports import free_udp_ports
 from support import WaitTimeout, child_env, lines_of, stop_process, wait_until
 
@@ -95,7 +95,7 @@ def test_child_serves_every_sent_message_and_leaves_nothing(tiny_day: Path, sig:
     try:
         assert child != proc.pid and _alive(child)
         with open(f"/proc/{child}/cmdline", "rb") as f:
-            assert b"logbuf.feed.retransmit" in f.read()
+            assert b"logbuf.exchange.retransmit.process" in f.read()
         answer = _ask(port, 150, 5)
         assert answer is not None
         # the ring is an anonymous memfd: it has no name anywhere to leave behind
@@ -148,7 +148,8 @@ def test_a_busy_retransmission_port_fails_before_anything_starts(tiny_day: Path)
 
 
 def test_retransmit_process_answers_what_the_parent_publishes(tiny_day: Path) -> None:
-    from logbuf.feed.retransmit import RetransmitError, RetransmitProcess
+    from logbuf.exchange.retransmit.process import RetransmitProcess
+    from logbuf.exchange.retransmit.ring import RetransmitError
 
     with pytest.raises(RetransmitError):
         RetransmitProcess(tiny_day, "127.0.0.1", 0, session="SYNTH0001", ring_bits=40)

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logbuf.feed import itch
-from logbuf.feed.dayfile import DayFileReader, DayFileWriter, read_messages
+from logbuf.exchange.dayfile import DayFileReader, DayFileWriter, read_messages
+from logbuf.marketdata import itch
 
 _ALPHA = st.integers(0x20, 0x7E).map(lambda i: bytes([i]))
 _INT = {"H": 2**16 - 1, "I": 2**32 - 1, "Q": 2**64 - 1}

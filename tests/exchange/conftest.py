@@ -1,4 +1,4 @@
-"""Shared fixtures of the feed tests: small synthetic day files (tshark comes from the root conftest)."""
+"""Shared fixtures of the exchange simulator tests: small synthetic day files (tshark comes from the root conftest)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))  # the feed layer needs no native build; run from a source checkout too
+sys.path.insert(0, str(ROOT / "src"))  # the simulator needs no native build; run from a source checkout too
 os.environ.setdefault("ITCH_NO_CPP", "1")  # itchfeed: the pure-Python parser is the reference
 
-from logbuf.feed.synth import SynthConfig, write_day  # noqa: E402
+from logbuf.exchange.synth import SynthConfig, write_day  # noqa: E402
 
 SMALL_DAY_MESSAGES = 30_000
 

@@ -45,8 +45,8 @@ from typing import NamedTuple
 import numpy as np
 
 from logbuf.errors import LogbufError
-from logbuf.feed import itch
-from logbuf.feed.dayfile import LENGTH_PREFIX_SIZE, DayFileWriter
+from logbuf.exchange.dayfile import LENGTH_PREFIX_SIZE, DayFileWriter
+from logbuf.marketdata import itch
 
 NS = 1_000_000_000
 HOUR = 3600 * NS

@@ -10,18 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from logbuf.feed import moldudp64 as m
-from logbuf.feed.dayfile import DayFileReader
-from logbuf.feed.replay import (
-    EventKind,
-    FaultConfig,
-    FeedConfig,
-    ReplayConfig,
-    ReplayCore,
-    ReplayServer,
-    parse_host_port,
-)
-from logbuf.feed.synth import OPEN_NS
+from logbuf.channel import parse_endpoint
+from logbuf.exchange.dayfile import DayFileReader
+from logbuf.exchange.replay.config import FaultConfig, FeedConfig, ReplayConfig
+from logbuf.exchange.replay.core import ReplayCore
+from logbuf.exchange.replay.schedule import EventKind
+from logbuf.exchange.replay.sender import ReplayServer
+from logbuf.exchange.synth import OPEN_NS
+from logbuf.marketdata import moldudp64 as m
 
 QUICK_END = {"end_of_session_count": 2, "end_of_session_interval_ns": 0}
 
@@ -55,7 +51,7 @@ def test_packets_respect_budget_and_carry_every_message_in_order(small_day: Path
 
 def test_flush_on_time_gap(small_day: Path) -> None:
     events, _, raw = _events(small_day, speed=None, flush_gap_ns=10_000)
-    from logbuf.feed import itch
+    from logbuf.marketdata import itch
 
     for e in _data(events):
         ts = [itch.timestamp_of(msg) for msg in m.decode(e.data).messages]
@@ -66,7 +62,7 @@ def test_flush_on_time_gap(small_day: Path) -> None:
 
 @pytest.mark.parametrize("speed", [1.0, 10.0])
 def test_send_times_follow_scaled_timestamps(small_day: Path, speed: float) -> None:
-    from logbuf.feed import itch
+    from logbuf.marketdata import itch
 
     events, _, raw = _events(small_day, speed=speed, start="open")
     data = _data(events)
@@ -80,7 +76,7 @@ def test_send_times_follow_scaled_timestamps(small_day: Path, speed: float) -> N
 
 
 def test_start_phase_keeps_sequence_numbers(small_day: Path) -> None:
-    from logbuf.feed import itch
+    from logbuf.marketdata import itch
 
     events, core, raw = _events(small_day, speed=None, start="open")
     first_open = next(i for i, r in enumerate(raw) if itch.timestamp_of(r) >= OPEN_NS)
@@ -302,7 +298,7 @@ def test_scheduled_freezes_fall_on_the_period(small_day: Path) -> None:
 
 def test_packet_columns_match_the_plans(small_day: Path) -> None:
     """Packetiser.columns cuts exactly where plans() does: budget, time gaps, forced cuts, message cap."""
-    from logbuf.feed.replay import Packetiser
+    from logbuf.exchange.replay.plans import Packetiser
 
     packetiser = Packetiser(500, 20_000, cuts=[1_000, 1_017, 29_000])
     with DayFileReader(small_day) as reader:
@@ -467,15 +463,27 @@ def test_cli_user_errors_exit_2_without_traceback(argv, fragment, small_day: Pat
     assert fragment in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("bad", ["nohost", "host:", ":80", "h:99999", "h:x"])
+@pytest.mark.parametrize(("text", "address"), [("127.0.0.1:30001", ("127.0.0.1", 30001)), ("[::1]:30001", ("::1", 30001)),
+                                               ("[ff02::1]:0", ("ff02::1", 0))])
+def test_the_replay_and_the_feed_handler_read_host_port_alike(text: str, address: tuple[str, int]) -> None:
+    from logbuf.cli import build_parser
+
+    replay = build_parser(["replay"]).parse_args(["replay", "day.itch", "--feed-a", text, "--retransmit", text])
+    handler = build_parser(["feed"]).parse_args(["feed", "--feed-a", text, "--retransmit", text])
+    assert replay.feed_a == replay.retransmit == handler.feed_a == handler.retransmit == address
+
+
+@pytest.mark.parametrize("bad", ["nohost", "host:", ":80", "h:99999", "h:x", "[::1]", "[::1:80", "[::1]80", "::1:80",
+                                 "[::1]]:80", "[[::1]:80", "h]:80"])
 def test_bad_host_port(bad: str) -> None:
-    with pytest.raises(ValueError, match="not host:port"):
-        parse_host_port(bad)
+    with pytest.raises(ValueError, match="must be host:port|port out of range"):
+        parse_endpoint(bad)
     from logbuf.cli import main
 
-    with pytest.raises(SystemExit) as exc:
-        main(["replay", "x", "--feed-a", bad])
-    assert exc.value.code == 2
+    for argv in (["replay", "x", "--feed-a", bad], ["feed", "--feed-a", bad]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
 
 
 def test_packet_rate_paces_full_packets(small_day: Path) -> None:
@@ -508,7 +516,7 @@ def test_loss_only_short_path_matches_the_general_path(small_day: Path) -> None:
 def test_the_command_lines_fault_spec_reaches_every_fault_including_scheduled_freezes() -> None:
     import argparse
 
-    from logbuf.feed.commands import _faults
+    from logbuf.exchange.commands import _faults
 
     spec = _faults("loss=0.005,freeze-every=10000,freeze-ms=150")
     assert spec == {"loss": 0.005, "freeze_every_ms": 10_000.0, "freeze_ms": (150.0, 150.0)}

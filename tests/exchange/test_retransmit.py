@@ -11,16 +11,13 @@ import numpy as np
 import pytest
 
 from logbuf.errors import LogbufError
-from logbuf.feed import moldudp64 as m
-from logbuf.feed.dayfile import DayFileReader
-from logbuf.feed.retransmit import (
-    FairService,
-    MessageRing,
-    RateLimiter,
-    RetransmitCore,
-    RetransmitError,
-    make_server,
-)
+from logbuf.exchange.dayfile import DayFileReader
+from logbuf.exchange.retransmit.core import RetransmitCore
+from logbuf.exchange.retransmit.fair import FairService
+from logbuf.exchange.retransmit.rate import RateLimiter
+from logbuf.exchange.retransmit.ring import MessageRing, RetransmitError
+from logbuf.exchange.retransmit.server import make_server
+from logbuf.marketdata import moldudp64 as m
 from logbuf.samples.ports import free_udp_ports
 from support import child_env, stop_process, wait_until
 

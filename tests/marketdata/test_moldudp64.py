@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from logbuf.feed import moldudp64 as m
+from logbuf.marketdata import moldudp64 as m
 
 sessions = st.binary(min_size=0, max_size=10).filter(lambda b: b.isascii())
 sequences = st.integers(min_value=1, max_value=2**64 - 1)

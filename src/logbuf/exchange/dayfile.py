@@ -23,7 +23,7 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 
 from logbuf.errors import LogbufError
-from logbuf.feed import itch
+from logbuf.marketdata import itch
 
 LENGTH_PREFIX_SIZE = 2
 DEFAULT_BLOCK_MESSAGES = 65_536

@@ -48,7 +48,7 @@ MAX_SEQUENCE = 2**64 - 1
 MAX_UDP_PAYLOAD_ON_ETHERNET = 1472
 DEFAULT_PAYLOAD_BUDGET = 1400
 
-_HEADER = struct.Struct(">10sQH")
+HEADER = struct.Struct(">10sQH")  # session, sequence, message count: the packet header (big-endian)
 _BLOCK_LENGTH = struct.Struct(">H")
 _PAD = b" "
 
@@ -114,7 +114,7 @@ def encode_header(session: str | bytes, sequence: int, count: int) -> bytes:
     _check_sequence(sequence)
     if not 0 <= count <= END_OF_SESSION_COUNT:
         raise MoldUDP64Error(f"message count {count} does not fit in an unsigned 16-bit field")
-    return _HEADER.pack(encode_session(session), sequence, count)
+    return HEADER.pack(encode_session(session), sequence, count)
 
 
 def encode_downstream(session: str | bytes, sequence: int, messages: Iterable[bytes]) -> bytes:
@@ -166,7 +166,7 @@ def decode_header(buf: bytes | bytearray | memoryview) -> tuple[bytes, int, int]
     """(session, sequence, count) of a packet; checks only that the 20-byte header is present."""
     if len(buf) < HEADER_LENGTH:
         raise MoldUDP64Error(f"packet of {len(buf)} bytes is shorter than the {HEADER_LENGTH}-byte header")
-    return _HEADER.unpack_from(buf, 0)
+    return HEADER.unpack_from(buf, 0)
 
 
 def iter_blocks(buf: bytes | bytearray | memoryview, count: int, offset: int = HEADER_LENGTH) -> Iterator[bytes]:
@@ -207,7 +207,7 @@ def decode_request(buf: bytes | bytearray | memoryview) -> RequestPacket:
     """Decode a re-request; it must be exactly 20 bytes with a count of 1..0xFFFE and a sequence >= 1."""
     if len(buf) != REQUEST_LENGTH:
         raise MoldUDP64Error(f"request packet of {len(buf)} bytes (must be exactly {REQUEST_LENGTH})")
-    session, sequence, count = _HEADER.unpack_from(buf, 0)
+    session, sequence, count = HEADER.unpack_from(buf, 0)
     if not 1 <= count <= MAX_MESSAGE_COUNT:
         raise MoldUDP64Error(f"requested count {count} is outside 1..{MAX_MESSAGE_COUNT}")
     if sequence < FIRST_SEQUENCE:

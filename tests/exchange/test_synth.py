@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from logbuf.feed import itch
-from logbuf.feed.dayfile import DayFileReader, read_messages
-from logbuf.feed.synth import CLOSE_NS, OPEN_NS, SynthConfig, write_day
+from logbuf.exchange.dayfile import DayFileReader, read_messages
+from logbuf.exchange.synth import CLOSE_NS, OPEN_NS, SynthConfig, write_day
+from logbuf.marketdata import itch
 from support import child_env, stop_process, wait_until
 
 
@@ -284,7 +284,7 @@ def _mixed_day(tiny_day: Path, seed: int) -> bytes:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_scan_matches_the_plain_definition(tiny_day: Path, seed: int) -> None:
-    from logbuf.feed.dayfile import scan_frames
+    from logbuf.exchange.dayfile import scan_frames
 
     rng = np.random.default_rng(seed)
     pure = tiny_day.read_bytes()
@@ -305,7 +305,7 @@ def test_scan_matches_the_plain_definition(tiny_day: Path, seed: int) -> None:
 ])
 def test_blocks_from_the_kept_index_equal_scanned_blocks(day: str, messages: int, sizes: tuple[int, ...],
                                                          request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    from logbuf.feed.dayfile import DayFileError
+    from logbuf.exchange.dayfile import DayFileError
 
     path: Path = request.getfixturevalue(day)
     with DayFileReader(path) as scanned, DayFileReader(path) as indexed:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from logbuf.feed import moldudp64 as m
-from logbuf.feed.dayfile import DayFileReader
-from logbuf.feed.replay import EventKind, FeedConfig, ReplayConfig, ReplayCore
+from logbuf.exchange.dayfile import DayFileReader
+from logbuf.exchange.replay.config import FeedConfig, ReplayConfig
+from logbuf.exchange.replay.core import ReplayCore
+from logbuf.exchange.replay.schedule import EventKind
+from logbuf.marketdata import moldudp64 as m
 from support.pcap import write_pcap
 
 PORT = 26400

@@ -14,9 +14,9 @@ from collections import Counter as Tally
 from dataclasses import dataclass, field
 
 from logbuf.client.client import connect
-from logbuf.feed import itch
 from logbuf.feed import published as out
 from logbuf.logbuffer.header import Header
+from logbuf.marketdata import itch
 
 
 @dataclass

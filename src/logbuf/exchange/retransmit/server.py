@@ -1,0 +1,229 @@
+"""The retransmission server's socket loop: each cycle drains the socket (up to a bound), then answers round-robin.
+
+A client that exceeds its rate gets a socket of its own, connected to it on the same port: the kernel then queues
+that client's datagrams apart (a flood overflows its own queue, not everybody's), and the loop reads a bounded
+number of them per cycle."""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from logbuf.errors import bind_error
+from logbuf.exchange.retransmit.core import RetransmitCore, RetransmitStats
+from logbuf.exchange.retransmit.fair import DEFAULT_QUEUE, FairService
+from logbuf.exchange.retransmit.rate import DEFAULT_BURST, DEFAULT_RATE, NANOS_PER_SECOND, RateLimiter
+from logbuf.exchange.retransmit.ring import MessageRing
+from logbuf.marketdata.moldudp64 import DEFAULT_PAYLOAD_BUDGET, REQUEST_LENGTH
+
+log = logging.getLogger(__name__)
+
+_RECV_SIZE = REQUEST_LENGTH + 1  # anything longer than a request reads as REQUEST_LENGTH + 1: wrong size
+_SOCKET_RCVBUF = 4 << 20
+_DRAIN_LIMIT = 4_096  # datagrams read from the shared socket per cycle (a flood cannot stall the answers)
+_ANSWERS_PER_CYCLE = 512  # answers per cycle before the sockets are read again
+_ISOLATE_MAX = 64  # clients with a connected socket of their own
+_ISOLATE_IDLE_NS = 5 * NANOS_PER_SECOND  # a quiet isolated client goes back to the shared socket
+_POLL_MS = 100  # how often an idle loop looks at its stop condition
+
+#: a UDP peer as ``recvfrom`` gives it: (host, port) for IPv4, (host, port, flowinfo, scope_id) for IPv6
+SocketAddress = tuple[str, int] | tuple[str, int, int, int]
+
+
+def _kernel_drops(sock: socket.socket) -> int:
+    """Datagrams the kernel dropped on ``sock`` (``drops`` of /proc/net/udp{,6}); 0 when unknown."""
+    try:
+        inode = str(os.fstat(sock.fileno()).st_ino)
+    except OSError:
+        return 0
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    columns = line.split()
+                    if len(columns) >= 13 and columns[9] == inode:
+                        return int(columns[-1])
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def bind_server_socket(host: str, port: int) -> socket.socket:
+    """A non-blocking UDP socket on (host, port) with SO_REUSEPORT (isolated clients share the port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:  # past net.core.rmem_max when allowed (CAP_NET_ADMIN), else as much as it grants
+            sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", socket.SO_RCVBUF), _SOCKET_RCVBUF)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_RCVBUF)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise bind_error(exc, (host, port)) from exc
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class RetransmitServer:
+    """One socket loop answering re-requests fairly; ``run`` in the calling thread or ``start`` a thread."""
+
+    def __init__(self, service: FairService[SocketAddress], sock: socket.socket | None = None, host: str = "127.0.0.1",
+                 port: int = 0, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.service = service
+        self.stats = service.stats
+        self.clock = clock
+        self.sock = sock if sock is not None else bind_server_socket(host, port)
+        self.sock.setblocking(False)
+        self.address = self.sock.getsockname()[:2]
+        self._isolated: dict[SocketAddress, tuple[socket.socket, list[int]]] = {}  # client -> (socket, [last seen])
+        self._by_fd: dict[int, socket.socket] = {self.sock.fileno(): self.sock}
+        self._poll = select.poll()
+        self._poll.register(self.sock, select.POLLIN)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- the loop ------------------------------------------------------------------------------------------
+
+    def run(self, should_stop: Callable[[], bool] | None = None, wake_fd: int | None = None) -> RetransmitStats:
+        """Serve until ``should_stop()`` (or :meth:`stop`), or until ``wake_fd`` is readable (end of file)."""
+        if wake_fd is not None:
+            self._poll.register(wake_fd, select.POLLIN)
+        service = self.service
+        clock = self.clock
+        try:
+            while not self._stop.is_set() and (should_stop is None or not should_stop()):
+                busy = service.pending > 0
+                ready = self._poll.poll(0 if busy else _POLL_MS)
+                for fd, _ in ready:
+                    if fd == wake_fd:
+                        return self.stats
+                    sock = self._by_fd.get(fd)
+                    if sock is not None:
+                        self._drain(sock, clock())
+                for _ in range(_ANSWERS_PER_CYCLE):
+                    turn = service.next_answer()
+                    if turn is None:
+                        break
+                    client, answer = turn
+                    if answer is not None:
+                        self._send(client, answer)
+                if self._isolated:
+                    self._expire(clock())
+        finally:
+            if wake_fd is not None:
+                self._poll.unregister(wake_fd)
+        return self.stats
+
+    def _drain(self, sock: socket.socket, now_ns: int) -> None:
+        service = self.service
+        shared = sock is self.sock
+        limit = _DRAIN_LIMIT if shared else service.queue  # an isolated flooder is read at its queue's pace
+        recvfrom = sock.recvfrom
+        for _ in range(limit):
+            try:
+                request, client = recvfrom(_RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # ECONNREFUSED etc. from an earlier answer to a vanished client: not a request
+                continue
+            service.receive(request, client, now_ns)
+            if not shared:
+                entry = self._isolated.get(client)
+                if entry is not None:
+                    entry[1][0] = now_ns
+            elif service.over_rate and client not in self._isolated:
+                self._isolate(client, now_ns)
+
+    def _isolate(self, client: SocketAddress, now_ns: int) -> None:
+        """Give a client that asks faster than it may a socket connected to it: its flood queues apart."""
+        if len(self._isolated) >= _ISOLATE_MAX:
+            return
+        try:
+            sock = socket.socket(self.sock.family, socket.SOCK_DGRAM)
+        except OSError:
+            return
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(self.sock.getsockname())
+            sock.connect(client)
+            sock.setblocking(False)
+        except OSError as exc:
+            log.debug("cannot isolate %s: %s", client, exc)
+            sock.close()
+            return
+        self._isolated[client] = (sock, [now_ns])
+        self._by_fd[sock.fileno()] = sock
+        self._poll.register(sock, select.POLLIN)
+        self.stats.isolated_clients += 1
+
+    def _expire(self, now_ns: int) -> None:
+        for client, (sock, seen) in list(self._isolated.items()):
+            if now_ns - seen[0] > _ISOLATE_IDLE_NS:
+                self._release(client, sock)
+
+    def _release(self, client: SocketAddress, sock: socket.socket) -> None:
+        self.stats.kernel_dropped += _kernel_drops(sock)
+        self._poll.unregister(sock)
+        self._by_fd.pop(sock.fileno(), None)
+        self._isolated.pop(client, None)
+        # datagrams still queued on it are lost with it; they are counted as kernel drops of a closed socket
+        sock.close()
+
+    def _send(self, client: SocketAddress, answer: bytes) -> None:
+        try:
+            self.sock.sendto(answer, client)
+        except OSError:  # buffer full or the client went away: UDP has no one to tell
+            self.stats.send_failed += 1
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def start(self) -> RetransmitServer:
+        """Serve in a thread of this process (for tests and tools; a replay uses :class:`RetransmitProcess`)."""
+        self._thread = threading.Thread(target=self.run, name="retransmit", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout)
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for client, (sock, _) in list(self._isolated.items()):
+            self._release(client, sock)
+        self.stats.kernel_dropped += _kernel_drops(self.sock)
+        self.sock.close()
+
+    def __enter__(self) -> RetransmitServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def make_server(session: str | bytes, ring: MessageRing, buffer: bytes | memoryview | np.ndarray, *,
+                budget: int = DEFAULT_PAYLOAD_BUDGET, rate: float = DEFAULT_RATE, burst: float = DEFAULT_BURST,
+                queue: int = DEFAULT_QUEUE, sock: socket.socket | None = None, host: str = "127.0.0.1",
+                port: int = 0) -> RetransmitServer:
+    """A server answering from ``ring`` / ``buffer`` with a per-client rate and a fair queue."""
+    limiter = RateLimiter(rate, burst)
+    core = RetransmitCore(session, ring, buffer, budget)
+    return RetransmitServer(FairService(core, limiter, queue), sock, host, port)
