@@ -115,7 +115,8 @@ def _bindable(port: int) -> bool:
 def test_mds_one_image_rebuilt_from_every_destination_and_answers_through_each(tmp_path: Path,
                                                                                raw: socket.socket) -> None:
     """One session sent to both destinations (frames split and duplicated between them): one image, every
-    frame once and in order, and its status messages come back through each destination it was heard on."""
+    frame once and in order, and its status messages and NAKs go back through each destination it was heard
+    on."""
     a, b = free_udp_port(), free_udp_port()
     with logbuf.MediaDriver.launch(tmp_path / "drv") as drv, logbuf.connect(drv.directory) as cl:
         sub = cl.add_subscription(MDS, STREAM)
@@ -134,6 +135,10 @@ def test_mds_one_image_rebuilt_from_every_destination_and_answers_through_each(t
         raw.sendto(setup(), ("127.0.0.1", b))  # a SETUP through b: answered at once, through both
         ports = {port for frame, port in frames_from(raw, 0.6) if isinstance(frame, StatusMessage)}
         assert ports == {a, b}
+        raw.sendto(data(b"after a gap", 64 * 9), ("127.0.0.1", a))  # 64 * 8 never comes: NAKed through both
+        naks = [(frame, port) for frame, port in frames_from(raw, 0.6) if isinstance(frame, Nak)]
+        assert {port for _, port in naks} == {a, b}
+        assert all((n.term_offset, n.length) == (64 * 8, 64) for n, _ in naks)  # type: ignore[attr-defined]
 
 
 def _sent_setup(raw: socket.socket, port: int) -> bool:
