@@ -115,6 +115,9 @@ typedef struct endpoint {
 typedef struct sent {
     int32_t length;
     uint8_t frame[64];
+    int64_t destination_id;        /* the destination it would have left through */
+    int32_t address_length;        /* and where to */
+    uint8_t address[LBD_ADDRESS_LENGTH];
 } sent_t;
 
 struct lbd_receiver {
@@ -132,6 +135,7 @@ struct lbd_receiver {
     uint8_t addresses[LBN_MAX_BATCH * LBN_ADDRESS_SLOT];
     sent_t *sent;                  /* test endpoints (fd -1): frames they would have sent */
     int32_t sent_head, sent_count;
+    sent_t last_taken;             /* the frame lbd_receiver_take_sent returned last */
 };
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -153,6 +157,10 @@ static void send_now(lbd_receiver_t *r, const destination_t *d, const uint8_t *f
         sent_t *s = &r->sent[(r->sent_head + r->sent_count) % SENT_CAPACITY];
         s->length = length < 64 ? length : 64;
         memcpy(s->frame, frame, (size_t)s->length);
+        s->destination_id = d->id;
+        s->address_length = address_length < 0 ? 0 : (address_length > LBD_ADDRESS_LENGTH ? LBD_ADDRESS_LENGTH
+                                                                                           : address_length);
+        memcpy(s->address, address, (size_t)s->address_length);
         r->sent_count++;
         return;
     }
@@ -1393,6 +1401,15 @@ int32_t lbd_receiver_feed(lbd_receiver_t *r, int32_t endpoint_id, const uint8_t 
                           const uint8_t *address, int32_t address_length, int64_t now_ns)
 {
     endpoint_t *e = find_endpoint(r, endpoint_id);
+    destination_t *first = e == NULL ? NULL : first_destination(e);
+    if (first == NULL) return -1;
+    return lbd_receiver_feed_via(r, endpoint_id, first->id, datagram, length, address, address_length, now_ns);
+}
+
+int32_t lbd_receiver_feed_via(lbd_receiver_t *r, int32_t endpoint_id, int64_t destination_id, const uint8_t *datagram,
+                              int32_t length, const uint8_t *address, int32_t address_length, int64_t now_ns)
+{
+    endpoint_t *e = find_endpoint(r, endpoint_id);
     if (e == NULL || length > SLOT_LENGTH) return -1;
     if (address_length < 0 || address_length > LBD_ADDRESS_LENGTH) address_length = 0;
     if (e->impairment != NULL) {
@@ -1401,8 +1418,8 @@ int32_t lbd_receiver_feed(lbd_receiver_t *r, int32_t endpoint_id, const uint8_t 
     }
     int32_t frames = 0, span = 0;
     int32_t kind = length < 0 ? LBN_MALFORMED : lbn_classify_data(datagram, length, &frames, &span);
-    destination_t *d = first_destination(e);
-    if (d == NULL) return -1;
+    destination_t *d = find_destination(e, destination_id);
+    if (d == NULL || d->removing) return -1;
     on_datagram(r, e, d, datagram, length, kind, span, address, address_length, now_ns);
     return 1;
 }
@@ -1423,6 +1440,7 @@ int32_t lbd_receiver_take_sent(lbd_receiver_t *r, uint8_t *out, int32_t max_leng
     sent_t *s = &r->sent[r->sent_head];
     int32_t n = s->length < max_length ? s->length : max_length;
     memcpy(out, s->frame, (size_t)n);
+    r->last_taken = *s;
     r->sent_head = (r->sent_head + 1) % SENT_CAPACITY;
     r->sent_count--;
     return n;
@@ -1440,4 +1458,11 @@ int32_t lbd_receiver_image_view(lbd_receiver_t *r, int64_t image_id, lbd_image_v
     out->state = im->state;
     out->subscribers = im->subscriber_count;
     return 0;
+}
+
+int64_t lbd_receiver_sent_to(lbd_receiver_t *r, uint8_t *address, int32_t *address_length)
+{
+    *address_length = r->last_taken.address_length;
+    memcpy(address, r->last_taken.address, (size_t)r->last_taken.address_length);
+    return r->last_taken.destination_id;
 }

@@ -179,6 +179,13 @@ int32_t lbd_receiver_feed(lbd_receiver_t *receiver, int32_t endpoint_id, const u
 int32_t lbd_receiver_poll_images(lbd_receiver_t *receiver, int64_t now_ns);
 /* Copies the oldest frame kept by an fd -1 endpoint into out (room for max_length); its length, or -1. */
 int32_t lbd_receiver_take_sent(lbd_receiver_t *receiver, uint8_t *out, int32_t max_length);
+/* As lbd_receiver_feed, through destination destination_id of an MDS endpoint (-1: none such). */
+int32_t lbd_receiver_feed_via(lbd_receiver_t *receiver, int32_t endpoint_id, int64_t destination_id,
+                              const uint8_t *datagram, int32_t length, const uint8_t *address, int32_t address_length,
+                              int64_t now_ns);
+/* Where the frame lbd_receiver_take_sent returned last went: its destination id; its address (room for
+ * LBD_ADDRESS_LENGTH bytes) and *address_length. */
+int64_t lbd_receiver_sent_to(lbd_receiver_t *receiver, uint8_t *address, int32_t *address_length);
 
 typedef struct lbd_image_view {
     int64_t rebuild_position;

@@ -443,3 +443,104 @@ def test_group_semantics_follow_the_group_key(group: str, multicast: bool, flags
 
     expected = {"true": True, "false": False, "infer": multicast or bool(flags & 0x40)}[group]
     assert treat_as_multicast(group, multicast, flags) is expected
+
+
+SOURCE2 = b"\x02\x00\x30\x3a\x7f\x00\x00\x02" + bytes(8)  # sockaddr_in 127.0.0.2:12346
+mds_op = st.one_of(
+    st.tuples(st.just("data"), st.integers(1, 3), st.integers(0, 1), st.integers(0, 11)),
+    st.tuples(st.just("setup"), st.integers(1, 3), st.integers(0, 1), st.just(0)),
+    # ticks around the 5 s a destination stays answered, the 200 ms SM timeout, the 10 s liveness
+    st.tuples(st.just("tick"), st.sampled_from([0, 150_000_000, 1_000_000_000, 2_500_000_000, 4_900_000_000,
+                                                5_100_000_000]) | st.integers(0, 3_000_000_000),
+              st.just(0), st.just(0)),
+    st.tuples(st.just("remove"), st.integers(1, 3), st.just(0), st.just(0)),
+    st.tuples(st.just("add"), st.integers(1, 3), st.just(0), st.just(0)),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(mds_op, max_size=40))
+def test_mds_image_answers_through_its_destinations_as_the_dispatcher(make_log: Callable[..., LogBuffers],
+                                                                      ops: list[tuple[str, int, int, int]]) -> None:
+    """An MDS endpoint (control-mode=manual): one image fed through several destinations from several
+    sources; each status message and NAK goes through every destination the image heard its sender on in the
+    last 5 s, to the source it heard there, as ReceiverDispatcher(manual=True) says; a removed destination
+    gets nothing more; the same rebuild position and high-water mark."""
+    sources = (SOURCE, SOURCE2)
+    raws = datagrams([[100]] * 12)
+    receiver = Receiver()
+    native = receiver._native
+    counters = ffi.new("int64_t[2]")
+    log = make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM)
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=9,
+                                    manual=1))
+    for destination in (1, 2, 3):
+        receiver.offer(receiver.command(lib.LBD_CMD_ADD_DESTINATION, endpoint_id=1, destination_id=destination,
+                                        fd=-1, send_fd=-1))
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    now = 1
+    receiver.offer(receiver.command(
+        lib.LBD_CMD_ADD_IMAGE, endpoint_id=1, image_id=1, session_id=SESSION, stream_id=STREAM, term_length=T,
+        initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
+        terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+        rcv_hwm=counters, rcv_pos=counters + 1, liveness_timeout_ns=10**10, sm_timeout_ns=200_000_000,
+        nak_delay_ns=100 * US, nak_retry_ns=10_000 * US, give_up_ns=-1, address=SOURCE, destination_id=1))
+    spec = ReceiverDispatcher(9, manual=True)
+    spec.add_subscription(STREAM)
+    image = ImageReceiver(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM),
+                          JOIN, now, receiver_id=9, window_length=T // 2, nak_delay=UnicastNakDelay(100 * US, 100))
+    spec.add_image(image, SOURCE, destination=1, now_ns=now)
+    out = ffi.new("uint8_t[64]")
+    address = ffi.new("uint8_t[32]")
+    address_length = ffi.new("int32_t *")
+
+    def sent() -> list[tuple[bytes, int, bytes]]:
+        frames = []
+        while (n := lib.lbd_receiver_take_sent(native, out, 64)) >= 0:
+            destination = lib.lbd_receiver_sent_to(native, address, address_length)
+            frames.append((bytes(ffi.buffer(out, n)), destination, bytes(ffi.buffer(address, address_length[0]))))
+        return frames
+
+    def expected(events: list[Any]) -> list[tuple[bytes, int, bytes]]:
+        return [(e.frame.encode()[:64], e.destination[0], e.destination[1]) for e in events if isinstance(e, Reply)]
+
+    def poll() -> None:
+        lib.lbd_receiver_poll_images(native, now)
+        assert sent() == expected(spec.poll(now, lambda i: i.rebuild_position))
+
+    receiver.do_work(now)
+    assert sent() == expected(spec.poll(now, lambda i: i.rebuild_position))
+    live = {1, 2, 3}
+    for kind, destination, source, index in ops:
+        if kind == "tick":
+            now += destination
+            poll()
+            continue
+        if kind == "remove" or kind == "add":
+            poll()  # what is due goes first; then the agent takes the command (and has nothing more to send)
+            if kind == "remove" and destination in live:
+                receiver.offer(receiver.command(lib.LBD_CMD_REMOVE_DESTINATION, endpoint_id=1,
+                                                destination_id=destination))
+                spec.remove_destination(destination)
+                live.discard(destination)
+            elif kind == "add" and destination not in live:
+                receiver.offer(receiver.command(lib.LBD_CMD_ADD_DESTINATION, endpoint_id=1,
+                                                destination_id=destination, fd=-1, send_fd=-1))
+                live.add(destination)
+            receiver.do_work(now)
+            assert sent() == []
+            receiver.poll_events()
+            continue
+        if destination not in live:
+            continue
+        raw = raws[index] if kind == "data" else SetupFrame(JOIN % T, SESSION, STREAM, INITIAL,
+                                                            INITIAL + JOIN // T, T, 1408, 0).encode()
+        events = spec.on_datagram(raw, now, sources[source], destination)
+        assert lib.lbd_receiver_feed_via(native, 1, destination, raw, len(raw), sources[source], 16, now) == 1
+        assert sent() == expected(events)
+        poll()
+        if spec.image(SESSION, STREAM) is not None:
+            assert lib.lbd_receiver_image_view(native, 1, ffi.new("lbd_image_view_t *")) == 0
+            assert (counters[0], counters[1]) == (image.hwm_position, image.rebuild_position)
+        now += 50 * US
+    receiver.close()

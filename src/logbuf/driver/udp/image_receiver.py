@@ -93,6 +93,7 @@ class ImageReceiver:
         self.end_of_stream_position: int | None = None
         self.state = ImageState.ACTIVE
         self.last_packet_ns = now_ns
+        self.packets_heard = 0  # data-plane packets that fit the image (they keep it and its connection alive)
         self.rtt_ns: int | None = None
         self.reliable = reliable
         self.rejected_reason: str | None = None  # set by reject()
@@ -124,6 +125,7 @@ class ImageReceiver:
             self.counters.invalid_packets += 1  # well formed, but not a fit for this image's terms
             return 0
         self.last_packet_ns = now_ns
+        self.packets_heard += 1
         position = d.compute_position(header.term_id, term_offset, self.position_bits, self.initial_term_id)
         if position < self.sm.last_sm_position:
             self.counters.flow_control_under_runs += 1
