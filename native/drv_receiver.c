@@ -34,6 +34,15 @@
 #define SENT_CAPACITY 4096
 
 #define META_END_OF_STREAM_POSITION 128
+#define DESTINATION_TIMEOUT_NS 5000000000LL  /* an MDS image answers a destination heard from this recently */
+
+/* Where an image's data came from through one destination, and where its SMs, NAKs and ERRs go back. */
+typedef struct connection {
+    int64_t destination_id;
+    uint8_t address[LBD_ADDRESS_LENGTH];
+    int32_t address_length;
+    int64_t last_ns;
+} connection_t;
 
 typedef struct image {
     int64_t id;
@@ -44,8 +53,8 @@ typedef struct image {
     int64_t *subscribers[LBD_MAX_SUBSCRIBERS];
     int32_t subscriber_count;
     lb_publication_t waker;        /* only waiting / wake are used (lb_wake_waiting) */
-    uint8_t source[LBD_ADDRESS_LENGTH];
-    int32_t source_length;
+    connection_t connections[LBD_MAX_DESTINATIONS];
+    int32_t connection_count;
     int32_t state;                 /* LBD_REASON_* (ACTIVE while active) */
     int32_t reported;              /* IMAGE_REMOVED offered */
     int64_t rebuild, hwm, eos, last_packet_ns, clean_position, rtt_ns;
@@ -58,6 +67,10 @@ typedef struct image {
     int32_t gap_active, gap_term_id, gap_offset, gap_length;
     int64_t gap_expiry_ns, gap_since_ns;
     int64_t liveness_ns;
+    int32_t reliable, rejoin;
+    /* rejected (REJECT_IMAGE): no more data taken, ERR frames instead of SMs */
+    int32_t rejected, reason_length;
+    uint8_t *reason;
     /* what was published */
     int64_t published_hwm, published_pos, tail_position;
     int32_t tail_term_count;
@@ -70,15 +83,21 @@ typedef struct pending {
     int64_t cool_until_ns; /* ignored until (INT64_MIN: not cooling) */
 } pending_t;
 
-typedef struct endpoint {
-    int32_t id, fd, send_fd;
-    int64_t receiver_id;
-    int64_t group_tag;
-    int32_t has_group_tag;          /* SMs are 44 bytes, the group tag after the receiver id */
-    int32_t explicit_control;
-    int64_t next_control_elicit_ns;
-    uint8_t control[LBD_ADDRESS_LENGTH];
+/* A socket an endpoint reads: its own (id 0), or one of an MDS endpoint's receive destinations. */
+typedef struct destination {
+    int64_t id;
+    int32_t fd, send_fd;
+    uint8_t control[LBD_ADDRESS_LENGTH];   /* SMs and NAKs go here (multicast control group), else to each source */
     int32_t control_length;
+    int32_t removing;
+} destination_t;
+
+typedef struct endpoint {
+    int32_t id;
+    int64_t receiver_id;
+    int32_t manual;                        /* MDS: destinations come and go, images track a connection per one */
+    destination_t destinations[LBD_MAX_DESTINATIONS];
+    int32_t destination_count;
     int32_t removing, reported;
     int32_t *streams;
     int32_t stream_count, stream_capacity;
@@ -96,6 +115,9 @@ typedef struct endpoint {
 typedef struct sent {
     int32_t length;
     uint8_t frame[64];
+    int64_t destination_id;        /* the destination it would have left through */
+    int32_t address_length;        /* and where to */
+    uint8_t address[LBD_ADDRESS_LENGTH];
 } sent_t;
 
 struct lbd_receiver {
@@ -113,6 +135,7 @@ struct lbd_receiver {
     uint8_t addresses[LBN_MAX_BATCH * LBN_ADDRESS_SLOT];
     sent_t *sent;                  /* test endpoints (fd -1): frames they would have sent */
     int32_t sent_head, sent_count;
+    sent_t last_taken;             /* the frame lbd_receiver_take_sent returned last */
 };
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -126,30 +149,35 @@ static void offer_event(lbd_receiver_t *r, const lbd_event_t *event)
     if (lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) != 1) r->counters.events_dropped++;
 }
 
-static void send_now(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int32_t length, const uint8_t *address,
-                     int32_t address_length)
+static void send_now(lbd_receiver_t *r, const destination_t *d, const uint8_t *frame, int32_t length,
+                     const uint8_t *address, int32_t address_length)
 {
-    if (e->fd < 0) {  /* a test endpoint: keep it */
+    if (d->fd < 0) {  /* a test endpoint: keep it */
         if (r->sent_count == SENT_CAPACITY) return;
         sent_t *s = &r->sent[(r->sent_head + r->sent_count) % SENT_CAPACITY];
         s->length = length < 64 ? length : 64;
         memcpy(s->frame, frame, (size_t)s->length);
+        s->destination_id = d->id;
+        s->address_length = address_length < 0 ? 0 : (address_length > LBD_ADDRESS_LENGTH ? LBD_ADDRESS_LENGTH
+                                                                                           : address_length);
+        memcpy(s->address, address, (size_t)s->address_length);
         r->sent_count++;
         return;
     }
     ssize_t n;
     do {
-        n = sendto(e->send_fd, frame, (size_t)length, MSG_DONTWAIT, (const struct sockaddr *)address,
+        n = sendto(d->send_fd, frame, (size_t)length, MSG_DONTWAIT, (const struct sockaddr *)address,
                    (socklen_t)address_length);
     } while (n < 0 && errno == EINTR);
 }
 
-static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, int32_t length,
-                       const uint8_t *address, int32_t address_length, int64_t now_ns)
+static void send_frame(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, const uint8_t *frame,
+                       int32_t length, const uint8_t *address, int32_t address_length, int64_t now_ns)
 {
-    if (e->control_length > 0) {
-        address = e->control;
-        address_length = e->control_length;
+    if (d == NULL) return;
+    if (d->control_length > 0) {
+        address = d->control;
+        address_length = d->control_length;
     }
     if (address_length <= 0) return;
     r->counters.control_bytes_sent += length;
@@ -157,7 +185,46 @@ static void send_frame(lbd_receiver_t *r, endpoint_t *e, const uint8_t *frame, i
         lbd_impairment_submit(e->send_impairment, frame, length, address, address_length, now_ns);
         return;
     }
-    send_now(r, e, frame, length, address, address_length);
+    send_now(r, d, frame, length, address, address_length);
+}
+
+static destination_t *find_destination(endpoint_t *e, int64_t id)
+{
+    for (int32_t i = 0; i < e->destination_count; i++) {
+        if (e->destinations[i].id == id) return &e->destinations[i];
+    }
+    return NULL;
+}
+
+/* A frame for the image's sender, through every connection (MDS: those heard from recently, unless `all`). */
+static void send_to_connections(lbd_receiver_t *r, endpoint_t *e, image_t *im, const uint8_t *frame, int32_t length,
+                                int all, int64_t now_ns)
+{
+    for (int32_t i = 0; i < im->connection_count; i++) {
+        const connection_t *c = &im->connections[i];
+        if (e->manual && !all && now_ns >= c->last_ns + DESTINATION_TIMEOUT_NS) continue;
+        send_frame(r, e, find_destination(e, c->destination_id), frame, length, c->address, c->address_length,
+                   now_ns);
+    }
+}
+
+/* MDS: the image heard from its sender through destination `d` (a new connection the first time). */
+static void track_connection(image_t *im, const destination_t *d, const uint8_t *source, int32_t source_length,
+                             int64_t now_ns)
+{
+    for (int32_t i = 0; i < im->connection_count; i++) {
+        if (im->connections[i].destination_id == d->id) {
+            im->connections[i].last_ns = now_ns;
+            return;
+        }
+    }
+    if (im->connection_count == LBD_MAX_DESTINATIONS || source_length <= 0 || source_length > LBD_ADDRESS_LENGTH)
+        return;
+    connection_t *c = &im->connections[im->connection_count++];
+    c->destination_id = d->id;
+    memcpy(c->address, source, (size_t)source_length);
+    c->address_length = source_length;
+    c->last_ns = now_ns;
 }
 
 /* ---- images ------------------------------------------------------------------------------------------- */
@@ -196,8 +263,27 @@ static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t posit
     put_i32(f + 24, im->window);
     put_i64(f + 28, e->receiver_id);
     if (e->has_group_tag) put_i64(f + LB_SM_LENGTH, e->group_tag);
-    send_frame(r, e, f, length, im->source, im->source_length, now_ns);
+    send_to_connections(r, e, im, f, length, 0, now_ns);
     r->counters.status_messages_sent++;
+}
+
+/* A rejected image's ERR frame (IMAGE_REJECTED and the reason) to every connection, as aeronmd sends them. */
+static void send_error(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t now_ns)
+{
+    uint8_t f[LB_ERR_HEADER_LENGTH + LB_ERR_MAX_TEXT_LENGTH];
+    const int32_t length = LB_ERR_HEADER_LENGTH + im->reason_length;
+    memset(f, 0, LB_ERR_HEADER_LENGTH);
+    put_i32(f, length);
+    f[6] = LB_HDR_TYPE_ERR;
+    put_i32(f + 8, im->session_id);
+    put_i32(f + 12, im->stream_id);
+    put_i64(f + 16, e->receiver_id);
+    put_i64(f + 24, 0);                 /* group tag: none (no gtag on receive channels) */
+    put_i32(f + 32, LBD_IMAGE_REJECTED);
+    put_i32(f + 36, im->reason_length);
+    if (im->reason_length > 0) memcpy(f + LB_ERR_HEADER_LENGTH, im->reason, (size_t)im->reason_length);
+    for (int32_t i = 0; i < im->connection_count; i++) r->counters.error_frames_sent++;
+    send_to_connections(r, e, im, f, length, 1, now_ns);
 }
 
 static void send_nak(lbd_receiver_t *r, endpoint_t *e, image_t *im, int32_t term_id, int32_t term_offset,
@@ -214,7 +300,7 @@ static void send_nak(lbd_receiver_t *r, endpoint_t *e, image_t *im, int32_t term
     put_i32(f + 16, term_id);
     put_i32(f + 20, term_offset);
     put_i32(f + 24, length);
-    send_frame(r, e, f, LB_NAK_LENGTH, im->source, im->source_length, now_ns);
+    send_to_connections(r, e, im, f, LB_NAK_LENGTH, 0, now_ns);
     r->counters.naks_sent++;
 }
 
@@ -287,16 +373,18 @@ static void close_corrupt(lbd_receiver_t *r, image_t *im, int32_t term_id, int32
     im->state = LBD_REASON_CORRUPT;
 }
 
-static void image_on_data(lbd_receiver_t *r, image_t *im, const uint8_t *dg, int32_t n, int32_t kind, int32_t span,
+static void image_on_data(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, image_t *im, const uint8_t *dg,
+                          int32_t n, int32_t kind, int32_t span, const uint8_t *source, int32_t source_length,
                           int64_t now_ns)
 {
-    if (im->state != LBD_REASON_ACTIVE) return;
+    if (im->state != LBD_REASON_ACTIVE || im->rejected) return;  /* rejected: it times out */
     const int32_t term_offset = lb_get_i32(dg + LB_TERM_OFFSET_OFFSET);
     if (term_offset >= im->term_length || (int64_t)term_offset + span > im->term_length) {
         r->counters.invalid_packets++;  /* well formed, but not a fit for this image's terms */
         return;
     }
     im->last_packet_ns = now_ns;
+    if (e->manual) track_connection(im, d, source, source_length, now_ns);
     const int32_t term_id = lb_get_i32(dg + LB_TERM_ID_OFFSET);
     const int64_t position = lb_compute_position(term_id, term_offset, im->position_bits, im->initial_term_id);
     if (position < im->last_sm_position) {
@@ -499,7 +587,7 @@ static int poll_needed(const image_t *im, int64_t consumption)
 static int64_t image_deadline(const image_t *im)
 {
     int64_t deadline = im->last_packet_ns + im->liveness_ns;
-    int64_t sm = (im->sm_forced || im->last_sm_ns < 0) ? 0 : im->last_sm_ns + im->sm_timeout_ns;
+    int64_t sm = ((im->sm_forced && !im->rejected) || im->last_sm_ns < 0) ? 0 : im->last_sm_ns + im->sm_timeout_ns;
     if (sm < deadline) deadline = sm;
     if (im->gap_active) {
         int64_t loss = im->gap_expiry_ns;
@@ -517,6 +605,12 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
         im->state = LBD_REASON_TIMED_OUT;
         return 0;
     }
+    if (im->rejected) {  /* ERR frames where SMs went, at the SM timeout, until the liveness timeout ends it */
+        if (now_ns - im->last_sm_ns < im->sm_timeout_ns) return 0;
+        send_error(r, e, im, now_ns);
+        im->last_sm_ns = now_ns;
+        return 1;
+    }
     int32_t work = 0;
     const int64_t consumption = consumption_position(im);
     for (int i = 0; i < (im->rebuild < im->hwm ? 4 : 0); i++) {
@@ -527,15 +621,16 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
             return work + 1;
         }
         if (result == SCAN_NAK) {
-            send_nak(r, e, im, term_id, offset, length, now_ns);
+            if (im->reliable) send_nak(r, e, im, term_id, offset, length, now_ns);
             lbd_event_t ev = image_event(LBD_EVENT_LOSS, im);
             ev.term_id = term_id;
             ev.term_offset = offset;
             ev.length = length;
             offer_event(r, &ev);
             work++;
+            if (!im->reliable) im->gap_active = 0;  /* reliable=false: filled instead of NAKed */
         }
-        if (result != SCAN_GIVE_UP) break;
+        if (result != SCAN_GIVE_UP && (result != SCAN_NAK || im->reliable)) break;
         fill_gap(im, term_id, offset, length);
         r->counters.loss_gap_fills++;
         work++;
@@ -631,8 +726,8 @@ static int cooling(endpoint_t *e, int32_t session_id, int32_t stream_id, int64_t
 }
 
 /* An SM with the SETUP flag: the sender (re)sends its SETUP. */
-static void send_setup_request(lbd_receiver_t *r, endpoint_t *e, int32_t session_id, int32_t stream_id,
-                               const uint8_t *source, int32_t source_length, int64_t now_ns)
+static void send_setup_request(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, int32_t session_id,
+                               int32_t stream_id, const uint8_t *source, int32_t source_length, int64_t now_ns)
 {
     uint8_t f[LB_SM_LENGTH + 8];
     memset(f, 0, sizeof(f));
@@ -644,12 +739,12 @@ static void send_setup_request(lbd_receiver_t *r, endpoint_t *e, int32_t session
     put_i32(f + 12, stream_id);
     put_i64(f + 28, e->receiver_id);
     if (e->has_group_tag) put_i64(f + LB_SM_LENGTH, e->group_tag);
-    send_frame(r, e, f, length, source, source_length, now_ns);
+    send_frame(r, e, d, f, length, source, source_length, now_ns);
     r->counters.status_messages_sent++;
 }
 
-static void on_unknown_data(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int32_t kind, const uint8_t *source,
-                            int32_t source_length, int64_t now_ns)
+static void on_unknown_data(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, const uint8_t *dg, int32_t kind,
+                            const uint8_t *source, int32_t source_length, int64_t now_ns)
 {
     const int32_t session_id = lb_get_i32(dg + LB_SESSION_ID_OFFSET);
     const int32_t stream_id = lb_get_i32(dg + LB_STREAM_ID_OFFSET);
@@ -663,26 +758,31 @@ static void on_unknown_data(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg,
     if (p != NULL && p->elicit_ns != INT64_MIN && now_ns - p->elicit_ns < r->elicit_interval_ns) return;
     if (p == NULL) p = find_pending(r, e, session_id, stream_id, 1);
     p->elicit_ns = now_ns;
-    send_setup_request(r, e, session_id, stream_id, source, source_length, now_ns);
+    send_setup_request(r, e, d, session_id, stream_id, source, source_length, now_ns);
 }
 
 /* explicit control (control= on the subscription): a SETUP-eliciting SM for any session to the control address
- * while the endpoint has subscriptions, so a dynamic multi-destination-cast sender adds this receiver */
+ * (the endpoint's own socket's) while the endpoint has subscriptions, so a dynamic multi-destination-cast sender
+ * adds this receiver */
 static int32_t elicit_control(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
 {
     if (!e->explicit_control || e->stream_count == 0 || e->removing || now_ns < e->next_control_elicit_ns) return 0;
+    const destination_t *own = find_destination(e, 0);
+    if (own == NULL) return 0;
     e->next_control_elicit_ns = now_ns + LBD_CONTROL_ELICIT_INTERVAL_NS;
-    for (int32_t i = 0; i < e->stream_count; i++) send_setup_request(r, e, 0, e->streams[i], NULL, 0, now_ns);
+    for (int32_t i = 0; i < e->stream_count; i++) send_setup_request(r, e, own, 0, e->streams[i], NULL, 0, now_ns);
     return 1;
 }
 
-static void on_setup(lbd_receiver_t *r, endpoint_t *e, const uint8_t *f, const uint8_t *source, int32_t source_length,
-                     int64_t now_ns)
+static void on_setup(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, const uint8_t *f, const uint8_t *source,
+                     int32_t source_length, int64_t now_ns)
 {
     const int32_t session_id = lb_get_i32(f + 12);
     const int32_t stream_id = lb_get_i32(f + 16);
     image_t *im = find_image(e, session_id, stream_id);
     if (im != NULL) {  /* the sender has not heard from us: answer at once */
+        if (e->manual) track_connection(im, d, source, source_length, now_ns);
+        if (im->rejected) return;  /* it is left to time out */
         im->last_packet_ns = now_ns;
         im->sm_forced = 1;
         e->poll_due = 1;
@@ -705,6 +805,8 @@ static void on_setup(lbd_receiver_t *r, endpoint_t *e, const uint8_t *f, const u
     ev.term_length = lb_get_i32(f + 28);
     ev.mtu = lb_get_i32(f + 32);
     ev.ttl = lb_get_i32(f + 36);
+    ev.flags = f[5];
+    ev.destination_id = d->id;
     ev.address_length = source_length < 0 ? 0 : (source_length > LBD_ADDRESS_LENGTH ? LBD_ADDRESS_LENGTH : source_length);
     memcpy(ev.address, source, (size_t)ev.address_length);
     if (lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) != 1) {
@@ -726,8 +828,8 @@ static void on_rttm(endpoint_t *e, const uint8_t *f, int64_t now_ns)
 }
 
 /* One datagram of `n` bytes (LBN_TRUNCATED: cut by the kernel) from `source`, classified as `kind`. */
-static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int32_t n, int32_t kind, int32_t span,
-                        const uint8_t *source, int32_t source_length, int64_t now_ns)
+static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, const uint8_t *dg, int32_t n,
+                        int32_t kind, int32_t span, const uint8_t *source, int32_t source_length, int64_t now_ns)
 {
     if (n < 0) {
         r->counters.invalid_packets++;
@@ -746,7 +848,7 @@ static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int
         for (int64_t offset = 0; offset < n;) {
             const uint8_t *f = dg + offset;
             const uint16_t type = get_u16(f + 6);
-            if (type == LB_HDR_TYPE_SETUP) on_setup(r, e, f, source, source_length, now_ns);
+            if (type == LB_HDR_TYPE_SETUP) on_setup(r, e, d, f, source, source_length, now_ns);
             else if (type == LB_HDR_TYPE_RTTM) on_rttm(e, f, now_ns);
             offset += lb_get_i32(f);  /* checked > 0 by lbn_control_valid */
         }
@@ -755,10 +857,10 @@ static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const uint8_t *dg, int
     }
     image_t *im = find_image(e, lb_get_i32(dg + LB_SESSION_ID_OFFSET), lb_get_i32(dg + LB_STREAM_ID_OFFSET));
     if (im == NULL) {
-        on_unknown_data(r, e, dg, kind, source, source_length, now_ns);
+        on_unknown_data(r, e, d, dg, kind, source, source_length, now_ns);
         return;
     }
-    image_on_data(r, im, dg, n, kind, span, now_ns);
+    image_on_data(r, e, d, im, dg, n, kind, span, source, source_length, now_ns);
     if (kind == LBN_HEARTBEAT || im->rebuild < im->hwm) e->poll_due = 1;
 }
 
@@ -770,13 +872,20 @@ typedef struct release_context {
     int64_t now_ns;
 } release_context_t;
 
+/* Impairment holds datagrams of the endpoint, not of one destination: they are taken as the first one's. */
+static destination_t *first_destination(endpoint_t *e)
+{
+    return e->destination_count > 0 ? &e->destinations[0] : NULL;
+}
+
 static int32_t receive_released(void *context, const uint8_t *data, int32_t length, const uint8_t *address,
                                 int32_t address_length)
 {
     const release_context_t *c = context;
     int32_t frames = 0, span = 0;
     int32_t kind = lbn_classify_data(data, length, &frames, &span);
-    on_datagram(c->r, c->e, data, length, kind, span, address, address_length, c->now_ns);
+    destination_t *d = first_destination(c->e);
+    if (d != NULL) on_datagram(c->r, c->e, d, data, length, kind, span, address, address_length, c->now_ns);
     return 1;
 }
 
@@ -784,7 +893,8 @@ static int32_t send_released(void *context, const uint8_t *data, int32_t length,
                              int32_t address_length)
 {
     const release_context_t *c = context;
-    send_now(c->r, c->e, data, length, address, address_length);
+    destination_t *d = first_destination(c->e);
+    if (d != NULL) send_now(c->r, d, data, length, address, address_length);
     return 1;
 }
 
@@ -805,9 +915,11 @@ static int32_t impair_release_sends(lbd_receiver_t *r, endpoint_t *e, int64_t no
 static int32_t receive(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
 {
     int32_t work = 0;
-    if (e->fd >= 0) {
+    for (int32_t di = 0; di < e->destination_count; di++) {
+        destination_t *d = &e->destinations[di];
+        if (d->fd < 0 || d->removing) continue;
         for (int b = 0; b < MAX_BATCHES_PER_CYCLE; b++) {
-            int32_t n = lbn_recv_batch(e->fd, r->slots, SLOT_LENGTH, r->batch, r->lengths, r->addresses,
+            int32_t n = lbn_recv_batch(d->fd, r->slots, SLOT_LENGTH, r->batch, r->lengths, r->addresses,
                                        r->address_lengths);
             if (n <= 0) break;
             if (e->impairment != NULL) {
@@ -817,8 +929,8 @@ static int32_t receive(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
             } else {
                 lbn_classify_batch(r->slots, SLOT_LENGTH, r->lengths, n, r->kinds, r->frame_counts, r->spans);
                 for (int32_t i = 0; i < n; i++)
-                    on_datagram(r, e, r->slots + (int64_t)i * SLOT_LENGTH, r->lengths[i], r->kinds[i], r->spans[i],
-                                r->addresses + i * LBN_ADDRESS_SLOT, r->address_lengths[i], now_ns);
+                    on_datagram(r, e, d, r->slots + (int64_t)i * SLOT_LENGTH, r->lengths[i], r->kinds[i],
+                                r->spans[i], r->addresses + i * LBN_ADDRESS_SLOT, r->address_lengths[i], now_ns);
             }
             work += n;
             if (n < r->batch) break;
@@ -831,6 +943,7 @@ static int32_t receive(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
 
 static void free_image(image_t *im)
 {
+    free(im->reason);
     free(im);
 }
 
@@ -851,8 +964,9 @@ static int32_t sweep_images(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
         if (!report_removed(r, e, im)) continue;  /* the queue is full: again next cycle */
         if (im->state == LBD_REASON_END_OF_STREAM || im->state == LBD_REASON_TIMED_OUT ||
             im->state == LBD_REASON_CORRUPT) {
+            /* rejoin=false: the session stays ignored until its stream is unsubscribed */
             pending_t *p = find_pending(r, e, im->session_id, im->stream_id, 1);
-            p->cool_until_ns = now_ns + r->cool_down_ns;
+            p->cool_until_ns = im->rejoin ? now_ns + r->cool_down_ns : INT64_MAX;
             p->create_ns = INT64_MIN;
         }
         free_image(im);
@@ -929,22 +1043,34 @@ static void end_stream_images(endpoint_t *e, int32_t stream_id)
     }
 }
 
+/* A socket to read (fd, send_fd, control address of the command) as destination `id`; 0 when full. */
+static int add_destination_to(endpoint_t *e, int64_t id, const lbd_command_t *c)
+{
+    if (e->destination_count == LBD_MAX_DESTINATIONS || find_destination(e, id) != NULL) return 0;
+    destination_t *d = &e->destinations[e->destination_count++];
+    memset(d, 0, sizeof(*d));
+    d->id = id;
+    d->fd = c->fd;
+    d->send_fd = c->send_fd;
+    d->control_length = c->address_length > 0 && c->address_length <= LBD_ADDRESS_LENGTH ? c->address_length : 0;
+    memcpy(d->control, c->address, (size_t)d->control_length);
+    return 1;
+}
+
 static int add_endpoint(lbd_receiver_t *r, const lbd_command_t *c)
 {
     if (find_endpoint(r, c->endpoint_id) != NULL) return 0;
     endpoint_t *e = calloc(1, sizeof(*e));
     if (e == NULL) return 0;
     e->id = c->endpoint_id;
-    e->fd = c->fd;
-    e->send_fd = c->send_fd;
     e->receiver_id = c->receiver_id;
     e->group_tag = c->group_tag;
     e->has_group_tag = c->has_group_tag != 0;
     e->explicit_control = c->explicit_control != 0 && c->address_length > 0;
     e->next_control_elicit_ns = INT64_MIN;
     r->rng ^= (uint64_t)c->receiver_id;  /* receivers of one group draw different multicast NAK delays */
-    e->control_length = c->address_length > 0 && c->address_length <= LBD_ADDRESS_LENGTH ? c->address_length : 0;
-    memcpy(e->control, c->address, (size_t)e->control_length);
+    e->manual = c->manual != 0;
+    if (!e->manual) add_destination_to(e, 0, c);
     e->pending = calloc((size_t)r->max_pending, sizeof(pending_t));
     int failed = e->pending == NULL;
     if (c->drop >= 0) {
@@ -1008,8 +1134,15 @@ static void add_image(lbd_receiver_t *r, const lbd_command_t *c, int64_t now_ns)
     im->rcv_pos = c->rcv_pos;
     im->waker.wake = c->wake;
     im->waker.waiting = c->wake != NULL ? (int32_t *)(c->meta + LB_META_WAITING_SUBSCRIBERS) : NULL;
-    im->source_length = c->address_length > 0 && c->address_length <= LBD_ADDRESS_LENGTH ? c->address_length : 0;
-    memcpy(im->source, c->address, (size_t)im->source_length);
+    if (c->address_length > 0 && c->address_length <= LBD_ADDRESS_LENGTH) {
+        connection_t *first = &im->connections[im->connection_count++];
+        first->destination_id = c->destination_id;
+        first->address_length = c->address_length;
+        memcpy(first->address, c->address, (size_t)c->address_length);
+        first->last_ns = now_ns;
+    }
+    im->reliable = c->reliable;
+    im->rejoin = c->rejoin;
     im->state = LBD_REASON_ACTIVE;
     im->rebuild = im->hwm = im->last_sm_position = im->clean_position = c->join_position;
     im->eos = -1;
@@ -1116,6 +1249,37 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
             im = find_image_by_id(r, c.image_id, &e);
             if (im != NULL && im->state == LBD_REASON_ACTIVE) im->state = LBD_REASON_REMOVED;
             break;
+        case LBD_CMD_REJECT_IMAGE:
+            im = find_image_by_id(r, c.image_id, &e);
+            if (im != NULL && im->state == LBD_REASON_ACTIVE && !im->rejected) {
+                int32_t n = c.text_length < 0 || c.text == NULL ? 0
+                            : (c.text_length > LB_ERR_MAX_TEXT_LENGTH ? LB_ERR_MAX_TEXT_LENGTH : c.text_length);
+                im->reason = n > 0 ? malloc((size_t)n) : NULL;
+                if (im->reason == NULL) n = 0;
+                else memcpy(im->reason, c.text, (size_t)n);
+                im->reason_length = n;
+                im->rejected = 1;
+                e->poll_due = 1;
+            }
+            break;
+        case LBD_CMD_ADD_DESTINATION:
+            e = find_endpoint(r, c.endpoint_id);
+            if (e == NULL || !e->manual || e->removing || !add_destination_to(e, c.destination_id, &c)) {
+                lbd_event_t ev;  /* not taken: the conductor closes the socket */
+                memset(&ev, 0, sizeof(ev));
+                ev.type = LBD_EVENT_DESTINATION_REMOVED;
+                ev.endpoint_id = c.endpoint_id;
+                ev.destination_id = c.destination_id;
+                offer_event(r, &ev);
+            }
+            break;
+        case LBD_CMD_REMOVE_DESTINATION:
+            e = find_endpoint(r, c.endpoint_id);
+            if (e != NULL) {
+                destination_t *d = find_destination(e, c.destination_id);
+                if (d != NULL && e->manual) d->removing = 1;
+            }
+            break;
         case LBD_CMD_ADD_SUBSCRIBER:
             im = find_image_by_id(r, c.image_id, NULL);
             if (im != NULL && c.position != NULL && im->subscriber_count < LBD_MAX_SUBSCRIBERS)
@@ -1139,12 +1303,42 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
     return work;
 }
 
+/* MDS destinations being removed: no image answers through them any more, then the conductor is told. */
+static int32_t sweep_destinations(lbd_receiver_t *r, endpoint_t *e)
+{
+    int32_t work = 0;
+    for (int32_t i = 0; i < e->destination_count; i++) {
+        destination_t *d = &e->destinations[i];
+        if (!d->removing) continue;
+        lbd_event_t ev;
+        memset(&ev, 0, sizeof(ev));
+        ev.type = LBD_EVENT_DESTINATION_REMOVED;
+        ev.endpoint_id = e->id;
+        ev.destination_id = d->id;
+        if (lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) != 1) continue;
+        for (int32_t j = 0; j < e->image_count; j++) {
+            image_t *im = e->images[j];
+            for (int32_t k = 0; k < im->connection_count; k++) {
+                if (im->connections[k].destination_id == d->id) {
+                    im->connections[k] = im->connections[--im->connection_count];
+                    k--;
+                }
+            }
+        }
+        e->destinations[i] = e->destinations[--e->destination_count];
+        i--;
+        work++;
+    }
+    return work;
+}
+
 /* Endpoints being removed: their images reported, then the endpoint itself, then freed. */
 static int32_t sweep_endpoints(lbd_receiver_t *r)
 {
     int32_t work = 0;
     for (int32_t i = 0; i < r->endpoint_count; i++) {
         endpoint_t *e = r->endpoints[i];
+        if (e->manual && !e->removing) work += sweep_destinations(r, e);
         if (!e->removing) continue;
         if (e->image_count > 0) continue;  /* sweep_images reports them first */
         lbd_event_t ev;
@@ -1240,6 +1434,15 @@ int32_t lbd_receiver_feed(lbd_receiver_t *r, int32_t endpoint_id, const uint8_t 
                           const uint8_t *address, int32_t address_length, int64_t now_ns)
 {
     endpoint_t *e = find_endpoint(r, endpoint_id);
+    destination_t *first = e == NULL ? NULL : first_destination(e);
+    if (first == NULL) return -1;
+    return lbd_receiver_feed_via(r, endpoint_id, first->id, datagram, length, address, address_length, now_ns);
+}
+
+int32_t lbd_receiver_feed_via(lbd_receiver_t *r, int32_t endpoint_id, int64_t destination_id, const uint8_t *datagram,
+                              int32_t length, const uint8_t *address, int32_t address_length, int64_t now_ns)
+{
+    endpoint_t *e = find_endpoint(r, endpoint_id);
     if (e == NULL || length > SLOT_LENGTH) return -1;
     if (address_length < 0 || address_length > LBD_ADDRESS_LENGTH) address_length = 0;
     if (e->impairment != NULL) {
@@ -1248,7 +1451,9 @@ int32_t lbd_receiver_feed(lbd_receiver_t *r, int32_t endpoint_id, const uint8_t 
     }
     int32_t frames = 0, span = 0;
     int32_t kind = length < 0 ? LBN_MALFORMED : lbn_classify_data(datagram, length, &frames, &span);
-    on_datagram(r, e, datagram, length, kind, span, address, address_length, now_ns);
+    destination_t *d = find_destination(e, destination_id);
+    if (d == NULL || d->removing) return -1;
+    on_datagram(r, e, d, datagram, length, kind, span, address, address_length, now_ns);
     return 1;
 }
 
@@ -1268,6 +1473,7 @@ int32_t lbd_receiver_take_sent(lbd_receiver_t *r, uint8_t *out, int32_t max_leng
     sent_t *s = &r->sent[r->sent_head];
     int32_t n = s->length < max_length ? s->length : max_length;
     memcpy(out, s->frame, (size_t)n);
+    r->last_taken = *s;
     r->sent_head = (r->sent_head + 1) % SENT_CAPACITY;
     r->sent_count--;
     return n;
@@ -1285,4 +1491,11 @@ int32_t lbd_receiver_image_view(lbd_receiver_t *r, int64_t image_id, lbd_image_v
     out->state = im->state;
     out->subscribers = im->subscriber_count;
     return 0;
+}
+
+int64_t lbd_receiver_sent_to(lbd_receiver_t *r, uint8_t *address, int32_t *address_length)
+{
+    *address_length = r->last_taken.address_length;
+    memcpy(address, r->last_taken.address, (size_t)r->last_taken.address_length);
+    return r->last_taken.destination_id;
 }

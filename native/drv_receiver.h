@@ -21,6 +21,13 @@
 #define LBD_CMD_ADD_SUBSCRIBER 6      /* image_id, position = a sub-pos counter the image's SMs follow */
 #define LBD_CMD_REMOVE_SUBSCRIBER 7   /* image_id, position */
 #define LBD_CMD_REMOVE_IMAGE 8        /* image_id: end it now (IMAGE_REMOVED, reason LBD_REASON_REMOVED) */
+#define LBD_CMD_REJECT_IMAGE 9        /* image_id, text / text_length (copied): the image takes no more data, its SMs
+                                         become ERR frames (IMAGE_REJECTED) to its sources every SM timeout, and it
+                                         ends when its liveness times out (IMAGE_REMOVED, reason TIMED_OUT) */
+#define LBD_CMD_ADD_DESTINATION 10    /* endpoint_id, destination_id, fd, send_fd, address = control address or none:
+                                         a socket of an MDS endpoint (control-mode=manual) */
+#define LBD_CMD_REMOVE_DESTINATION 11 /* endpoint_id, destination_id: the agent stops reading it and its images stop
+                                         answering through it (DESTINATION_REMOVED follows: the fd may be closed) */
 
 /* ---- events (receiver -> conductor), one lbd_event_t each ---- */
 #define LBD_EVENT_CREATE_IMAGE 1      /* endpoint_id, a SETUP of a subscribed stream with no image: setup fields,
@@ -30,6 +37,7 @@
 #define LBD_EVENT_LOSS 4              /* image_id, term_id, term_offset, length: a NAK went out for this gap */
 #define LBD_EVENT_CORRUPT_IMAGE 5     /* image_id, term_id, term_offset: the image's term holds an impossible
                                          frame; the image is closed (IMAGE_REMOVED follows), reported once */
+#define LBD_EVENT_DESTINATION_REMOVED 6 /* endpoint_id, destination_id: the destination's fd may be closed */
 
 /* image end reasons (ImageState values, plus the conductor's own removals) */
 #define LBD_REASON_ACTIVE 1           /* (an image's state while it is active) */
@@ -40,6 +48,8 @@
 
 #define LBD_ADDRESS_LENGTH 32
 #define LBD_MAX_SUBSCRIBERS 64
+#define LBD_MAX_DESTINATIONS 16       /* receive destinations of one MDS endpoint */
+#define LBD_IMAGE_REJECTED 13         /* the ERR frame's error code (Aeron's IMAGE_REJECTED) */
 #define LBD_NO_GIVE_UP -1
 #define LBD_CONTROL_ELICIT_INTERVAL_NS 1000000000LL  /* Aeron's pending-setup period */
 
@@ -91,6 +101,15 @@ typedef struct lbd_command {
     int64_t send_seed;
     int32_t address_length;         /* ADD_ENDPOINT: control address (0: answer each source); ADD_IMAGE: source */
     uint8_t address[32];
+    int32_t reliable;               /* ADD_IMAGE: 0 = reliable=false: a gap whose NAK falls due is filled with a PAD */
+    int32_t rejoin;                 /* ADD_IMAGE: 0 = rejoin=false: once ended, its session is ignored until the
+                                       stream is unsubscribed (else for the cool-down) */
+    const uint8_t *text;            /* REJECT_IMAGE: the reason (UTF-8, copied by the agent) */
+    int32_t text_length;            /* REJECT_IMAGE: at most LB_ERR_MAX_TEXT_LENGTH (1023) */
+    int32_t manual;                 /* ADD_ENDPOINT: 1 = MDS (control-mode=manual): no socket of its own, destinations
+                                       are added (fd ignored) */
+    int64_t destination_id;         /* ADD_IMAGE: the destination its SETUP came through (0: the endpoint's socket);
+                                       ADD/REMOVE_DESTINATION: the destination's registration id */
 } lbd_command_t;
 
 typedef struct lbd_event {
@@ -110,6 +129,9 @@ typedef struct lbd_event {
     int32_t length;                 /* LOSS */
     int32_t address_length;         /* CREATE_IMAGE: the SETUP's source */
     uint8_t address[32];
+    int32_t flags;                  /* CREATE_IMAGE: the SETUP's flags (0x40: the sender's group flag) */
+    int64_t destination_id;         /* CREATE_IMAGE: the destination the SETUP came through (0: the endpoint's
+                                       socket); DESTINATION_REMOVED: the one removed */
 } lbd_event_t;
 
 /* The receiver's share of the driver's system counters (only the agent writes them; the conductor reads and
@@ -126,6 +148,7 @@ typedef struct lbd_receiver_counters {
     int64_t loss_gap_fills;
     int64_t events_dropped;         /* events that found the queue full (CREATE_IMAGE is asked again) */
     int64_t impairment_dropped;
+    int64_t error_frames_sent;      /* ERR frames of rejected images */
 } lbd_receiver_counters_t;
 
 typedef struct lbd_receiver lbd_receiver_t;
@@ -161,6 +184,13 @@ int32_t lbd_receiver_feed(lbd_receiver_t *receiver, int32_t endpoint_id, const u
 int32_t lbd_receiver_poll_images(lbd_receiver_t *receiver, int64_t now_ns);
 /* Copies the oldest frame kept by an fd -1 endpoint into out (room for max_length); its length, or -1. */
 int32_t lbd_receiver_take_sent(lbd_receiver_t *receiver, uint8_t *out, int32_t max_length);
+/* As lbd_receiver_feed, through destination destination_id of an MDS endpoint (-1: none such). */
+int32_t lbd_receiver_feed_via(lbd_receiver_t *receiver, int32_t endpoint_id, int64_t destination_id,
+                              const uint8_t *datagram, int32_t length, const uint8_t *address, int32_t address_length,
+                              int64_t now_ns);
+/* Where the frame lbd_receiver_take_sent returned last went: its destination id; its address (room for
+ * LBD_ADDRESS_LENGTH bytes) and *address_length. */
+int64_t lbd_receiver_sent_to(lbd_receiver_t *receiver, uint8_t *address, int32_t *address_length);
 
 typedef struct lbd_image_view {
     int64_t rebuild_position;

@@ -713,9 +713,18 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
         ep_send(ep, buffers, lengths, 1, source, source_length, now_ns);
         return 1;
     }
-    case LB_HDR_TYPE_ERR:
+    case LB_HDR_TYPE_ERR: {
+        /* a receiver rejected the stream: min flow control no longer waits for it (flagged as at its end, as
+         * Aeron's does), and the conductor records the error */
         s->delta.error_frames_received++;
+        const int64_t receiver_id = rd_i64(f + 16);
+        if (p->fc.strategy == LBD_FC_MIN) {
+            for (int32_t i = 0; i < p->fc.count; i++)
+                if (p->fc.receivers[i].receiver_id == receiver_id) p->fc.receivers[i].end_of_stream = 1;
+        }
+        emit(s, LBD_SND_PUBLICATION_ERROR, ep->id, p->id, rd_i32(f + 32));
         return 1;
+    }
     default:
         return 0;
     }

@@ -30,6 +30,8 @@
 #define LBD_SND_COMMAND_REFUSED 105      /* value: the command type (unknown id, duplicate, no memory, bad field) */
 #define LBD_SND_SEND_ERROR 106           /* endpoint_id; value: errno of a send refused for another reason than a
                                           * full buffer (once per endpoint until the errno changes) */
+#define LBD_SND_PUBLICATION_ERROR 107    /* publication_id; value: the error code of an ERR frame a receiver sent
+                                          * (a rejected image), one event per frame */
 
 /* flow control strategies */
 #define LBD_FC_UNICAST 0   /* one receiver; also Aeron's multicast "max": the furthest receiver */

@@ -38,6 +38,7 @@ CONTROL_MODES = ("dynamic", "manual")  # multi-destination-cast; Aeron's "respon
 FLOW_CONTROL_PARAM = "fc"
 TTL_PARAM = "ttl"
 SESSION_ID_PARAM = "session-id"
+CONTROL_MODE_PARAM = "control-mode"
 # a subscription channel behind this prefix spies on the driver's own network publications of that channel
 SPY_PREFIX = "aeron-spy:"
 
@@ -68,15 +69,19 @@ AERON_URI_KEYS: dict[str, tuple[str, str]] = {
     "fc": ("implemented", "UDP publications: min, max, tagged (g:<tag>[/<min group size>]) and logbuf's unicast; "
                           ",t:<timeout>"),
     "cc": ("partial", "static only (the default); cubic refused"),
-    "reliable": ("partial", "true only (the default)"),
-    "rejoin": ("partial", "true only (the default)"),
+    "reliable": ("implemented", "UDP subscriptions: false pads a gap where its NAK would go (no NAK)"),
+    "rejoin": ("implemented", "UDP subscriptions: false leaves a session whose image ended unjoined while "
+                              "subscribed"),
     "alias": ("implemented", "a label: kept in the channel string, no other effect (as Aeron)"),
-    "nak-delay": ("refused", "receiver data plane"),
+    "nak-delay": ("implemented", "UDP subscriptions: the unicast NAK delay (retries at 100x); none with group "
+                                 "semantics"),
     "max-resend": ("implemented", "UDP publications: retransmits in flight (1..256, default 16; multicast and "
                                   "MDC; unicast has one, as Aeron)"),
-    "group": ("refused", "receiver data plane (multicast / MDS group semantics)"),
+    "group": ("implemented", "UDP subscriptions: true, false or infer (the default: multicast, or the sender's "
+                             "group flag) - randomised multicast NAK delays"),
     "control": ("implemented", "UDP publications: the address an MDC publication binds for status messages"),
-    "control-mode": ("partial", "UDP publications: dynamic and manual (multi-destination-cast); response refused"),
+    "control-mode": ("partial", "UDP publications: dynamic and manual (multi-destination-cast); UDP "
+                                "subscriptions: manual (multi-destination subscriptions); response refused"),
     "tags": ("refused", "channel and publication tags"),
     "gtag": ("implemented", "UDP subscriptions: the group tag their status messages carry (fc=tagged)"),
     "ssc": ("implemented", "UDP publications: spies simulate a connection (default: the driver's setting)"),

@@ -36,6 +36,7 @@ def test_ids_match_reference():
         "UNKNOWN_HOST": 9,
         "GENERIC_ERROR": 11,
         "STORAGE_SPACE": 12,
+        "IMAGE_REJECTED": 13,  # the error code of an ERR frame that rejects an image
     }
     assert MalformedCommandError.error_code == 7 and UnknownCommandTypeError.error_code == 6
 

@@ -48,8 +48,6 @@ def test_unknown_and_misspelt_keys_are_refused_by_name(base: str, key: str) -> N
     (UDP + "|tether=false", "tether"),
     (UDP + "|eos=false", "eos"),
     (UDP + "|cc=cubic", "cc"),
-    (UDP + "|reliable=false", "reliable"),
-    (UDP + "|rejoin=false", "rejoin"),
     (UDP + "|fc=min,g:1/2", "fc"),
     (UDP + "|fc=tagged,g:x", "fc"),
     (UDP + "|control-mode=response", "control-mode"),
@@ -58,6 +56,13 @@ def test_unknown_and_misspelt_keys_are_refused_by_name(base: str, key: str) -> N
     (UDP + "|max-resend=0", "max-resend"),
     (UDP + "|gtag=x", "gtag"),
     ("aeron:ipc?max-resend=4", "max-resend"),
+    (UDP + "|reliable=maybe", "reliable"),
+    (UDP + "|rejoin=yes", "rejoin"),
+    (UDP + "|group=sometimes", "group"),
+    (UDP + "|nak-delay=fast", "nak-delay"),
+    ("aeron:ipc?nak-delay=1ms", "nak-delay"),
+    ("aeron:ipc?group=true", "group"),
+    ("aeron:ipc?reliable=false", "reliable"),
     ("aeron:ipc?so-sndbuf=64k", "so-sndbuf"),
     ("aeron:ipc?interface=127.0.0.1", "interface"),
     ("aeron-spy:" + UDP + "|tether=maybe", "tether"),
@@ -136,6 +141,29 @@ def test_subscription_settings() -> None:
     assert resolve_subscription(ChannelUri.parse("aeron:ipc"), CTX).matches(778)
     udp = resolve_subscription(ChannelUri.parse(UDP + "|rcv-wnd=64k|so-rcvbuf=256k|cc=static"), CTX)
     assert (udp.receiver_window, udp.socket_rcvbuf) == (64 * 1024, 256 * 1024)
+
+
+def test_receiver_keys_of_a_subscription() -> None:
+    default = resolve_subscription(ChannelUri.parse(UDP), CTX)
+    assert (default.reliable, default.rejoin, default.group, default.nak_delay_ns, default.manual) == (
+        True, True, "infer", None, False)
+    udp = resolve_subscription(ChannelUri.parse(UDP + "|reliable=false|rejoin=false|group=true|nak-delay=2ms"), CTX)
+    assert (udp.reliable, udp.rejoin, udp.group, udp.nak_delay_ns) == (False, False, "true", 2_000_000)
+    assert resolve_subscription(ChannelUri.parse(UDP + "|nak-delay=500"), CTX).nak_delay_ns == 500
+    mds = resolve_subscription(ChannelUri.parse("aeron:udp?control-mode=manual"), CTX)
+    assert mds.manual
+    _refused("aeron:udp?control-mode=manual|endpoint=127.0.0.1:40456", "control-mode")
+
+
+def test_receive_destinations_refuse_the_subscriptions_keys_by_name() -> None:
+    from logbuf.driver.channel_params import INVALID_DESTINATION_KEYS, check_destination
+
+    check_destination(ChannelUri.parse(UDP + "|interface=127.0.0.1"))
+    for key, value in zip(INVALID_DESTINATION_KEYS, ("1408", "64k", "64k", "64k", "1"), strict=True):
+        with pytest.raises(InvalidChannelError, match=f"must not contain the key: {key}"):
+            check_destination(ChannelUri.parse(f"{UDP}|{key}={value}"))
+    with pytest.raises(InvalidChannelError, match="receive destination"):
+        check_destination(ChannelUri.parse("aeron:ipc"))
 
 
 def test_one_channel_string_serves_both_ends() -> None:

@@ -258,6 +258,125 @@ def image_metadata(directory: Path) -> Observation:
         return fields
 
 
+def receiver_keys_metadata(directory: Path) -> Observation:
+    """reliable=false, rejoin=false, group=true and nak-delay on a UDP subscription: accepted, the stream is
+    delivered, and the image's log metadata says so (group: the image has group semantics)."""
+    observed: dict[str, Any] = {}
+    with logbuf.connect(directory) as client:
+        for stream, extra in enumerate(("reliable=false|rejoin=false|group=true|nak-delay=1ms",
+                                        "group=false|nak-delay=500us", "group=infer|reliable=true"), start=STREAM):
+            channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+            images: list[logbuf.Image] = []
+            sub = client.add_subscription(f"{channel}|{extra}", stream, on_available_image=images.append)
+            pub = client.add_publication(channel, stream)
+            wait_until(lambda pub=pub, images=images: pub.is_connected and images, what="the image")
+            sent = _offer(pub, 3)
+            got: list[bytes] = []
+            wait_until(lambda sub=sub, got=got: _poll(sub, got) >= 0 and len(got) == 3, what="messages")
+            meta = images[0].log.meta
+            observed[extra] = {"delivered": got == sent, **{
+                name: bytes(meta.get_bytes(offset, 1))[0]
+                for name, offset in (("rejoin", d.LOG_REJOIN_OFFSET), ("reliable", d.LOG_RELIABLE_OFFSET),
+                                     ("group", d.LOG_GROUP_OFFSET))}}
+        base = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+        client.add_subscription(base + "|reliable=false", STREAM + 5)
+        observed["clashing reliable"] = _code(lambda: client.add_subscription(base, STREAM + 5))
+        observed["clashing rejoin"] = _code(lambda: client.add_subscription(base + "|reliable=false|rejoin=false",
+                                                                            STREAM + 5))
+    return observed
+
+
+def multi_destination_subscription(directory: Path) -> Observation:
+    """A control-mode=manual subscription with two receive destinations, a publisher to each: who receives
+    what, before and after one destination is removed; the answers to bad destination commands."""
+    a, b = free_udp_port(), free_udp_port()
+    with logbuf.connect(directory) as client:
+        sub = client.add_subscription("aeron:udp?control-mode=manual", STREAM)
+        sub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{a}")
+        sub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{b}")
+        pubs = {"a": client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{a}", STREAM),
+                "b": client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{b}", STREAM)}
+        wait_until(lambda: all(p.is_connected for p in pubs.values()) and len(sub.images) == 2, what="two images")
+        by_session: dict[int, list[bytes]] = {p.session_id: [] for p in pubs.values()}
+
+        def poll() -> int:
+            return sub.poll(lambda buffer, header: by_session[header.session_id].append(bytes(buffer)), 100)
+
+        sent = {name: _offer(pub, 5, name.encode()) for name, pub in pubs.items()}
+        wait_until(lambda: poll() >= 0 and all(len(v) == 5 for v in by_session.values()), what="both streams")
+        before = {name: by_session[pub.session_id] == sent[name] for name, pub in pubs.items()}
+        sub.remove_destination(f"aeron:udp?endpoint=127.0.0.1:{a}")
+        time.sleep(0.3)  # the removal reaches the receiver
+        for name, pub in pubs.items():
+            for i in range(5):
+                pub.offer(name.encode() + b"after%d" % i)
+        wait_until(lambda: poll() >= 0 and len(by_session[pubs["b"].session_id]) == 10, what="b's later messages")
+        time.sleep(0.5)
+        poll()
+        plain = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}", STREAM)
+        return {"before removal": before,
+                "after removal": {name: len(by_session[pub.session_id]) - 5 for name, pub in pubs.items()},
+                "image sessions": len(sub.images) >= 1,
+                "destination with mtu": _code(lambda: sub.add_destination(
+                    f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|mtu=1408")),
+                "destination with rcv-wnd": _code(lambda: sub.add_destination(
+                    f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|rcv-wnd=64k")),
+                "remove one never added": _code(lambda: sub.remove_destination(
+                    f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}")),
+                "destination of a plain subscription": _code(lambda: plain.add_destination(
+                    f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"))}
+
+
+def reject_image(directory: Path) -> Observation:
+    """Image.reject of a UDP image: the answer, no data taken after it, ERR frames sent and received (one
+    driver holds both ends), and a reason over 1023 bytes."""
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    with logbuf.connect(directory) as client:
+        sub = client.add_subscription(channel, STREAM)
+        pub = client.add_publication(channel, STREAM)
+        wait_until(lambda: pub.is_connected and sub.images, what="the image")
+        got: list[bytes] = []
+        sent = _offer(pub, 3)
+        wait_until(lambda: _poll(sub, got) >= 0 and len(got) == 3, what="messages")
+        image = sub.images[0]
+        too_long = _code(lambda: image.reject("x" * 1024))
+        answer = _code(lambda: image.reject("go away"))
+        with CncFile.open(directory / "cnc.dat") as cnc:
+            def system(counter_id: int) -> int:
+                return next(i.value for i in cnc.counters_reader() if i.counter_id == counter_id)
+
+            wait_until(lambda: system(38) > 0 and system(39) > 0, timeout=10,
+                       what="error frames received and sent")
+        for i in range(3):
+            pub.offer(b"late%d" % i)
+        time.sleep(0.5)
+        late: list[bytes] = []
+        _poll(sub, late)
+        return {"delivered before": got == sent, "reason of 1024 bytes": too_long, "reject": answer,
+                "after rejection": late}
+
+
+def c_samples_receiver_keys(directory: Path) -> Observation:
+    """Aeron's basic_subscriber on a channel with reliable=false, rejoin=false, group=false and nak-delay;
+    basic_publisher's messages arrive."""
+    binaries = require_aeron_bin()
+    base = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    log = directory.parent / "basic_subscriber_keys.txt"
+    with open(log, "w") as out:
+        subscriber = subprocess.Popen(
+            [str(binaries / "bin" / "basic_subscriber"), "-p", str(directory), "-c",
+             f"{base}|reliable=false|rejoin=false|group=false|nak-delay=1ms", "-s", str(STREAM)], stdout=out,
+            stderr=subprocess.STDOUT)
+    try:
+        time.sleep(1.0)  # the subscriber registers before the publisher's messages
+        subprocess.run([str(binaries / "bin" / "basic_publisher"), "-p", str(directory), "-c", base, "-s",
+                        str(STREAM), "-m", "5", "-l", "1"], capture_output=True, timeout=60)
+        time.sleep(0.5)
+    finally:
+        stop_process(subscriber, signal.SIGINT)
+    return {"received": any("Message to stream" in line for line in log.read_text().splitlines())}
+
+
 def _command_answers(directory: Path, commands: list[tuple[int, bytes, int]]) -> list[Any]:
     """Raw commands ``(type, body, correlation id)``: each one's answer (response name and, for errors, the
     code) or "none" when no answer came within a second."""
@@ -588,6 +707,10 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "interface forms, cc, alias and defaults said aloud": interface_forms,
     "image log metadata": image_metadata,
     "C samples, session-id": c_samples_session,
+    "reliable, rejoin, group, nak-delay": receiver_keys_metadata,
+    "multi-destination subscription": multi_destination_subscription,
+    "reject image": reject_image,
+    "C samples, receiver keys": c_samples_receiver_keys,
     "aeron-spy: beside a receiver": spy_reads_a_network_publication,
     "aeron-spy: ssc": spies_simulate_connection,
     "aeron-spy: tether=false": untethered_spy,
@@ -613,6 +736,12 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "interface forms, cc, alias and defaults said aloud": lambda o: all(o.values()),
     "image log metadata": lambda o: o["receiver window"] == 32 * 1024,
     "C samples, session-id": lambda o: o == {778: True, 779: False},
+    "reliable, rejoin, group, nak-delay": lambda o: o["reliable=false|rejoin=false|group=true|nak-delay=1ms"] == {
+        "delivered": True, "rejoin": 0, "reliable": 0, "group": 1} and o["clashing reliable"] != "ok",
+    "multi-destination subscription": lambda o: o["before removal"] == {"a": True, "b": True}
+    and o["after removal"] == {"a": 0, "b": 5},
+    "reject image": lambda o: o["reject"] == "ok" and o["after rejection"] == [],
+    "C samples, receiver keys": lambda o: o["received"],
     "aeron-spy: beside a receiver": lambda o: o["session"] == 5 and o["spy read all"]
     and o["other session's spy images"] == 0,
     "aeron-spy: ssc": lambda o: o["ssc=true connected"] and not o["ssc=false connected"],

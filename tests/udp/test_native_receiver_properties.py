@@ -17,6 +17,7 @@ from logbuf.driver.udp import CreateImage, ImageReceiver, ReceiverDispatcher, Re
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.native import ffi, lib
 from logbuf.protocol import DataHeader, DataPacket, FrameType, SetupFrame, classify, encode_data_frame
+from logbuf.protocol.error_frame import ErrorFrame
 from logbuf.protocol.header import MalformedFrameError
 
 T = 64 * 1024
@@ -52,7 +53,7 @@ def datagrams(groups: list[list[int]]) -> list[bytes]:
 
 
 class NativeRig:
-    def __init__(self, log: LogBuffers) -> None:
+    def __init__(self, log: LogBuffers, *, reliable: bool = True, nak_delay_ns: int = 100 * US) -> None:
         self.log = log
         self.receiver = Receiver()
         self.counters = ffi.new("int64_t[2]")
@@ -64,7 +65,8 @@ class NativeRig:
             initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
             terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
             rcv_hwm=self.counters, rcv_pos=self.counters + 1, liveness_timeout_ns=10**10, sm_timeout_ns=200_000_000,
-            nak_delay_ns=100 * US, nak_retry_ns=10_000 * US, give_up_ns=-1, address=SOURCE))
+            nak_delay_ns=nak_delay_ns, nak_retry_ns=100 * nak_delay_ns, give_up_ns=-1, address=SOURCE,
+            reliable=int(reliable)))
         self.view = ffi.new("lbd_image_view_t *")
         self.out = ffi.new("uint8_t[64]")
 
@@ -92,10 +94,10 @@ class NativeRig:
 
 
 class SpecRig:
-    def __init__(self, log: LogBuffers) -> None:
+    def __init__(self, log: LogBuffers, *, reliable: bool = True, nak_delay_ns: int = 100 * US) -> None:
         self.log = log
         self.image = ImageReceiver(log, JOIN, 0, receiver_id=9, window_length=T // 2,
-                                   nak_delay=UnicastNakDelay(100 * US, 100))
+                                   nak_delay=UnicastNakDelay(nak_delay_ns, 100), reliable=reliable)
 
     def start(self, now: int) -> list[bytes]:
         return self.poll(now)
@@ -115,18 +117,23 @@ class SpecRig:
 groups_strategy = st.lists(st.lists(st.integers(1, 400), min_size=1, max_size=3), min_size=1, max_size=30)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(groups=groups_strategy, data=st.data())
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=groups_strategy, data=st.data(), reliable=st.booleans(),
+       nak_delay_ns=st.sampled_from([100 * US, 0, 1, 3_000 * US]))
 def test_native_receiver_matches_its_specification(make_log: Callable[..., LogBuffers], groups: list[list[int]],
-                                                   data: Any) -> None:
+                                                   data: Any, reliable: bool, nak_delay_ns: int) -> None:
+    """Also per channel: ``nak-delay`` (the unicast NAK delay and its retries) and ``reliable=false`` (a gap
+    whose NAK falls due is padded instead: the same PAD frames in both logs, no NAK)."""
     raws = datagrams(groups)
     order = data.draw(st.permutations(range(len(raws))))
     dropped = data.draw(st.sets(st.sampled_from(range(len(raws))), max_size=max(0, len(raws) // 4)))
     duplicates = data.draw(st.lists(st.sampled_from(range(len(raws))), max_size=5))
     steps = [i for i in order if i not in dropped] + duplicates
     ticks = data.draw(st.lists(st.integers(0, 20_000 * US), min_size=len(steps), max_size=len(steps)))
-    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
-    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM),
+                       reliable=reliable, nak_delay_ns=nak_delay_ns)
+    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM),
+                   reliable=reliable, nak_delay_ns=nak_delay_ns)
     now = 1
     assert native.start(now) == spec.start(now)
     for index, tick in zip(steps, ticks, strict=True):
@@ -141,6 +148,10 @@ def test_native_receiver_matches_its_specification(make_log: Callable[..., LogBu
         assert native.poll(now) == spec.poll(now)
     rebuild, hwm = spec.positions()
     assert native.positions() == (rebuild, hwm)
+    if not reliable:
+        assert rebuild == hwm  # every gap padded
+        assert native.receiver.counters.naks_sent == spec.image.counters.naks_sent == 0
+        assert native.receiver.counters.loss_gap_fills == spec.image.counters.loss_gap_fills
     for at in range(JOIN, hwm, T):  # the same bytes in both logs, term by term
         index = (at // T) % 3
         start = at % T
@@ -202,19 +213,20 @@ def test_forged_frames_never_break_the_agent(make_log: Callable[..., LogBuffers]
 
 
 dispatch_op = st.one_of(
-    st.tuples(st.just("setup"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1])),
-    st.tuples(st.just("data"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1])),
-    st.tuples(st.just("heartbeat"), st.integers(1, 4), st.booleans()),
-    st.tuples(st.just("tick"), st.integers(0, 400_000_000), st.just(0)),
+    st.tuples(st.just("setup"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1]), st.sampled_from([0, 0x40])),
+    st.tuples(st.just("data"), st.integers(1, 4), st.sampled_from([STREAM, STREAM + 1]), st.just(0)),
+    st.tuples(st.just("heartbeat"), st.integers(1, 4), st.booleans(), st.just(0)),
+    st.tuples(st.just("tick"), st.integers(0, 400_000_000), st.just(0), st.just(0)),
 )
 
 
 @settings(max_examples=80, deadline=None)
 @given(ops=st.lists(dispatch_op, max_size=40))
-def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tuple[str, int, Any]]) -> None:
+def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tuple[str, int, Any, int]]) -> None:
     """Sessions the agent has no image for, as ReceiverDispatcher: a SETUP of a subscribed stream asks for an
-    image once per pending timeout; DATA asks the sender for a SETUP at most once per elicit interval; an
-    ended stream's heartbeat asks nothing; other streams are ignored."""
+    image once per pending timeout (with the SETUP's flags: its group flag decides ``group=infer``, see
+    ``treat_as_multicast``); DATA asks the sender for a SETUP at most once per elicit interval; an ended
+    stream's heartbeat asks nothing; other streams are ignored."""
     spec = ReceiverDispatcher(9)
     spec.add_subscription(STREAM)
     receiver = Receiver()
@@ -223,12 +235,12 @@ def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tu
     receiver.do_work(0)
     out = ffi.new("uint8_t[64]")
     now = 1_000_000_000
-    for kind, session, extra in ops:
+    for kind, session, extra, flags in ops:
         if kind == "tick":
             now += session
             continue
         if kind == "setup":
-            raw = SetupFrame(0, session, extra, 5, 5, T, 1408, 0).encode()
+            raw = SetupFrame(0, session, extra, 5, 5, T, 1408, 0, flags).encode()
         elif kind == "data":
             raw = encode_data_frame(b"x" * 10, term_offset=64, session_id=session, stream_id=extra, term_id=5)
         else:
@@ -238,11 +250,11 @@ def test_native_dispatch_of_unknown_sessions_matches_the_dispatcher(ops: list[tu
         sent = []
         while (n := lib.lbd_receiver_take_sent(receiver._native, out, 64)) >= 0:
             sent.append(bytes(ffi.buffer(out, n)))
-        created = [(e.session_id, e.stream_id, e.term_length, e.address) for e in receiver.poll_events()
+        created = [(e.session_id, e.stream_id, e.term_length, e.address, e.flags) for e in receiver.poll_events()
                    if e.type == lib.LBD_EVENT_CREATE_IMAGE]
         assert sent == [e.frame.encode() for e in expected if isinstance(e, Reply)]
-        assert created == [(e.setup.session_id, e.setup.stream_id, e.setup.term_length, e.source) for e in expected
-                           if isinstance(e, CreateImage)]
+        assert created == [(e.setup.session_id, e.setup.stream_id, e.setup.term_length, e.source, e.setup.flags)
+                           for e in expected if isinstance(e, CreateImage)]
     receiver.close()
 
 
@@ -344,3 +356,191 @@ def test_a_forged_frame_below_the_rebuild_position_never_overwrites_delivered_pa
         assert rig.positions() == (JOIN + _align(len(genuine)),) * 2
         if isinstance(rig, NativeRig):
             rig.receiver.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rejoin=st.booleans(), waits=st.lists(st.integers(0, 3_000_000_000), min_size=1, max_size=4))
+def test_an_image_that_timed_out_rejoins_as_the_dispatcher_says(make_log: Callable[..., LogBuffers], rejoin: bool,
+                                                                 waits: list[int]) -> None:
+    """``rejoin``: an image that timed out leaves its session cooling down for the cool-down (rejoin=true) or
+    for as long as the stream is subscribed (rejoin=false); SETUPs after it ask for a new image only when the
+    dispatcher's would."""
+    log = make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM)
+    receiver = Receiver()
+    counters = ffi.new("int64_t[2]")
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=9))
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    liveness = 1_000_000_000
+    receiver.offer(receiver.command(
+        lib.LBD_CMD_ADD_IMAGE, endpoint_id=1, image_id=1, session_id=SESSION, stream_id=STREAM, term_length=T,
+        initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
+        terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+        rcv_hwm=counters, rcv_pos=counters + 1, liveness_timeout_ns=liveness, sm_timeout_ns=200_000_000,
+        nak_delay_ns=100 * US, nak_retry_ns=10_000 * US, give_up_ns=-1, address=SOURCE, rejoin=int(rejoin)))
+    receiver.do_work(1)
+    spec = ReceiverDispatcher(9)
+    spec.add_subscription(STREAM)
+    spec.add_image(ImageReceiver(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION,
+                                          stream_id=STREAM), JOIN, 1, receiver_id=9, window_length=T // 2,
+                                 liveness_timeout_ns=liveness), SOURCE, rejoin=rejoin)
+    now = 1 + liveness + 1
+    spec.poll(now, lambda image: image.rebuild_position)
+    receiver.do_work(now)
+    removed = [e.reason for e in receiver.poll_events() if e.type == lib.LBD_EVENT_IMAGE_REMOVED]
+    assert removed == [lib.LBD_REASON_TIMED_OUT] and spec.image(SESSION, STREAM) is None
+    setup = SetupFrame(JOIN % T, SESSION, STREAM, INITIAL, INITIAL, T, 1408, 0).encode()
+    for wait in waits:
+        now += wait
+        expected = [e for e in spec.on_datagram(setup, now, SOURCE) if isinstance(e, CreateImage)]
+        assert lib.lbd_receiver_feed(receiver._native, 1, setup, len(setup), SOURCE, len(SOURCE), now) == 1
+        created = [e for e in receiver.poll_events() if e.type == lib.LBD_EVENT_CREATE_IMAGE]
+        assert len(created) == len(expected)
+        if not rejoin:
+            assert not created
+    receiver.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(reason=st.text(max_size=30), ticks=st.lists(st.integers(0, 150_000_000), min_size=1, max_size=12))
+def test_a_rejected_image_sends_error_frames_as_its_specification(make_log: Callable[..., LogBuffers], reason: str,
+                                                                   ticks: list[int]) -> None:
+    """REJECT_IMAGE: from then on no data is taken and the SMs become ERR frames (IMAGE_REJECTED, the reason, the
+    receiver id) at the SM timeout, the same frames at the same ticks in the agent and its specification; the
+    image ends when its liveness runs out."""
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    now = 1
+    assert native.start(now) == spec.start(now)
+    text = reason.encode()
+    r = native.receiver
+    r.offer(r.command(lib.LBD_CMD_REJECT_IMAGE, image_id=1, text=ffi.from_buffer(text), text_length=len(text)))
+    r.do_work(now)
+    spec.image.reject(reason)
+    raws = datagrams([[100]] * len(ticks))
+    sent = []
+    for raw, tick in zip(raws, ticks, strict=True):
+        now += tick
+        native.feed(raw, now)
+        spec.feed(raw, now)
+        frames = spec.poll(now)
+        assert native.poll(now) == [f[:64] for f in frames]
+        assert native.positions() == spec.positions() == (JOIN, JOIN)
+        sent += frames
+    assert all(f[6] == FrameType.ERR and ErrorFrame.decode(f).message == reason for f in sent)
+    assert len(sent) == r.counters.error_frames_sent
+    now += 10**10 + 1  # its liveness
+    native.poll(now)
+    r.do_work(now)
+    assert [e.reason for e in r.poll_events() if e.type == lib.LBD_EVENT_IMAGE_REMOVED] == [lib.LBD_REASON_TIMED_OUT]
+    r.close()
+
+
+@given(group=st.sampled_from(["true", "false", "infer"]), multicast=st.booleans(), flags=st.integers(0, 255))
+def test_group_semantics_follow_the_group_key(group: str, multicast: bool, flags: int) -> None:
+    """group=true: multicast NAK delays on any channel; false: never; infer: a multicast channel or a SETUP
+    with the sender's group flag (0x40), as aeronmd decides for a new image."""
+    from logbuf.driver.network_conductor import treat_as_multicast
+
+    expected = {"true": True, "false": False, "infer": multicast or bool(flags & 0x40)}[group]
+    assert treat_as_multicast(group, multicast, flags) is expected
+
+
+SOURCE2 = b"\x02\x00\x30\x3a\x7f\x00\x00\x02" + bytes(8)  # sockaddr_in 127.0.0.2:12346
+mds_op = st.one_of(
+    st.tuples(st.just("data"), st.integers(1, 3), st.integers(0, 1), st.integers(0, 11)),
+    st.tuples(st.just("setup"), st.integers(1, 3), st.integers(0, 1), st.just(0)),
+    # ticks around the 5 s a destination stays answered, the 200 ms SM timeout, the 10 s liveness
+    st.tuples(st.just("tick"), st.sampled_from([0, 150_000_000, 1_000_000_000, 2_500_000_000, 4_900_000_000,
+                                                5_100_000_000]) | st.integers(0, 3_000_000_000),
+              st.just(0), st.just(0)),
+    st.tuples(st.just("remove"), st.integers(1, 3), st.just(0), st.just(0)),
+    st.tuples(st.just("add"), st.integers(1, 3), st.just(0), st.just(0)),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(mds_op, max_size=40))
+def test_mds_image_answers_through_its_destinations_as_the_dispatcher(make_log: Callable[..., LogBuffers],
+                                                                      ops: list[tuple[str, int, int, int]]) -> None:
+    """An MDS endpoint (control-mode=manual): one image fed through several destinations from several
+    sources; each status message and NAK goes through every destination the image heard its sender on in the
+    last 5 s, to the source it heard there, as ReceiverDispatcher(manual=True) says; a removed destination
+    gets nothing more; the same rebuild position and high-water mark."""
+    sources = (SOURCE, SOURCE2)
+    raws = datagrams([[100]] * 12)
+    receiver = Receiver()
+    native = receiver._native
+    counters = ffi.new("int64_t[2]")
+    log = make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM)
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=1, fd=-1, send_fd=-1, receiver_id=9,
+                                    manual=1))
+    for destination in (1, 2, 3):
+        receiver.offer(receiver.command(lib.LBD_CMD_ADD_DESTINATION, endpoint_id=1, destination_id=destination,
+                                        fd=-1, send_fd=-1))
+    receiver.offer(receiver.command(lib.LBD_CMD_ADD_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    now = 1
+    receiver.offer(receiver.command(
+        lib.LBD_CMD_ADD_IMAGE, endpoint_id=1, image_id=1, session_id=SESSION, stream_id=STREAM, term_length=T,
+        initial_term_id=INITIAL, window_length=T // 2, join_position=JOIN,
+        terms=ffi.cast("uint8_t *", log.term_pointer(0)), meta=ffi.cast("uint8_t *", log.meta.pointer(0)),
+        rcv_hwm=counters, rcv_pos=counters + 1, liveness_timeout_ns=10**10, sm_timeout_ns=200_000_000,
+        nak_delay_ns=100 * US, nak_retry_ns=10_000 * US, give_up_ns=-1, address=SOURCE, destination_id=1))
+    spec = ReceiverDispatcher(9, manual=True)
+    spec.add_subscription(STREAM)
+    image = ImageReceiver(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM),
+                          JOIN, now, receiver_id=9, window_length=T // 2, nak_delay=UnicastNakDelay(100 * US, 100))
+    spec.add_image(image, SOURCE, destination=1, now_ns=now)
+    out = ffi.new("uint8_t[64]")
+    address = ffi.new("uint8_t[32]")
+    address_length = ffi.new("int32_t *")
+
+    def sent() -> list[tuple[bytes, int, bytes]]:
+        frames = []
+        while (n := lib.lbd_receiver_take_sent(native, out, 64)) >= 0:
+            destination = lib.lbd_receiver_sent_to(native, address, address_length)
+            frames.append((bytes(ffi.buffer(out, n)), destination, bytes(ffi.buffer(address, address_length[0]))))
+        return frames
+
+    def expected(events: list[Any]) -> list[tuple[bytes, int, bytes]]:
+        return [(e.frame.encode()[:64], e.destination[0], e.destination[1]) for e in events if isinstance(e, Reply)]
+
+    def poll() -> None:
+        lib.lbd_receiver_poll_images(native, now)
+        assert sent() == expected(spec.poll(now, lambda i: i.rebuild_position))
+
+    receiver.do_work(now)
+    assert sent() == expected(spec.poll(now, lambda i: i.rebuild_position))
+    live = {1, 2, 3}
+    for kind, destination, source, index in ops:
+        if kind == "tick":
+            now += destination
+            poll()
+            continue
+        if kind == "remove" or kind == "add":
+            poll()  # what is due goes first; then the agent takes the command (and has nothing more to send)
+            if kind == "remove" and destination in live:
+                receiver.offer(receiver.command(lib.LBD_CMD_REMOVE_DESTINATION, endpoint_id=1,
+                                                destination_id=destination))
+                spec.remove_destination(destination)
+                live.discard(destination)
+            elif kind == "add" and destination not in live:
+                receiver.offer(receiver.command(lib.LBD_CMD_ADD_DESTINATION, endpoint_id=1,
+                                                destination_id=destination, fd=-1, send_fd=-1))
+                live.add(destination)
+            receiver.do_work(now)
+            assert sent() == []
+            receiver.poll_events()
+            continue
+        if destination not in live:
+            continue
+        raw = raws[index] if kind == "data" else SetupFrame(JOIN % T, SESSION, STREAM, INITIAL,
+                                                            INITIAL + JOIN // T, T, 1408, 0).encode()
+        events = spec.on_datagram(raw, now, sources[source], destination)
+        assert lib.lbd_receiver_feed_via(native, 1, destination, raw, len(raw), sources[source], 16, now) == 1
+        assert sent() == expected(events)
+        poll()
+        if spec.image(SESSION, STREAM) is not None:
+            assert lib.lbd_receiver_image_view(native, 1, ffi.new("lbd_image_view_t *")) == 0
+            assert (counters[0], counters[1]) == (image.hwm_position, image.rebuild_position)
+        now += 50 * US
+    receiver.close()

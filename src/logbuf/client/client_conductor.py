@@ -53,6 +53,7 @@ from logbuf.cnc.messages import (
     ErrorResponse,
     PublicationMessage,
     PublicationReady,
+    RejectImageMessage,
     RemoveMessage,
     SubscriptionMessage,
     UnavailableImage,
@@ -391,6 +392,7 @@ class ClientConductor:
                 subscription_registration_id=msg.subscription_registration_id,
                 source_identity=msg.source_identity,
             )
+            image.rejecter = self.reject_image
         except Exception as exc:  # a log we cannot read: this image is lost, the client goes on
             self._release_log(msg.log_file_name)
             with contextlib.suppress(Exception):
@@ -601,6 +603,7 @@ class ClientConductor:
             on_close=self._on_subscription_close,
             wake_semaphore=wake_semaphore_name(self.directory, stream_id),
             check_client=self.raise_if_failed,
+            destinations=lambda destination, add: self.receive_destination(correlation_id, destination, add),
         )
         with self._lock:
             self.ensure_open()
@@ -621,6 +624,18 @@ class ClientConductor:
             self._remove(ControlCommand.REMOVE_SUBSCRIPTION, correlation_id, f"remove failed {what}")
             raise
         return subscription
+
+    def receive_destination(self, registration_id: int, channel: str, add: bool) -> None:
+        """ADD_RCV_DESTINATION / REMOVE_RCV_DESTINATION of subscription ``registration_id``."""
+        command = ControlCommand.ADD_RCV_DESTINATION if add else ControlCommand.REMOVE_RCV_DESTINATION
+        what = f"{'add' if add else 'remove'}_destination({channel!r}) of subscription {registration_id}"
+        self._request(command, DestinationMessage(self.client_id, self._next_id(), registration_id, channel), what)
+
+    def reject_image(self, image_correlation_id: int, position: int, reason: str) -> None:
+        """REJECT_IMAGE: the driver rejects the image (see :meth:`Image.reject`)."""
+        self._request(ControlCommand.REJECT_IMAGE,
+                      RejectImageMessage(self.client_id, self._next_id(), image_correlation_id, position, reason),
+                      f"reject image {image_correlation_id}")
 
     def _discard_subscription(self, subscription: Subscription) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from logbuf.errors import LogCorruptedError
+from logbuf.errors import ClosedError, LogCorruptedError
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.header import Header
 from logbuf.logbuffer.log_buffers import LogBuffers
@@ -152,6 +152,8 @@ class Image(client.Image):
         self.correlation_id = correlation_id
         self.subscription_registration_id = subscription_registration_id
         self.source_identity = source_identity
+        # set by the client that made it: sends REJECT_IMAGE (image correlation id, position, reason)
+        self.rejecter: Callable[[int, int, str], None] | None = None
         self.session_id = log.session_id
         self.stream_id = log.stream_id
         self.initial_term_id = log.initial_term_id
@@ -228,6 +230,14 @@ class Image(client.Image):
     def is_end_of_stream(self) -> bool:
         """True once the read cursor reached the log's end-of-stream position."""
         return self.position >= self.log.end_of_stream_position
+
+    def reject(self, reason: str) -> None:
+        """Asks the driver to reject this image (Aeron's ``Image.reject``): a network image stops taking data
+        and its sender is sent an error frame (IMAGE_REJECTED with ``reason``, at most 1023 bytes of UTF-8)
+        until the image times out and goes.  Raises RegistrationError when the driver refuses."""
+        if self.rejecter is None:
+            raise ClosedError(f"image {self.correlation_id} has no client to reject it through")
+        self.rejecter(self.correlation_id, self.position, reason)
 
     def close(self) -> None:
         """Closes the image: later polls deliver nothing; the log and sub-pos counter are let go of."""

@@ -61,7 +61,9 @@ class Subscription:
         on_close: Callable[[Subscription, tuple[Image, ...]], Any] | None = None,
         wake_semaphore: str | None = None,
         check_client: Callable[[], None] | None = None,
+        destinations: Callable[[str, bool], None] | None = None,
     ) -> None:
+        """``destinations(channel, add)``: the client's ADD/REMOVE_RCV_DESTINATION for this subscription."""
         self.channel = channel
         self.stream_id = stream_id
         self.registration_id = registration_id
@@ -70,6 +72,7 @@ class Subscription:
         self._on_close = on_close
         self._wake_name = wake_semaphore
         self._check_client = check_client
+        self._destinations = destinations
         # guards _closed, _images, entering _waiters and _semaphore; never held while calling out
         self._lock = threading.Lock()
         self._semaphore: posix_ipc.Semaphore | None = None
@@ -80,6 +83,25 @@ class Subscription:
         self._images: tuple[Image, ...] = ()
         self._round_robin = 0
         self._closed = False
+
+    # -- destinations (multi-destination subscriptions) -------------------------------------------------
+
+    def add_destination(self, channel: str) -> None:
+        """Adds a receive destination (``aeron:udp?endpoint=host:port``) to a subscription on
+        ``aeron:udp?control-mode=manual``: its datagrams feed this subscription's images.  Raises
+        RegistrationError when the driver refuses (another channel: INVALID_CHANNEL)."""
+        self._destination(channel, True)
+
+    def remove_destination(self, channel: str) -> None:
+        """Removes a receive destination added with :meth:`add_destination` (its socket closes)."""
+        self._destination(channel, False)
+
+    def _destination(self, channel: str, add: bool) -> None:
+        if self._closed:
+            raise ClosedError(f"subscription {self.registration_id} ({self.channel}, {self.stream_id}) is closed")
+        if self._destinations is None:
+            raise ClosedError(f"subscription {self.registration_id} has no client to change its destinations")
+        self._destinations(channel, add)
 
     # -- images ----------------------------------------------------------------------------------------
 

@@ -106,6 +106,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_HOST = 9
     GENERIC_ERROR = 11
     STORAGE_SPACE = 12
+    IMAGE_REJECTED = 13  # an ERR frame's code: the receiver rejected the image
 
 
 MAX_COUNTER_KEY_LENGTH = 112

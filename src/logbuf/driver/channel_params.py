@@ -35,7 +35,11 @@ DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS = 10 * SECOND
 
 # keys that only mean something on one medium (refused on the other: they would be ignored there)
 UDP_ONLY_KEYS = frozenset({"interface", "ttl", "so-sndbuf", "so-rcvbuf", "rcv-wnd", "fc", "cc", "reliable",
-                           "rejoin", "ssc", "control", "control-mode", "max-resend", "gtag"})
+                           "rejoin", "ssc", "control", "control-mode", "max-resend", "gtag", "nak-delay", "group"})
+# group=: Aeron's inferable boolean (infer: multicast channel, or a SETUP with the sender's group flag)
+GROUP_VALUES = ("true", "false", "infer")
+# keys a receive destination of an MDS subscription may not carry (they belong to the subscription's channel)
+INVALID_DESTINATION_KEYS = ("mtu", "rcv-wnd", "so-rcvbuf", "so-sndbuf", "response-correlation-id")
 
 # partly honoured keys: the values honoured on each medium
 _HONOURED_VALUES: dict[str, dict[str, frozenset[str]]] = {
@@ -44,8 +48,6 @@ _HONOURED_VALUES: dict[str, dict[str, frozenset[str]]] = {
                "udp": frozenset({"true"})},
     "eos": {"ipc": frozenset({"true", "false"}), "udp": frozenset({"true"})},
     "cc": {"udp": frozenset({"static"})},
-    "reliable": {"udp": frozenset({"true"})},
-    "rejoin": {"udp": frozenset({"true"})},
 }
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -157,6 +159,11 @@ class SubscriptionParams:
     sparse: bool = True  # UDP: the images' logs
     resume_positions: dict[int, int] = field(default_factory=dict)
     group_tag: int | None = None  # UDP: gtag=, carried by the endpoint's status messages (fc=tagged)
+    reliable: bool = True  # UDP: reliable=false pads gaps instead of NAKing them
+    rejoin: bool = True  # UDP: rejoin=false leaves an ended session unjoined while subscribed
+    group: str = "infer"  # UDP: one of GROUP_VALUES
+    nak_delay_ns: int | None = None  # UDP: nak-delay, None = the driver's
+    manual: bool = False  # UDP: control-mode=manual (MDS)
 
     def matches(self, session_id: int) -> bool:
         """Whether an image of ``session_id`` is for this subscription."""
@@ -198,6 +205,7 @@ def resolve_publication(uri: ChannelUri, ctx: DriverContext) -> PublicationParam
         window = publication_window(term_length, ctx.ipc_publication_window)
     else:
         window = publication_window(term_length, ctx.network_publication_window, network=True)
+    _receiver_values(uri)
     linger = parse_timeout_ns(uri, "linger", ctx.publication_linger_timeout_ns)
     session_id = parse_int32(uri, "session-id")
     initial_position = _initial_position(uri, term_length)
@@ -265,9 +273,15 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
     if window is not None and not 0 < window <= _INT32_MAX:
         raise InvalidChannelError(f"channel {uri}: rcv-wnd={window} must be positive")
     sndbuf, rcvbuf = _socket_buffers(uri)
-    if "control-mode" in uri.params:
-        raise InvalidChannelError(f"channel {uri}: control-mode on a subscription is not supported by this driver "
-                                  f"(multi-destination subscriptions)")
+    group = _receiver_values(uri)
+    control_mode = uri.params.get("control-mode")
+    if control_mode is not None and control_mode != "manual":
+        raise InvalidChannelError(f"channel {uri}: control-mode={control_mode} is not supported on subscriptions by "
+                                  f"this driver (supported: manual)")
+    if control_mode == "manual" and "endpoint" in uri.params:
+        raise InvalidChannelError(f"channel {uri}: control-mode=manual takes its endpoints from add_destination, "
+                                  f"not endpoint=")
+    nak_delay = uri.params.get("nak-delay")
     group_tag = None
     if "gtag" in uri.params:
         try:
@@ -285,7 +299,35 @@ def resolve_subscription(uri: ChannelUri, ctx: DriverContext) -> SubscriptionPar
         sparse=parse_bool(uri, "sparse", not ctx.pre_touch),
         resume_positions=parse_resume_positions(uri),
         group_tag=group_tag,
+        reliable=parse_bool(uri, "reliable", True),
+        rejoin=parse_bool(uri, "rejoin", True),
+        group=group,
+        nak_delay_ns=None if nak_delay is None else parse_timeout_ns(uri, "nak-delay", 0),
+        manual=control_mode == "manual",
     )
+
+
+def _receiver_values(uri: ChannelUri) -> str:
+    """The receiver keys' values checked on either side (a publication ignores them, as aeronmd, but a bad
+    value is refused there too); returns ``group``."""
+    group = uri.params.get("group", "infer")
+    if group not in GROUP_VALUES:
+        raise InvalidChannelError(f"channel {uri}: group={group!r} must be one of {', '.join(GROUP_VALUES)}")
+    parse_timeout_ns(uri, "nak-delay", 0)
+    parse_bool(uri, "reliable", True)
+    parse_bool(uri, "rejoin", True)
+    return group
+
+
+def check_destination(uri: ChannelUri) -> None:
+    """A receive destination of an MDS subscription: a UDP channel with an endpoint, none of the keys that
+    belong to the subscription (INVALID_CHANNEL naming the key, as aeronmd)."""
+    for key in INVALID_DESTINATION_KEYS:
+        if key in uri.params:
+            raise InvalidChannelError(f"destinations must not contain the key: {key} channel={uri}")
+    check_keys(uri)
+    if not uri.is_udp or "endpoint" not in uri.params or "control-mode" in uri.params:
+        raise InvalidChannelError(f"channel {uri}: a receive destination is aeron:udp?endpoint=host:port")
 
 
 def confirm_match(params: PublicationParams, term_length: int, mtu: int, session_id: int, where: str) -> str | None:

@@ -329,7 +329,7 @@ class DriverConductor:
         elif command in (ControlCommand.ADD_DESTINATION, ControlCommand.REMOVE_DESTINATION):
             self._send_destination(client, msg, command)
         elif command in (ControlCommand.ADD_RCV_DESTINATION, ControlCommand.REMOVE_RCV_DESTINATION):
-            self._receive_destination(client, msg)
+            self._receive_destination(client, msg, command)
         elif command == ControlCommand.REJECT_IMAGE:
             self._reject_image(msg)
         elif command == ControlCommand.REMOVE_DESTINATION_BY_ID:
@@ -517,21 +517,23 @@ class DriverConductor:
             self.network.remove_destination(publication, msg.channel)
         self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
 
-    def _receive_destination(self, client: ClientSession, msg: DestinationMessage) -> None:
-        if not isinstance(self.subscriptions.get(msg.registration_id), NetworkSubscription):
+    def _receive_destination(self, client: ClientSession, msg: DestinationMessage, command: ControlCommand) -> None:
+        """ADD/REMOVE_RCV_DESTINATION of an MDS subscription (control-mode=manual), answered as aeronmd."""
+        subscription = self.subscriptions.get(msg.registration_id)
+        if not isinstance(subscription, NetworkSubscription):
             raise CommandError(ErrorCode.UNKNOWN_SUBSCRIPTION, f"unknown subscription client_id={client.client_id} "
                                                                f"registration_id={msg.registration_id}")
-        raise CommandError(ErrorCode.INVALID_CHANNEL, "channel does not allow manual control")
+        if command == ControlCommand.ADD_RCV_DESTINATION:
+            self.network.add_receive_destination(subscription, msg.channel, msg.correlation_id)
+        else:
+            self.network.remove_receive_destination(subscription, msg.channel)
+        self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
 
     def _reject_image(self, msg: RejectImageMessage) -> None:
-        for endpoint in self.network.receive_endpoints.values():
-            for image in endpoint.images.values():
-                if image.correlation_id == msg.image_correlation_id:
-                    raise CommandError(ErrorCode.NOT_SUPPORTED,
-                                       f"rejecting image correlationId={msg.image_correlation_id} is not supported "
-                                       f"by this driver")
-        raise CommandError(ErrorCode.GENERIC_ERROR,
-                           f"Unable to resolve image for correlationId={msg.image_correlation_id}")
+        if not self.network.reject_image(msg.image_correlation_id, msg.reason):
+            raise CommandError(ErrorCode.GENERIC_ERROR,
+                               f"Unable to resolve image for correlationId={msg.image_correlation_id}")
+        self._send(ControlResponse.ON_OPERATION_SUCCESS, OperationSuccess(msg.correlation_id))
 
     # -- clients ---------------------------------------------------------------------------------------
 

@@ -67,7 +67,8 @@ def fill_publication_metadata(
 
 
 def fill_image_metadata(log: LogBuffers, initial_receiver_window: int, *, sparse: bool = False,
-                        socket_sndbuf: int = 0, socket_rcvbuf: int = 0) -> None:
+                        socket_sndbuf: int = 0, socket_rcvbuf: int = 0, rejoin: bool = True,
+                        reliable: bool = True, group: bool = False) -> None:
     """A new image log's metadata as aeronmd writes it (socket buffers: the subscription channel's, 0 when it
     named none)."""
     meta = log.meta
@@ -77,5 +78,6 @@ def fill_image_metadata(log: LogBuffers, initial_receiver_window: int, *, sparse
     meta.put_i32(d.LOG_SOCKET_RCVBUF_LENGTH_OFFSET, socket_rcvbuf)
     meta.put_bytes(d.LOG_SPARSE_OFFSET, b"\x01" if sparse else b"\x00")
     meta.put_i32(d.LOG_ACTIVE_TRANSPORT_COUNT_OFFSET, 1)
-    for offset in (d.LOG_REJOIN_OFFSET, d.LOG_RELIABLE_OFFSET, d.LOG_TETHER_OFFSET):
-        meta.put_bytes(offset, b"\x01")
+    for offset, flag in ((d.LOG_REJOIN_OFFSET, rejoin), (d.LOG_RELIABLE_OFFSET, reliable), (d.LOG_TETHER_OFFSET, True),
+                         (d.LOG_GROUP_OFFSET, group)):
+        meta.put_bytes(offset, b"\x01" if flag else b"\x00")

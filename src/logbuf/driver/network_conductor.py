@@ -41,14 +41,19 @@ from logbuf.cnc.messages import (
     UnavailableImage,
 )
 from logbuf.directory import LOG_SUFFIX, wake_semaphore_name
-from logbuf.driver.channel_params import PublicationParams, SubscriptionParams, confirm_match
+from logbuf.driver.channel_params import (
+    PublicationParams,
+    SubscriptionParams,
+    check_destination,
+    confirm_match,
+)
 from logbuf.driver.command_error import CommandError
 from logbuf.driver.ipc_publication import PublicationState, SubscriberLink
 from logbuf.driver.log_metadata import fill_image_metadata
 from logbuf.driver.network_counters import SENDER_AGENT_COUNTERS, NetworkCounters
 from logbuf.driver.network_publication import NetworkPublication, NetworkPublicationPositions
 from logbuf.driver.publication_image import ImageWaker, PublicationImage
-from logbuf.driver.receive_channel import ReceiveChannelEndpoint
+from logbuf.driver.receive_channel import MDS_KEY, ReceiveChannelEndpoint, ReceiveDestination
 from logbuf.driver.receiver import Receiver
 from logbuf.driver.send_channel import SendChannelEndpoint
 from logbuf.driver.sender import Sender
@@ -75,6 +80,17 @@ from logbuf.protocol.setup import SetupFrame
 # channel endpoint status values (Aeron's ChannelEndpointStatus)
 CHANNEL_STATUS_ACTIVE = 1
 CHANNEL_STATUS_CLOSING = 2
+SETUP_GROUP_FLAG = 0x40  # a SETUP's flag: the sender asks its receivers for group semantics
+MAX_REJECT_REASON_LENGTH = 1023  # bytes of an ERR frame's text (Aeron's limit for a rejection's reason)
+
+
+def treat_as_multicast(group: str, channel_is_multicast: bool, setup_flags: int) -> bool:
+    """Aeron's group semantics of a new image (``group=`` of its subscription): randomised multicast NAK
+    delays for ``true``; unicast ones for ``false``; ``infer`` - a multicast channel, or a SETUP carrying the
+    sender's group flag."""
+    if group == "infer":
+        return channel_is_multicast or bool(setup_flags & SETUP_GROUP_FLAG)
+    return group == "true"
 
 
 class NetworkSubscription:
@@ -168,6 +184,7 @@ class NetworkConductor:
         self.network_counters.native_receiver = self.receiver.counters
         self._endpoints_by_id: dict[int, ReceiveChannelEndpoint] = {}
         self._truncated_images: set[int] = set()  # asked to go (their log shrank): the agent has not let go yet
+        self._reject_reasons: dict[int, Any] = {}  # REJECT_IMAGE texts, kept until their image is gone
         self._next_endpoint_id = 1
         self._receive_impairment: Any = None  # set by _transport for a receive transport
         self._send_impairment: Any = None
@@ -281,9 +298,10 @@ class NetworkConductor:
         if endpoint is not None and endpoint.closing:
             self._await_endpoint_removed(endpoint)  # its socket must be closed before this one binds
             endpoint = None
-        if endpoint is not None:
+        if endpoint is not None and endpoint.transport is not None:
             _check_socket_buffers(endpoint.transport, channel, sndbuf, rcvbuf)
-            for key, wanted, has in (("control", channel.explicit_control, endpoint.channel.explicit_control),
+            has_control = None if endpoint.channel is None else endpoint.channel.explicit_control
+            for key, wanted, has in (("control", channel.explicit_control, has_control),
                                      ("gtag", None if params is None else params.group_tag, endpoint.group_tag)):
                 if wanted != has:
                     raise CommandError(ErrorCode.INVALID_CHANNEL, f"channel {channel}: {key} differs from the "
@@ -305,6 +323,7 @@ class NetworkConductor:
                                               status_counter_id=status)
             endpoint.local_sockaddr_counter_id = sockaddr
             endpoint.group_tag = None if params is None else params.group_tag
+            endpoint.nak_delay_ns = None if params is None else params.nak_delay_ns
             fields: dict[str, Any] = {"endpoint_id": endpoint_id, "fd": transport.recv_fd, "send_fd": transport.send_fd,
                                       "receiver_id": endpoint.receiver_id}
             if channel.control is not None:  # multicast: SMs and NAKs go to the control group
@@ -341,7 +360,10 @@ class NetworkConductor:
             del self.receive_endpoints[endpoint.key]
         for image in list(endpoint.images.values()):
             self._close_image(endpoint, image, notify=True)
-        self.services.counters.free(endpoint.local_sockaddr_counter_id)
+        if endpoint.local_sockaddr_counter_id >= 0:
+            self.services.counters.free(endpoint.local_sockaddr_counter_id)
+        for destination in endpoint.destinations.values():
+            self.services.counters.free(destination.local_sockaddr_counter_id)
         self.services.counters.free(endpoint.status_counter_id)
         endpoint.close()
 
@@ -350,7 +372,7 @@ class NetworkConductor:
         while endpoint.endpoint_id in self._endpoints_by_id:
             if time.monotonic() > deadline:
                 raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR,
-                                   f"channel {endpoint.channel}: its previous socket is still in use")
+                                   f"channel {endpoint.key}: its previous socket is still in use")
             if self.receiver.runs_inline:
                 self.receiver.do_work(time.monotonic_ns())
             else:
@@ -582,6 +604,13 @@ class NetworkConductor:
             elif event.type == lib.LBD_SND_SEND_ERROR:
                 self.services.record_error(f"send endpoint {event.endpoint_id}: send failed: "
                                            f"{os.strerror(event.value)}")
+            elif event.type == lib.LBD_SND_PUBLICATION_ERROR:
+                # a receiver sent an ERR frame (it rejected the image): recorded as aeronmd records it
+                publication = next((p for p in self.publications if p.registration_id == event.publication_id), None)
+                if publication is not None:
+                    self.services.record_error(
+                        f"onPublicationError: registrationId={publication.registration_id}, sessionId="
+                        f"{publication.session_id}, streamId={publication.stream_id}, errorCode={event.value}")
             elif event.type == lib.LBD_SND_COMMAND_REFUSED:
                 self.services.record_error(f"sender agent refused command {event.value} (endpoint "
                                            f"{event.endpoint_id}, publication {event.publication_id})")
@@ -684,8 +713,13 @@ class NetworkConductor:
 
     def add_subscription(self, registration_id: int, client_id: int, uri: ChannelUri, params: SubscriptionParams,
                          stream_id: int) -> NetworkSubscription:
-        channel = self.udp_channel(uri)
-        endpoint = self._receive_endpoint(channel, uri, registration_id, params)
+        if params.manual:
+            self._check_clash(MDS_KEY, uri, params, stream_id)
+            endpoint = self._mds_endpoint(uri, registration_id, params)
+        else:
+            channel = self.udp_channel(uri)
+            self._check_clash(channel.receive_key, uri, params, stream_id)
+            endpoint = self._receive_endpoint(channel, uri, registration_id, params)
         self.services.ensure_wake_semaphore(stream_id)
         subscription = NetworkSubscription(registration_id, client_id, stream_id, uri.canonical(), endpoint, params)
         if endpoint.add_subscription(stream_id):
@@ -693,6 +727,119 @@ class NetworkConductor:
                                                       stream_id=stream_id))
         self.subscriptions[registration_id] = subscription
         return subscription
+
+    def _check_clash(self, key: str, uri: ChannelUri, params: SubscriptionParams, stream_id: int) -> None:
+        """Subscriptions of one stream on one endpoint (whose sessions can meet) share its images: they must
+        agree on ``reliable`` and ``rejoin`` (aeronmd's GENERIC_ERROR otherwise)."""
+        for other in self.subscriptions.values():
+            if (other.endpoint.key != key or other.endpoint.closing or other.stream_id != stream_id
+                    or other.params is None):
+                continue
+            if None not in (params.session_id, other.params.session_id) and params.session_id != other.params.session_id:
+                continue
+            for name, mine, theirs in (("reliable", params.reliable, other.params.reliable),
+                                       ("rejoin", params.rejoin, other.params.rejoin)):
+                if mine != theirs:
+                    raise CommandError(ErrorCode.GENERIC_ERROR,
+                                       f"option conflicts with existing subscription: {name}="
+                                       f"{'true' if mine else 'false'} existingChannel={other.channel} channel={uri}")
+
+    def _mds_endpoint(self, uri: ChannelUri, registration_id: int,
+                      params: SubscriptionParams) -> ReceiveChannelEndpoint:
+        """The MDS endpoint (``control-mode=manual``): no socket until destinations are added."""
+        endpoint = self.receive_endpoints.get(MDS_KEY)
+        if endpoint is not None and endpoint.closing:
+            self._await_endpoint_removed(endpoint)
+            endpoint = None
+        if endpoint is not None:
+            return endpoint
+        counters = self.services.counters
+        status = counters.allocate(c.RECEIVE_CHANNEL_STATUS_TYPE_ID,
+                                   c.channel_status_label(c.RECEIVE_CHANNEL_STATUS_NAME, uri.canonical(), ""),
+                                   c.channel_status_key(uri.canonical()), registration_id=registration_id)
+        counters.set_counter_value(status, CHANNEL_STATUS_ACTIVE)
+        endpoint_id = self._next_endpoint_id
+        self._next_endpoint_id += 1
+        endpoint = ReceiveChannelEndpoint(None, None, endpoint_id, self._rng.randint(1, 2**63 - 1),
+                                          status_counter_id=status, uri=uri)
+        endpoint.socket_sndbuf, endpoint.socket_rcvbuf = params.socket_sndbuf, params.socket_rcvbuf
+        endpoint.nak_delay_ns = params.nak_delay_ns
+        endpoint.group_tag = params.group_tag
+        tag: dict[str, Any] = {} if params.group_tag is None else {"group_tag": params.group_tag, "has_group_tag": 1}
+        self.receiver.offer(self.receiver.command(lib.LBD_CMD_ADD_ENDPOINT, endpoint_id=endpoint_id, fd=-1, send_fd=-1,
+                                                  receiver_id=endpoint.receiver_id, manual=1, **tag))
+        self.receive_endpoints[MDS_KEY] = endpoint
+        self._endpoints_by_id[endpoint_id] = endpoint
+        return endpoint
+
+    def add_receive_destination(self, subscription: NetworkSubscription, channel: str, destination_id: int) -> None:
+        """ADD_RCV_DESTINATION: a socket on ``channel`` (``aeron:udp?endpoint=...``) that feeds the MDS
+        subscription's endpoint, known to the agent as ``destination_id``."""
+        endpoint = subscription.endpoint
+        if not endpoint.is_manual:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, "channel does not allow manual control")
+        try:
+            uri = ChannelUri.parse(channel)
+            check_destination(uri)
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
+        udp = self.udp_channel(uri)
+        if len(endpoint.destinations) >= lib.LBD_MAX_DESTINATIONS:
+            raise CommandError(ErrorCode.GENERIC_ERROR, f"channel {endpoint.uri}: at most "
+                                                        f"{lib.LBD_MAX_DESTINATIONS} receive destinations")
+        transport = self._transport(udp, TransportRole.RECEIVE, endpoint.socket_sndbuf, endpoint.socket_rcvbuf)
+        address = str(transport.receive_address)
+        try:  # each destination's local socket address, as aeronmd counts it
+            sockaddr = self.services.counters.allocate(
+                c.LOCAL_SOCKADDR_TYPE_ID,
+                c.local_sockaddr_label(c.RECEIVE_LOCAL_SOCKADDR_NAME, endpoint.status_counter_id, address),
+                c.local_sockaddr_key(endpoint.status_counter_id, address), registration_id=destination_id)
+        except BaseException:
+            transport.close()
+            raise
+        self.services.counters.set_counter_value(sockaddr, CHANNEL_STATUS_ACTIVE)
+        endpoint.destinations[destination_id] = ReceiveDestination(destination_id, udp, transport, sockaddr)
+        fields: dict[str, Any] = {"endpoint_id": endpoint.endpoint_id, "destination_id": destination_id,
+                                  "fd": transport.recv_fd, "send_fd": transport.send_fd}
+        if udp.control is not None:  # multicast: SMs and NAKs go to the control group
+            fields["address"] = udp.control.sockaddr
+        self.receiver.offer(self.receiver.command(lib.LBD_CMD_ADD_DESTINATION, **fields))
+
+    def remove_receive_destination(self, subscription: NetworkSubscription, channel: str) -> None:
+        """REMOVE_RCV_DESTINATION: the destination on that transport stops feeding the endpoint (its socket
+        closes when the agent let go); none there is no error, as aeronmd."""
+        endpoint = subscription.endpoint
+        if not endpoint.is_manual:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, "channel does not allow manual control")
+        try:
+            uri = ChannelUri.parse(channel)
+        except InvalidChannelError as exc:
+            raise CommandError(ErrorCode.INVALID_CHANNEL, str(exc)) from None
+        key = self.udp_channel(uri).receive_key
+        for destination in endpoint.destinations.values():
+            if destination.channel.receive_key == key and not destination.removing:
+                destination.removing = True
+                self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_DESTINATION,
+                                                          endpoint_id=endpoint.endpoint_id,
+                                                          destination_id=destination.id))
+                return
+
+    def reject_image(self, correlation_id: int, reason: str) -> bool:
+        """REJECT_IMAGE of a UDP image: the agent stops taking its data and sends ERR frames until its
+        liveness runs out; False when no UDP image has that id."""
+        text = reason.encode("utf-8")
+        for endpoint in self._endpoints_by_id.values():
+            image = endpoint.images.get(correlation_id)
+            if image is None:
+                continue
+            if len(text) > MAX_REJECT_REASON_LENGTH:
+                raise CommandError(ErrorCode.GENERIC_ERROR, "Invalidation reason_text must be 1023 bytes or less")
+            buffer = ffi.new("uint8_t[]", text or b"\0")
+            self._reject_reasons[correlation_id] = buffer  # the agent copies it when it takes the command
+            self.receiver.offer(self.receiver.command(lib.LBD_CMD_REJECT_IMAGE, image_id=correlation_id,
+                                                      text=buffer, text_length=len(text)))
+            return True
+        return False
 
     def link_existing_images(self, subscription: NetworkSubscription) -> None:
         """A subscription that arrives while images of its stream exist joins them at their live end."""
@@ -748,8 +895,13 @@ class NetworkConductor:
             elif event.type == lib.LBD_EVENT_CREATE_IMAGE:
                 if not endpoint.closing:
                     setup = SetupFrame(event.term_offset, event.session_id, event.stream_id, event.initial_term_id,
-                                       event.active_term_id, event.term_length, event.mtu, event.ttl)
-                    self._on_create_image(endpoint, setup, event.address, now_ns)
+                                       event.active_term_id, event.term_length, event.mtu, event.ttl, event.flags)
+                    self._on_create_image(endpoint, setup, event.address, now_ns, event.destination_id)
+            elif event.type == lib.LBD_EVENT_DESTINATION_REMOVED:
+                destination = endpoint.destinations.pop(event.destination_id, None)
+                if destination is not None:
+                    self.services.counters.free(destination.local_sockaddr_counter_id)
+                    destination.transport.close()
             elif event.type == lib.LBD_EVENT_IMAGE_REMOVED:
                 image = endpoint.images.get(event.image_id)
                 if image is not None:
@@ -784,7 +936,7 @@ class NetworkConductor:
         return None
 
     def _on_create_image(self, endpoint: ReceiveChannelEndpoint, setup: SetupFrame, source: bytes,
-                         now_ns: int) -> None:
+                         now_ns: int, destination_id: int = 0) -> None:
         subscriptions = [s for s in self.subscriptions.values()
                          if s.endpoint is endpoint and s.matches(setup.stream_id, setup.session_id)]
         if not subscriptions:
@@ -799,13 +951,13 @@ class NetworkConductor:
             self._refuse(source, why)
             return
         try:
-            self._create_image(endpoint, setup, source, subscriptions)
+            self._create_image(endpoint, setup, source, subscriptions, destination_id)
         except (OSError, ValueError) as exc:  # the agent asks again after its pending timeout
             self.services.record_error(f"cannot create an image for session {setup.session_id} stream {setup.stream_id}: "
                               f"{type(exc).__name__}: {exc}")
 
     def _create_image(self, endpoint: ReceiveChannelEndpoint, setup: SetupFrame, source: bytes,
-                      subscriptions: list[NetworkSubscription]) -> None:
+                      subscriptions: list[NetworkSubscription], destination_id: int = 0) -> None:
         ctx = self.services.ctx
         correlation_id = self.services.next_correlation_id()
         # rcv-wnd of the first subscription that named one, else the driver's; the first one's other settings
@@ -813,6 +965,9 @@ class NetworkConductor:
                                                   if s.params is not None), ctx.receiver_window)
         first = subscriptions[0].params
         sparse = not ctx.pre_touch if first is None else first.sparse
+        reliable = True if first is None else first.reliable
+        rejoin = True if first is None else first.rejoin
+        multicast = treat_as_multicast("infer" if first is None else first.group, endpoint.is_multicast, setup.flags)
         window = receiver_window_length(setup.term_length, initial_window)
         path = self.services.images_dir / f"{correlation_id}{LOG_SUFFIX}"
         log = LogBuffers.create(
@@ -832,9 +987,10 @@ class NetworkConductor:
         try:
             fill_image_metadata(log, initial_window, sparse=sparse,
                                 socket_sndbuf=0 if first is None else first.socket_sndbuf or 0,
-                                socket_rcvbuf=0 if first is None else first.socket_rcvbuf or 0)
+                                socket_rcvbuf=0 if first is None else first.socket_rcvbuf or 0, rejoin=rejoin,
+                                reliable=reliable, group=multicast)
             join = setup.join_position()
-            name = endpoint.channel.uri.canonical()
+            name = endpoint.uri.canonical()
             observer = None
             if self.services.loss_report is not None:
                 observer = ImageLossObserver(self.services.loss_report, self.services.epoch_ms, setup.session_id,
@@ -865,7 +1021,8 @@ class NetworkConductor:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             raise
-        multicast = endpoint.channel.is_multicast
+        # nak-delay: the endpoint's channel's (the subscription that opened it), as aeronmd
+        nak_delay_ns = ctx.nak_unicast_delay_ns if endpoint.nak_delay_ns is None else endpoint.nak_delay_ns
         self.receiver.offer(self.receiver.command(
             lib.LBD_CMD_ADD_IMAGE,
             endpoint_id=endpoint.endpoint_id,
@@ -883,13 +1040,16 @@ class NetworkConductor:
             wake=image.waker.semaphore,
             liveness_timeout_ns=ctx.image_liveness_timeout_ns,
             sm_timeout_ns=DEFAULT_SM_TIMEOUT_NS,
-            nak_delay_ns=ctx.nak_unicast_delay_ns,
-            nak_retry_ns=max(ctx.nak_unicast_delay_ns * DEFAULT_UNICAST_RETRY_RATIO, 1),
+            nak_delay_ns=nak_delay_ns,
+            nak_retry_ns=max(nak_delay_ns * DEFAULT_UNICAST_RETRY_RATIO, 1),
             nak_max_backoff_ns=ctx.nak_multicast_max_backoff_ns,
             nak_group_size=ctx.nak_multicast_group_size,
             multicast=1 if multicast else 0,
             give_up_ns=-1 if ctx.loss_give_up_ns is None else ctx.loss_give_up_ns,
             address=source,
+            destination_id=destination_id,
+            reliable=1 if reliable else 0,
+            rejoin=1 if rejoin else 0,
         ))
         endpoint.images[correlation_id] = image
         self.services.bytes_mapped(os.path.getsize(path))
@@ -943,6 +1103,7 @@ class NetworkConductor:
         """The agent has let go of the image: its subscribers are told, its counters freed, its log closed."""
         endpoint.images.pop(image.correlation_id, None)
         self._truncated_images.discard(image.correlation_id)
+        self._reject_reasons.pop(image.correlation_id, None)
         for link in list(image.subscribers.values()):
             image.remove_subscriber(link.subscription_id)
             self.services.counters.free(link.counter_id)

@@ -21,7 +21,8 @@ DEFAULT_PENDING_TIMEOUT_NS = 1_000_000_000
 DEFAULT_COOL_DOWN_NS = 1_000_000_000
 DEFAULT_MAX_PENDING = 1024  # sessions remembered per endpoint (pending SETUPs, elicits, cool-downs)
 _EVENT_FIELDS = ("type", "endpoint_id", "image_id", "reason", "session_id", "stream_id", "term_offset",
-                 "initial_term_id", "active_term_id", "term_length", "mtu", "ttl", "term_id", "length")
+                 "initial_term_id", "active_term_id", "term_length", "mtu", "ttl", "term_id", "length", "flags",
+                 "destination_id")
 
 
 class ReceiverEvent:
@@ -44,6 +45,8 @@ class ReceiverEvent:
         self.ttl: int = event.ttl
         self.term_id: int = event.term_id
         self.length: int = event.length
+        self.flags: int = event.flags
+        self.destination_id: int = event.destination_id
         self.address: bytes = bytes(ffi.buffer(event.address, max(0, min(event.address_length, 32))))
 
     def __repr__(self) -> str:
@@ -82,11 +85,14 @@ class Receiver:
 
     @staticmethod
     def command(kind: int, **fields: Any) -> Any:
-        """A zeroed ``lbd_command_t`` of ``kind`` with ``fields`` set (``address``: sockaddr bytes)."""
+        """A zeroed ``lbd_command_t`` of ``kind`` with ``fields`` set (``address``: sockaddr bytes); images are
+        reliable and rejoin unless told otherwise."""
         command = ffi.new("lbd_command_t *")
         command.type = kind
         command.drop = -1.0
         command.send_drop = -1.0
+        command.reliable = 1
+        command.rejoin = 1
         address = fields.pop("address", None)
         if address:
             command.address_length = len(address)

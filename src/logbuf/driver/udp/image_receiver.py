@@ -13,6 +13,11 @@ The driver's receiver thread does::
 Packets are checked against the window the receiver offered, as Aeron does: data that starts before the
 position of the last SM is old (a flow control *under-run*: already consumed, its space may be cleaned), data
 that ends past that position + window is a flow control *over-run*; both are dropped and counted.
+
+Aeron's per-subscription settings: ``reliable=False`` (``reliable=false``) fills a gap with a PAD frame when
+its NAK would fall due, instead of NAKing it (counted as a loss gap fill, reported as a loss); :meth:`reject`
+(REJECT_IMAGE) makes the image take no more data and answer with ERR frames (IMAGE_REJECTED, the reason) where
+its SMs went, once per SM timeout, until its liveness runs out.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 
+from logbuf.cnc.messages import ErrorCode
 from logbuf.driver.udp.counters import ReceiverCounters
 from logbuf.driver.udp.loss_detector import Gap, LossDetector, NakDelay
 from logbuf.driver.udp.status_schedule import (
@@ -33,12 +39,14 @@ from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.protocol.datagram import ControlFrame, DataPacket, PacketKind
+from logbuf.protocol.error_frame import ErrorFrame
 from logbuf.protocol.nak import Nak
 from logbuf.protocol.rttm import REPLY_FLAG, RttMeasurement
 from logbuf.protocol.setup import SetupFrame
 from logbuf.protocol.status_message import END_OF_STREAM_FLAG, StatusMessage
 
 DEFAULT_IMAGE_LIVENESS_TIMEOUT_NS = 10_000_000_000
+IMAGE_REJECTED = int(ErrorCode.IMAGE_REJECTED)  # the ERR frame's error code
 
 
 class ImageState(enum.Enum):
@@ -62,8 +70,10 @@ class ImageReceiver:
         liveness_timeout_ns: int = DEFAULT_IMAGE_LIVENESS_TIMEOUT_NS,
         counters: ReceiverCounters | None = None,
         on_loss: Callable[[Gap], None] | None = None,
+        reliable: bool = True,
     ) -> None:
-        """``on_loss`` is called with each gap a NAK goes out for (the driver's loss report)."""
+        """``on_loss`` is called with each gap a NAK goes out for, or that ``reliable=False`` fills (the
+        driver's loss report)."""
         self.log = log
         self.on_loss = on_loss
         self.session_id = log.session_id
@@ -83,7 +93,11 @@ class ImageReceiver:
         self.end_of_stream_position: int | None = None
         self.state = ImageState.ACTIVE
         self.last_packet_ns = now_ns
+        self.packets_heard = 0  # data-plane packets that fit the image (they keep it and its connection alive)
         self.rtt_ns: int | None = None
+        self.reliable = reliable
+        self.rejected_reason: str | None = None  # set by reject()
+        self._last_error_ns: int | None = None
         self.rebuilder = TermRebuilder(log)
         self.loss = LossDetector(log, nak_delay, give_up_ns=give_up_ns)
         self.sm = StatusMessageSchedule(self.window_length, join_position, sm_timeout_ns=sm_timeout_ns)
@@ -91,9 +105,16 @@ class ImageReceiver:
 
     # -- input from the sender -----------------------------------------------------------------------
 
+    def reject(self, reason: str) -> None:
+        """REJECT_IMAGE: no more data is taken (the image times out) and :meth:`poll` sends ERR frames instead
+        of SMs; ``reason`` is at most 1023 bytes of UTF-8."""
+        if self.state is ImageState.ACTIVE and self.rejected_reason is None:
+            self.rejected_reason = reason
+            self._last_error_ns = self.sm.last_sm_ns
+
     def on_data(self, packet: DataPacket, datagram: bytes | memoryview, now_ns: int) -> int:
         """Takes one classified data-plane datagram of this session; returns the bytes put in the term."""
-        if self.state is not ImageState.ACTIVE:
+        if self.state is not ImageState.ACTIVE or self.rejected_reason is not None:
             return 0
         header = packet.header
         if header.session_id != self.session_id or header.stream_id != self.stream_id:
@@ -104,6 +125,7 @@ class ImageReceiver:
             self.counters.invalid_packets += 1  # well formed, but not a fit for this image's terms
             return 0
         self.last_packet_ns = now_ns
+        self.packets_heard += 1
         position = d.compute_position(header.term_id, term_offset, self.position_bits, self.initial_term_id)
         if position < self.sm.last_sm_position:
             self.counters.flow_control_under_runs += 1
@@ -182,7 +204,7 @@ class ImageReceiver:
 
     def on_setup(self, setup: SetupFrame, now_ns: int) -> None:
         """A SETUP for an image we already have: the sender has not heard from us, so answer at once."""
-        if self.state is ImageState.ACTIVE:
+        if self.state is ImageState.ACTIVE and self.rejected_reason is None:
             self.last_packet_ns = now_ns
             self.sm.force()
 
@@ -204,20 +226,33 @@ class ImageReceiver:
         if now_ns - self.last_packet_ns > self.liveness_timeout_ns:
             self.state = ImageState.TIMED_OUT
             return []
+        if self.rejected_reason is not None:
+            last = self._last_error_ns
+            if last is not None and now_ns - last < self.sm.sm_timeout_ns:
+                return []
+            self._last_error_ns = now_ns
+            self.counters.error_frames_sent += 1
+            return [ErrorFrame(self.session_id, self.stream_id, self.receiver_id, 0, IMAGE_REJECTED,
+                               self.rejected_reason)]
         out: list[ControlFrame] = []
         for _ in range(4 if self.rebuild_position < self.hwm_position else 0):  # a give-up fill: the next gap
             scan = self.loss.scan(self.rebuild_position, self.hwm_position, now_ns)
             if scan.rebuild_position > self.rebuild_position:
                 self.rebuild_position = scan.rebuild_position
+            fill = scan.give_up
             if scan.nak is not None:
                 gap = scan.nak
-                out.append(Nak(self.session_id, self.stream_id, gap.term_id, gap.term_offset, gap.length))
-                self.counters.naks_sent += 1
+                if self.reliable:
+                    out.append(Nak(self.session_id, self.stream_id, gap.term_id, gap.term_offset, gap.length))
+                    self.counters.naks_sent += 1
+                else:
+                    fill = gap  # reliable=false: padded where a NAK would have gone
+                    self.loss.active = None
                 if self.on_loss is not None:
                     self.on_loss(gap)
-            if scan.give_up is None:
+            if fill is None:
                 break
-            gap = scan.give_up
+            gap = fill
             index = d.index_by_position(self.rebuild_position, self.position_bits)
             self.rebuilder.fill_gap(index, gap.term_id, gap.term_offset, gap.length)
             self.counters.loss_gap_fills += 1
@@ -240,6 +275,9 @@ class ImageReceiver:
 
     def next_deadline_ns(self) -> int:
         """The earliest time a timer (SM, NAK, give-up, liveness) needs a poll."""
+        if self.rejected_reason is not None:
+            errors = 0 if self._last_error_ns is None else self._last_error_ns + self.sm.sm_timeout_ns
+            return min(self.last_packet_ns + self.liveness_timeout_ns, errors)
         deadline = min(self.last_packet_ns + self.liveness_timeout_ns, self.sm.next_deadline_ns())
         loss = self.loss.next_deadline_ns()  # None while no gap is active
         return deadline if loss is None else min(deadline, loss)

@@ -12,19 +12,29 @@ Per ``(session id, stream id)`` of a subscribed stream:
   SETUP's initial term id, term length and MTU, then calls :meth:`add_image` with an :class:`ImageReceiver`
   starting at ``setup.join_position()``;
 - an image that timed out or reached end of stream is removed (:class:`ImageRemoved`) and its session is
-  ignored for ``cool_down_ns``, so a lingering sender's heartbeats do not recreate it at once.
+  ignored for ``cool_down_ns``, so a lingering sender's heartbeats do not recreate it at once; an image added
+  with ``rejoin=False`` (Aeron's ``rejoin=false``) leaves its session ignored until the stream is unsubscribed.
+
+A dispatcher made with ``manual=True`` is an MDS endpoint's (``control-mode=manual``): datagrams arrive
+through several receive destinations (``destination=`` of :meth:`ReceiverDispatcher.on_datagram`), one image
+per session is fed by all of them, and each image keeps a connection per destination it heard its sender on
+(the source address, when last heard): SMs and NAKs go to every connection heard from in the last
+:data:`DESTINATION_TIMEOUT_NS`, ERR frames to every connection; a reply's ``destination`` is then
+``(destination, source)``.  :meth:`ReceiverDispatcher.remove_destination` drops a destination's connections.
 
 Malformed datagrams are counted ("Invalid packets") and dropped; nothing a peer sends raises.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from logbuf.driver.udp.counters import ReceiverCounters
 from logbuf.driver.udp.image_receiver import ImageReceiver, ImageState
 from logbuf.protocol.datagram import ControlFrame, DataPacket, Packet, PacketKind, classify
+from logbuf.protocol.error_frame import ErrorFrame
 from logbuf.protocol.header import MalformedFrameError
 from logbuf.protocol.rttm import RttMeasurement
 from logbuf.protocol.setup import SetupFrame
@@ -33,6 +43,8 @@ from logbuf.protocol.status_message import SEND_SETUP_FLAG, StatusMessage
 DEFAULT_ELICIT_INTERVAL_NS = 100_000_000
 DEFAULT_PENDING_TIMEOUT_NS = 1_000_000_000
 DEFAULT_COOL_DOWN_NS = 1_000_000_000
+DESTINATION_TIMEOUT_NS = 5_000_000_000  # MDS: an image answers a destination heard from this recently
+MAX_CONNECTIONS = 16  # MDS: connections an image keeps (one per destination)
 
 
 class Reply(NamedTuple):
@@ -56,12 +68,32 @@ class ImageRemoved(NamedTuple):
 Event = Reply | CreateImage | ImageRemoved
 
 
-class _Entry:
-    __slots__ = ("image", "source")
+class _Connection:
+    __slots__ = ("destination", "source", "last_ns")
 
-    def __init__(self, image: ImageReceiver, source: Any) -> None:
+    def __init__(self, destination: Any, source: Any, last_ns: int) -> None:
+        self.destination = destination
+        self.source = source
+        self.last_ns = last_ns
+
+
+class _Entry:
+    __slots__ = ("image", "source", "rejoin", "connections")
+
+    def __init__(self, image: ImageReceiver, source: Any, rejoin: bool) -> None:
         self.image = image
         self.source = source
+        self.rejoin = rejoin
+        self.connections: list[_Connection] = []  # MDS
+
+    def track(self, destination: Any, source: Any, now_ns: int) -> None:
+        """MDS: heard the sender through ``destination`` (a new connection the first time)."""
+        for connection in self.connections:
+            if connection.destination == destination:
+                connection.last_ns = now_ns
+                return
+        if len(self.connections) < MAX_CONNECTIONS and source:
+            self.connections.append(_Connection(destination, source, now_ns))
 
 
 class ReceiverDispatcher:
@@ -73,8 +105,10 @@ class ReceiverDispatcher:
         elicit_interval_ns: int = DEFAULT_ELICIT_INTERVAL_NS,
         pending_timeout_ns: int = DEFAULT_PENDING_TIMEOUT_NS,
         cool_down_ns: int = DEFAULT_COOL_DOWN_NS,
+        manual: bool = False,
     ) -> None:
         self.receiver_id = receiver_id
+        self.manual = manual
         self.counters = ReceiverCounters() if counters is None else counters
         self.elicit_interval_ns = elicit_interval_ns
         self.pending_timeout_ns = pending_timeout_ns
@@ -83,7 +117,7 @@ class ReceiverDispatcher:
         self.images: dict[tuple[int, int], _Entry] = {}
         self._pending: dict[tuple[int, int], int] = {}  # CreateImage emitted at
         self._elicited: dict[tuple[int, int], int] = {}  # SETUP asked for at
-        self._cool_down: dict[tuple[int, int], int] = {}  # ignored until
+        self._cool_down: dict[tuple[int, int], float] = {}  # ignored until (inf: rejoin=false)
 
     # -- driver commands -----------------------------------------------------------------------------
 
@@ -100,11 +134,29 @@ class ReceiverDispatcher:
                 del table[key]
         return [ImageRemoved(s, st, ImageState.ACTIVE) for s, st in removed]
 
-    def add_image(self, image: ImageReceiver, source: Any = None) -> None:
+    def add_image(self, image: ImageReceiver, source: Any = None, *, rejoin: bool = True, destination: Any = None,
+                  now_ns: int = 0) -> None:
+        """``rejoin=False``: once the image ends, its session is not joined again while subscribed.  MDS: its
+        first connection is ``destination`` (the one its SETUP came through) and ``source``, heard at
+        ``now_ns``."""
         key = (image.session_id, image.stream_id)
-        self.images[key] = _Entry(image, source)
+        entry = self.images[key] = _Entry(image, source, rejoin)
+        if self.manual:
+            entry.track(destination, source, now_ns)
         self._pending.pop(key, None)
         self._elicited.pop(key, None)
+
+    def remove_destination(self, destination: Any) -> None:
+        """MDS: no image answers through ``destination`` any more."""
+        for entry in self.images.values():
+            connections = entry.connections
+            k = 0
+            while k < len(connections):  # the last one takes a removed one's place (as the agent's array)
+                if connections[k].destination == destination:
+                    connections[k] = connections[-1]
+                    connections.pop()
+                else:
+                    k += 1
 
     def image(self, session_id: int, stream_id: int) -> ImageReceiver | None:
         entry = self.images.get((session_id, stream_id))
@@ -112,28 +164,31 @@ class ReceiverDispatcher:
 
     # -- datagrams -----------------------------------------------------------------------------------
 
-    def on_datagram(self, datagram: bytes | memoryview, now_ns: int, source: Any = None) -> list[Event]:
+    def on_datagram(self, datagram: bytes | memoryview, now_ns: int, source: Any = None,
+                    destination: Any = None) -> list[Event]:
+        """One datagram from ``source`` (MDS: through ``destination``)."""
         try:
             packet = classify(datagram)
         except MalformedFrameError:
             self.on_invalid(len(datagram))
             return []
-        return self.on_packet(packet, datagram, now_ns, source)
+        return self.on_packet(packet, datagram, now_ns, source, destination)
 
     def on_invalid(self, length: int) -> None:
         """A datagram the caller found malformed (its own check, e.g. the driver's native one): counted."""
         self.counters.bytes_received += length
         self.counters.invalid_packets += 1
 
-    def on_packet(self, packet: Packet, datagram: bytes | memoryview, now_ns: int, source: Any = None) -> list[Event]:
+    def on_packet(self, packet: Packet, datagram: bytes | memoryview, now_ns: int, source: Any = None,
+                  destination: Any = None) -> list[Event]:
         """A datagram already classified (by :func:`classify`, or a check that applies the same rules)."""
         self.counters.bytes_received += len(datagram)
         if isinstance(packet, DataPacket):
-            return self._on_data(packet, datagram, now_ns, source)
+            return self._on_data(packet, datagram, now_ns, source, destination)
         out: list[Event] = []
         for frame in packet.frames:
             if isinstance(frame, SetupFrame):
-                out.extend(self._on_setup(frame, now_ns, source))
+                out.extend(self._on_setup(frame, now_ns, source, destination))
             elif isinstance(frame, RttMeasurement):
                 entry = self.images.get((frame.session_id, frame.stream_id))
                 if entry is not None:
@@ -141,11 +196,17 @@ class ReceiverDispatcher:
             # SM, NAK and ERR are for senders: not ours to act on
         return out
 
-    def _on_data(self, packet: DataPacket, datagram: Any, now_ns: int, source: Any) -> list[Event]:
+    def _reply_to(self, source: Any, destination: Any) -> Any:
+        return (destination, source) if self.manual else source
+
+    def _on_data(self, packet: DataPacket, datagram: Any, now_ns: int, source: Any, destination: Any) -> list[Event]:
         key = (packet.header.session_id, packet.header.stream_id)
         entry = self.images.get(key)
         if entry is not None:
+            heard = entry.image.packets_heard
             entry.image.on_data(packet, datagram, now_ns)
+            if self.manual and entry.image.packets_heard != heard:
+                entry.track(destination, source, now_ns)
             return []
         if key[1] not in self.subscriptions or key in self._pending or self._cooling(key, now_ns):
             return []
@@ -157,12 +218,14 @@ class ReceiverDispatcher:
         self._elicited[key] = now_ns
         sm = StatusMessage(key[0], key[1], 0, 0, 0, self.receiver_id, SEND_SETUP_FLAG)
         self.counters.status_messages_sent += 1
-        return [Reply(sm, source)]
+        return [Reply(sm, self._reply_to(source, destination))]
 
-    def _on_setup(self, setup: SetupFrame, now_ns: int, source: Any) -> list[Event]:
+    def _on_setup(self, setup: SetupFrame, now_ns: int, source: Any, destination: Any) -> list[Event]:
         key = (setup.session_id, setup.stream_id)
         entry = self.images.get(key)
         if entry is not None:
+            if self.manual:
+                entry.track(destination, source, now_ns)
             entry.image.on_setup(setup, now_ns)
             return []
         if key[1] not in self.subscriptions or self._cooling(key, now_ns):
@@ -191,10 +254,14 @@ class ReceiverDispatcher:
         for key, entry in list(self.images.items()):
             image = entry.image
             frames = image.poll(now_ns, consumption_position(image))
-            if frames:
+            if frames and self.manual:
+                for frame in frames:
+                    out.extend(Reply(frame, (c.destination, c.source)) for c in entry.connections
+                               if isinstance(frame, ErrorFrame) or now_ns < c.last_ns + DESTINATION_TIMEOUT_NS)
+            elif frames:
                 out.extend(Reply(frame, entry.source) for frame in frames)
             if image.state is not ImageState.ACTIVE:
                 del self.images[key]
-                self._cool_down[key] = now_ns + self.cool_down_ns
+                self._cool_down[key] = now_ns + self.cool_down_ns if entry.rejoin else math.inf
                 out.append(ImageRemoved(key[0], key[1], image.state))
         return out
