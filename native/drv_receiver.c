@@ -95,6 +95,10 @@ typedef struct destination {
 typedef struct endpoint {
     int32_t id;
     int64_t receiver_id;
+    int64_t group_tag;
+    int32_t has_group_tag;                 /* SMs are 44 bytes, the group tag after the receiver id */
+    int32_t explicit_control;              /* control= given: SETUP-eliciting SMs to it every second */
+    int64_t next_control_elicit_ns;
     int32_t manual;                        /* MDS: destinations come and go, images track a connection per one */
     destination_t destinations[LBD_MAX_DESTINATIONS];
     int32_t destination_count;
