@@ -63,6 +63,7 @@ typedef struct publication {
     uint8_t *terms;
     uint8_t *meta;
     int64_t *pub_pos_counter, *pub_lmt_counter, *snd_pos_counter, *snd_lmt_counter, *snd_bpe_counter;
+    int64_t *snd_pos_own;              /* driver-private snd-pos (clients can write the counter) */
     int32_t term_length, position_bits, initial_term_id, session_id, stream_id, mtu, ttl;
     int32_t window_length, trip_gain, max_datagrams;
     int32_t destination_length;
@@ -453,6 +454,7 @@ static int32_t update_positions(publication_t *p)
     if (p->snd_pos != p->published_snd_pos) {
         p->published_snd_pos = p->snd_pos;
         store_counter(p->snd_pos_counter, p->snd_pos);
+        store_counter(p->snd_pos_own, p->snd_pos);
     }
     if (p->snd_lmt != p->published_snd_lmt) {
         p->published_snd_lmt = p->snd_lmt;
@@ -673,6 +675,7 @@ static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpo
     p->pub_pos_counter = c->pub_pos;
     p->pub_lmt_counter = c->pub_lmt;
     p->snd_pos_counter = c->snd_pos;
+    p->snd_pos_own = c->snd_pos_own;
     p->snd_lmt_counter = c->snd_lmt;
     p->snd_bpe_counter = c->snd_bpe;
     p->term_length = c->term_length;

@@ -105,6 +105,9 @@ typedef struct lbd_snd_command {
     int32_t spy_included;
     int32_t spies_simulate_connection;  /* ADD_PUBLICATION: connected (and snd-pos follows the fastest spy)
                                          * while spies read it and no receiver is there */
+    int64_t *snd_pos_own;               /* ADD_PUBLICATION: driver-private copy of snd-pos (NULL: none); the
+                                         * cnc.dat counter is client-writable, so the conductor's unblocker and
+                                         * spy joins read this one */
 } lbd_snd_command_t;
 
 typedef struct lbd_snd_event {

@@ -142,7 +142,10 @@ class NetworkPublication:
         self.untethered_window_limit_timeout_ns = untethered_window_limit_timeout_ns
         self.untethered_resting_timeout_ns = untethered_resting_timeout_ns
         self.unblock_timeout_ns = unblock_timeout_ns
-        self._last_snd_pos = log.producer_position()
+        # the agent's snd-pos, kept where no client can write (the snd-pos counter lives in cnc.dat): what the
+        # unblocker pads at and where spies join must be the sender's real position, on a frame boundary
+        self._snd_pos_own = ffi.new("int64_t *", self.initial_position)
+        self._last_snd_pos = self.initial_position
         self._time_of_last_snd_move_ns = now_ns
         self.state = PublicationState.ACTIVE
         self.drain_deadline_ns = 0
@@ -190,6 +193,7 @@ class NetworkPublication:
         command.destination_length = len(self.destination)
         command.destination[0 : len(self.destination)] = self.destination
         command.spies_simulate_connection = 1 if self.spies_simulate_connection else 0
+        command.snd_pos_own = self._snd_pos_own
 
     # -- spies -----------------------------------------------------------------------------------------
 
@@ -253,7 +257,7 @@ class NetworkPublication:
         snd_pos = self.snd_pos
         producer = self.log.producer_position()
         if snd_pos < 0 or snd_pos % FRAME_ALIGNMENT:
-            return False  # (cnc.dat is writable by clients: never unblock off a frame boundary)
+            return False  # (the agent only ever stops on a frame boundary: defensive)
         if self.state == PublicationState.DRAINING:
             return producer > snd_pos and unblock(self.log, snd_pos)
         if self.is_exclusive or self.state != PublicationState.ACTIVE:
@@ -274,7 +278,8 @@ class NetworkPublication:
 
     @property
     def snd_pos(self) -> int:
-        return self.positions.snd_pos.get()
+        """The sender agent's position (its own copy, not the client-writable snd-pos counter)."""
+        return int(self._snd_pos_own[0])
 
     # -- life cycle ------------------------------------------------------------------------------------
 
