@@ -172,14 +172,16 @@ def test_an_untethered_spy_is_measured_against_snd_pos_and_rejoins_there(tmp_pat
         assert sender.poll_events() == []
 
 
-def test_a_draining_publication_waits_for_its_spies_until_the_linger(tmp_path: Path) -> None:
+def test_a_draining_publication_waits_for_its_spies_past_the_linger(tmp_path: Path) -> None:
     with agent(tmp_path, ssc=True) as (sender, publication, log):
         reader = spy(publication, 1, 0)
         end = commit(log, 10)
         publication.start_draining(now_ns=0, linger_ns=1_000)
         publication.on_drained(3)  # the agent: no receiver
         assert not publication.is_drained(10)  # the spy has not read to the end of stream
+        assert not publication.is_drained(10 * 1_000)  # nor after the linger (aeronmd waits for its spies)
         reader.position.set(end)
         assert publication.is_drained(10)
         reader.position.set(0)
-        assert publication.is_drained(1_000)  # the linger passed
+        publication.remove_spy(1)
+        assert publication.is_drained(10)  # a spy that left holds nothing

@@ -6,6 +6,7 @@ untethered spy that never polls goes resting and rejoins at snd-pos with the sam
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,27 @@ def test_an_untethered_spy_that_never_polls_rests_and_rejoins(client) -> None:  
     wait_until(lambda: publish_and_read() and len(comings) == 2, timeout=30, what="the rejoin")
     assert comings[1].join_position > comings[0].join_position + window  # at snd-pos, well past where it stopped
     assert comings[1].subscriber_position.counter_id == comings[0].subscriber_position.counter_id
+
+
+def test_a_closed_publication_stays_for_a_spy_until_it_read_to_the_end(client) -> None:  # type: ignore[no-untyped-def]
+    """As aeronmd: no linger (500 ms here) cuts off what a spy has not read yet."""
+    port = free_udp_port()
+    goings: list[logbuf.Image] = []
+    spy = client.add_subscription("aeron-spy:" + _channel(port), STREAM, on_unavailable_image=goings.append)
+    receiver = client.add_subscription(_channel(port), STREAM)
+    pub = client.add_publication(_channel(port), STREAM)
+    wait_until(lambda: pub.is_connected and spy.images, what="the publication connected")
+    sent = [SEQ.pack(i) for i in range(5)]
+    for payload in sent:
+        wait_until(lambda payload=payload: _offer(pub, payload) > 0, what="an offer")
+    received: list[bytes] = []
+    wait_until(lambda: _drain(receiver, received) >= 0 and len(received) == len(sent), what="the receiver's copy")
+    pub.close()
+    # nothing to await but time: four lingers pass (the driver's timer runs every 50 ms) with the spy unread
+    closed = time.monotonic()
+    wait_until(lambda: bool(goings) or time.monotonic() > closed + 2.0, what="four lingers")
+    assert not goings and spy.images
+    spied: list[bytes] = []
+    wait_until(lambda: _drain(spy, spied) >= 0 and bool(goings), timeout=30,
+               what="the spy reading to the end, then its image going")
+    assert spied == sent

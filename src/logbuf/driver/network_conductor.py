@@ -565,7 +565,9 @@ class NetworkConductor:
     def _check_untethered_spies(self) -> int:
         work = 0
         for publication in self.publications:
-            if publication.state != PublicationState.ACTIVE or not publication.subscribers:
+            # (draining too: a stalled untethered spy then rests rather than holding the closed publication)
+            if publication.state not in (PublicationState.ACTIVE, PublicationState.DRAINING) \
+                    or not publication.subscribers:
                 continue
             for event in publication.check_untethered(self.now_ns):
                 if event.available:

@@ -30,7 +30,8 @@ publication whose snd-pos sat behind the producer for the unblock timeout has th
 
 When its last publisher leaves, the publication drains: the end of stream is where the producer stopped; the
 agent's heartbeats carry the EOS flag once snd-pos is there, and it reports the publication drained when every
-receiver acknowledged it (an SM with the EOS flag), when no receiver is connected, or after the linger timeout.
+receiver acknowledged it (an SM with the EOS flag), when no receiver is connected, or after the linger timeout;
+the publication then waits for its spies to read to the end of stream (as aeronmd, without a deadline).
 """
 
 from __future__ import annotations
@@ -302,14 +303,13 @@ class NetworkPublication:
         self.drained_reason = reason
 
     def is_drained(self, now_ns: int) -> bool:
-        """The agent reported it drained and the spies read to the end of stream (or the linger passed;
-        should the agent never answer, twice over)."""
-        if now_ns >= self.drain_deadline_ns + self._linger_ns:
-            return True
-        if not self.drained_reason:
+        """The agent reported it drained (should it never answer: once the linger passed twice over) and every
+        spy that holds the publication back read to the end of stream.  As aeronmd, no deadline cuts a spy's
+        tail off: a spy's client that dies loses its spy, and an untethered spy that stalls rests."""
+        if not self.drained_reason and now_ns < self.drain_deadline_ns + self._linger_ns:
             return False
         end = self.end_of_stream_position
-        return end is None or now_ns >= self.drain_deadline_ns or self.spies_caught_up(end)
+        return end is None or self.spies_caught_up(end)
 
     @property
     def counter_ids(self) -> list[int]:
