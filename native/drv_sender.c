@@ -82,10 +82,10 @@ typedef struct publication {
     int64_t published_pub_pos, published_snd_pos, published_snd_lmt, published_snd_bpe;
     int connected_flag;
     /* spies: their sub-pos counters (client-written: any value) */
-    int32_t spy_count, spies_simulate_connection;
-    int64_t spy_ids[LBD_SND_MAX_SPIES];
-    int64_t *spy_pos[LBD_SND_MAX_SPIES];
-    int32_t spy_included[LBD_SND_MAX_SPIES];
+    int32_t spy_count, spy_capacity, spies_simulate_connection;
+    int64_t *spy_ids;                  /* spy_capacity of each, grown on ADD_SPY (aeronmd has no limit) */
+    int64_t **spy_pos;
+    int32_t *spy_included;
     /* draining */
     int64_t end_position;              /* INT64_MAX until the last publisher left */
     int64_t deadline_ns;
@@ -711,6 +711,33 @@ static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpo
     p->spies_simulate_connection = c->spies_simulate_connection != 0;
 }
 
+static void free_publication(publication_t *p)
+{
+    free(p->spy_ids);
+    free(p->spy_pos);
+    free(p->spy_included);
+    free(p);
+}
+
+/* Room for one more spy: 1, or 0 when out of memory (the arrays kept as they were). */
+static int reserve_spy(publication_t *p)
+{
+    if (p->spy_count < p->spy_capacity) return 1;
+    if (p->spy_capacity > INT32_MAX / 2) return 0;
+    const int32_t capacity = p->spy_capacity == 0 ? 8 : 2 * p->spy_capacity;
+    int64_t *ids = realloc(p->spy_ids, sizeof(int64_t) * (size_t)capacity);
+    if (ids == NULL) return 0;
+    p->spy_ids = ids;
+    int64_t **positions = realloc(p->spy_pos, sizeof(int64_t *) * (size_t)capacity);
+    if (positions == NULL) return 0;
+    p->spy_pos = positions;
+    int32_t *included = realloc(p->spy_included, sizeof(int32_t) * (size_t)capacity);
+    if (included == NULL) return 0;
+    p->spy_included = included;
+    p->spy_capacity = capacity;
+    return 1;
+}
+
 static int32_t find_spy(const publication_t *p, int64_t subscription_id)
 {
     for (int32_t i = 0; i < p->spy_count; i++)
@@ -718,7 +745,7 @@ static int32_t find_spy(const publication_t *p, int64_t subscription_id)
     return -1;
 }
 
-/* ADD_SPY, REMOVE_SPY, SET_SPY_INCLUDED: 1 done, 0 refused (unknown publication or spy, full, bad pointer) */
+/* ADD_SPY, REMOVE_SPY, SET_SPY_INCLUDED: 1 done, 0 refused (unknown publication or spy, no memory, bad pointer) */
 static int on_spy_command(lbd_sender_t *s, const lbd_snd_command_t *c)
 {
     const int32_t index = find_publication_index(s, c->publication_id);
@@ -727,8 +754,7 @@ static int on_spy_command(lbd_sender_t *s, const lbd_snd_command_t *c)
     const int32_t i = find_spy(p, c->subscription_id);
     switch (c->type) {
     case LBD_SND_ADD_SPY:
-        if (i >= 0 || p->spy_count >= LBD_SND_MAX_SPIES || c->spy_pos == NULL ||
-            ((uintptr_t)c->spy_pos & 7) != 0) return 0;
+        if (i >= 0 || c->spy_pos == NULL || ((uintptr_t)c->spy_pos & 7) != 0 || !reserve_spy(p)) return 0;
         p->spy_ids[p->spy_count] = c->subscription_id;
         p->spy_pos[p->spy_count] = c->spy_pos;
         p->spy_included[p->spy_count] = c->spy_included != 0;
@@ -781,7 +807,7 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
                 if (p->endpoint != ep) { k++; continue; }
                 s->publications[k] = s->publications[--s->publication_count];
                 emit(s, LBD_SND_PUBLICATION_REMOVED, ep->id, p->id, 0);
-                free(p);
+                free_publication(p);
             }
             lbd_impairment_close(&ep->impairment);
             lbd_impairment_close(&ep->receive_impairment);
@@ -808,7 +834,7 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
     case LBD_SND_REMOVE_PUBLICATION: {
         const int32_t i = find_publication_index(s, c->publication_id);
         if (i >= 0) {
-            free(s->publications[i]);
+            free_publication(s->publications[i]);
             /* keep the order: publications are served in the order they came */
             memmove(&s->publications[i], &s->publications[i + 1],
                     sizeof(publication_t *) * (size_t)(s->publication_count - i - 1));
@@ -874,7 +900,7 @@ lbd_sender_t *lbd_sender_new(const lbd_snd_counters_t *counters, int32_t command
 void lbd_sender_free(lbd_sender_t *s)
 {
     if (s == NULL) return;
-    for (int32_t i = 0; i < s->publication_count; i++) free(s->publications[i]);
+    for (int32_t i = 0; i < s->publication_count; i++) free_publication(s->publications[i]);
     for (int32_t i = 0; i < s->endpoint_count; i++) {
         lbd_impairment_close(&s->endpoints[i]->impairment);
         lbd_impairment_close(&s->endpoints[i]->receive_impairment);

@@ -39,7 +39,6 @@
 #define LBD_SND_MAX_RECEIVERS 256        /* receivers tracked per min flow control (more are not tracked) */
 #define LBD_SND_MAX_RETRANSMIT_ACTIONS 64
 #define LBD_SND_MAX_HELD 16384           /* datagrams an impairment holds back at most (more are dropped) */
-#define LBD_SND_MAX_SPIES 64             /* spy subscriptions per publication */
 
 /* A seeded model of a bad network (logbuf.driver.udp.Impairment's parameters) on one direction of an
  * endpoint: each datagram dropped with probability `drop`, else delivered after delay + uniform jitter, held a

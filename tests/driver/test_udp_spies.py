@@ -206,3 +206,16 @@ def test_a_closed_publication_stays_for_a_spy_until_it_read_to_the_end(client) -
     wait_until(lambda: _drain(spy, spied) >= 0 and bool(goings), timeout=30,
                what="the spy reading to the end, then its image going")
     assert spied == sent
+
+
+def test_seventy_spies_on_one_publication_all_read_it(client) -> None:  # type: ignore[no-untyped-def]
+    """aeronmd links any number of spies (the agent once stopped at 64)."""
+    port = free_udp_port()
+    spies = [client.add_subscription("aeron-spy:" + _channel(port), STREAM) for _ in range(70)]
+    pub = client.add_publication(_channel(port, "|ssc=true"), STREAM)
+    wait_until(lambda: pub.is_connected and all(spy.images for spy in spies), timeout=30, what="70 spy images")
+    wait_until(lambda: _offer(pub, b"to every spy") > 0, what="an offer")
+    spied: list[list[bytes]] = [[] for _ in spies]
+    wait_until(lambda: all(_drain(spy, into) >= 0 and into for spy, into in zip(spies, spied, strict=True)),
+               timeout=30, what="the message at every spy")
+    assert all(into == [b"to every spy"] for into in spied)

@@ -516,10 +516,6 @@ class NetworkConductor:
                 self._link_spy(spy, publication)
 
     def _link_spy(self, spy: SpySubscription, publication: NetworkPublication) -> None:
-        if publication.spy_count >= lib.LBD_SND_MAX_SPIES:
-            self.services.record_error(f"spy {spy.registration_id} not linked to publication "
-                                       f"{publication.registration_id}: it has {lib.LBD_SND_MAX_SPIES} spies")
-            return
         join = publication.snd_pos  # Aeron's join position for a spy: the sender's position
         label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, spy.registration_id, publication.session_id,
                                         publication.stream_id, spy.channel, join)
