@@ -299,3 +299,10 @@ def test_logbuf_traceback_reraises_what_record_and_feed_print_themselves(
     with pytest.raises(OSError, match=f"cannot bind 127.0.0.1:{busy_port}"):
         main("feed", "--dir", str(embedded_driver), "--feed-a", f"127.0.0.1:{busy_port}", "--feed-b", "off",
              "--mode", "a", "--duration", "5")
+
+
+@pytest.mark.parametrize("option", ["--feed-a", "--feed-b", "--retransmit"])
+def test_the_feed_handler_refuses_an_ipv6_address_by_name(option: str, main: Callable[..., Ran]) -> None:
+    done = main("feed", "--dir", "/nonexistent", option, "[::1]:31501")
+    assert done.returncode == 2
+    assert one_error_line(done, "feed").endswith(f"{option}: [::1]:31501: the feed handler speaks IPv4 only")
