@@ -391,6 +391,24 @@ static int32_t clean(publication_t *p, int64_t target)
     return cleaned;
 }
 
+/* How far snd-pos may follow a spy: over whole committed frames from snd-pos, to `target` at most.  A spy's
+ * sub-pos is client-written and may name any position: a sender moved inside a frame would send from there,
+ * and the unblocker would pad there. */
+static int64_t committed_end(const publication_t *p, int64_t target)
+{
+    const int32_t T = p->term_length;
+    int64_t position = p->snd_pos;
+    while (position < target) {
+        const int32_t offset = (int32_t)(position & (T - 1));
+        const int32_t length = __atomic_load_n((const int32_t *)(term_of(p, position) + offset), __ATOMIC_ACQUIRE);
+        if (length <= 0 || length > T - offset) break;
+        const int64_t next = position + ((length + LB_FRAME_ALIGNMENT - 1) & ~(LB_FRAME_ALIGNMENT - 1));
+        if (next > target) break;
+        position = next;
+    }
+    return position;
+}
+
 /* pub-pos, pub-lmt (with cleaning), isConnected, and the sender positions: as NetworkPublication.update did
  * in the conductor, so the publisher's limit moves as soon as snd-pos does.  Aeron's rule: while the
  * publication has subscribers (a receiver, or with spies-simulate-connection an included spy), pub-lmt is the
@@ -412,11 +430,11 @@ static int32_t update_positions(publication_t *p)
         working++;
     }
     const int simulated = p->spies_simulate_connection && working > 0;
-    if (simulated && p->fc.count == 0 && fastest > p->snd_pos && fastest <= producer &&
-        (fastest & (LB_FRAME_ALIGNMENT - 1)) == 0) {
+    if (simulated && p->fc.count == 0 && fastest > p->snd_pos && fastest <= producer) {
         /* nobody to send to: the sender follows the fastest spy (never past the producer), sending nothing */
-        p->snd_pos = fastest;
-        p->snd_lmt = fastest;
+        const int64_t reached = committed_end(p, fastest);
+        p->snd_pos = reached;
+        p->snd_lmt = reached;
     }
     if (p->fc.count > 0 || simulated) {
         int64_t slowest = p->snd_pos;

@@ -16,7 +16,7 @@ from udp_rig import free_udp_port
 import logbuf
 from logbuf.cnc import counters as c
 from logbuf.cnc.cnc_file import CncFile
-from support import wait_until
+from support import WaitTimeout, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 STREAM = 47
@@ -104,3 +104,28 @@ def test_a_spy_joins_at_the_agents_snd_pos_not_a_forged_one(driver) -> None:  # 
             spy = client.add_subscription(f"aeron-spy:aeron:udp?endpoint=127.0.0.1:{port}|term-length={T}", STREAM)
             wait_until(lambda: spy.images, what="the spy's image")
             assert spy.images[0].position == end
+
+
+def test_a_forged_spy_position_never_moves_the_sender_off_a_frame_boundary(driver) -> None:  # type: ignore[no-untyped-def]
+    """With ssc and no receiver snd-pos follows the fastest spy, whose sub-pos any client can write: it moves
+    only over whole committed frames (else the sender would send from mid-frame and the unblocker pad there)."""
+    with logbuf.connect(driver.directory) as client:
+        channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length={T}"
+        spy = client.add_subscription("aeron-spy:" + channel, STREAM)
+        pub = client.add_publication(channel + "|ssc=true", STREAM)
+        wait_until(lambda: pub.is_connected and spy.images, what="connected by the spy")
+        for _ in range(3):
+            wait_until(lambda: pub.offer(bytes(PAYLOAD)) > 0, what="an offer")
+        frame = 32 + PAYLOAD
+        sub_pos = spy.images[0].subscriber_position
+        with CncFile.open(Path(driver.directory) / "cnc.dat") as cnc:
+            reader = cnc.counters_reader()
+            snd_pos = reader.position(reader.find(c.SENDER_POSITION_TYPE_ID))
+            assert snd_pos.get() == 0
+            sub_pos.set(FORGED)  # inside the first frame
+            with pytest.raises(WaitTimeout):  # nothing to await but time: the agent runs every millisecond
+                wait_until(lambda: snd_pos.get() != 0, timeout=1.0, what="snd-pos moving")
+            sub_pos.set(frame + FORGED)  # inside the second: as far as the first frame's end
+            wait_until(lambda: snd_pos.get() == frame, what="snd-pos at the first frame's end")
+            sub_pos.set(3 * frame)
+            wait_until(lambda: snd_pos.get() == 3 * frame, what="snd-pos at the spy")
