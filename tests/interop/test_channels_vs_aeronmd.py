@@ -382,7 +382,9 @@ def spy_reads_a_network_publication(directory: Path) -> Observation:
         counter_id = images[0].subscriber_position.counter_id
         with CncFile.open(directory / "cnc.dat") as cnc:
             info = next(i for i in cnc.counters_reader() if i.counter_id == counter_id)
-        label = re.sub(rf"\b{spy.registration_id}\b", "<registration id>", info.label.replace(channel, "<channel>"))
+        # only the label's first number is the registration id (aeronmd's ids are small: one may equal session 5)
+        label = re.sub(rf"^sub-pos: {spy.registration_id} ", "sub-pos: <registration id> ",
+                       info.label.replace(channel, "<channel>"))
         return {"session": images[0].session_id, "source": images[0].source_identity,
                 "sub-pos": (info.type_id, label, info.reference_id == pub.registration_id,
                             info.registration_id == spy.registration_id),
