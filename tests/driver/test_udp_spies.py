@@ -13,6 +13,7 @@ import pytest
 from udp_rig import free_udp_port
 
 import logbuf
+from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.messages import ErrorCode
 from support import wait_until
 
@@ -219,3 +220,33 @@ def test_seventy_spies_on_one_publication_all_read_it(client) -> None:  # type: 
     wait_until(lambda: all(_drain(spy, into) >= 0 and into for spy, into in zip(spies, spied, strict=True)),
                timeout=30, what="the message at every spy")
     assert all(into == [b"to every spy"] for into in spied)
+
+
+def test_a_spy_refused_for_want_of_counters_leaves_no_link_holding_a_publisher(tmp_path: Path) -> None:
+    """Room for one sub-pos counter, two publications: the spy is refused (STORAGE_SPACE) and its one link made
+    before the refusal must not stay behind, unread, holding the first publisher at its window."""
+    with logbuf.MediaDriver.launch(tmp_path / "d", network_term_length=T, counters_values_length=64 * 128,
+                                   idle_strategy="backoff:1000000") as drv, logbuf.connect(drv.directory) as client:
+        port = free_udp_port()
+        receiver = client.add_subscription(_channel(port), STREAM)
+        first = client.add_exclusive_publication(_channel(port, "|pub-wnd=16k"), STREAM)
+        second = client.add_exclusive_publication(_channel(port), STREAM)
+        wait_until(lambda: first.is_connected and second.is_connected and len(receiver.images) == 2,
+                   what="both publications connected")
+        with CncFile.open(Path(drv.directory) / "cnc.dat") as cnc:
+            used = sum(1 for _ in cnc.counters_reader())
+        fillers = [client.add_counter(1001, "filler") for _ in range(64 - used - 1)]
+        with pytest.raises(logbuf.RegistrationError) as refused:
+            client.add_subscription("aeron-spy:" + _channel(port), STREAM)
+        assert refused.value.code == ErrorCode.STORAGE_SPACE
+        got: list[bytes] = []
+        accepted = 0
+
+        def publish() -> bool:
+            nonlocal accepted
+            accepted += _offer(first, bytes(992)) > 0
+            _drain(receiver, got)
+            return accepted >= 48  # three windows: no spy holds it
+
+        wait_until(publish, timeout=30, what="the first publication going past its window")
+        assert len(fillers) > 0
