@@ -82,6 +82,7 @@ typedef struct publication {
     uint8_t *terms;
     uint8_t *meta;
     int64_t *pub_pos_counter, *pub_lmt_counter, *snd_pos_counter, *snd_lmt_counter, *snd_bpe_counter;
+    int64_t *snd_pos_own;              /* driver-private snd-pos (clients can write the counter) */
     int32_t term_length, position_bits, initial_term_id, session_id, stream_id, mtu, ttl;
     int32_t window_length, trip_gain, max_datagrams;
     int32_t destination_length;
@@ -100,10 +101,10 @@ typedef struct publication {
     int64_t published_pub_pos, published_snd_pos, published_snd_lmt, published_snd_bpe;
     int connected_flag;
     /* spies: their sub-pos counters (client-written: any value) */
-    int32_t spy_count, spies_simulate_connection;
-    int64_t spy_ids[LBD_SND_MAX_SPIES];
-    int64_t *spy_pos[LBD_SND_MAX_SPIES];
-    int32_t spy_included[LBD_SND_MAX_SPIES];
+    int32_t spy_count, spy_capacity, spies_simulate_connection;
+    int64_t *spy_ids;                  /* spy_capacity of each, grown on ADD_SPY (aeronmd has no limit) */
+    int64_t **spy_pos;
+    int32_t *spy_included;
     /* draining */
     int64_t end_position;              /* INT64_MAX until the last publisher left */
     int64_t deadline_ns;
@@ -527,6 +528,24 @@ static int32_t clean(publication_t *p, int64_t target)
     return cleaned;
 }
 
+/* How far snd-pos may follow a spy: over whole committed frames from snd-pos, to `target` at most.  A spy's
+ * sub-pos is client-written and may name any position: a sender moved inside a frame would send from there,
+ * and the unblocker would pad there. */
+static int64_t committed_end(const publication_t *p, int64_t target)
+{
+    const int32_t T = p->term_length;
+    int64_t position = p->snd_pos;
+    while (position < target) {
+        const int32_t offset = (int32_t)(position & (T - 1));
+        const int32_t length = __atomic_load_n((const int32_t *)(term_of(p, position) + offset), __ATOMIC_ACQUIRE);
+        if (length <= 0 || length > T - offset) break;
+        const int64_t next = position + ((length + LB_FRAME_ALIGNMENT - 1) & ~(LB_FRAME_ALIGNMENT - 1));
+        if (next > target) break;
+        position = next;
+    }
+    return position;
+}
+
 /* pub-pos, pub-lmt (with cleaning), isConnected, and the sender positions: as NetworkPublication.update did
  * in the conductor, so the publisher's limit moves as soon as snd-pos does.  Aeron's rule: while the
  * publication has subscribers (a receiver, or with spies-simulate-connection an included spy), pub-lmt is the
@@ -548,11 +567,11 @@ static int32_t update_positions(publication_t *p)
         working++;
     }
     const int simulated = p->spies_simulate_connection && working > 0;
-    if (simulated && !snd_fc_connected(&p->fc) && fastest > p->snd_pos && fastest <= producer &&
-        (fastest & (LB_FRAME_ALIGNMENT - 1)) == 0) {
+    if (simulated && !snd_fc_connected(&p->fc) && fastest > p->snd_pos && fastest <= producer) {
         /* nobody to send to: the sender follows the fastest spy (never past the producer), sending nothing */
-        p->snd_pos = fastest;
-        p->snd_lmt = fastest;
+        const int64_t reached = committed_end(p, fastest);
+        p->snd_pos = reached;
+        p->snd_lmt = reached;
     }
     if (snd_fc_connected(&p->fc) || simulated) {
         int64_t slowest = p->snd_pos;
@@ -590,6 +609,7 @@ static int32_t update_positions(publication_t *p)
     if (p->snd_pos != p->published_snd_pos) {
         p->published_snd_pos = p->snd_pos;
         store_counter(p->snd_pos_counter, p->snd_pos);
+        store_counter(p->snd_pos_own, p->snd_pos);
     }
     if (p->snd_lmt != p->published_snd_lmt) {
         p->published_snd_lmt = p->snd_lmt;
@@ -824,6 +844,7 @@ static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpo
     p->pub_pos_counter = c->pub_pos;
     p->pub_lmt_counter = c->pub_lmt;
     p->snd_pos_counter = c->snd_pos;
+    p->snd_pos_own = c->snd_pos_own;
     p->snd_lmt_counter = c->snd_lmt;
     p->snd_bpe_counter = c->snd_bpe;
     p->term_length = c->term_length;
@@ -862,6 +883,33 @@ static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpo
     p->spies_simulate_connection = c->spies_simulate_connection != 0;
 }
 
+static void free_publication(publication_t *p)
+{
+    free(p->spy_ids);
+    free(p->spy_pos);
+    free(p->spy_included);
+    free(p);
+}
+
+/* Room for one more spy: 1, or 0 when out of memory (the arrays kept as they were). */
+static int reserve_spy(publication_t *p)
+{
+    if (p->spy_count < p->spy_capacity) return 1;
+    if (p->spy_capacity > INT32_MAX / 2) return 0;
+    const int32_t capacity = p->spy_capacity == 0 ? 8 : 2 * p->spy_capacity;
+    int64_t *ids = realloc(p->spy_ids, sizeof(int64_t) * (size_t)capacity);
+    if (ids == NULL) return 0;
+    p->spy_ids = ids;
+    int64_t **positions = realloc(p->spy_pos, sizeof(int64_t *) * (size_t)capacity);
+    if (positions == NULL) return 0;
+    p->spy_pos = positions;
+    int32_t *included = realloc(p->spy_included, sizeof(int32_t) * (size_t)capacity);
+    if (included == NULL) return 0;
+    p->spy_included = included;
+    p->spy_capacity = capacity;
+    return 1;
+}
+
 static int32_t find_spy(const publication_t *p, int64_t subscription_id)
 {
     for (int32_t i = 0; i < p->spy_count; i++)
@@ -869,7 +917,7 @@ static int32_t find_spy(const publication_t *p, int64_t subscription_id)
     return -1;
 }
 
-/* ADD_SPY, REMOVE_SPY, SET_SPY_INCLUDED: 1 done, 0 refused (unknown publication or spy, full, bad pointer) */
+/* ADD_SPY, REMOVE_SPY, SET_SPY_INCLUDED: 1 done, 0 refused (unknown publication or spy, no memory, bad pointer) */
 static int on_spy_command(lbd_sender_t *s, const lbd_snd_command_t *c)
 {
     const int32_t index = find_publication_index(s, c->publication_id);
@@ -878,8 +926,7 @@ static int on_spy_command(lbd_sender_t *s, const lbd_snd_command_t *c)
     const int32_t i = find_spy(p, c->subscription_id);
     switch (c->type) {
     case LBD_SND_ADD_SPY:
-        if (i >= 0 || p->spy_count >= LBD_SND_MAX_SPIES || c->spy_pos == NULL ||
-            ((uintptr_t)c->spy_pos & 7) != 0) return 0;
+        if (i >= 0 || c->spy_pos == NULL || ((uintptr_t)c->spy_pos & 7) != 0 || !reserve_spy(p)) return 0;
         p->spy_ids[p->spy_count] = c->subscription_id;
         p->spy_pos[p->spy_count] = c->spy_pos;
         p->spy_included[p->spy_count] = c->spy_included != 0;
@@ -944,7 +991,7 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
                 if (p->endpoint != ep) { k++; continue; }
                 s->publications[k] = s->publications[--s->publication_count];
                 emit(s, LBD_SND_PUBLICATION_REMOVED, ep->id, p->id, 0);
-                free(p);
+                free_publication(p);
             }
             lbd_impairment_close(&ep->impairment);
             lbd_impairment_close(&ep->receive_impairment);
@@ -973,7 +1020,7 @@ static void on_command(lbd_sender_t *s, const lbd_snd_command_t *c)
     case LBD_SND_REMOVE_PUBLICATION: {
         const int32_t i = find_publication_index(s, c->publication_id);
         if (i >= 0) {
-            free(s->publications[i]);
+            free_publication(s->publications[i]);
             /* keep the order: publications are served in the order they came */
             memmove(&s->publications[i], &s->publications[i + 1],
                     sizeof(publication_t *) * (size_t)(s->publication_count - i - 1));
@@ -1055,7 +1102,7 @@ lbd_sender_t *lbd_sender_new(const lbd_snd_counters_t *counters, int32_t command
 void lbd_sender_free(lbd_sender_t *s)
 {
     if (s == NULL) return;
-    for (int32_t i = 0; i < s->publication_count; i++) free(s->publications[i]);
+    for (int32_t i = 0; i < s->publication_count; i++) free_publication(s->publications[i]);
     for (int32_t i = 0; i < s->endpoint_count; i++) {
         lbd_impairment_close(&s->endpoints[i]->impairment);
         lbd_impairment_close(&s->endpoints[i]->receive_impairment);

@@ -50,7 +50,6 @@
 #define LBD_SND_MAX_RETRANSMIT_ACTIONS 256  /* max-resend's upper bound (as Aeron's) */
 #define LBD_SND_MAX_DESTINATIONS 256     /* per MDC endpoint (more are refused / not tracked) */
 #define LBD_SND_MAX_HELD 16384           /* datagrams an impairment holds back at most (more are dropped) */
-#define LBD_SND_MAX_SPIES 64             /* spy subscriptions per publication */
 
 /* A seeded model of a bad network (logbuf.driver.udp.Impairment's parameters) on one direction of an
  * endpoint: each datagram dropped with probability `drop`, else delivered after delay + uniform jitter, held a
@@ -120,6 +119,9 @@ typedef struct lbd_snd_command {
     int32_t spy_included;
     int32_t spies_simulate_connection;  /* ADD_PUBLICATION: connected (and snd-pos follows the fastest spy)
                                          * while spies read it and no receiver is there */
+    int64_t *snd_pos_own;               /* ADD_PUBLICATION: driver-private copy of snd-pos (NULL: none); the
+                                         * cnc.dat counter is client-writable, so the conductor's unblocker and
+                                         * spy joins read this one */
 } lbd_snd_command_t;
 
 typedef struct lbd_snd_event {

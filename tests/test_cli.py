@@ -222,3 +222,12 @@ def test_off_or_turns_off_into_none_and_a_parse_error_into_a_usage_message() -> 
 def test_usage_error_is_a_logbuf_error_with_the_usage_status() -> None:
     assert issubclass(UsageError, LogbufError)
     assert UsageError.exit_code == 2
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1:\u0663", "127.0.0.1:\u00b2", "127.0.0.1:\uff18\uff10"])
+def test_an_endpoint_port_is_ascii_digits(text: str) -> None:
+    """str.isdigit takes other scripts' digits (\u0663 read as port 3) and superscripts (int() then fails)."""
+    from logbuf.channel import InvalidChannelError, parse_endpoint
+
+    with pytest.raises(InvalidChannelError, match="must be host:port"):
+        parse_endpoint(text)

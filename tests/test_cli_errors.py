@@ -26,6 +26,7 @@ from typing import NamedTuple
 import pytest
 
 from logbuf import cli
+from logbuf.channel import parse_endpoint
 from logbuf.driver.media_driver import MediaDriver
 from logbuf.errors import LogbufError
 from support import child_env, lines_of, stop_process
@@ -299,3 +300,20 @@ def test_logbuf_traceback_reraises_what_record_and_feed_print_themselves(
     with pytest.raises(OSError, match=f"cannot bind 127.0.0.1:{busy_port}"):
         main("feed", "--dir", str(embedded_driver), "--feed-a", f"127.0.0.1:{busy_port}", "--feed-b", "off",
              "--mode", "a", "--duration", "5")
+
+
+@pytest.mark.parametrize("option", ["--feed-a", "--feed-b", "--retransmit"])
+def test_the_feed_handler_refuses_an_ipv6_address_by_name(option: str, main: Callable[..., Ran]) -> None:
+    done = main("feed", "--dir", "/nonexistent", option, "[::1]:31501")
+    assert done.returncode == 2
+    assert one_error_line(done, "feed").endswith(f"{option}: [::1]:31501: the feed handler speaks IPv4 only")
+
+
+def test_the_retransmission_server_says_its_ipv6_address_as_it_is_read_back(day: Path,
+                                                                           main: Callable[..., Ran]) -> None:
+    done = main("retransmit", str(day), "--listen", "[::1]:0", "--duration", "0.2")
+    assert done.returncode == 0, done.stderr
+    shown = re.search(r"listening on (\S+)", done.stderr)
+    assert shown is not None, done.stderr
+    host, port = parse_endpoint(shown.group(1))  # it was ::1:PORT, which no parser reads back
+    assert host == "::1" and port > 0

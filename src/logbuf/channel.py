@@ -298,7 +298,7 @@ def parse_endpoint(text: str) -> tuple[str, int]:
         host, sep, port_text = text.rpartition(":")
         if ":" in host:
             sep = ""
-    if not sep or not host or "[" in host or "]" in host or not port_text.isdigit():
+    if not sep or not host or "[" in host or "]" in host or not (port_text.isascii() and port_text.isdigit()):
         raise InvalidChannelError(f"endpoint {text!r} must be host:port")
     port = int(port_text)
     if not 0 <= port <= 65535:

@@ -130,22 +130,28 @@ def test_with_ssc_spies_connect_hold_pub_lmt_at_the_slowest_and_move_snd_pos_to_
         assert sender.poll_events() == []
 
 
-def test_spy_commands_for_unknown_publications_or_past_the_limit_are_refused(tmp_path: Path) -> None:
+def test_spy_commands_for_unknown_publications_are_refused_and_spies_are_not_capped(tmp_path: Path) -> None:
     with agent(tmp_path, ssc=True) as (sender, publication, log):
-        for i in range(lib.LBD_SND_MAX_SPIES + 1):
-            spy(publication, 100 + i, 0)
+        fast = [spy(publication, 100 + i, 0) for i in range(99)]  # aeronmd has no limit: nor the agent's arrays
+        spy(publication, 199, 0)  # the hundredth
+        while sender.pending_commands:  # (the agent takes a bounded number of commands per cycle)
+            cycle(sender)
+        end = commit(log, 40)  # past the trip gain (a window/8)
+        for link in fast:
+            link.position.set(end)
         link = SubscriberLink(7, 1, 7, Position.standalone(0), 0)
         command = publication._spy_command(lib.LBD_SND_ADD_SPY, link)
         command.publication_id = 999
         sender.offer(command)
         while sender.pending_commands:  # (the agent takes a bounded number of commands per cycle)
             cycle(sender)
-        refused = [(e.type, e.publication_id, e.value) for e in sender.poll_events()]
-        assert refused == [(lib.LBD_SND_COMMAND_REFUSED, 42, lib.LBD_SND_ADD_SPY),
-                           (lib.LBD_SND_COMMAND_REFUSED, 999, lib.LBD_SND_ADD_SPY)]
-        assert publication.remove_spy(100) is not None  # removing one makes room again
-        spy(publication, 500, 0)
         cycle(sender)
+        refused = [(e.type, e.publication_id, e.value) for e in sender.poll_events()]
+        assert refused == [(lib.LBD_SND_COMMAND_REFUSED, 999, lib.LBD_SND_ADD_SPY)]
+        assert publication.snd_pos == end and publication.positions.pub_lmt.get() == WINDOW  # the 100th holds it
+        assert publication.remove_spy(199) is not None
+        cycle(sender)
+        assert publication.positions.pub_lmt.get() == end + WINDOW
         assert sender.poll_events() == []
 
 
@@ -172,14 +178,16 @@ def test_an_untethered_spy_is_measured_against_snd_pos_and_rejoins_there(tmp_pat
         assert sender.poll_events() == []
 
 
-def test_a_draining_publication_waits_for_its_spies_until_the_linger(tmp_path: Path) -> None:
+def test_a_draining_publication_waits_for_its_spies_past_the_linger(tmp_path: Path) -> None:
     with agent(tmp_path, ssc=True) as (sender, publication, log):
         reader = spy(publication, 1, 0)
         end = commit(log, 10)
         publication.start_draining(now_ns=0, linger_ns=1_000)
         publication.on_drained(3)  # the agent: no receiver
         assert not publication.is_drained(10)  # the spy has not read to the end of stream
+        assert not publication.is_drained(10 * 1_000)  # nor after the linger (aeronmd waits for its spies)
         reader.position.set(end)
         assert publication.is_drained(10)
         reader.position.set(0)
-        assert publication.is_drained(1_000)  # the linger passed
+        publication.remove_spy(1)
+        assert publication.is_drained(10)  # a spy that left holds nothing

@@ -6,12 +6,14 @@ untethered spy that never polls goes resting and rejoins at snd-pos with the sam
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import pytest
 from udp_rig import free_udp_port
 
 import logbuf
+from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.messages import ErrorCode
 from support import wait_until
 
@@ -181,3 +183,70 @@ def test_an_untethered_spy_that_never_polls_rests_and_rejoins(client) -> None:  
     wait_until(lambda: publish_and_read() and len(comings) == 2, timeout=30, what="the rejoin")
     assert comings[1].join_position > comings[0].join_position + window  # at snd-pos, well past where it stopped
     assert comings[1].subscriber_position.counter_id == comings[0].subscriber_position.counter_id
+
+
+def test_a_closed_publication_stays_for_a_spy_until_it_read_to_the_end(client) -> None:  # type: ignore[no-untyped-def]
+    """As aeronmd: no linger (500 ms here) cuts off what a spy has not read yet."""
+    port = free_udp_port()
+    goings: list[logbuf.Image] = []
+    spy = client.add_subscription("aeron-spy:" + _channel(port), STREAM, on_unavailable_image=goings.append)
+    receiver = client.add_subscription(_channel(port), STREAM)
+    pub = client.add_publication(_channel(port), STREAM)
+    wait_until(lambda: pub.is_connected and spy.images, what="the publication connected")
+    sent = [SEQ.pack(i) for i in range(5)]
+    for payload in sent:
+        wait_until(lambda payload=payload: _offer(pub, payload) > 0, what="an offer")
+    received: list[bytes] = []
+    wait_until(lambda: _drain(receiver, received) >= 0 and len(received) == len(sent), what="the receiver's copy")
+    pub.close()
+    # nothing to await but time: four lingers pass (the driver's timer runs every 50 ms) with the spy unread
+    closed = time.monotonic()
+    wait_until(lambda: bool(goings) or time.monotonic() > closed + 2.0, what="four lingers")
+    assert not goings and spy.images
+    spied: list[bytes] = []
+    wait_until(lambda: _drain(spy, spied) >= 0 and bool(goings), timeout=30,
+               what="the spy reading to the end, then its image going")
+    assert spied == sent
+
+
+def test_seventy_spies_on_one_publication_all_read_it(client) -> None:  # type: ignore[no-untyped-def]
+    """aeronmd links any number of spies (the agent once stopped at 64)."""
+    port = free_udp_port()
+    spies = [client.add_subscription("aeron-spy:" + _channel(port), STREAM) for _ in range(70)]
+    pub = client.add_publication(_channel(port, "|ssc=true"), STREAM)
+    wait_until(lambda: pub.is_connected and all(spy.images for spy in spies), timeout=30, what="70 spy images")
+    wait_until(lambda: _offer(pub, b"to every spy") > 0, what="an offer")
+    spied: list[list[bytes]] = [[] for _ in spies]
+    wait_until(lambda: all(_drain(spy, into) >= 0 and into for spy, into in zip(spies, spied, strict=True)),
+               timeout=30, what="the message at every spy")
+    assert all(into == [b"to every spy"] for into in spied)
+
+
+def test_a_spy_refused_for_want_of_counters_leaves_no_link_holding_a_publisher(tmp_path: Path) -> None:
+    """Room for one sub-pos counter, two publications: the spy is refused (STORAGE_SPACE) and its one link made
+    before the refusal must not stay behind, unread, holding the first publisher at its window."""
+    with logbuf.MediaDriver.launch(tmp_path / "d", network_term_length=T, counters_values_length=64 * 128,
+                                   idle_strategy="backoff:1000000") as drv, logbuf.connect(drv.directory) as client:
+        port = free_udp_port()
+        receiver = client.add_subscription(_channel(port), STREAM)
+        first = client.add_exclusive_publication(_channel(port, "|pub-wnd=16k"), STREAM)
+        second = client.add_exclusive_publication(_channel(port), STREAM)
+        wait_until(lambda: first.is_connected and second.is_connected and len(receiver.images) == 2,
+                   what="both publications connected")
+        with CncFile.open(Path(drv.directory) / "cnc.dat") as cnc:
+            used = sum(1 for _ in cnc.counters_reader())
+        fillers = [client.add_counter(1001, "filler") for _ in range(64 - used - 1)]
+        with pytest.raises(logbuf.RegistrationError) as refused:
+            client.add_subscription("aeron-spy:" + _channel(port), STREAM)
+        assert refused.value.code == ErrorCode.STORAGE_SPACE
+        got: list[bytes] = []
+        accepted = 0
+
+        def publish() -> bool:
+            nonlocal accepted
+            accepted += _offer(first, bytes(992)) > 0
+            _drain(receiver, got)
+            return accepted >= 48  # three windows: no spy holds it
+
+        wait_until(publish, timeout=30, what="the first publication going past its window")
+        assert len(fillers) > 0

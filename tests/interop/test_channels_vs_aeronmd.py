@@ -557,6 +557,35 @@ def untethered_spy(directory: Path) -> Observation:
                 "rejoined more than a window on": events[2][1] > events[0][1] + window}
 
 
+
+def spies_outlast_their_publication(directory: Path) -> Observation:
+    """A publication closed while its spy has not read it: still there after twice the linger (1 s here), gone
+    once the spy read to the end; 70 spies on one publication all get an image."""
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
+    with logbuf.connect(directory) as client:
+        goings: list[logbuf.Image] = []
+        spy = client.add_subscription("aeron-spy:" + channel, STREAM, on_unavailable_image=goings.append)
+        more = [client.add_subscription("aeron-spy:" + channel, STREAM) for _ in range(69)]
+        receiver = client.add_subscription(channel, STREAM)
+        pub = client.add_publication(channel, STREAM)
+        wait_until(lambda: pub.is_connected and spy.images, what="the spy's image")
+        with contextlib.suppress(WaitTimeout):
+            wait_until(lambda: all(s.images for s in more), timeout=10, what="70 spy images")
+        with_image = sum(1 for s in [spy, *more] if s.images)
+        sent = _offer(pub, 5)
+        received: list[bytes] = []
+        wait_until(lambda: _poll(receiver, received) >= 0 and len(received) == 5, what="the receiver's copy")
+        for other in more:
+            other.close()
+        pub.close()
+        closed = time.monotonic()  # nothing to await but time: two lingers with the spy unread
+        wait_until(lambda: bool(goings) or time.monotonic() > closed + 2.0, what="two lingers")
+        unread_gone = bool(goings)
+        spied: list[bytes] = []
+        wait_until(lambda: _poll(spy, spied) >= 0 and bool(goings), timeout=30, what="the spy's image going")
+        return {"spies with an image": with_image, "gone while unread": unread_gone, "spy read all": spied == sent}
+
+
 def c_samples_spy(directory: Path) -> Observation:
     """Aeron's basic_subscriber on an aeron-spy: channel (Aeron's C client) reads what basic_publisher sends
     on a publication with ssc=true (no receiver): who prints messages."""
@@ -717,6 +746,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "aeron-spy: beside a receiver": spy_reads_a_network_publication,
     "aeron-spy: ssc": spies_simulate_connection,
     "aeron-spy: tether=false": untethered_spy,
+    "aeron-spy: outlasting the publication, 70 spies": spies_outlast_their_publication,
     "C samples, aeron-spy:": c_samples_spy,
     "MDC, manual destinations": mdc_manual,
     "MDC, dynamic destinations": mdc_dynamic,
@@ -749,6 +779,8 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     and o["other session's spy images"] == 0,
     "aeron-spy: ssc": lambda o: o["ssc=true connected"] and not o["ssc=false connected"],
     "aeron-spy: tether=false": lambda o: o["events"] == ["available", "unavailable", "available"],
+    "aeron-spy: outlasting the publication, 70 spies": lambda o: o["spy read all"] and not o["gone while unread"]
+    and o["spies with an image"] == 70,
     "C samples, aeron-spy:": lambda o: o["spy got messages"],
     "MDC, manual destinations": lambda o: o["both got everything"] == [True, True] and o["the removed one got"] == [],
     "MDC, dynamic destinations": lambda o: o["both got everything"] == [True, True]

@@ -451,7 +451,11 @@ class DriverConductor:
             client.subscriptions.add(msg.correlation_id)
             self._send(ControlResponse.ON_SUBSCRIPTION_READY,
                        SubscriptionReady(msg.correlation_id, network.endpoint.status_counter_id))
-            self.network.link_existing_images(network)
+            try:
+                self.network.link_existing_images(network)
+            except BaseException:  # refused (no counter left): no link may stay behind, holding an image back
+                self._drop_subscription(client, msg.correlation_id)
+                raise
             return
         subscription = self.ipc.add_subscription(msg.correlation_id, client.client_id, uri, params, msg.stream_id)
         self.subscriptions[msg.correlation_id] = subscription

@@ -198,11 +198,20 @@ class IpcConductor:
         services = self.services
         services.ensure_wake_semaphore(stream_id)
         subscription = SubscriptionLink(registration_id, client_id, stream_id, uri.canonical(), params)
+        # every counter first: a subscription refused for want of counters must leave no link behind that
+        # nobody reads, holding a publisher back
+        links: list[tuple[IpcPublication, SubscriberLink]] = []
+        try:
+            for publication in self.publications:
+                if subscription.matches(publication) and publication.state == PublicationState.ACTIVE:
+                    links.append((publication, self._new_link(subscription, publication)))
+        except BaseException:
+            services.free_counters([link.counter_id for _, link in links])
+            raise
         self.subscriptions[registration_id] = subscription
         services.respond(ControlResponse.ON_SUBSCRIPTION_READY, SubscriptionReady(registration_id, c.NULL_COUNTER_ID))
-        for publication in self.publications:
-            if subscription.matches(publication) and publication.state == PublicationState.ACTIVE:
-                self._link(subscription, publication)
+        for publication, link in links:
+            self._attach(publication, link)
         return subscription
 
     def remove_subscription(self, registration_id: int) -> None:
@@ -213,6 +222,10 @@ class IpcConductor:
                 self._unlink_subscriber(publication, link, notify=False)
 
     def _link(self, subscription: SubscriptionLink, publication: IpcPublication) -> None:
+        self._attach(publication, self._new_link(subscription, publication))
+
+    def _new_link(self, subscription: SubscriptionLink, publication: IpcPublication) -> SubscriberLink:
+        """A subscriber link with its sub-pos counter at the join position (not yet attached)."""
         join = publication.join_position()
         wanted = subscription.resume.get(publication.session_id)
         if wanted is not None:
@@ -232,8 +245,10 @@ class IpcConductor:
                                        owner_id=subscription.client_id, reference_id=publication.registration_id)
         position = counters.position(counter_id)
         position.set(join)
-        link = SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join,
+        return SubscriberLink(subscription.registration_id, subscription.client_id, counter_id, position, join,
                               is_tether=subscription.params.tether, now_ns=self.now_ns)
+
+    def _attach(self, publication: IpcPublication, link: SubscriberLink) -> None:
         publication.add_subscriber(link)
         if self.native is not None:
             # (a resumed join the native cleaner passes meanwhile is moved up to the oldest position left)

@@ -625,12 +625,22 @@ class NetworkConductor:
         channel = self.udp_channel(uri)
         self.services.ensure_wake_semaphore(stream_id)
         spy = SpySubscription(registration_id, client_id, stream_id, uri.canonical(), channel.key, params)
+        # every counter first: a refused spy (no counter left) must leave nothing behind - no spy linked to later
+        # publications, and above all no link that nobody reads holding a publisher back
+        links: list[tuple[NetworkPublication, SubscriberLink]] = []
+        try:
+            for publication in self.publications:
+                if spy.matches(publication) and self._accepts_spies(publication):
+                    links.append((publication, self._new_spy_link(spy, publication)))
+        except BaseException:
+            self.services.free_counters([link.counter_id for _, link in links])
+            raise
         self.spies[registration_id] = spy
         self.services.respond(ControlResponse.ON_SUBSCRIPTION_READY,
                               SubscriptionReady(registration_id, c.NULL_COUNTER_ID))
-        for publication in self.publications:
-            if spy.matches(publication) and self._accepts_spies(publication):
-                self._link_spy(spy, publication)
+        for publication, link in links:
+            publication.add_spy(link)
+            self._announce_spy_available(publication, link)
         return spy
 
     @staticmethod
@@ -650,10 +660,12 @@ class NetworkConductor:
                 self._link_spy(spy, publication)
 
     def _link_spy(self, spy: SpySubscription, publication: NetworkPublication) -> None:
-        if publication.spy_count >= lib.LBD_SND_MAX_SPIES:
-            self.services.record_error(f"spy {spy.registration_id} not linked to publication "
-                                       f"{publication.registration_id}: it has {lib.LBD_SND_MAX_SPIES} spies")
-            return
+        link = self._new_spy_link(spy, publication)
+        publication.add_spy(link)
+        self._announce_spy_available(publication, link)
+
+    def _new_spy_link(self, spy: SpySubscription, publication: NetworkPublication) -> SubscriberLink:
+        """A spy's link to ``publication`` with its sub-pos counter at the join position (not yet added)."""
         join = publication.snd_pos  # Aeron's join position for a spy: the sender's position
         label = c.stream_position_label(c.SUBSCRIBER_POSITION_NAME, spy.registration_id, publication.session_id,
                                         publication.stream_id, spy.channel, join)
@@ -665,10 +677,8 @@ class NetworkConductor:
                                        reference_id=publication.registration_id)
         position = counters.position(counter_id)
         position.set(join)
-        link = SubscriberLink(spy.registration_id, spy.client_id, counter_id, position, join,
+        return SubscriberLink(spy.registration_id, spy.client_id, counter_id, position, join,
                               is_tether=spy.params.tether, now_ns=self.now_ns)
-        publication.add_spy(link)
-        self._announce_spy_available(publication, link)
 
     def _announce_spy_available(self, publication: NetworkPublication, link: SubscriberLink) -> None:
         self.services.respond(
@@ -699,7 +709,9 @@ class NetworkConductor:
     def _check_untethered_spies(self) -> int:
         work = 0
         for publication in self.publications:
-            if publication.state != PublicationState.ACTIVE or not publication.subscribers:
+            # (draining too: a stalled untethered spy then rests rather than holding the closed publication)
+            if publication.state not in (PublicationState.ACTIVE, PublicationState.DRAINING) \
+                    or not publication.subscribers:
                 continue
             for event in publication.check_untethered(self.now_ns):
                 if event.available:

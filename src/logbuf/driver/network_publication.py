@@ -31,7 +31,8 @@ publication whose snd-pos sat behind the producer for the unblock timeout has th
 
 When its last publisher leaves, the publication drains: the end of stream is where the producer stopped; the
 agent's heartbeats carry the EOS flag once snd-pos is there, and it reports the publication drained when every
-receiver acknowledged it (an SM with the EOS flag), when no receiver is connected, or after the linger timeout.
+receiver acknowledged it (an SM with the EOS flag), when no receiver is connected, or after the linger timeout;
+the publication then waits for its spies to read to the end of stream (as aeronmd, without a deadline).
 """
 
 from __future__ import annotations
@@ -143,7 +144,10 @@ class NetworkPublication(PublicationLifecycle):
         self.untethered_window_limit_timeout_ns = untethered_window_limit_timeout_ns
         self.untethered_resting_timeout_ns = untethered_resting_timeout_ns
         self.unblock_timeout_ns = unblock_timeout_ns
-        self._last_snd_pos = log.producer_position()
+        # the agent's snd-pos, kept where no client can write (the snd-pos counter lives in cnc.dat): what the
+        # unblocker pads at and where spies join must be the sender's real position, on a frame boundary
+        self._snd_pos_own = ffi.new("int64_t *", self.initial_position)
+        self._last_snd_pos = self.initial_position
         self._time_of_last_snd_move_ns = now_ns
         self.drain_deadline_ns = 0
         self.end_of_stream_position: int | None = None
@@ -196,6 +200,7 @@ class NetworkPublication(PublicationLifecycle):
         command.destination_length = len(self.destination)
         command.destination[0 : len(self.destination)] = self.destination
         command.spies_simulate_connection = 1 if self.spies_simulate_connection else 0
+        command.snd_pos_own = self._snd_pos_own
 
     # -- spies -----------------------------------------------------------------------------------------
 
@@ -259,7 +264,7 @@ class NetworkPublication(PublicationLifecycle):
         snd_pos = self.snd_pos
         producer = self.log.producer_position()
         if snd_pos < 0 or snd_pos % FRAME_ALIGNMENT:
-            return False  # (cnc.dat is writable by clients: never unblock off a frame boundary)
+            return False  # (the agent only ever stops on a frame boundary: defensive)
         if self.state == PublicationState.DRAINING:
             return producer > snd_pos and unblock(self.log, snd_pos)
         if self.is_exclusive or self.state != PublicationState.ACTIVE:
@@ -280,7 +285,8 @@ class NetworkPublication(PublicationLifecycle):
 
     @property
     def snd_pos(self) -> int:
-        return self.positions.snd_pos.get()
+        """The sender agent's position (its own copy, not the client-writable snd-pos counter)."""
+        return int(self._snd_pos_own[0])
 
     # -- life cycle ------------------------------------------------------------------------------------
 
@@ -303,14 +309,13 @@ class NetworkPublication(PublicationLifecycle):
         self.drained_reason = reason
 
     def is_drained(self, now_ns: int) -> bool:
-        """The agent reported it drained and the spies read to the end of stream (or the linger passed;
-        should the agent never answer, twice over)."""
-        if now_ns >= self.drain_deadline_ns + self._linger_ns:
-            return True
-        if not self.drained_reason:
+        """The agent reported it drained (should it never answer: once the linger passed twice over) and every
+        spy that holds the publication back read to the end of stream.  As aeronmd, no deadline cuts a spy's
+        tail off: a spy's client that dies loses its spy, and an untethered spy that stalls rests."""
+        if not self.drained_reason and now_ns < self.drain_deadline_ns + self._linger_ns:
             return False
         end = self.end_of_stream_position
-        return end is None or now_ns >= self.drain_deadline_ns or self.spies_caught_up(end)
+        return end is None or self.spies_caught_up(end)
 
     @property
     def counter_ids(self) -> list[int]:

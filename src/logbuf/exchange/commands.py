@@ -26,6 +26,12 @@ from logbuf.marketdata import moldudp64
 _host_port = off_or(parse_endpoint)  # HOST:PORT, [v6]:PORT or off
 
 
+def _endpoint_text(address: tuple[str, int]) -> str:
+    """``host:port``, ``[v6]:port``: what --listen/--retransmit read back."""
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """A bad value met after parsing (a ``ValueError`` of the library) is a usage error (status 2); ``logbuf.cli``
     prints it as one line (and an ``OSError``, e.g. a busy port, with status 1)."""
@@ -268,7 +274,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                 if retransmit is not None:
                     retransmit.start()
                     if not args.quiet:
-                        print(f"replay: retransmission on {retransmit.address[0]}:{retransmit.address[1]} "
+                        print(f"replay: retransmission on {_endpoint_text(retransmit.address)} "
                               f"(pid {retransmit.pid})", file=sys.stderr, flush=True)
                 bar = tqdm(unit="msg", unit_scale=True, file=sys.stderr, disable=not _progress_enabled(args),
                            desc="replay")
@@ -323,7 +329,7 @@ def _cmd_retransmit(args: argparse.Namespace) -> int:
                              burst=args.burst, queue=args.queue, host=host, port=port)
         if not args.quiet:
             print(f"retransmit: {ring.next_sequence - 1} messages (ring keeps {ring.capacity}), listening on "
-                  f"{server.address[0]}:{server.address[1]}", file=sys.stderr, flush=True)
+                  f"{_endpoint_text(server.address)}", file=sys.stderr, flush=True)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         try:
             server.run(lambda: stop.is_set() or (deadline is not None and time.monotonic() >= deadline))

@@ -30,7 +30,17 @@ from logbuf.errors import LogbufError, UsageError
 from logbuf.units import NANOS_PER_MILLI as _NANOS_PER_MILLI
 from logbuf.units import NANOS_PER_SECOND as _NANOS_PER_SECOND
 
-_host_port = off_or(parse_endpoint)  # HOST:PORT, [v6]:PORT or off
+
+def _ipv4_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` for the handler's sockets, which are IPv4 (an IPv6 address is refused by name, not left
+    to fail at bind time)."""
+    host, port = parse_endpoint(text)
+    if ":" in host:
+        raise ValueError(f"{text}: the feed handler speaks IPv4 only")
+    return host, port
+
+
+_host_port = off_or(_ipv4_endpoint)  # HOST:PORT or off
 
 
 def _stop_on_signals() -> contextlib.AbstractContextManager[StopSignal]:

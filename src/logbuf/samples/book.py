@@ -145,6 +145,5 @@ def run_top_of_book(args: argparse.Namespace) -> int:
                         print(book.format(symbols), flush=True)
         except KeyboardInterrupt:
             pass
-    if not args.quiet:
-        print(book.format(symbols), flush=True)
+    print(book.format(symbols), flush=True)  # the final book, with --quiet too (its one output)
     return 0
