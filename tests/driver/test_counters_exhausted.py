@@ -23,7 +23,7 @@ def test_an_ipc_subscription_refused_for_want_of_counters_holds_no_publisher(tmp
                                    idle_strategy="backoff:1000000") as drv, logbuf.connect(drv.directory) as client:
         reader = client.add_subscription("aeron:ipc", STREAM)
         first = client.add_exclusive_publication("aeron:ipc?pub-wnd=16k", STREAM)
-        client.add_exclusive_publication("aeron:ipc", STREAM)
+        second = client.add_exclusive_publication("aeron:ipc", STREAM)  # kept: a collected one would close
         wait_until(lambda: len(reader.images) == 2, what="both images")
         with CncFile.open(Path(drv.directory) / "cnc.dat") as cnc:
             used = sum(1 for _ in cnc.counters_reader())
@@ -40,7 +40,7 @@ def test_an_ipc_subscription_refused_for_want_of_counters_holds_no_publisher(tmp
             return accepted >= 48  # three windows: only the reader holds it
 
         wait_until(publish, timeout=30, what="the first publication going past its window")
-        assert fillers
+        assert fillers and second.is_connected
 
 
 def test_a_udp_subscription_refused_for_want_of_counters_holds_no_image(tmp_path: Path) -> None:
@@ -50,8 +50,9 @@ def test_a_udp_subscription_refused_for_want_of_counters_holds_no_image(tmp_path
         channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|term-length=64k"
         reader = client.add_subscription(channel, STREAM)
         first = client.add_exclusive_publication(channel, STREAM)
-        client.add_exclusive_publication(channel, STREAM)
-        wait_until(lambda: len(reader.images) == 2 and first.is_connected, what="both images")
+        second = client.add_exclusive_publication(channel, STREAM)  # kept: a collected one would close
+        wait_until(lambda: len(reader.images) == 2 and first.is_connected and second.is_connected,
+                   what="both images")
         with CncFile.open(Path(drv.directory) / "cnc.dat") as cnc:
             used = sum(1 for _ in cnc.counters_reader())
         fillers = [client.add_counter(1001, "filler") for _ in range(COUNTERS - used - 1)]  # room for one
@@ -67,4 +68,4 @@ def test_a_udp_subscription_refused_for_want_of_counters_holds_no_image(tmp_path
             return accepted >= 3 * 64  # three terms: only the reader's position holds the image
 
         wait_until(publish, timeout=30, what="the first publication going three terms on")
-        assert fillers
+        assert fillers and second.is_connected
