@@ -32,6 +32,7 @@
 #define MAX_COMMANDS_PER_CYCLE 64
 #define IMPAIRMENT_CAPACITY 65536   /* datagrams an impairment holds back at most (more: impairment_dropped) */
 #define SENT_CAPACITY 4096
+#define EVENT_BACKLOG_CAPACITY 4096 /* events held while the conductor does not drain the queue (more: dropped) */
 
 #define META_END_OF_STREAM_POSITION 128
 #define DESTINATION_TIMEOUT_NS 5000000000LL  /* an MDS image answers a destination heard from this recently */
@@ -140,6 +141,8 @@ struct lbd_receiver {
     sent_t *sent;                  /* test endpoints (fd -1): frames they would have sent */
     int32_t sent_head, sent_count;
     sent_t last_taken;             /* the frame lbd_receiver_take_sent returned last */
+    lbd_event_t *backlog;          /* events the full queue did not take yet, oldest first (a ring) */
+    int32_t backlog_head, backlog_count;
 };
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -148,9 +151,38 @@ static inline void put_i32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
 static inline void put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
 static inline uint16_t get_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
+/* An event that must reach the conductor (it changes what the conductor holds): straight into the queue when
+ * nothing waits before it, else kept, in order, until the queue has room (flush_events); the agent never waits
+ * on the conductor.  Only a backlog that is full (or cannot be allocated) loses one, counted. */
 static void offer_event(lbd_receiver_t *r, const lbd_event_t *event)
 {
-    if (lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) != 1) r->counters.events_dropped++;
+    if (r->backlog_count == 0 && lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) == 1) return;
+    if (r->backlog == NULL) r->backlog = malloc(sizeof(lbd_event_t) * EVENT_BACKLOG_CAPACITY);
+    if (r->backlog == NULL || r->backlog_count == EVENT_BACKLOG_CAPACITY) {
+        r->counters.events_dropped++;
+        return;
+    }
+    r->backlog[(r->backlog_head + r->backlog_count) % EVENT_BACKLOG_CAPACITY] = *event;
+    r->backlog_count++;
+}
+
+/* An event the caller offers again later when not taken now (it keeps the state that makes it): taken only
+ * behind every event already kept, so the conductor hears everything in order. */
+static int try_event(lbd_receiver_t *r, const lbd_event_t *event)
+{
+    return r->backlog_count == 0 && lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) == 1;
+}
+
+static int32_t flush_events(lbd_receiver_t *r)
+{
+    int32_t sent = 0;
+    while (r->backlog_count > 0
+           && lb_spsc_offer(r->events, &r->backlog[r->backlog_head], (int32_t)sizeof(lbd_event_t)) == 1) {
+        r->backlog_head = (r->backlog_head + 1) % EVENT_BACKLOG_CAPACITY;
+        r->backlog_count--;
+        sent++;
+    }
+    return sent;
 }
 
 static void send_now(lbd_receiver_t *r, const destination_t *d, const uint8_t *frame, int32_t length,
@@ -321,9 +353,12 @@ static int slots_empty(const uint8_t *term, int64_t from, int64_t to)
  * TermRebuilder.insert: frames already there are skipped (duplicates); from the first missing one, whole
  * frames are copied for as long as the term has nothing where they go, then the first frame's length is
  * released.  Returns the bytes written, or -1 when the first missing frame overlaps something already in the
- * term (*refused: its offset in the datagram): it can never be written.
+ * term (*refused: its offset in the datagram): it can never be written.  Nothing of this image lies at or past
+ * `written_end` (the term offset of its high-water mark): the slots a frame covers are looked at only below it,
+ * so a PAD header covering a whole term costs no more than the frames the term holds.
  */
-static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uint8_t *dg, int32_t n, int32_t *refused)
+static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uint8_t *dg, int32_t n,
+                      int64_t written_end, int32_t *refused)
 {
     int64_t start = 0;
     while (__atomic_load_n((const int32_t *)(term + term_offset + start), __ATOMIC_RELAXED) != 0) {
@@ -341,7 +376,9 @@ static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uin
         else if (end + aligned > n) cover = n - end;  /* the last frame without its alignment bytes */
         if (term_offset + end + cover > im->term_length) break;
         if (end > start && __atomic_load_n((const int32_t *)(term + term_offset + end), __ATOMIC_RELAXED) != 0) break;
-        if (!slots_empty(term, term_offset + end + LB_FRAME_ALIGNMENT, term_offset + end + lb_align_frame(cover))) break;
+        int64_t covered = term_offset + end + lb_align_frame(cover);
+        if (covered > written_end) covered = written_end;
+        if (!slots_empty(term, term_offset + end + LB_FRAME_ALIGNMENT, covered)) break;
         end += (end + aligned > n) ? (n - end) : aligned;
     }
     if (end > n) end = n;
@@ -422,7 +459,11 @@ static void image_on_data(lbd_receiver_t *r, endpoint_t *e, const destination_t 
     }
     uint8_t *term = im->terms + (int64_t)lb_index_by_position(position, im->position_bits) * im->term_length;
     int32_t refused = 0;
-    if (insert(im, term, term_offset + skip, dg + skip, n - skip, &refused) < 0 &&
+    /* every frame this image wrote lies below its high-water mark: in this term, below hwm's offset (or the
+     * whole term when hwm is in a later one) */
+    const int64_t written = im->hwm - (position - term_offset);
+    const int64_t written_end = written < 0 ? 0 : (written > im->term_length ? im->term_length : written);
+    if (insert(im, term, term_offset + skip, dg + skip, n - skip, written_end, &refused) < 0 &&
         position + skip + refused == im->rebuild) {
         /* the frame the stream waits for overlaps what the term holds: no retransmit can ever fill the gap,
          * so the image is closed (once) instead of NAKing the same range forever */
@@ -630,7 +671,8 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
             ev.term_id = term_id;
             ev.term_offset = offset;
             ev.length = length;
-            offer_event(r, &ev);
+            /* a report, not state: never held back behind (or crowding out) those that are */
+            if (!try_event(r, &ev)) r->counters.events_dropped++;
             work++;
             if (!im->reliable) im->gap_active = 0;  /* reliable=false: filled instead of NAKed */
         }
@@ -813,7 +855,7 @@ static void on_setup(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, c
     ev.destination_id = d->id;
     ev.address_length = source_length < 0 ? 0 : (source_length > LBD_ADDRESS_LENGTH ? LBD_ADDRESS_LENGTH : source_length);
     memcpy(ev.address, source, (size_t)ev.address_length);
-    if (lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) != 1) {
+    if (!try_event(r, &ev)) {
         r->counters.events_dropped++;
         p->create_ns = INT64_MIN;  /* ask again at the next SETUP */
     }
@@ -955,7 +997,7 @@ static int report_removed(lbd_receiver_t *r, endpoint_t *e, image_t *im)
 {
     lbd_event_t ev = image_event(LBD_EVENT_IMAGE_REMOVED, im);
     ev.reason = im->state;
-    return lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) == 1;
+    return try_event(r, &ev);
 }
 
 /* Images that ended leave the endpoint once the conductor has been told (then no pointer into them is kept). */
@@ -1289,8 +1331,8 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
             if (im != NULL && c.position != NULL && im->subscriber_count < LBD_MAX_SUBSCRIBERS)
                 im->subscribers[im->subscriber_count++] = c.position;
             break;
-        case LBD_CMD_REMOVE_SUBSCRIBER:
-            im = find_image_by_id(r, c.image_id, NULL);
+        case LBD_CMD_REMOVE_SUBSCRIBER: {
+            im = find_image_by_id(r, c.image_id, &e);
             if (im != NULL) {
                 for (int32_t i = 0; i < im->subscriber_count; i++) {
                     if (im->subscribers[i] == c.position) {
@@ -1299,7 +1341,17 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
                     }
                 }
             }
+            /* acknowledged even for an image already gone: from now on the counter is never touched, so the
+             * conductor may free it */
+            lbd_event_t ev;
+            memset(&ev, 0, sizeof(ev));
+            ev.type = LBD_EVENT_SUBSCRIBER_REMOVED;
+            ev.endpoint_id = e != NULL ? e->id : c.endpoint_id;
+            ev.image_id = c.image_id;
+            ev.subscriber_id = c.subscriber_id;
+            offer_event(r, &ev);
             break;
+        }
         default:
             break;
         }
@@ -1319,7 +1371,7 @@ static int32_t sweep_destinations(lbd_receiver_t *r, endpoint_t *e)
         ev.type = LBD_EVENT_DESTINATION_REMOVED;
         ev.endpoint_id = e->id;
         ev.destination_id = d->id;
-        if (lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) != 1) continue;
+        if (!try_event(r, &ev)) continue;
         for (int32_t j = 0; j < e->image_count; j++) {
             image_t *im = e->images[j];
             for (int32_t k = 0; k < im->connection_count; k++) {
@@ -1349,7 +1401,7 @@ static int32_t sweep_endpoints(lbd_receiver_t *r)
         memset(&ev, 0, sizeof(ev));
         ev.type = LBD_EVENT_ENDPOINT_REMOVED;
         ev.endpoint_id = e->id;
-        if (lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) != 1) continue;
+        if (!try_event(r, &ev)) continue;
         free_endpoint(e);
         r->endpoints[i] = r->endpoints[--r->endpoint_count];
         i--;
@@ -1361,7 +1413,8 @@ static int32_t sweep_endpoints(lbd_receiver_t *r)
 int32_t lbd_receiver_do_work(void *receiver, int64_t now_ns)
 {
     lbd_receiver_t *r = receiver;
-    int32_t work = do_commands(r, now_ns);
+    int32_t work = r->backlog_count > 0 ? flush_events(r) : 0;
+    work += do_commands(r, now_ns);
     for (int32_t i = 0; i < r->endpoint_count; i++) {
         endpoint_t *e = r->endpoints[i];
         if (!e->removing) work += receive(r, e, now_ns);
@@ -1405,6 +1458,7 @@ void lbd_receiver_free(lbd_receiver_t *r)
     if (r->events != NULL) lb_spsc_free(r->events);
     free(r->slots);
     free(r->sent);
+    free(r->backlog);
     free(r);
 }
 
@@ -1419,20 +1473,6 @@ int32_t lbd_receiver_poll_event(lbd_receiver_t *r, lbd_event_t *event)
 }
 
 const lbd_receiver_counters_t *lbd_receiver_counters(lbd_receiver_t *r) { return &r->counters; }
-
-int64_t lbd_receiver_next_deadline(lbd_receiver_t *r)
-{
-    int64_t next = INT64_MAX;
-    for (int32_t i = 0; i < r->endpoint_count; i++) {
-        endpoint_t *e = r->endpoints[i];
-        if (e->image_count > 0 && e->next_poll_ns < next) next = e->next_poll_ns;
-        if (e->impairment != NULL && lbd_impairment_next_due(e->impairment) < next)
-            next = lbd_impairment_next_due(e->impairment);
-        if (e->send_impairment != NULL && lbd_impairment_next_due(e->send_impairment) < next)
-            next = lbd_impairment_next_due(e->send_impairment);
-    }
-    return next;
-}
 
 int32_t lbd_receiver_feed(lbd_receiver_t *r, int32_t endpoint_id, const uint8_t *datagram, int32_t length,
                           const uint8_t *address, int32_t address_length, int64_t now_ns)
