@@ -7,7 +7,8 @@
  * on the command queue and polls lbd_event_t records from the event queue (lb_spsc: one producer, one
  * consumer each).  Sockets are created, configured and closed by Python, which passes their fds; an image
  * log handed to the agent stays mapped until the agent reports its removal (LBD_EVENT_IMAGE_REMOVED), an fd
- * stays open until LBD_EVENT_ENDPOINT_REMOVED.
+ * stays open until LBD_EVENT_ENDPOINT_REMOVED, a subscriber's counter stays allocated until
+ * LBD_EVENT_SUBSCRIBER_REMOVED.  Events the full queue cannot take wait in the agent, in order.
  */
 
 /* ---- commands (conductor -> receiver), one lbd_command_t each ---- */
