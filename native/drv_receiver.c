@@ -32,8 +32,9 @@
 #define MAX_COMMANDS_PER_CYCLE 64
 #define IMPAIRMENT_CAPACITY 65536   /* datagrams an impairment holds back at most (more: impairment_dropped) */
 #define SENT_CAPACITY 4096
+#define EVENT_BACKLOG_CAPACITY 4096 /* events held while the conductor does not drain the queue (more: dropped) */
 
-#define META_END_OF_STREAM_POSITION 128
+#define SM_GROUP_TAG_LENGTH 8       /* an SM's feedback: the endpoint's group tag (gtag=), as Aeron's */
 #define DESTINATION_TIMEOUT_NS 5000000000LL  /* an MDS image answers a destination heard from this recently */
 
 /* Where an image's data came from through one destination, and where its SMs, NAKs and ERRs go back. */
@@ -140,6 +141,8 @@ struct lbd_receiver {
     sent_t *sent;                  /* test endpoints (fd -1): frames they would have sent */
     int32_t sent_head, sent_count;
     sent_t last_taken;             /* the frame lbd_receiver_take_sent returned last */
+    lbd_event_t *backlog;          /* events the full queue did not take yet, oldest first (a ring) */
+    int32_t backlog_head, backlog_count;
 };
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -147,10 +150,40 @@ struct lbd_receiver {
 static inline void put_i32(uint8_t *p, int32_t v) { memcpy(p, &v, 4); }
 static inline void put_i64(uint8_t *p, int64_t v) { memcpy(p, &v, 8); }
 static inline uint16_t get_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline void put_u16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
+/* An event that must reach the conductor (it changes what the conductor holds): straight into the queue when
+ * nothing waits before it, else kept, in order, until the queue has room (flush_events); the agent never waits
+ * on the conductor.  Only a backlog that is full (or cannot be allocated) loses one, counted. */
 static void offer_event(lbd_receiver_t *r, const lbd_event_t *event)
 {
-    if (lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) != 1) r->counters.events_dropped++;
+    if (r->backlog_count == 0 && lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) == 1) return;
+    if (r->backlog == NULL) r->backlog = malloc(sizeof(lbd_event_t) * EVENT_BACKLOG_CAPACITY);
+    if (r->backlog == NULL || r->backlog_count == EVENT_BACKLOG_CAPACITY) {
+        r->counters.events_dropped++;
+        return;
+    }
+    r->backlog[(r->backlog_head + r->backlog_count) % EVENT_BACKLOG_CAPACITY] = *event;
+    r->backlog_count++;
+}
+
+/* An event the caller offers again later when not taken now (it keeps the state that makes it): taken only
+ * behind every event already kept, so the conductor hears everything in order. */
+static int try_event(lbd_receiver_t *r, const lbd_event_t *event)
+{
+    return r->backlog_count == 0 && lb_spsc_offer(r->events, event, (int32_t)sizeof(*event)) == 1;
+}
+
+static int32_t flush_events(lbd_receiver_t *r)
+{
+    int32_t sent = 0;
+    while (r->backlog_count > 0
+           && lb_spsc_offer(r->events, &r->backlog[r->backlog_head], (int32_t)sizeof(lbd_event_t)) == 1) {
+        r->backlog_head = (r->backlog_head + 1) % EVENT_BACKLOG_CAPACITY;
+        r->backlog_count--;
+        sent++;
+    }
+    return sent;
 }
 
 static void send_now(lbd_receiver_t *r, const destination_t *d, const uint8_t *frame, int32_t length,
@@ -247,26 +280,29 @@ static int64_t consumption_position(const image_t *im)
     return min < 0 ? 0 : min;
 }
 
-/* an SM with the endpoint's group tag (gtag=) carries it in 8 bytes after the receiver id, as Aeron's */
-static inline int32_t sm_length(const endpoint_t *e) { return e->has_group_tag ? LB_SM_LENGTH + 8 : LB_SM_LENGTH; }
+/* an SM with the endpoint's group tag (gtag=) carries it after the receiver id */
+static inline int32_t sm_length(const endpoint_t *e)
+{
+    return e->has_group_tag ? LB_SM_LENGTH + SM_GROUP_TAG_LENGTH : LB_SM_LENGTH;
+}
 
 static void send_sm(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t position, int32_t flags,
                     int64_t now_ns)
 {
-    uint8_t f[LB_SM_LENGTH + 8];
+    uint8_t f[LB_SM_LENGTH + SM_GROUP_TAG_LENGTH];
     const int32_t length = sm_length(e);
-    put_i32(f, length);
-    f[4] = 0;
-    f[5] = (uint8_t)flags;
-    f[6] = LB_HDR_TYPE_SM;
-    f[7] = 0;
-    put_i32(f + 8, im->session_id);
-    put_i32(f + 12, im->stream_id);
-    put_i32(f + 16, lb_term_id_of_position(position, im->position_bits, im->initial_term_id));
-    put_i32(f + 20, (int32_t)(position & (im->term_length - 1)));
-    put_i32(f + 24, im->window);
-    put_i64(f + 28, e->receiver_id);
-    if (e->has_group_tag) put_i64(f + LB_SM_LENGTH, e->group_tag);
+    put_i32(f + LB_FRAME_LENGTH_OFFSET, length);
+    f[LB_VERSION_OFFSET] = LB_CURRENT_VERSION;
+    f[LB_FLAGS_OFFSET] = (uint8_t)flags;
+    put_u16(f + LB_TYPE_OFFSET, LB_HDR_TYPE_SM);
+    put_i32(f + LB_SM_SESSION_ID_OFFSET, im->session_id);
+    put_i32(f + LB_SM_STREAM_ID_OFFSET, im->stream_id);
+    put_i32(f + LB_SM_CONSUMPTION_TERM_ID_OFFSET,
+            lb_term_id_of_position(position, im->position_bits, im->initial_term_id));
+    put_i32(f + LB_SM_CONSUMPTION_TERM_OFFSET_OFFSET, (int32_t)(position & (im->term_length - 1)));
+    put_i32(f + LB_SM_RECEIVER_WINDOW_OFFSET, im->window);
+    put_i64(f + LB_SM_RECEIVER_ID_OFFSET, e->receiver_id);
+    if (e->has_group_tag) put_i64(f + LB_SM_FEEDBACK_OFFSET, e->group_tag);
     send_to_connections(r, e, im, f, length, 0, now_ns);
     r->counters.status_messages_sent++;
 }
@@ -277,15 +313,15 @@ static void send_error(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t no
     uint8_t f[LB_ERR_HEADER_LENGTH + LB_ERR_MAX_TEXT_LENGTH];
     const int32_t length = LB_ERR_HEADER_LENGTH + im->reason_length;
     memset(f, 0, LB_ERR_HEADER_LENGTH);
-    put_i32(f, length);
-    f[6] = LB_HDR_TYPE_ERR;
-    put_i32(f + 8, im->session_id);
-    put_i32(f + 12, im->stream_id);
-    put_i64(f + 16, e->receiver_id);
-    put_i64(f + 24, 0);                 /* group tag: none (no gtag on receive channels) */
-    put_i32(f + 32, LBD_IMAGE_REJECTED);
-    put_i32(f + 36, im->reason_length);
-    if (im->reason_length > 0) memcpy(f + LB_ERR_HEADER_LENGTH, im->reason, (size_t)im->reason_length);
+    put_i32(f + LB_FRAME_LENGTH_OFFSET, length);
+    put_u16(f + LB_TYPE_OFFSET, LB_HDR_TYPE_ERR);
+    put_i32(f + LB_ERR_SESSION_ID_OFFSET, im->session_id);
+    put_i32(f + LB_ERR_STREAM_ID_OFFSET, im->stream_id);
+    put_i64(f + LB_ERR_RECEIVER_ID_OFFSET, e->receiver_id);
+    put_i64(f + LB_ERR_GROUP_TAG_OFFSET, 0);  /* group tag: none (no gtag on receive channels) */
+    put_i32(f + LB_ERR_CODE_OFFSET, LBD_IMAGE_REJECTED);
+    put_i32(f + LB_ERR_TEXT_LENGTH_OFFSET, im->reason_length);
+    if (im->reason_length > 0) memcpy(f + LB_ERR_TEXT_OFFSET, im->reason, (size_t)im->reason_length);
     for (int32_t i = 0; i < im->connection_count; i++) r->counters.error_frames_sent++;
     send_to_connections(r, e, im, f, length, 1, now_ns);
 }
@@ -294,16 +330,15 @@ static void send_nak(lbd_receiver_t *r, endpoint_t *e, image_t *im, int32_t term
                      int32_t length, int64_t now_ns)
 {
     uint8_t f[LB_NAK_LENGTH];
-    put_i32(f, LB_NAK_LENGTH);
-    f[4] = 0;
-    f[5] = 0;
-    f[6] = LB_HDR_TYPE_NAK;
-    f[7] = 0;
-    put_i32(f + 8, im->session_id);
-    put_i32(f + 12, im->stream_id);
-    put_i32(f + 16, term_id);
-    put_i32(f + 20, term_offset);
-    put_i32(f + 24, length);
+    put_i32(f + LB_FRAME_LENGTH_OFFSET, LB_NAK_LENGTH);
+    f[LB_VERSION_OFFSET] = LB_CURRENT_VERSION;
+    f[LB_FLAGS_OFFSET] = 0;
+    put_u16(f + LB_TYPE_OFFSET, LB_HDR_TYPE_NAK);
+    put_i32(f + LB_NAK_SESSION_ID_OFFSET, im->session_id);
+    put_i32(f + LB_NAK_STREAM_ID_OFFSET, im->stream_id);
+    put_i32(f + LB_NAK_TERM_ID_OFFSET, term_id);
+    put_i32(f + LB_NAK_TERM_OFFSET_OFFSET, term_offset);
+    put_i32(f + LB_NAK_LENGTH_FIELD_OFFSET, length);
     send_to_connections(r, e, im, f, LB_NAK_LENGTH, 0, now_ns);
     r->counters.naks_sent++;
 }
@@ -321,9 +356,12 @@ static int slots_empty(const uint8_t *term, int64_t from, int64_t to)
  * TermRebuilder.insert: frames already there are skipped (duplicates); from the first missing one, whole
  * frames are copied for as long as the term has nothing where they go, then the first frame's length is
  * released.  Returns the bytes written, or -1 when the first missing frame overlaps something already in the
- * term (*refused: its offset in the datagram): it can never be written.
+ * term (*refused: its offset in the datagram): it can never be written.  Nothing of this image lies at or past
+ * `written_end` (the term offset of its high-water mark): the slots a frame covers are looked at only below it,
+ * so a PAD header covering a whole term costs no more than the frames the term holds.
  */
-static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uint8_t *dg, int32_t n, int32_t *refused)
+static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uint8_t *dg, int32_t n,
+                      int64_t written_end, int32_t *refused)
 {
     int64_t start = 0;
     while (__atomic_load_n((const int32_t *)(term + term_offset + start), __ATOMIC_RELAXED) != 0) {
@@ -341,7 +379,9 @@ static int32_t insert(image_t *im, uint8_t *term, int32_t term_offset, const uin
         else if (end + aligned > n) cover = n - end;  /* the last frame without its alignment bytes */
         if (term_offset + end + cover > im->term_length) break;
         if (end > start && __atomic_load_n((const int32_t *)(term + term_offset + end), __ATOMIC_RELAXED) != 0) break;
-        if (!slots_empty(term, term_offset + end + LB_FRAME_ALIGNMENT, term_offset + end + lb_align_frame(cover))) break;
+        int64_t covered = term_offset + end + lb_align_frame(cover);
+        if (covered > written_end) covered = written_end;
+        if (!slots_empty(term, term_offset + end + LB_FRAME_ALIGNMENT, covered)) break;
         end += (end + aligned > n) ? (n - end) : aligned;
     }
     if (end > n) end = n;
@@ -404,7 +444,7 @@ static void image_on_data(lbd_receiver_t *r, endpoint_t *e, const destination_t 
         if (position > im->hwm) im->hwm = position;
         if ((dg[LB_FLAGS_OFFSET] & LB_EOS_FLAG) && im->eos < 0) {
             im->eos = position;
-            __atomic_store_n((int64_t *)(im->meta + META_END_OF_STREAM_POSITION), position, __ATOMIC_RELEASE);
+            __atomic_store_n((int64_t *)(im->meta + LB_META_END_OF_STREAM_POSITION), position, __ATOMIC_RELEASE);
         }
         return;
     }
@@ -422,7 +462,11 @@ static void image_on_data(lbd_receiver_t *r, endpoint_t *e, const destination_t 
     }
     uint8_t *term = im->terms + (int64_t)lb_index_by_position(position, im->position_bits) * im->term_length;
     int32_t refused = 0;
-    if (insert(im, term, term_offset + skip, dg + skip, n - skip, &refused) < 0 &&
+    /* every frame this image wrote lies below its high-water mark: in this term, below hwm's offset (or the
+     * whole term when hwm is in a later one) */
+    const int64_t written = im->hwm - (position - term_offset);
+    const int64_t written_end = written < 0 ? 0 : (written > im->term_length ? im->term_length : written);
+    if (insert(im, term, term_offset + skip, dg + skip, n - skip, written_end, &refused) < 0 &&
         position + skip + refused == im->rebuild) {
         /* the frame the stream waits for overlaps what the term holds: no retransmit can ever fill the gap,
          * so the image is closed (once) instead of NAKing the same range forever */
@@ -525,7 +569,7 @@ static void fill_gap(image_t *im, int32_t term_id, int32_t term_offset, int32_t 
                      + term_offset;
     uint8_t header[LB_HEADER_LENGTH];
     memset(header, 0, sizeof(header));
-    put_i32(header, length);
+    put_i32(header + LB_FRAME_LENGTH_OFFSET, length);
     header[LB_FLAGS_OFFSET] = LB_UNFRAGMENTED;
     header[LB_TYPE_OFFSET] = LB_HDR_TYPE_PAD;
     put_i32(header + LB_TERM_OFFSET_OFFSET, term_offset);
@@ -630,7 +674,8 @@ static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t
             ev.term_id = term_id;
             ev.term_offset = offset;
             ev.length = length;
-            offer_event(r, &ev);
+            /* a report, not state: never held back behind (or crowding out) those that are */
+            if (!try_event(r, &ev)) r->counters.events_dropped++;
             work++;
             if (!im->reliable) im->gap_active = 0;  /* reliable=false: filled instead of NAKed */
         }
@@ -733,16 +778,16 @@ static int cooling(endpoint_t *e, int32_t session_id, int32_t stream_id, int64_t
 static void send_setup_request(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, int32_t session_id,
                                int32_t stream_id, const uint8_t *source, int32_t source_length, int64_t now_ns)
 {
-    uint8_t f[LB_SM_LENGTH + 8];
+    uint8_t f[LB_SM_LENGTH + SM_GROUP_TAG_LENGTH];
     memset(f, 0, sizeof(f));
     const int32_t length = sm_length(e);
-    put_i32(f, length);
-    f[5] = LB_SM_SETUP_FLAG;
-    f[6] = LB_HDR_TYPE_SM;
-    put_i32(f + 8, session_id);
-    put_i32(f + 12, stream_id);
-    put_i64(f + 28, e->receiver_id);
-    if (e->has_group_tag) put_i64(f + LB_SM_LENGTH, e->group_tag);
+    put_i32(f + LB_FRAME_LENGTH_OFFSET, length);
+    f[LB_FLAGS_OFFSET] = LB_SM_SETUP_FLAG;
+    put_u16(f + LB_TYPE_OFFSET, LB_HDR_TYPE_SM);
+    put_i32(f + LB_SM_SESSION_ID_OFFSET, session_id);
+    put_i32(f + LB_SM_STREAM_ID_OFFSET, stream_id);
+    put_i64(f + LB_SM_RECEIVER_ID_OFFSET, e->receiver_id);
+    if (e->has_group_tag) put_i64(f + LB_SM_FEEDBACK_OFFSET, e->group_tag);
     send_frame(r, e, d, f, length, source, source_length, now_ns);
     r->counters.status_messages_sent++;
 }
@@ -781,8 +826,8 @@ static int32_t elicit_control(lbd_receiver_t *r, endpoint_t *e, int64_t now_ns)
 static void on_setup(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, const uint8_t *f, const uint8_t *source,
                      int32_t source_length, int64_t now_ns)
 {
-    const int32_t session_id = lb_get_i32(f + 12);
-    const int32_t stream_id = lb_get_i32(f + 16);
+    const int32_t session_id = lb_get_i32(f + LB_SETUP_SESSION_ID_OFFSET);
+    const int32_t stream_id = lb_get_i32(f + LB_SETUP_STREAM_ID_OFFSET);
     image_t *im = find_image(e, session_id, stream_id);
     if (im != NULL) {  /* the sender has not heard from us: answer at once */
         if (e->manual) track_connection(im, d, source, source_length, now_ns);
@@ -801,19 +846,19 @@ static void on_setup(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, c
     memset(&ev, 0, sizeof(ev));
     ev.type = LBD_EVENT_CREATE_IMAGE;
     ev.endpoint_id = e->id;
-    ev.term_offset = lb_get_i32(f + 8);
+    ev.term_offset = lb_get_i32(f + LB_SETUP_TERM_OFFSET_OFFSET);
     ev.session_id = session_id;
     ev.stream_id = stream_id;
-    ev.initial_term_id = lb_get_i32(f + 20);
-    ev.active_term_id = lb_get_i32(f + 24);
-    ev.term_length = lb_get_i32(f + 28);
-    ev.mtu = lb_get_i32(f + 32);
-    ev.ttl = lb_get_i32(f + 36);
-    ev.flags = f[5];
+    ev.initial_term_id = lb_get_i32(f + LB_SETUP_INITIAL_TERM_ID_OFFSET);
+    ev.active_term_id = lb_get_i32(f + LB_SETUP_ACTIVE_TERM_ID_OFFSET);
+    ev.term_length = lb_get_i32(f + LB_SETUP_TERM_LENGTH_OFFSET);
+    ev.mtu = lb_get_i32(f + LB_SETUP_MTU_OFFSET);
+    ev.ttl = lb_get_i32(f + LB_SETUP_TTL_OFFSET);
+    ev.flags = f[LB_FLAGS_OFFSET];
     ev.destination_id = d->id;
     ev.address_length = source_length < 0 ? 0 : (source_length > LBD_ADDRESS_LENGTH ? LBD_ADDRESS_LENGTH : source_length);
     memcpy(ev.address, source, (size_t)ev.address_length);
-    if (lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) != 1) {
+    if (!try_event(r, &ev)) {
         r->counters.events_dropped++;
         p->create_ns = INT64_MIN;  /* ask again at the next SETUP */
     }
@@ -821,10 +866,12 @@ static void on_setup(lbd_receiver_t *r, endpoint_t *e, const destination_t *d, c
 
 static void on_rttm(endpoint_t *e, const uint8_t *f, int64_t now_ns)
 {
-    image_t *im = find_image(e, lb_get_i32(f + 8), lb_get_i32(f + 12));
+    image_t *im = find_image(e, lb_get_i32(f + LB_RTTM_SESSION_ID_OFFSET), lb_get_i32(f + LB_RTTM_STREAM_ID_OFFSET));
     if (im == NULL) return;
-    const int64_t echo = lb_get_i64(f + 16), delta = lb_get_i64(f + 24), receiver_id = lb_get_i64(f + 32);
-    if (!(f[5] & LB_RTTM_REPLY_FLAG) && receiver_id == e->receiver_id) {
+    const int64_t echo = lb_get_i64(f + LB_RTTM_ECHO_TIMESTAMP_OFFSET);
+    const int64_t delta = lb_get_i64(f + LB_RTTM_RECEPTION_DELTA_OFFSET);
+    const int64_t receiver_id = lb_get_i64(f + LB_RTTM_RECEIVER_ID_OFFSET);
+    if (!(f[LB_FLAGS_OFFSET] & LB_RTTM_REPLY_FLAG) && receiver_id == e->receiver_id) {
         /* echo and delta come off the wire: unsigned arithmetic, no overflow */
         int64_t rtt = (int64_t)((uint64_t)now_ns - (uint64_t)echo - (uint64_t)delta);
         im->rtt_ns = rtt < 0 ? 0 : rtt;
@@ -851,10 +898,10 @@ static void on_datagram(lbd_receiver_t *r, endpoint_t *e, const destination_t *d
         }
         for (int64_t offset = 0; offset < n;) {
             const uint8_t *f = dg + offset;
-            const uint16_t type = get_u16(f + 6);
+            const uint16_t type = get_u16(f + LB_TYPE_OFFSET);
             if (type == LB_HDR_TYPE_SETUP) on_setup(r, e, d, f, source, source_length, now_ns);
             else if (type == LB_HDR_TYPE_RTTM) on_rttm(e, f, now_ns);
-            offset += lb_get_i32(f);  /* checked > 0 by lbn_control_valid */
+            offset += lb_get_i32(f + LB_FRAME_LENGTH_OFFSET);  /* checked > 0 by lbn_control_valid */
         }
         e->poll_due = 1;
         return;
@@ -955,7 +1002,7 @@ static int report_removed(lbd_receiver_t *r, endpoint_t *e, image_t *im)
 {
     lbd_event_t ev = image_event(LBD_EVENT_IMAGE_REMOVED, im);
     ev.reason = im->state;
-    return lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) == 1;
+    return try_event(r, &ev);
 }
 
 /* Images that ended leave the endpoint once the conductor has been told (then no pointer into them is kept). */
@@ -1289,8 +1336,8 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
             if (im != NULL && c.position != NULL && im->subscriber_count < LBD_MAX_SUBSCRIBERS)
                 im->subscribers[im->subscriber_count++] = c.position;
             break;
-        case LBD_CMD_REMOVE_SUBSCRIBER:
-            im = find_image_by_id(r, c.image_id, NULL);
+        case LBD_CMD_REMOVE_SUBSCRIBER: {
+            im = find_image_by_id(r, c.image_id, &e);
             if (im != NULL) {
                 for (int32_t i = 0; i < im->subscriber_count; i++) {
                     if (im->subscribers[i] == c.position) {
@@ -1299,7 +1346,17 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
                     }
                 }
             }
+            /* acknowledged even for an image already gone: from now on the counter is never touched, so the
+             * conductor may free it */
+            lbd_event_t ev;
+            memset(&ev, 0, sizeof(ev));
+            ev.type = LBD_EVENT_SUBSCRIBER_REMOVED;
+            ev.endpoint_id = e != NULL ? e->id : c.endpoint_id;
+            ev.image_id = c.image_id;
+            ev.subscriber_id = c.subscriber_id;
+            offer_event(r, &ev);
             break;
+        }
         default:
             break;
         }
@@ -1319,7 +1376,7 @@ static int32_t sweep_destinations(lbd_receiver_t *r, endpoint_t *e)
         ev.type = LBD_EVENT_DESTINATION_REMOVED;
         ev.endpoint_id = e->id;
         ev.destination_id = d->id;
-        if (lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) != 1) continue;
+        if (!try_event(r, &ev)) continue;
         for (int32_t j = 0; j < e->image_count; j++) {
             image_t *im = e->images[j];
             for (int32_t k = 0; k < im->connection_count; k++) {
@@ -1349,7 +1406,7 @@ static int32_t sweep_endpoints(lbd_receiver_t *r)
         memset(&ev, 0, sizeof(ev));
         ev.type = LBD_EVENT_ENDPOINT_REMOVED;
         ev.endpoint_id = e->id;
-        if (lb_spsc_offer(r->events, &ev, (int32_t)sizeof(ev)) != 1) continue;
+        if (!try_event(r, &ev)) continue;
         free_endpoint(e);
         r->endpoints[i] = r->endpoints[--r->endpoint_count];
         i--;
@@ -1361,7 +1418,8 @@ static int32_t sweep_endpoints(lbd_receiver_t *r)
 int32_t lbd_receiver_do_work(void *receiver, int64_t now_ns)
 {
     lbd_receiver_t *r = receiver;
-    int32_t work = do_commands(r, now_ns);
+    int32_t work = r->backlog_count > 0 ? flush_events(r) : 0;
+    work += do_commands(r, now_ns);
     for (int32_t i = 0; i < r->endpoint_count; i++) {
         endpoint_t *e = r->endpoints[i];
         if (!e->removing) work += receive(r, e, now_ns);
@@ -1405,6 +1463,7 @@ void lbd_receiver_free(lbd_receiver_t *r)
     if (r->events != NULL) lb_spsc_free(r->events);
     free(r->slots);
     free(r->sent);
+    free(r->backlog);
     free(r);
 }
 
@@ -1419,20 +1478,6 @@ int32_t lbd_receiver_poll_event(lbd_receiver_t *r, lbd_event_t *event)
 }
 
 const lbd_receiver_counters_t *lbd_receiver_counters(lbd_receiver_t *r) { return &r->counters; }
-
-int64_t lbd_receiver_next_deadline(lbd_receiver_t *r)
-{
-    int64_t next = INT64_MAX;
-    for (int32_t i = 0; i < r->endpoint_count; i++) {
-        endpoint_t *e = r->endpoints[i];
-        if (e->image_count > 0 && e->next_poll_ns < next) next = e->next_poll_ns;
-        if (e->impairment != NULL && lbd_impairment_next_due(e->impairment) < next)
-            next = lbd_impairment_next_due(e->impairment);
-        if (e->send_impairment != NULL && lbd_impairment_next_due(e->send_impairment) < next)
-            next = lbd_impairment_next_due(e->send_impairment);
-    }
-    return next;
-}
 
 int32_t lbd_receiver_feed(lbd_receiver_t *r, int32_t endpoint_id, const uint8_t *datagram, int32_t length,
                           const uint8_t *address, int32_t address_length, int64_t now_ns)

@@ -7,7 +7,8 @@
  * on the command queue and polls lbd_event_t records from the event queue (lb_spsc: one producer, one
  * consumer each).  Sockets are created, configured and closed by Python, which passes their fds; an image
  * log handed to the agent stays mapped until the agent reports its removal (LBD_EVENT_IMAGE_REMOVED), an fd
- * stays open until LBD_EVENT_ENDPOINT_REMOVED.
+ * stays open until LBD_EVENT_ENDPOINT_REMOVED, a subscriber's counter stays allocated until
+ * LBD_EVENT_SUBSCRIBER_REMOVED.  Events the full queue cannot take wait in the agent, in order.
  */
 
 /* ---- commands (conductor -> receiver), one lbd_command_t each ---- */
@@ -19,7 +20,8 @@
                                          (IMAGE_REMOVED, reason LBD_REASON_REMOVED) */
 #define LBD_CMD_ADD_IMAGE 5           /* endpoint_id, image_id, the image log and its counters (see fields) */
 #define LBD_CMD_ADD_SUBSCRIBER 6      /* image_id, position = a sub-pos counter the image's SMs follow */
-#define LBD_CMD_REMOVE_SUBSCRIBER 7   /* image_id, position */
+#define LBD_CMD_REMOVE_SUBSCRIBER 7   /* image_id, position, subscriber_id: acknowledged by SUBSCRIBER_REMOVED
+                                         (until then the agent may read or write the counter) */
 #define LBD_CMD_REMOVE_IMAGE 8        /* image_id: end it now (IMAGE_REMOVED, reason LBD_REASON_REMOVED) */
 #define LBD_CMD_REJECT_IMAGE 9        /* image_id, text / text_length (copied): the image takes no more data, its SMs
                                          become ERR frames (IMAGE_REJECTED) to its sources every SM timeout, and it
@@ -38,6 +40,8 @@
 #define LBD_EVENT_CORRUPT_IMAGE 5     /* image_id, term_id, term_offset: the image's term holds an impossible
                                          frame; the image is closed (IMAGE_REMOVED follows), reported once */
 #define LBD_EVENT_DESTINATION_REMOVED 6 /* endpoint_id, destination_id: the destination's fd may be closed */
+#define LBD_EVENT_SUBSCRIBER_REMOVED 7  /* image_id, subscriber_id of a REMOVE_SUBSCRIBER: the agent let go of its
+                                           counter (it may be freed), whether or not the image still exists */
 
 /* image end reasons (ImageState values, plus the conductor's own removals) */
 #define LBD_REASON_ACTIVE 1           /* (an image's state while it is active) */
@@ -110,6 +114,7 @@ typedef struct lbd_command {
                                        are added (fd ignored) */
     int64_t destination_id;         /* ADD_IMAGE: the destination its SETUP came through (0: the endpoint's socket);
                                        ADD/REMOVE_DESTINATION: the destination's registration id */
+    int64_t subscriber_id;          /* REMOVE_SUBSCRIBER: the conductor's name for it, echoed by SUBSCRIBER_REMOVED */
 } lbd_command_t;
 
 typedef struct lbd_event {
@@ -132,6 +137,7 @@ typedef struct lbd_event {
     int32_t flags;                  /* CREATE_IMAGE: the SETUP's flags (0x40: the sender's group flag) */
     int64_t destination_id;         /* CREATE_IMAGE: the destination the SETUP came through (0: the endpoint's
                                        socket); DESTINATION_REMOVED: the one removed */
+    int64_t subscriber_id;          /* SUBSCRIBER_REMOVED: the REMOVE_SUBSCRIBER's subscriber_id */
 } lbd_event_t;
 
 /* The receiver's share of the driver's system counters (only the agent writes them; the conductor reads and
@@ -146,7 +152,9 @@ typedef struct lbd_receiver_counters {
     int64_t flow_control_over_runs;
     int64_t invalid_packets;
     int64_t loss_gap_fills;
-    int64_t events_dropped;         /* events that found the queue full (CREATE_IMAGE is asked again) */
+    int64_t events_dropped;         /* CREATE_IMAGE and LOSS events that found the queue busy (a CREATE_IMAGE is
+                                       asked again), and any event past a full backlog (the agent keeps up to
+                                       4096 while the conductor does not drain the queue) */
     int64_t impairment_dropped;
     int64_t error_frames_sent;      /* ERR frames of rejected images */
 } lbd_receiver_counters_t;
@@ -171,8 +179,6 @@ int32_t lbd_receiver_offer(lbd_receiver_t *receiver, const lbd_command_t *comman
 int32_t lbd_receiver_poll_event(lbd_receiver_t *receiver, lbd_event_t *event);
 /* The counters (read by the conductor: plain loads of values only the agent writes). */
 const lbd_receiver_counters_t *lbd_receiver_counters(lbd_receiver_t *receiver);
-/* When the next timer (SM, NAK, liveness, a held datagram) falls due; INT64_MAX when none. */
-int64_t lbd_receiver_next_deadline(lbd_receiver_t *receiver);
 
 /* ---- test entry points: feed datagrams and clock ticks, read back what would be sent and the positions ---- */
 

@@ -358,6 +358,36 @@ def test_a_forged_frame_below_the_rebuild_position_never_overwrites_delivered_pa
             rig.receiver.close()
 
 
+def test_a_pad_header_covering_the_term_is_checked_only_up_to_the_high_water_mark(
+        make_log: Callable[..., LogBuffers]) -> None:
+    """A PAD frame sent as its header alone covers up to a whole term: the agent looks for frames in its way only
+    below the high-water mark (nothing of the image lies past it), not slot by slot to the PAD's end - a peer
+    cannot make each such datagram cost a term's scan.  A non-zero word past the high-water mark (bytes the
+    cleaner has not reached) therefore does not refuse the PAD, in the agent as in its specification."""
+    term_id = INITIAL + JOIN // T
+    genuine = encode_data_frame(b"\x11" * 200, term_offset=JOIN % T, session_id=SESSION, stream_id=STREAM,
+                                term_id=term_id)
+    after = JOIN % T + _align(len(genuine))
+    pad = DataHeader(T - after, after, SESSION, STREAM, term_id, frame_type=FrameType.PAD).encode()
+    assert len(pad) == 32
+    for rig_type in (NativeRig, SpecRig):
+        log = make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM)
+        rig = rig_type(log)
+        rig.start(1)
+        rig.feed(genuine, 2)
+        rig.poll(2)
+        assert rig.positions() == (JOIN + _align(len(genuine)),) * 2
+        stale = after + 4096  # inside the PAD's cover, past the high-water mark
+        log.terms.view[stale : stale + 4] = struct.pack("<i", 96)
+        rig.feed(pad, 3)
+        rig.poll(3)
+        assert rig.positions() == (T, T), rig_type.__name__
+        if isinstance(rig, NativeRig):
+            events = rig.receiver.poll_events()
+            assert [e.type for e in events if e.type == lib.LBD_EVENT_CORRUPT_IMAGE] == []
+            rig.receiver.close()
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rejoin=st.booleans(), waits=st.lists(st.integers(0, 3_000_000_000), min_size=1, max_size=4))
 def test_an_image_that_timed_out_rejoins_as_the_dispatcher_says(make_log: Callable[..., LogBuffers], rejoin: bool,

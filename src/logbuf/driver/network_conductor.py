@@ -185,6 +185,7 @@ class NetworkConductor:
         self._endpoints_by_id: dict[int, ReceiveChannelEndpoint] = {}
         self._truncated_images: set[int] = set()  # asked to go (their log shrank): the agent has not let go yet
         self._reject_reasons: dict[int, Any] = {}  # REJECT_IMAGE texts, kept until their image is gone
+        self._unlinking: set[int] = set()  # sub-pos counter ids of removed subscribers the agent has not let go
         self._next_endpoint_id = 1
         self._receive_impairment: Any = None  # set by _transport for a receive transport
         self._send_impairment: Any = None
@@ -883,10 +884,12 @@ class NetworkConductor:
         link = image.remove_subscriber(registration_id)
         if link is None:
             return
+        # the agent may read (and a resumed subscriber's join write) the counter until it acknowledges the
+        # removal: freed then (SUBSCRIBER_REMOVED), never before, or a new counter could take its place
+        self._unlinking.add(link.counter_id)
         self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_SUBSCRIBER, image_id=image.correlation_id,
-                                                  position=self._position_pointer(link.position)))
-        # a freed counter is not reused before its free-for-reuse deadline: the agent's last reads are safe
-        self.services.counters.free(link.counter_id)
+                                                  position=self._position_pointer(link.position),
+                                                  subscriber_id=link.counter_id))
 
     @staticmethod
     def _position_pointer(position: Any) -> Any:
@@ -898,6 +901,11 @@ class NetworkConductor:
         """Drains the receiver agent's events: images to create or that ended, losses, corrupt images."""
         events = self.receiver.poll_events()
         for event in events:
+            if event.type == lib.LBD_EVENT_SUBSCRIBER_REMOVED:  # whether or not its endpoint is still here
+                if event.subscriber_id in self._unlinking:
+                    self._unlinking.discard(event.subscriber_id)
+                    self.services.counters.free(event.subscriber_id)
+                continue
             endpoint = self._endpoints_by_id.get(event.endpoint_id)
             if event.type == lib.LBD_EVENT_ENDPOINT_REMOVED:
                 if endpoint is not None:
@@ -1164,6 +1172,7 @@ class NetworkConductor:
             endpoint.images.clear()
             endpoint.close()
         self._endpoints_by_id.clear()
+        self._unlinking.clear()  # the agent is gone: nothing reads those counters any more
         # the counters outlive the agent: keep a copy of its last values for the final publish
         final = ffi.new("lbd_receiver_counters_t *")
         ffi.memmove(final, self.receiver.counters, ffi.sizeof("lbd_receiver_counters_t"))

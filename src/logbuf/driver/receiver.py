@@ -4,8 +4,8 @@ Datagrams into images, loss detection and NAKs, status messages, RTT, liveness a
 C, holding no GIL, on whichever thread calls the duty (:meth:`native_duty` hands it to an agent runner; in
 shared mode the media driver's loop calls :meth:`do_work`).  The conductor talks to the agent only through
 two bounded queues: it :meth:`offer` s commands (endpoints, subscriptions, images and their subscribers) and
-drains :meth:`poll_events` (images to create, images and endpoints the agent let go of, losses, corrupt
-images).  The state machines of :mod:`logbuf.driver.udp` are the agent's specification.
+drains :meth:`poll_events` (images to create, images, endpoints and subscriber counters the agent let go of,
+losses, corrupt images).  The state machines of :mod:`logbuf.driver.udp` are the agent's specification.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ DEFAULT_COOL_DOWN_NS = 1_000_000_000
 DEFAULT_MAX_PENDING = 1024  # sessions remembered per endpoint (pending SETUPs, elicits, cool-downs)
 _EVENT_FIELDS = ("type", "endpoint_id", "image_id", "reason", "session_id", "stream_id", "term_offset",
                  "initial_term_id", "active_term_id", "term_length", "mtu", "ttl", "term_id", "length", "flags",
-                 "destination_id")
+                 "destination_id", "subscriber_id")
 
 
 class ReceiverEvent:
@@ -47,6 +47,7 @@ class ReceiverEvent:
         self.length: int = event.length
         self.flags: int = event.flags
         self.destination_id: int = event.destination_id
+        self.subscriber_id: int = event.subscriber_id
         self.address: bytes = bytes(ffi.buffer(event.address, max(0, min(event.address_length, 32))))
 
     def __repr__(self) -> str:
@@ -78,10 +79,6 @@ class Receiver:
         """One duty cycle (cffi releases the GIL during the call); 0 once closed."""
         native = self._native
         return 0 if native is None else lib.lbd_receiver_do_work(native, now_ns)
-
-    def next_deadline_ns(self) -> int:
-        """When the agent's next timer falls due (``2**63 - 1``: none)."""
-        return lib.lbd_receiver_next_deadline(self._native)
 
     @staticmethod
     def command(kind: int, **fields: Any) -> Any:
