@@ -172,7 +172,7 @@ def double_loss(lost_packets: set[int], n: int = 400) -> tuple[list[bytes], list
 def test_give_up_reports_the_unrecoverable_gap_and_the_stream_moves_on() -> None:
     messages, arrivals = double_loss({20})  # messages 81..84 lost on both feeds
     server = RetransmitStub(S1, messages, missing=range(81, 85))
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(5)))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=5)
     result = simulate(arb, arrivals, server)
     assert result.of_type(GapDetected) == [GapDetected(S1, 81, 84, GapReason.SEQUENCE_THRESHOLD)]
     assert result.of_type(GapUnrecoverable) == [GapUnrecoverable(S1, 81, 84, GapReason.GIVE_UP)]
@@ -198,7 +198,7 @@ def test_recovery_off_declares_the_double_loss_lost_at_once() -> None:
 def test_recovery_on_delivers_everything_in_order_with_the_answers() -> None:
     messages, arrivals = double_loss({3, 4, 50, 97})
     server = RetransmitStub(S1, messages)
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(5)))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=5)
     result = simulate(arb, arrivals, server)
     assert result.sequences() == list(range(1, 401))
     assert [(g.first, g.last) for g in result.of_type(GapRecovered)] == [(13, 20), (201, 204), (389, 392)]
@@ -212,7 +212,7 @@ def test_the_injected_rng_makes_runs_reproducible() -> None:
     messages, arrivals = double_loss({7})
     runs = []
     for _ in range(2):
-        arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(42)))
+        arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=42)
         runs.append([(d.seq, d.arrival_ns) for d in simulate(arb, arrivals, RetransmitStub(S1, messages)).delivered])
     assert runs[0] == runs[1]
 
@@ -276,7 +276,7 @@ def test_a_late_start_10_s_into_a_2k_packets_per_s_session_gives_up_nothing_the_
     """20,000 packets to fetch, one per answer, at 800 requests/s: 25 s, longer than the 10 s give-up."""
     messages, arrivals = session(2_000, 20, first_s=10)
     server = RetransmitStub(S1, messages, budget=ONE_PACKET)
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(3)))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=3)
     result = simulate(arb, arrivals, server, rtt_ns=MS)
     assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
     assert len(result.delivered) == len(messages) and result.sequences() == list(range(1, len(messages) + 1))
@@ -287,7 +287,7 @@ def test_a_late_start_10_s_into_a_2k_packets_per_s_session_gives_up_nothing_the_
 def test_both_feeds_dark_half_a_second_at_10k_packets_per_s_with_the_defaults_loses_nothing() -> None:
     messages, arrivals = session(10_000, 4, dark=(1.5, 2.0))
     server = RetransmitStub(S1, messages, budget=ONE_PACKET)
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(4)))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=4)
     result = simulate(arb, arrivals, server, rtt_ns=MS)
     assert arb.counters.messages_unrecoverable == 0 and arb.counters.shed_packets == 0
     assert result.sequences() == list(range(1, len(messages) + 1))

@@ -1,6 +1,6 @@
 """The executable specification of A/B arbitration and gap detection for MoldUDP64 feeds (pure Python).
 
-The feed handler runs the same state machine in C (``native/feed.c``, behind :class:`logbuf.feed.arbiter.Arbiter`);
+The feed handler runs the same state machine in C (``native/feed_engine.c``, behind :class:`logbuf.feed.arbiter.Arbiter`);
 property tests feed both the same random packet streams and require identical events, deliveries and counters.
 This module is the readable statement of the rules; it is not on the hot path.
 
@@ -269,7 +269,7 @@ class SpecArbiter:
         socket layer to copy into cnc.dat counters."""
         return counter_values(self.feed_stats, self.counter_array, self.delay_stats, len(self._queue))
 
-    # -- packet intake (the canonical order of checks; native/feed.c follows it) ------------------------------
+    # -- packet intake (the canonical order of checks; native/feed_engine.c follows it) -----------------------
 
     def _packet(self, feed: Feed, buf: memoryview, arrival_ns: int, truncated: bool, out: list[Event]) -> None:
         st = self.feed_stats[feed]
@@ -507,7 +507,7 @@ class SpecArbiter:
 
     def _walk_python(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
                      out: list[Event]) -> None:
-        """The per-message walk (``eng_walk`` in native/feed.c)."""
+        """The per-message walk (``eng_walk`` in native/feed_engine.c)."""
         expected = self._next
         st = self.feed_stats[feed]
         live = feed != Feed.RETRANSMIT
