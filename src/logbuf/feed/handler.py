@@ -527,6 +527,10 @@ class FeedHandler:
         values["retransmit_unreachable"] = self.retransmit_unreachable
         values["cpu_us"] = self.cpu_ns // NANOS_PER_MICRO
         values["rounds"] = self.rounds
+        arbiter = self.arbiter  # the engine's pacing: requests answered, held back by the rate, the answer size
+        values["requests_answered"] = arbiter.requests_answered
+        values["requests_paced"] = arbiter.requests_paced
+        values["request_chunk"] = arbiter.request_chunk or 0
         for reason, lost in self.lost_by_reason.items():
             values[f"lost.{reason.name.lower()}"] = lost
         for feed in Feed:  # datagrams the kernel dropped for a full socket buffer (SO_RXQ_OVFL)
