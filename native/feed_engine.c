@@ -685,13 +685,13 @@ static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
         }
     }
     im->req_n = kept;
-    for (int64_t i = 0; i < kept; i++) {
-        if (im->req_first[i] <= first && first <= im->req_last[i]) {
-            uint64_t room = im->req_last[i] - first + 1;
-            return room < count ? (uint32_t)room : count;
-        }
-    }
-    return 0;
+    /* cut at the furthest end of the requests covering `first`: an older, shorter request overlapping the one
+     * answered must not cut the answer short */
+    uint64_t room = 0;
+    for (int64_t i = 0; i < kept; i++)
+        if (im->req_first[i] <= first && first <= im->req_last[i] && im->req_last[i] - first + 1 > room)
+            room = im->req_last[i] - first + 1;
+    return room < count ? (uint32_t)room : count;
 }
 
 /* forget everything from a forged jump's position on: its queued packets, holes, gaps and markers */
