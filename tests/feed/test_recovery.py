@@ -18,7 +18,7 @@ from logbuf.feed.events import (
     GapUnrecoverable,
     RecoveryRequest,
 )
-from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
 from support.arbsim import Arrival, RetransmitStub, packetise, simulate
 
 MS = 1_000_000
@@ -291,3 +291,30 @@ def test_both_feeds_dark_half_a_second_at_10k_packets_per_s_with_the_defaults_lo
     result = simulate(arb, arrivals, server, rtt_ns=MS)
     assert arb.counters.messages_unrecoverable == 0 and arb.counters.shed_packets == 0
     assert result.sequences() == list(range(1, len(messages) + 1))
+
+
+def test_settings_outside_the_engines_exact_token_bucket_are_refused() -> None:
+    """The engine's bucket is integer arithmetic that stays exact up to 1e6 requests/s and bursts of 1e6."""
+    for bad in ({"request_rate": 2e6}, {"request_burst": 2_000_000}, {"request_rate": 0.0}):
+        with pytest.raises(ValueError):
+            RecoveryConfig(**bad)  # type: ignore[arg-type]
+    assert RecoveryConfig(request_rate=1e6, request_burst=1_000_000).rate_units == 1_000_000_000
+
+
+def test_the_engine_runs_the_same_pacing_with_the_same_seed() -> None:
+    """The jitter comes from the seed: the same seed, the same first request time; another seed, another."""
+    def first_request_at(seed: int) -> int:
+        arb = Arbiter(ArbiterConfig(out_of_order_max_interval=100), RecoveryConfig(), seed=seed)
+        arb.on_packet(Feed.A, m.encode_downstream(S1, 1, [b"x"]), 0)
+        arb.on_packet(Feed.A, m.encode_downstream(S1, 3, [b"x"]), 0)
+        arb.on_tick(100 * MS)  # the gap is declared; the first request waits out the jittered back-off
+        deadline = arb.next_deadline_ns()
+        assert deadline is not None
+        events = arb.on_tick(deadline)
+        assert events == [RecoveryRequest(S1, 2, 1)]
+        return deadline
+
+    reference = Recovery(RecoveryConfig(), rng=Jitter(7))
+    reference.start(100 * MS)
+    assert first_request_at(7) == first_request_at(7) == reference.next_deadline_ns()
+    assert first_request_at(8) != first_request_at(7)
