@@ -1,6 +1,8 @@
 /*
- * logbuf feed handler: batched MoldUDP64 receive and the arbitration engine (see native/feed.c). Parsed by
- * cffi's cdef: declarations and integer #defines only. The rules are those of src/logbuf/feed/spec.py.
+ * logbuf feed handler: batched MoldUDP64 receive (native/feed_rx.c), the arbitration engine with its re-request
+ * pacing (feed_engine.c, feed_queue.c, feed_recovery.c) and one handler round (feed_round.c). Parsed by cffi's
+ * cdef: declarations and integer #defines only. The rules are those of src/logbuf/feed/spec.py and
+ * src/logbuf/feed/recovery.py.
  */
 
 /* Feeds (index the per-feed statistics rows). */
@@ -91,9 +93,7 @@ int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count);
 #define LBF_EV_SESSION_CHANGED 5    /* a = next sequence; previous valid when reason = 1 */
 #define LBF_EV_END_OF_SESSION 6     /* a = next sequence */
 #define LBF_EV_QUEUE_OVERFLOW 7     /* a = queued packets, b = capacity */
-#define LBF_EV_RECOVERY_START 8     /* t = now: start the re-request pacing */
-#define LBF_EV_RECOVERY_STOP 9      /* caught up or session changed */
-#define LBF_EV_RECOVERY_ANSWER 10   /* a = first, b = count, t = arrival of a retransmitted packet */
+#define LBF_EV_REQUEST 8            /* a re-request to send to the retransmission server: a = first, b = count */
 
 /* Gap reasons (events.py GapReason). */
 #define LBF_REASON_SEQUENCE_THRESHOLD 1
@@ -103,8 +103,11 @@ int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count);
 #define LBF_REASON_QUEUE_OVERFLOW 5
 #define LBF_REASON_SESSION_CHANGE 6
 
-/* lbf_eng_process / lbf_eng_packet / lbf_eng_settle: the re-request pacing (Python) must run now. */
-#define LBF_NEED_RECOVERY 1
+/* Limits of the pacing's settings (lbf_eng_init refuses others with -EINVAL). */
+#define LBF_MAX_REQUEST_COUNT 65534     /* a MoldUDP64 request's count */
+#define LBF_MAX_RATE_UNITS 1000000000   /* rate_units: requests per second x 1000 (1e6 requests/s) */
+#define LBF_MAX_REQUEST_BURST 1000000
+#define LBF_REC_TOKEN 1000000000000LL   /* one request in the token bucket (rate_units are added per ns) */
 
 typedef struct lbf_event {
     int32_t kind;
@@ -131,6 +134,16 @@ typedef struct lbf_eng_config {
     int64_t session_change_idle_ns;
     uint64_t max_jump;                  /* 0: no confirmation */
     int32_t recovery;                   /* 1: gaps are re-requested (else lost at once) */
+    /* the re-request pacing (recovery = 1; src/logbuf/feed/config.py RecoveryConfig) */
+    int64_t initial_backoff_ns;         /* the first request of a recovery after this x U(jitter) */
+    double jitter_low, jitter_high;
+    int64_t retry_interval_ns;          /* asked again after no answer for this long */
+    int64_t give_up_ns;                 /* requested and unanswered (or the server silent) this long: lost */
+    int32_t max_request_count;          /* messages a request may ask for (before answers show a packet's) */
+    int32_t max_outstanding;            /* requests in flight at most */
+    int64_t rate_units;                 /* requests per second x 1000 (the token bucket's refill) */
+    int64_t request_burst;              /* requests that may go out at once after a quiet period */
+    uint64_t seed;                      /* the back-off jitter's generator (splitmix64) */
     int32_t has_resume;                 /* 1: when the first session joined is resume_session, join at */
     uint8_t resume_session[10];         /* resume_sequence (a restart: after what the last run published) */
     uint64_t resume_sequence;
@@ -157,12 +170,17 @@ typedef struct lbf_eng {
     int64_t queued_packets;
     int64_t queued_bytes;       /* datagram bytes in the out-of-order queue */
     int32_t recovering;         /* re-request pacing active */
-    int64_t recovery_deadline_ns; /* set by Python: when the pacing next has something to say */
+    int64_t recovery_deadline_ns; /* when the pacing next has something to say (INT64_MAX: nothing) */
+    /* the pacing's own counts */
+    int64_t requests_sent;      /* requests emitted (LBF_EV_REQUEST) */
+    int64_t requests_answered;  /* answers that matched a request in flight */
+    int64_t requests_paced;     /* polls that held requests back to stay under the rate */
+    int64_t request_chunk;      /* messages one answer carries, as learned (0: not known yet) */
+    int64_t last_answer_ns;     /* INT64_MIN: none yet */
     /* outputs, appended to until lbf_eng_clear_output; valid until the next call */
     lbf_event_t *events;
     int64_t event_count;
     int64_t event_sealed;       /* events below this index were read by Python: never extended */
-    int64_t event_applied;      /* RECOVERY_* events below this index were applied to the pacing (Python) */
     int64_t output_generation;  /* counts lbf_eng_clear_output calls: the outputs' age */
     uint64_t *out_seq;
     int64_t *out_offset;        /* into the ring slab (DELIVER reason 1) or out_bytes (reason 0) */
@@ -175,32 +193,26 @@ typedef struct lbf_eng {
     void *impl;
 } lbf_eng_t;
 
-/* 0 or -ENOMEM; `eng` zeroed by the caller with config and the Python-owned arrays set. */
+/* 0, -EINVAL (a pacing setting out of range) or -ENOMEM; `eng` zeroed by the caller with config and the
+ * Python-owned arrays set. */
 int32_t lbf_eng_init(lbf_eng_t *eng);
 void lbf_eng_destroy(lbf_eng_t *eng);
 void lbf_eng_clear_output(lbf_eng_t *eng);
 /* One datagram (copied if slot < 0; else message bytes stay at base_offset in the ring slab), then the
- * stream settles at arrival_ns: 0, LBF_NEED_RECOVERY (call lbf_eng_settle_end after the pacing) or -ENOMEM. */
+ * stream settles at arrival_ns (gaps, the pacing's requests and give-ups): 0, -EINVAL or -ENOMEM. */
 int32_t lbf_eng_packet(lbf_eng_t *eng, const uint8_t *packet, int32_t length, int32_t feed, int32_t truncated,
                        int64_t arrival_ns, int32_t slot, int64_t base_offset);
-/* Slots start..end-1 of `rx`; returns the next slot to process; *status = LBF_NEED_RECOVERY when it stopped
- * after a packet for the pacing (then call lbf_eng_settle_end before going on), else 0 (or -ENOMEM). */
-int32_t lbf_eng_process(lbf_eng_t *eng, const lbf_rx_t *rx, int32_t start, int32_t end, int32_t *status);
-/* The settle loop up to the pacing: LBF_NEED_RECOVERY when Python must poll its pacing now. */
+/* Slots start..end-1 of `rx`, each as lbf_eng_packet: 0 or -errno. */
+int32_t lbf_eng_process(lbf_eng_t *eng, const lbf_rx_t *rx, int32_t start, int32_t end);
+/* Let time pass: the wait criterion, the pacing's requests and give-ups, end of session: 0 or -errno. */
 int32_t lbf_eng_settle(lbf_eng_t *eng, int64_t now_ns);
-/* After the pacing (or when none was needed): stop it when caught up, end of session. */
-void lbf_eng_settle_end(lbf_eng_t *eng, int64_t now_ns);
-/* The pacing ran: its next deadline (INT64_MAX: none). */
-void lbf_eng_recovery_polled(lbf_eng_t *eng, int64_t deadline_ns);
-/* A re-request for [first, first + count) went out: answers are accepted only inside requested ranges. */
-void lbf_eng_requested(lbf_eng_t *eng, uint64_t first, uint32_t count);
-/* Give up the first n holes (declared or not) with `reason`. */
-void lbf_eng_abandon(lbf_eng_t *eng, int64_t n, int32_t reason, int64_t now_ns);
 /* Up to `limit` missing ranges: declared ones (declared = 1: what recovery works on) or all of
  * [expected, highest]; returns how many were written. */
 int64_t lbf_eng_holes(lbf_eng_t *eng, int32_t declared, uint64_t *first, uint64_t *last, int64_t limit);
 /* When the lost-packet wait expires (INT64_MAX: no wait running). */
 int64_t lbf_eng_wait_deadline(lbf_eng_t *eng);
+/* When lbf_eng_settle next has something to do: the wait or the pacing (INT64_MAX: not before a packet). */
+int64_t lbf_eng_deadline(lbf_eng_t *eng);
 /* Append deliveries [a + skip, b) of DELIVER event `event_index` to a logbuf publication (an
  * lb_publication_t *, see logbuf.h) with lb_offer_batch: one frame per message, the sequence as the reserved
  * value. `slab` is the receive ring's slab (runs of ring packets); copied runs use the engine's own bytes.
@@ -237,8 +249,7 @@ int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const u
 
 /* lbf_round / lbf_round_resume status: a kind in the low byte, flags above, < 0 a failure (fail_*). */
 #define LBF_ROUND_DONE 0             /* the round is over (drained, received say what it did) */
-#define LBF_ROUND_EVENTS 1           /* engine events [event_next, event_end) need Python (records, pacing) */
-#define LBF_ROUND_PACE 2             /* the re-request pacing must run at pace_ns (then lbf_eng_settle_end) */
+#define LBF_ROUND_EVENTS 1           /* engine events [event_next, event_end) need Python (records, requests) */
 #define LBF_ROUND_BACK_PRESSURED 3   /* a publication is full: idle, then lbf_round_resume */
 #define LBF_ROUND_KIND_MASK 255
 #define LBF_ROUND_COUNTERS 256       /* flag: time to copy the counters to cnc.dat */
@@ -279,7 +290,6 @@ typedef struct lbf_round {
     int32_t drained;                /* the last round read every socket (the answers' included) to the end */
     int32_t received;               /* datagrams the last round received */
     int64_t event_next, event_end;  /* LBF_ROUND_EVENTS: the engine events Python handles */
-    int64_t pace_ns;                /* LBF_ROUND_PACE: the time the pacing runs at */
     int32_t fail_kind, fail_feed;
     int64_t fail_code;
     void *impl;
@@ -291,7 +301,7 @@ void lbf_round_destroy(lbf_round_t *r);
 /* One round (may_block: first sleep in ppoll when the last round drained every socket, bounded by the engine's
  * next deadline and max_block_ns); continues a suspended round instead when there is one. */
 int32_t lbf_round(lbf_round_t *r, int32_t may_block);
-/* Continue the round suspended by LBF_ROUND_EVENTS / _PACE / _BACK_PRESSURED. */
+/* Continue the round suspended by LBF_ROUND_EVENTS / _BACK_PRESSURED. */
 int32_t lbf_round_resume(lbf_round_t *r);
 /* When the engine next needs a tick (INT64_MAX: not before the next packet). */
 int64_t lbf_round_deadline(lbf_round_t *r);

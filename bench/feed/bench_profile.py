@@ -145,9 +145,15 @@ def subscriber(args: argparse.Namespace) -> int:
     deadline = started + args.timeout
     stalled_at = deadline  # from the first message on: none for --stall seconds, whatever is missing stays missing
     cpu = _cpu_seconds()
+    timeline: list[tuple[float, int]] = []  # (monotonic s, next sequence) every 0.1 s: when it caught up with live
+    next_mark = started
     with logbuf.connect(args.dir) as client:
         sub = client.add_subscription("aeron:ipc", 1001)
         while got < expected and time.monotonic() < min(deadline, stalled_at):
+            now = time.monotonic()
+            if now >= next_mark:
+                timeline.append((round(now, 3), next_seq))
+                next_mark = now + 0.1
             work = 0
             for image in sub.images:
                 with image.batch_poll(4096) as batch:
@@ -167,7 +173,9 @@ def subscriber(args: argparse.Namespace) -> int:
                 stalled_at = time.monotonic() + args.stall
             else:
                 sub.wait(0.01)
-    print(json.dumps({"received": got, "bad": bad, "cpu_seconds": _cpu_seconds() - cpu}), flush=True)
+    timeline.append((round(time.monotonic(), 3), next_seq))
+    print(json.dumps({"received": got, "bad": bad, "cpu_seconds": _cpu_seconds() - cpu, "timeline": timeline}),
+          flush=True)
     return 0
 
 
@@ -213,7 +221,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
     a, b, r = free_udp_ports(3)
     received: dict = {}
     driver_cpu = 0.0
-    late_started = caught_up_s = 0.0
+    started_at = late_started = caught_up_s = 0.0
     sent: dict = {}
     summary: dict = {}
     timeout = args.duration + 120
@@ -225,7 +233,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
             procs: list[subprocess.Popen] = []
             try:
                 for _ in range(args.busy_cores):  # other work on the machine: a process keeping a core busy
-                    procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+                    procs.append(subprocess.Popen(["yes"], stdout=subprocess.DEVNULL))
                 feed_cmd = [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}",
                             "--retransmit", f"127.0.0.1:{r}", "--until-end-of-session", "-q",
                             "--summary-json", f"{tmp}/feed.json", *args.handler_arg]
@@ -316,13 +324,25 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
         "load": round(os.getloadavg()[0], 2),
         "busy_cores": args.busy_cores,
     }
-    if args.late_start:  # when the handler started, and when the subscriber had every message
+    if args.late_start:  # when the handler started, when it caught up with live, when the subscriber had it all
         result["late_start_s"] = round(late_started, 1)
+        result["caught_up_after_start_s"] = _caught_up(received.get("timeline", []), started_at, late_started,
+                                                       rate)
         result["complete_after_s"] = round(caught_up_s, 1)
         result["retransmit_delivered"] = summary.get("RETRANSMIT.delivered", 0)
     result["complete"] = (result["delivered"] == messages and not result["bad"] and result["unrecoverable"] == 0)
     print(json.dumps(result), flush=True)
     return result
+
+
+def _caught_up(timeline: list, started_at: float, late_started: float, rate: float) -> float | None:
+    """Seconds from the handler's (late) start until the subscriber was within 100 ms of the live stream: its
+    next sequence at least where the sender's schedule stood 100 ms earlier (None: never during the run)."""
+    for t, next_seq in timeline:
+        live = (t - started_at - 0.1) * rate * MESSAGES_PER_PACKET
+        if t - started_at >= late_started and next_seq > 1 and next_seq - 1 >= live:
+            return round(t - started_at - late_started, 1)
+    return None
 
 
 def _table(results: list[dict]) -> str:

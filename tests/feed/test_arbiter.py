@@ -26,7 +26,7 @@ from logbuf.feed.events import (
     RecoveryRequest,
     SessionChanged,
 )
-from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
 from logbuf.marketdata import moldudp64 as m
 from support.arbsim import Arrival, RetransmitStub, catch_up_scenario, packetise, simulate
@@ -45,7 +45,12 @@ def _flat(events: list) -> list:
 
 
 class NativeFlat(native.Arbiter):
-    """The C engine with its delivery batches flattened into Deliver events (as the specification emits)."""
+    """The C engine with its delivery batches flattened into Deliver events (as the specification emits); given
+    the specification's pacing object, it runs the same pacing in C (its settings, its generator's seed)."""
+
+    def __init__(self, config: ArbiterConfig | None = None, recovery: Recovery | None = None) -> None:
+        seed = recovery.rng.seed if recovery is not None and isinstance(recovery.rng, Jitter) else 0
+        super().__init__(config, None if recovery is None else recovery.config, seed=seed)
 
     def on_packet(self, *args: object, **kwargs: object) -> list:
         return _flat(super().on_packet(*args, **kwargs))
@@ -112,7 +117,7 @@ def test_worked_example_gap_interval() -> None:
 def test_worked_example_with_recovery_declares_and_fills_each_hole() -> None:
     """With recovery on nothing received is dropped: each hole is declared and re-requested."""
     arb = Arbiter(ArbiterConfig(start_sequence=1000, session="S1", out_of_order_max_interval=100),
-                  Recovery(RecoveryConfig(initial_backoff_ns=0)))
+                  Recovery(RecoveryConfig(initial_backoff_ns=0), rng=Jitter(0)))
     arb.on_packet(Feed.A, pk(1000), 0)
     for seq in (1002, 1005, 1007, 1008):
         arb.on_packet(Feed.A, pk(seq), 10)
@@ -283,7 +288,7 @@ def test_heartbeat_reveals_tail_loss_and_never_advances_expected() -> None:
 
 def test_heartbeats_count_toward_the_threshold_and_are_re_requested() -> None:
     arb = Arbiter(ArbiterConfig(session="S1", out_of_order_max_interval=2),
-                  Recovery(RecoveryConfig(initial_backoff_ns=0)))
+                  Recovery(RecoveryConfig(initial_backoff_ns=0), rng=Jitter(0)))
     arb.on_packet(Feed.A, pk(1), 0)
     for t, feed in enumerate((Feed.A, Feed.B, Feed.A, Feed.B)):
         events = arb.on_packet(feed, m.encode_heartbeat(S1, 5), 10 + t)
@@ -477,7 +482,7 @@ def test_recovery_fills_a_double_loss_and_reports_it_recovered() -> None:
         if k not in (10, 11):  # lost on both feeds
             arrivals += [Arrival(k * 10_000, Feed.A, data), Arrival(k * 10_000 + 2_000, Feed.B, data)]
     server = RetransmitStub(S1, messages, budget=m.HEADER_LENGTH + 5 * (2 + 3))  # 5 messages per answer
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(9)))
+    arb = Arbiter(ArbiterConfig(), Recovery(rng=Jitter(9)))
     result = simulate(arb, arrivals, server)
     assert result.sequences() == list(range(1, 201))
     assert result.of_type(GapDetected) == [GapDetected(S1, 41, 48, GapReason.SEQUENCE_THRESHOLD)]
@@ -490,7 +495,7 @@ def test_queue_pressure_sheds_packets_and_recovery_fetches_them_again() -> None:
     """A full queue never makes a recoverable message unrecoverable: what does not fit is not queued, its range
     stays a hole, and the server's answers fill it."""
     arb = Arbiter(ArbiterConfig(session="S1", max_queue_packets=4, out_of_order_max_interval=100),
-                  Recovery(RecoveryConfig(initial_backoff_ns=0), rng=random.Random(1)))
+                  Recovery(RecoveryConfig(initial_backoff_ns=0), rng=Jitter(1)))
     arb.on_packet(Feed.A, pk(1), 0)
     for seq in (4, 5, 6):
         arb.on_packet(Feed.A, pk(seq), 1)  # hole [2, 3]
@@ -512,3 +517,21 @@ def test_queue_pressure_sheds_packets_and_recovery_fetches_them_again() -> None:
     assert delivered(events) == [8, 9, 10]
     assert GapRecovered(S1, 8, 10) in events
     assert arb.counters.gaps_unrecoverable == 0 and arb.holes() == []
+
+
+def test_an_older_shorter_request_does_not_cut_the_answer_to_a_newer_one() -> None:
+    """The hole's front was filled by a late live packet, so the next request starts inside an older one: its
+    answer is accepted up to the newer request's end (cut at the older one's, it would look like a full packet
+    of 5 and every later request would ask for 5)."""
+    arb = Arbiter(ArbiterConfig(session="S1", out_of_order_max_interval=100),
+                  Recovery(RecoveryConfig(initial_backoff_ns=0, max_request_count=10), rng=Jitter(0)))
+    arb.on_packet(Feed.A, pk(1), 0)
+    arb.on_packet(Feed.A, pk(82), 10)  # hole [2, 81]
+    requests = [e for e in arb.on_tick(WAIT + 10) if isinstance(e, RecoveryRequest)]
+    assert [(r.seq, r.count) for r in requests] == [(s, 10) for s in range(2, 82, 10)]
+    events = arb.on_packet(Feed.A, pk(2, 5), WAIT + 20)  # the front arrives late: the hole is [7, 81]
+    assert delivered(events) == [2, 3, 4, 5, 6]
+    assert RecoveryRequest(S1, 7, 10) in events
+    events = arb.on_packet(Feed.RETRANSMIT, pk(7, 10), WAIT + 30)  # inside the older request [2, 11]
+    assert delivered(events) == list(range(7, 17))
+    assert arb.stats(Feed.RETRANSMIT).delivered == 10

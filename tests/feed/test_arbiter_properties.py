@@ -27,7 +27,7 @@ from logbuf.feed.events import (
     GapRecovered,
     GapUnrecoverable,
 )
-from logbuf.feed.recovery import Recovery
+from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
 from logbuf.marketdata import moldudp64 as m
 from support.arbsim import Arrival, RetransmitStub, SimResult, simulate
@@ -147,7 +147,7 @@ def test_with_a_complete_retransmission_server_the_stream_is_exactly_the_source(
     rng = random.Random(seed)
     messages = make_messages(n, rng)
     arrivals = feed_arrivals(Feed.A, messages, a, rng) + feed_arrivals(Feed.B, messages, b, rng)
-    arbiter = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(seed)))
+    arbiter = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=seed)
     result, ordered = run(arbiter, arrivals, RetransmitStub(S1, messages), rtt_ns)
     assert [d.seq for d in result.delivered] == list(range(1, n + 1))
     assert [d.message for d in result.delivered] == messages
@@ -172,8 +172,7 @@ def test_queue_pressure_never_loses_what_the_server_still_holds(
     budget = m.HEADER_LENGTH + per_answer * (m.BLOCK_LENGTH_SIZE + max(map(len, messages)))
     config = ArbiterConfig(max_queue_packets=queue)
     runs = []
-    for engine in (SpecArbiter, Arbiter):
-        arbiter = engine(config, Recovery(rng=random.Random(seed)))
+    for arbiter in (SpecArbiter(config, Recovery(rng=Jitter(seed))), Arbiter(config, RecoveryConfig(), seed=seed)):
         result, ordered = run(arbiter, arrivals, RetransmitStub(S1, messages, budget=budget), rtt_ns)
         runs.append((arbiter, result, ordered))
     (spec, spec_result, spec_ordered), (arbiter, result, ordered) = runs
@@ -210,7 +209,7 @@ def test_a_range_missing_everywhere_is_named_exactly_by_the_unrecoverable_gap(
     arrivals = (feed_arrivals(Feed.A, messages, a, rng, cuts, gone, keep)
                 + feed_arrivals(Feed.B, messages, b, rng, cuts, gone))
     server = RetransmitStub(S1, messages, missing=gone)
-    arbiter = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(seed)))
+    arbiter = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=seed)
     result, ordered = run(arbiter, arrivals, server, rtt_ns)
     assert [(g.first, g.last) for g in result.of_type(GapUnrecoverable)] == [(gone.start, gone.stop - 1)]
     assert [d.seq for d in result.delivered] == [s for s in range(1, n + 1) if s not in gone]

@@ -1,5 +1,5 @@
-"""The arbitration engine (native/feed.c behind logbuf.feed.arbiter.Arbiter): identical results to the
-executable specification (logbuf.feed.spec) on random traffic, robustness against arbitrary datagrams,
+"""The arbitration engine (native/feed_*.c behind logbuf.feed.arbiter.Arbiter), its re-request pacing included:
+identical results to the executable specifications (logbuf.feed.spec, logbuf.feed.recovery) on random traffic, robustness against arbitrary datagrams,
 recvmmsg receive with arrival timestamps and kernel drop counts."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from logbuf.feed.feed_native import (
     lib,
     monotonic_ns,
 )
-from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
 from logbuf.marketdata import moldudp64 as m
 from support.arbsim import Arrival, catch_up_scenario, simulate
@@ -132,10 +132,16 @@ def traffic(seed: int, n: int) -> list[tuple[Feed, bytes, int]]:
     return out[:n]
 
 
-def recovery(seed: int | None, eager: bool = False) -> Recovery | None:
-    """``eager``: no initial back-off and quick retries (answers then come within the generated traffic)."""
-    config = RecoveryConfig(initial_backoff_ns=0, retry_interval_ns=20_000) if eager else RecoveryConfig()
-    return None if seed is None else Recovery(config, rng=random.Random(seed))
+def recovery(seed: int | None, eager: bool = False) -> RecoveryConfig | None:
+    """``eager``: a short initial back-off and quick retries (answers then come within the generated traffic);
+    the pacing is otherwise the default (its jitter drawn from ``seed``)."""
+    if seed is None:
+        return None
+    if not eager:
+        return RecoveryConfig()
+    return RecoveryConfig(initial_backoff_ns=2_000, retry_interval_ns=20_000, give_up_ns=200_000 + seed % 400_000,
+                          max_outstanding=1 + seed % 8, request_rate=50_000.0 + seed % 200_000,
+                          request_burst=1 + seed % 6)
 
 
 def answers(events: list[Event], done: int, t: int, per_answer: int, forge: bool
@@ -162,7 +168,8 @@ def answers(events: list[Event], done: int, t: int, per_answer: int, forge: bool
 def run_pure(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: ArbiterConfig, seed: int | None,
              per_answer: int = 0, forge: bool = False) -> tuple[SpecArbiter, list[Event]]:
     """The specification; with ``per_answer``, a server answers the requests of a batch before the next one."""
-    arb = SpecArbiter(config, recovery(seed, bool(per_answer)))
+    pacing = recovery(seed, bool(per_answer))
+    arb = SpecArbiter(config, None if pacing is None else Recovery(pacing, rng=Jitter(seed or 0)))
     events: list[Event] = []
     done = 0
     begin = 0
@@ -184,7 +191,7 @@ def run_pure(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: Ar
 def run_native(packets: list[tuple[Feed, bytes, int]], cuts: list[int], config: ArbiterConfig,
                seed: int | None, ring_slots: int, per_answer: int = 0, forge: bool = False
                ) -> tuple[Arbiter, list[Event]]:
-    arb = Arbiter(config, recovery(seed, bool(per_answer)))
+    arb = Arbiter(config, recovery(seed, bool(per_answer)), seed=seed or 0)
     ring = RecvRing(ring_slots + 64 if per_answer else ring_slots, SLOT)
     events: list[Event] = []
     done = 0
@@ -323,16 +330,9 @@ def test_ring_messages_are_views_and_queued_ones_copies() -> None:
 
 
 def test_a_hole_does_not_send_packets_to_python() -> None:
-    """While a hole is pending (single-feed loss, the other feed late), the whole batch stays in C: the
-    pacing is not asked, and the batch comes back as one delivery run per source."""
-    class CountingRecovery(Recovery):
-        polls = 0
-
-        def poll(self, holes, now_ns):  # type: ignore[no-untyped-def]
-            CountingRecovery.polls += 1
-            return super().poll(holes, now_ns)
-
-    arb = Arbiter(ArbiterConfig(out_of_order_max_interval=1000), CountingRecovery(rng=random.Random(1)))
+    """While a hole is pending (single-feed loss, the other feed late), the whole batch stays in C: no
+    recovery starts, and the batch comes back as one delivery run per source."""
+    arb = Arbiter(ArbiterConfig(out_of_order_max_interval=1000), RecoveryConfig(), seed=1)
     ring = RecvRing(64, SLOT)
     slot = 0
     for first in range(1, 200, 5):  # A lost 6-10; B is 30 packets late
@@ -344,7 +344,8 @@ def test_a_hole_does_not_send_packets_to_python() -> None:
     batches = [e for e in events if isinstance(e, DeliverBatch)]
     assert len(batches) == 2  # 1-10 from the ring (A, then B's copy of 6-10); the rest drained from the queue
     assert np.concatenate([e.seqs for e in batches]).tolist() == list(range(1, 201))
-    assert CountingRecovery.polls == 0 and arb.counters.recovery_requests == 0 and not arb.holes()
+    assert not arb.recovering and arb.requests_sent == 0 and arb.counters.recovery_requests == 0
+    assert not arb.holes()
 
 
 def test_the_engine_rejects_bad_arguments() -> None:

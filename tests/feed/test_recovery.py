@@ -17,7 +17,7 @@ from logbuf.feed.events import (
     GapUnrecoverable,
     RecoveryRequest,
 )
-from logbuf.feed.recovery import Recovery, RecoveryConfig
+from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
 from logbuf.marketdata import moldudp64 as m
 from support.arbsim import Arrival, RetransmitStub, packetise, simulate
 
@@ -172,7 +172,7 @@ def double_loss(lost_packets: set[int], n: int = 400) -> tuple[list[bytes], list
 def test_give_up_reports_the_unrecoverable_gap_and_the_stream_moves_on() -> None:
     messages, arrivals = double_loss({20})  # messages 81..84 lost on both feeds
     server = RetransmitStub(S1, messages, missing=range(81, 85))
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(5)))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=5)
     result = simulate(arb, arrivals, server)
     assert result.of_type(GapDetected) == [GapDetected(S1, 81, 84, GapReason.SEQUENCE_THRESHOLD)]
     assert result.of_type(GapUnrecoverable) == [GapUnrecoverable(S1, 81, 84, GapReason.GIVE_UP)]
@@ -198,7 +198,7 @@ def test_recovery_off_declares_the_double_loss_lost_at_once() -> None:
 def test_recovery_on_delivers_everything_in_order_with_the_answers() -> None:
     messages, arrivals = double_loss({3, 4, 50, 97})
     server = RetransmitStub(S1, messages)
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(5)))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=5)
     result = simulate(arb, arrivals, server)
     assert result.sequences() == list(range(1, 401))
     assert [(g.first, g.last) for g in result.of_type(GapRecovered)] == [(13, 20), (201, 204), (389, 392)]
@@ -212,7 +212,7 @@ def test_the_injected_rng_makes_runs_reproducible() -> None:
     messages, arrivals = double_loss({7})
     runs = []
     for _ in range(2):
-        arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(42)))
+        arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=42)
         runs.append([(d.seq, d.arrival_ns) for d in simulate(arb, arrivals, RetransmitStub(S1, messages)).delivered])
     assert runs[0] == runs[1]
 
@@ -276,7 +276,7 @@ def test_a_late_start_10_s_into_a_2k_packets_per_s_session_gives_up_nothing_the_
     """20,000 packets to fetch, one per answer, at 800 requests/s: 25 s, longer than the 10 s give-up."""
     messages, arrivals = session(2_000, 20, first_s=10)
     server = RetransmitStub(S1, messages, budget=ONE_PACKET)
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(3)))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=3)
     result = simulate(arb, arrivals, server, rtt_ns=MS)
     assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
     assert len(result.delivered) == len(messages) and result.sequences() == list(range(1, len(messages) + 1))
@@ -287,7 +287,34 @@ def test_a_late_start_10_s_into_a_2k_packets_per_s_session_gives_up_nothing_the_
 def test_both_feeds_dark_half_a_second_at_10k_packets_per_s_with_the_defaults_loses_nothing() -> None:
     messages, arrivals = session(10_000, 4, dark=(1.5, 2.0))
     server = RetransmitStub(S1, messages, budget=ONE_PACKET)
-    arb = Arbiter(ArbiterConfig(), Recovery(rng=random.Random(4)))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=4)
     result = simulate(arb, arrivals, server, rtt_ns=MS)
     assert arb.counters.messages_unrecoverable == 0 and arb.counters.shed_packets == 0
     assert result.sequences() == list(range(1, len(messages) + 1))
+
+
+def test_settings_outside_the_engines_exact_token_bucket_are_refused() -> None:
+    """The engine's bucket is integer arithmetic that stays exact up to 1e6 requests/s and bursts of 1e6."""
+    for bad in ({"request_rate": 2e6}, {"request_burst": 2_000_000}, {"request_rate": 0.0}):
+        with pytest.raises(ValueError):
+            RecoveryConfig(**bad)  # type: ignore[arg-type]
+    assert RecoveryConfig(request_rate=1e6, request_burst=1_000_000).rate_units == 1_000_000_000
+
+
+def test_the_engine_runs_the_same_pacing_with_the_same_seed() -> None:
+    """The jitter comes from the seed: the same seed, the same first request time; another seed, another."""
+    def first_request_at(seed: int) -> int:
+        arb = Arbiter(ArbiterConfig(out_of_order_max_interval=100), RecoveryConfig(), seed=seed)
+        arb.on_packet(Feed.A, m.encode_downstream(S1, 1, [b"x"]), 0)
+        arb.on_packet(Feed.A, m.encode_downstream(S1, 3, [b"x"]), 0)
+        arb.on_tick(100 * MS)  # the gap is declared; the first request waits out the jittered back-off
+        deadline = arb.next_deadline_ns()
+        assert deadline is not None
+        events = arb.on_tick(deadline)
+        assert events == [RecoveryRequest(S1, 2, 1)]
+        return deadline
+
+    reference = Recovery(RecoveryConfig(), rng=Jitter(7))
+    reference.start(100 * MS)
+    assert first_request_at(7) == first_request_at(7) == reference.next_deadline_ns()
+    assert first_request_at(8) != first_request_at(7)

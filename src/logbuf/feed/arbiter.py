@@ -2,21 +2,21 @@
 
 :class:`Arbiter` is fed datagrams (one at a time with :meth:`~Arbiter.on_packet`, or a whole receive ring with
 :meth:`~Arbiter.process`) and clock ticks, and returns :mod:`~logbuf.feed.events` in stream order. No sockets,
-no clock, no threads. The rules are those of :mod:`logbuf.feed.spec` (the executable specification, in pure
-Python); the state machine runs in C (``native/feed.c``), which owns every piece of stream state: the session,
-the expected sequence, the out-of-order queue, the holes and declared gaps, the waits and the held jumps. A
-packet costs the same whether or not a hole is pending.
-
-Only the re-request pacing (:class:`~logbuf.feed.recovery.Recovery`: randomised back-off, retries, rate limit,
-give-up) stays in Python: the engine stops after a packet exactly when the pacing may have something to say
-(the declared holes changed, an answer arrived, or its deadline passed), Python asks it, and the engine goes on.
+no clock, no threads. The rules are those of :mod:`logbuf.feed.spec` and :mod:`logbuf.feed.recovery` (the
+executable specifications, in pure Python); the state machine runs in C (``native/feed_engine.c``,
+``native/feed_recovery.c``), which owns every piece of stream state: the session, the expected sequence, the
+out-of-order queue, the holes and declared gaps, the waits, the held jumps and the re-request pacing (randomised
+back-off, answer-sized requests in flight, the rate limit, retries, give-up). The engine takes packets, answers
+and time and returns one array of events (delivery runs, gap and session events, the requests to send,
+:class:`~logbuf.feed.events.RecoveryRequest`); nothing calls back into Python. A packet costs the same whether or
+not a hole is pending.
 
 Deliveries come as :class:`~logbuf.feed.events.DeliverBatch` runs: views into the receive ring's slab for
 messages of ring packets (valid until the next receive), copies for messages of queued or copied packets.
 
 The feed handler drives the same engine through a native round (``lbf_round``: receive, arbitrate, append the
-runs, all in C); the round stops only for :meth:`Arbiter.round_events` (records for the events stream and what
-the pacing must hear) and :meth:`Arbiter.round_pace` (the pacing itself).
+runs, all in C); the round stops only for :meth:`Arbiter.round_events` (records for the events stream, and the
+requests the handler sends).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from logbuf.feed.config import DEFAULT_MAX_JUMP, ArbiterConfig
+from logbuf.feed.config import DEFAULT_MAX_JUMP, ArbiterConfig, RecoveryConfig
 from logbuf.feed.coverage import Hole
 from logbuf.feed.events import (
     DeliverBatch,
@@ -44,10 +44,8 @@ from logbuf.feed.events import (
     SessionChanged,
 )
 from logbuf.feed.feed_native import RecvRing
-from logbuf.feed.recovery import Recovery
 from logbuf.feed.stats import (
     C_COUNT,
-    C_RECOVERY_REQUESTS,
     DELAY_STAT_COUNT,
     FS_COUNT,
     RING_NO_FEED,
@@ -71,7 +69,7 @@ if (FS_COUNT, C_COUNT, DELAY_STAT_COUNT, RING_NO_FEED, len(Feed)) != (
 
 _NO_DEADLINE = 2**63 - 1
 _SESSION_LENGTH = moldudp64.SESSION_LENGTH
-_HOLE_BUFFER = 1 << 12  # holes fetched from C per call at most (recovery asks for max_outstanding)
+_HOLE_BUFFER = 1 << 12  # holes fetched from C per call at most
 
 
 def _ptr(ctype: str, array: np.ndarray) -> Any:
@@ -107,9 +105,12 @@ class DeliverRun(Event):
 
 
 class Arbiter:
-    """The arbitration engine (C) with the re-request pacing (Python): see the module doc."""
+    """The arbitration engine with its re-request pacing (both in C): see the module doc. ``recovery``: the
+    pacing's settings (None: recovery off, holes are lost at once); ``seed``: its back-off jitter's generator
+    (:class:`~logbuf.feed.recovery.Jitter` draws the same)."""
 
-    def __init__(self, config: ArbiterConfig | None = None, recovery: Recovery | None = None) -> None:
+    def __init__(self, config: ArbiterConfig | None = None, recovery: RecoveryConfig | None = None,
+                 seed: int = 0) -> None:
         cfg = self.config = config or ArbiterConfig()
         self.recovery = recovery
         self.mode = FeedMode(cfg.mode)
@@ -142,6 +143,16 @@ class Arbiter:
         c.session_change_idle_ns = cfg.session_change_idle_ns
         c.max_jump = cfg.max_jump or 0
         c.recovery = 1 if recovery is not None else 0
+        if recovery is not None:
+            c.initial_backoff_ns = recovery.initial_backoff_ns
+            c.jitter_low, c.jitter_high = recovery.backoff_jitter
+            c.retry_interval_ns = recovery.retry_interval_ns
+            c.give_up_ns = recovery.give_up_ns
+            c.max_request_count = recovery.max_request_count
+            c.max_outstanding = recovery.max_outstanding
+            c.rate_units = recovery.rate_units
+            c.request_burst = recovery.request_burst
+        c.seed = seed & ((1 << 64) - 1)
         e.feed_stats = _ptr("int64_t *", self.feed_stats)
         e.delay_stats = _ptr("int64_t *", self.delay_stats)
         e.counters = _ptr("int64_t *", self.counter_array)
@@ -150,10 +161,11 @@ class Arbiter:
         e.ring_feed = _ptr("uint8_t *", self.ring_feed)
         e.ring_mask = size - 1
         rc = lib.lbf_eng_init(e)
+        if rc == -errno.EINVAL:
+            raise ValueError("the engine refused the recovery settings (out of its limits)")
         if rc < 0:
             raise MemoryError("lbf_eng_init failed")
         self._finalizer = weakref.finalize(self, lib.lbf_eng_destroy, e)
-        self._status = ffi.new("int32_t *")
         self._hole_first = np.zeros(_HOLE_BUFFER, dtype=np.uint64)
         self._hole_last = np.zeros(_HOLE_BUFFER, dtype=np.uint64)
         self._consumed = 0
@@ -176,28 +188,18 @@ class Arbiter:
         self._runs = False
         r = lib.lbf_eng_packet(self._c, ffi.from_buffer("uint8_t[]", data), len(data), int(feed),
                                1 if truncated else 0, arrival_ns, -1, 0)
-        return self._finish(r, arrival_ns)
+        return self._finish(r)
 
     def process(self, ring: RecvRing, start: int, end: int, runs: bool = False) -> list[Event]:
-        """Arbitrate receive-ring slots ``start..end-1`` in order (the whole batch in C, Python only where the
-        re-request pacing must answer); returns the events in stream order. ``runs``: deliveries come as
-        :class:`DeliverRun` (nothing copied; publish with :meth:`offer_run`) instead of ``DeliverBatch``."""
+        """Arbitrate receive-ring slots ``start..end-1`` in order (the whole batch in one C call); returns the
+        events in stream order. ``runs``: deliveries come as :class:`DeliverRun` (nothing copied; publish with
+        :meth:`offer_run`) instead of ``DeliverBatch``."""
         if not 0 <= start <= end <= ring.capacity:
             raise ValueError(f"slots {start}..{end} are outside the ring of {ring.capacity}")
         self._begin()
         self._ring = ring
         self._runs = runs
-        out: list[Event] = []
-        i = start
-        while i < end:
-            i = lib.lbf_eng_process(self._c, ring.c, i, end, self._status)
-            status = self._status[0]
-            if status < 0:
-                raise MemoryError(f"the arbitration engine failed ({status})")
-            if status == lib.LBF_NEED_RECOVERY:
-                self._pace(int(ring.arrivals[i - 1]), out)
-        self._collect(out)
-        return out
+        return self._finish(lib.lbf_eng_process(self._c, ring.c, start, end))
 
     def offer_run(self, run: DeliverRun, skip: int, publication: Any) -> tuple[int, int]:
         """Append the messages of ``run`` from its ``skip``-th on to ``publication`` (a logbuf publication) in
@@ -217,22 +219,12 @@ class Arbiter:
         :meth:`next_deadline_ns` is not None (or exactly then)."""
         self._begin()
         self._runs = False
-        r = lib.lbf_eng_settle(self._c, now_ns)
-        if r == 0:
-            lib.lbf_eng_settle_end(self._c, now_ns)
-        return self._finish(r, now_ns)
+        return self._finish(lib.lbf_eng_settle(self._c, now_ns))
 
     def next_deadline_ns(self) -> int | None:
         """When :meth:`on_tick` next has something to do (None: nothing until the next packet)."""
-        deadlines = []
-        wait = lib.lbf_eng_wait_deadline(self._c)
-        if wait != _NO_DEADLINE:
-            deadlines.append(wait)
-        if self.recovery is not None and self.recovery.active:
-            d = self.recovery.next_deadline_ns()
-            if d is not None:
-                deadlines.append(d)
-        return min(deadlines) if deadlines else None
+        deadline = int(lib.lbf_eng_deadline(self._c))
+        return None if deadline == _NO_DEADLINE else deadline
 
     # -- a native round (logbuf.feed.feed_native.NativeRound) ----------------------------------------------
 
@@ -243,12 +235,12 @@ class Arbiter:
 
     def round_events(self, first: int, end: int) -> list[tuple[Event, int]]:
         """Engine events ``first..end-1`` of the current round (none a delivery: the round appends those
-        itself) as events, each with the next sequence on the messages stream right after it (its record's
-        reserved value), the pacing told of them; for a native round suspended with ``LBF_ROUND_EVENTS``."""
+        itself) as events (records, and :class:`RecoveryRequest` to send), each with the next sequence on the
+        messages stream right after it (its record's reserved value); for a native round suspended with
+        ``LBF_ROUND_EVENTS``."""
         e = self._c
         if not 0 <= first <= end <= e.event_count:
             raise ValueError(f"events {first}..{end} are outside the engine's {e.event_count}")
-        self._apply_pacing(end)
         out: list[tuple[Event, int]] = []
         for k in range(first, end):
             ev = e.events[k]
@@ -258,15 +250,6 @@ class Arbiter:
             if record is not None:
                 out.append((record, int(ev.next)))
         return out
-
-    def round_pace(self, now_ns: int) -> list[RecoveryRequest]:
-        """The re-request pacing at ``now_ns`` for a native round suspended with ``LBF_ROUND_PACE``: returns
-        the requests to send; the events it causes stay in the engine, for the round to publish in order."""
-        if self.recovery is None:
-            raise ValueError("the pacing runs only with recovery on")
-        out: list[Event] = []
-        self._pace(now_ns, out, collect=False)
-        return [r for r in out if isinstance(r, RecoveryRequest)]
 
     # -- state ------------------------------------------------------------------------------------------------
 
@@ -298,7 +281,29 @@ class Arbiter:
 
     @property
     def recovering(self) -> bool:
-        return self.recovery is not None and self.recovery.active
+        """The pacing is active: holes were declared and the stream has not caught up yet."""
+        return bool(self._c.recovering)
+
+    @property
+    def requests_sent(self) -> int:
+        """Re-requests the pacing emitted."""
+        return int(self._c.requests_sent)
+
+    @property
+    def requests_answered(self) -> int:
+        """Answers that matched a request in flight."""
+        return int(self._c.requests_answered)
+
+    @property
+    def requests_paced(self) -> int:
+        """Times the pacing held requests back to stay under ``request_rate``."""
+        return int(self._c.requests_paced)
+
+    @property
+    def request_chunk(self) -> int | None:
+        """Messages one answer carries, as learned from the answers (None: not known yet)."""
+        chunk = int(self._c.request_chunk)
+        return chunk or None
 
     def holes(self, limit: int = _HOLE_BUFFER) -> list[Hole]:
         """Missing ranges of ``[expected, highest]`` (at most ``limit``, and at most 4096), lowest first."""
@@ -335,54 +340,12 @@ class Arbiter:
         if run._call != self._call:
             raise ValueError("a DeliverRun is valid only until the arbiter's next call (publish it first)")
 
-    def _finish(self, r: int, now_ns: int) -> list[Event]:
+    def _finish(self, r: int) -> list[Event]:
         if r < 0:
             raise MemoryError(f"the arbitration engine failed ({r})")
         out: list[Event] = []
-        if r == lib.LBF_NEED_RECOVERY:
-            self._pace(now_ns, out)
         self._collect(out)
         return out
-
-    def _pace(self, now_ns: int, out: list[Event], collect: bool = True) -> None:
-        """The recovery step of the settle loop (spec.py ``_settle``), then its end. ``collect``: the engine's
-        events go to ``out`` too (else they stay in the engine for a native round to publish, and ``out`` gets
-        only the requests)."""
-        e, recovery = self._c, self.recovery
-        assert recovery is not None
-        while True:
-            self._sync(out, collect)  # applies RECOVERY_START/STOP/ANSWER to the pacing, in order
-            holes = self._holes(1, recovery.config.max_outstanding)
-            expired = recovery.expired(holes, now_ns)
-            if expired:
-                lib.lbf_eng_abandon(e, expired, int(GapReason.GIVE_UP), now_ns)
-                r = lib.lbf_eng_settle(e, now_ns)
-                if r < 0:
-                    raise MemoryError(f"the arbitration engine failed ({r})")
-                if r == lib.LBF_NEED_RECOVERY:
-                    continue
-                break
-            requests = recovery.poll(holes, now_ns)
-            for seq, count in requests:  # answers are accepted only inside these
-                lib.lbf_eng_requested(e, seq, count)
-            self.counter_array[C_RECOVERY_REQUESTS] += len(requests)
-            session = self.session or b""  # recovering: a session was joined
-            out.extend(RecoveryRequest(session, seq, count) for seq, count in requests)
-            deadline = recovery.next_deadline_ns()
-            lib.lbf_eng_recovery_polled(e, _NO_DEADLINE if deadline is None else min(deadline, _NO_DEADLINE))
-            break
-        lib.lbf_eng_settle_end(e, now_ns)
-        self._sync(out, collect)
-        if recovery.active and self.expected is not None:
-            recovery.forget_below(self.expected)
-            deadline = recovery.next_deadline_ns()  # forgetting may only move it later
-            e.recovery_deadline_ns = _NO_DEADLINE if deadline is None else min(deadline, _NO_DEADLINE)
-
-    def _sync(self, out: list[Event], collect: bool) -> None:
-        if collect:
-            self._collect(out)
-        else:
-            self._apply_pacing(self._c.event_count)
 
     def _session_bytes(self, cdata: Any) -> bytes:
         raw = bytes(ffi.buffer(cdata, _SESSION_LENGTH))
@@ -403,13 +366,14 @@ class Arbiter:
                 record = self._record(ev)
                 if record is not None:
                     out.append(record)
-        self._apply_pacing(n)
         self._consumed = n
         e.event_sealed = n  # C must not extend a delivery run Python has already turned into a batch
 
     def _record(self, ev: Any) -> Event | None:
-        """The event of engine event ``ev`` (not a delivery); None for what only the pacing hears."""
+        """The event of engine event ``ev`` (not a delivery)."""
         kind = ev.kind
+        if kind == lib.LBF_EV_REQUEST:
+            return RecoveryRequest(self._session_bytes(ev.session), int(ev.a), int(ev.b))
         if kind == lib.LBF_EV_GAP_DETECTED:
             return GapDetected(self._session_bytes(ev.session), int(ev.a), int(ev.b), GapReason(ev.reason))
         if kind == lib.LBF_EV_GAP_RECOVERED:
@@ -424,25 +388,6 @@ class Arbiter:
         if kind == lib.LBF_EV_QUEUE_OVERFLOW:
             return QueueOverflow(self._session_bytes(ev.session), int(ev.a), int(ev.b))
         return None
-
-    def _apply_pacing(self, upto: int) -> None:
-        """Tell the pacing the engine's RECOVERY_START/STOP/ANSWER events below ``upto`` it has not heard yet,
-        in order (the engine keeps the cursor: its output and the cursor are reset together)."""
-        e = self._c
-        recovery = self.recovery
-        for k in range(e.event_applied, upto):
-            if recovery is None:
-                break
-            ev = e.events[k]
-            kind = ev.kind
-            if kind == lib.LBF_EV_RECOVERY_START:
-                recovery.start(int(ev.t))
-            elif kind == lib.LBF_EV_RECOVERY_STOP:
-                recovery.stop()
-            elif kind == lib.LBF_EV_RECOVERY_ANSWER:
-                recovery.on_answer(int(ev.a), int(ev.t), int(ev.b))
-        if upto > e.event_applied:
-            e.event_applied = upto
 
     def _batch(self, a: int, b: int, from_ring: bool) -> DeliverBatch:
         e = self._c

@@ -38,6 +38,9 @@ DEFAULT_MAX_OUTSTANDING = 64
 DEFAULT_INITIAL_BACKOFF_MS = 50
 DEFAULT_RETRY_INTERVAL_MS = 200
 DEFAULT_GIVE_UP_S = 10
+# Bounds the engine's integer token bucket stays exact within (native/feed.h LBF_MAX_*).
+MAX_REQUEST_RATE = 1_000_000.0
+MAX_REQUEST_BURST = 1_000_000
 # The handler.
 DEFAULT_RCVBUF = 32 << 20  # bytes per socket: ~1 s of the busiest open (20k packets/s x 1.4 kB)
 DEFAULT_BATCH_WAIT_US = 1000  # rounds of ~50 packets at the open's rate: each sleep costs ~20 us of CPU on a VM
@@ -113,8 +116,14 @@ class RecoveryConfig:
             raise ValueError(f"max_request_count must be within 1..{MAX_MESSAGE_COUNT} (MoldUDP64 request count)")
         if self.max_outstanding < 1:
             raise ValueError("max_outstanding must be >= 1")
-        if self.request_rate <= 0 or self.request_burst < 1:
-            raise ValueError("request_rate must be > 0 and request_burst >= 1")
+        if not 0 < self.request_rate <= MAX_REQUEST_RATE or not 1 <= self.request_burst <= MAX_REQUEST_BURST:
+            raise ValueError(f"request_rate must be within (0, {MAX_REQUEST_RATE:g}] and request_burst within "
+                             f"1..{MAX_REQUEST_BURST}")
+
+    @property
+    def rate_units(self) -> int:
+        """``request_rate`` in thousandths of a request per second (the token bucket's exact integer unit)."""
+        return max(1, round(self.request_rate * 1_000))
 
 
 # -- the command line ------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The arbiter's specification (:mod:`logbuf.feed.spec`) keeps queued sequence numbers as :class:`Coverage`,
 sorted disjoint intervals whose complement inside ``[expected, highest]`` is the holes; a declared gap is an
-:class:`OpenGap` until the stream passes it. ``native/feed.c`` keeps the same structures in C.
+:class:`OpenGap` until the stream passes it. ``native/feed_queue.c`` and ``native/feed_engine.c`` keep the same structures in C.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Typed wrappers over ``native/feed.c``'s receive side: a recvmmsg receive ring, socket options, and the
+"""Typed wrappers over ``native/feed_rx.c``'s receive side: a recvmmsg receive ring, socket options, and the
 handler's whole round in C (:class:`NativeRound`).
 
 :class:`RecvRing` is a preallocated ring of receive slots (numpy arrays the C code writes into)::
@@ -155,7 +155,6 @@ class RecvRing:
 
 ROUND_DONE = lib.LBF_ROUND_DONE
 ROUND_EVENTS = lib.LBF_ROUND_EVENTS
-ROUND_PACE = lib.LBF_ROUND_PACE
 ROUND_BACK_PRESSURED = lib.LBF_ROUND_BACK_PRESSURED
 ROUND_KIND_MASK = lib.LBF_ROUND_KIND_MASK
 ROUND_COUNTERS = lib.LBF_ROUND_COUNTERS
@@ -166,7 +165,7 @@ ROUND_FAILED = lib.LBF_ROUND_FAILED
 class NativeRound:
     """One handler round in C (``lbf_round``, see native/feed.h): receive from every feed socket, arbitrate,
     append the deliveries to the messages publication, write capture rows; Python is entered only through the
-    returned status (engine events, the re-request pacing, back-pressure). Counters live in :attr:`c`.
+    returned status (engine events: records and the requests to send; back-pressure). Counters live in :attr:`c`.
 
     The objects it points into (ring, engine, publications, sockets, ``latency_ns``) must outlive it; the
     caller keeps them.
@@ -206,7 +205,7 @@ class NativeRound:
     @property
     def c(self) -> Any:
         """The ``lbf_round_t *``: counters (published, unpublished, back_pressure_waits, latency_count, rounds)
-        and the last round's outputs (received, drained, event_next/event_end, pace_ns, fail_*)."""
+        and the last round's outputs (received, drained, event_next/event_end, fail_*)."""
         return self._c
 
     def close(self) -> None:

@@ -1,13 +1,13 @@
 """``FeedHandler``: MoldUDP64 A/B feeds in, arbitrated ITCH messages out into logbuf (``logbuf feed``).
 
-The sans-IO cores (:class:`~logbuf.feed.arbiter.Arbiter`, :class:`~logbuf.feed.recovery.Recovery`) decide;
+The sans-IO core (:class:`~logbuf.feed.arbiter.Arbiter`: the C engine with its re-request pacing) decides;
 this module owns the sockets, the clock and the publications. A whole round runs in C (``lbf_round``,
 :class:`~logbuf.feed.feed_native.NativeRound`)::
 
     feed A ─┐  recvmmsg into one receive ring   ┌────────────────────┐  delivery runs appended ──▶ messages
     feed B ─┼──────────────────────────────────▶│ arbitration engine │  packet/delivery rows ────▶ capture
     answers ┘  (retransmission server, unicast) └────────────────────┘
-                     Python, only when the round asks: gap/session records ─▶ events; the re-request pacing
+                     Python, only when the round asks: gap/session records ─▶ events; the engine's requests
                      ─▶ retransmission server; back-pressure (idle, then resume); counters every 100 ms
 
 One thread, no spinning, Python's cost per round (not per packet), and only off the happy path. While traffic
@@ -71,7 +71,6 @@ from logbuf.feed.feed_native import (
     ROUND_DONE,
     ROUND_EVENTS,
     ROUND_KIND_MASK,
-    ROUND_PACE,
     ROUND_REFUSED,
     NativeRound,
     RecvRing,
@@ -80,7 +79,6 @@ from logbuf.feed.feed_native import (
     lib,
     monotonic_ns,
 )
-from logbuf.feed.recovery import Recovery
 from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
 from logbuf.units import NANOS_PER_MICRO, NANOS_PER_SECOND
@@ -227,10 +225,8 @@ class FeedHandler:
 
     def _setup(self) -> None:
         cfg = self.config
-        recovery = None
-        if cfg.retransmit is not None:
-            rng = random.Random(cfg.seed)
-            recovery = Recovery(cfg.recovery, rng=rng)
+        recovery = cfg.recovery if cfg.retransmit is not None else None
+        seed = cfg.seed if cfg.seed is not None else random.getrandbits(64)
         arbiter_config = cfg.arbiter
         if cfg.join == "live":
             arbiter_config = _replace(arbiter_config, start_sequence=None)
@@ -244,7 +240,7 @@ class FeedHandler:
                 self._checkpoint = _open_checkpoint(cfg.checkpoint)
             except OSError as exc:
                 raise FeedHandlerError(f"cannot open the checkpoint {cfg.checkpoint}: {exc.strerror}") from None
-        self.arbiter = Arbiter(arbiter_config, recovery=recovery)
+        self.arbiter = Arbiter(arbiter_config, recovery=recovery, seed=seed)
         self.ring = RecvRing(capacity=cfg.ring_slots)
         for feed, address in ((Feed.A, cfg.feed_a), (Feed.B, cfg.feed_b)):
             if feed in cfg.mode.feeds and address is not None:
@@ -417,11 +413,10 @@ class FeedHandler:
                     return handled
                 if kind == ROUND_EVENTS:
                     for event, next_sequence in self.arbiter.round_events(int(r.event_next), int(r.event_end)):
-                        self._publish_event(event, next_sequence)
-                        handled += 1
-                elif kind == ROUND_PACE:
-                    for request in self.arbiter.round_pace(int(r.pace_ns)):
-                        self._send_request(request)
+                        if isinstance(event, RecoveryRequest):
+                            self._send_request(event)
+                        else:
+                            self._publish_event(event, next_sequence)
                         handled += 1
             status = lib.lbf_round_resume(r)
 
@@ -530,6 +525,10 @@ class FeedHandler:
         values["retransmit_unreachable"] = self.retransmit_unreachable
         values["cpu_us"] = self.cpu_ns // NANOS_PER_MICRO
         values["rounds"] = self.rounds
+        arbiter = self.arbiter  # the engine's pacing: requests answered, held back by the rate, the answer size
+        values["requests_answered"] = arbiter.requests_answered
+        values["requests_paced"] = arbiter.requests_paced
+        values["request_chunk"] = arbiter.request_chunk or 0
         for reason, lost in self.lost_by_reason.items():
             values[f"lost.{reason.name.lower()}"] = lost
         for feed in Feed:  # datagrams the kernel dropped for a full socket buffer (SO_RXQ_OVFL)

@@ -1,5 +1,9 @@
 """Re-request pacing for MoldUDP64 gaps: a sans-IO state machine (no sockets, no clock, an injectable RNG).
 
+This is the specification of the pacing the C engine runs (``native/feed_recovery.c``, function for function);
+:class:`~logbuf.feed.spec.SpecArbiter` drives it, and the property tests require the same requests and give-ups
+from both. :class:`Jitter` is the engine's random generator (splitmix64), so both draw the same back-offs.
+
 The arbiter owns the stream and knows which messages are missing; this object decides *when* to ask the
 retransmission server for them and when to give up. It is told the current holes (inclusive ``(first, last)``
 ranges inside ``[next expected, highest seen]``, head first) and the time, and answers with the requests due::
@@ -51,8 +55,31 @@ from logbuf.feed.config import (  # noqa: F401  (re-exported: the pacing's setti
 
 _MILLI = 1_000  # request rates are kept to a thousandth of a request per second
 _TOKEN = NANOS_PER_SECOND * _MILLI  # one request in the bucket's units (rate_units are added per ns)
+_U64 = (1 << 64) - 1
 
 Hole = tuple[int, int]  # inclusive (first, last) sequence range
+
+
+class Jitter:
+    """The back-off jitter's generator, the same as the C engine's (splitmix64 seeded with ``seed``):
+    ``uniform(low, high)`` is ``low + (high - low) * u`` with ``u`` the top 53 bits of the next output."""
+
+    __slots__ = ("seed", "state")
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed & _U64
+        self.state = self.seed
+
+    def random(self) -> float:
+        self.state = (self.state + 0x9E3779B97F4A7C15) & _U64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64
+        z ^= z >> 31
+        return (z >> 11) * (1.0 / (1 << 53))
+
+    def uniform(self, low: float, high: float) -> float:
+        return low + (high - low) * self.random()
 
 
 class Recovery:
@@ -60,9 +87,9 @@ class Recovery:
 
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
-                 "requests_paced", "_asked", "_quiet_ns", "_full_seen")
+                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns")
 
-    def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | None = None) -> None:
+    def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | Jitter | None = None) -> None:
         self.config = config or RecoveryConfig()
         self._rng = rng if rng is not None else random.Random()
         self.active = False
@@ -80,13 +107,19 @@ class Recovery:
         self._asked: dict[int, int] = {}  # first sequence of a request sent -> the count it asked for
         # the token bucket in exact integer units (_TOKEN per request; _rate_units added per ns): where it stands
         # at a given time does not depend on when it was last refilled, so neither does the next deadline
-        self._rate_units = max(1, round(self.config.request_rate * _MILLI))
+        self._rate_units = self.config.rate_units
         self._tokens = self.config.request_burst * _TOKEN
         self._tokens_ns: int | None = None
         self._paced = False  # the last poll held requests back for want of tokens
         self.last_answer_ns: int | None = None
         self.requests_paced = 0  # polls that held requests back to stay under request_rate
         self._quiet_ns: int | None = None  # requests in flight and no answer since then (None: nothing in flight)
+        self._head_ns: int | None = None  # when the first hole of the last poll was first requested (None: not)
+
+    @property
+    def rng(self) -> random.Random | Jitter:
+        """The back-off jitter's generator."""
+        return self._rng
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 
@@ -109,6 +142,7 @@ class Recovery:
         self._asked.clear()
         self._paced = False
         self._quiet_ns = None
+        self._head_ns = None
 
     # -- inputs -----------------------------------------------------------------------------------------------
 
@@ -189,6 +223,8 @@ class Recovery:
         self.requests_sent += len(out)
         if self._paced:
             self.requests_paced += 1
+        # only the first hole can be given up first (expired counts leading holes): its time is the give-up's
+        self._head_ns = self._first_requested_ns(holes[0][0]) if holes else None
         return out
 
     def _refill(self, now_ns: int) -> None:
@@ -223,16 +259,16 @@ class Recovery:
         if self._ready_ns is not None:
             return self._ready_ns
         candidates = []
-        if self._outstanding:
-            candidates.append(min(self._outstanding.values()) + self.config.retry_interval_ns)
-        if self._req_ns:
-            candidates.append(min(self._req_ns) + self.config.give_up_ns)
+        if self._head_ns is not None:
+            candidates.append(self._head_ns + self.config.give_up_ns)
         if self._quiet_ns is not None and self._outstanding:
             candidates.append(self._quiet_ns + self.config.give_up_ns)
         if self._paced and self._tokens_ns is not None:
-            # requests are waiting for a token: the moment it is whole is the next thing to happen (nothing due
-            # can go out before it; a give-up falls due at most one token interval late)
-            return self._tokens_ns + -(-(_TOKEN - self._tokens) // self._rate_units)
+            # requests are waiting for a token: nothing due can go out before it is whole (retries included),
+            # but a give-up falls due on time
+            candidates.append(self._tokens_ns + -(-(_TOKEN - self._tokens) // self._rate_units))
+        elif self._outstanding:
+            candidates.append(min(self._outstanding.values()) + self.config.retry_interval_ns)
         return min(candidates) if candidates else None
 
     def forget_below(self, seq: int) -> None:

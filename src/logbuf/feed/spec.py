@@ -1,6 +1,6 @@
 """The executable specification of A/B arbitration and gap detection for MoldUDP64 feeds (pure Python).
 
-The feed handler runs the same state machine in C (``native/feed.c``, behind :class:`logbuf.feed.arbiter.Arbiter`);
+The feed handler runs the same state machine in C (``native/feed_engine.c``, behind :class:`logbuf.feed.arbiter.Arbiter`);
 property tests feed both the same random packet streams and require identical events, deliveries and counters.
 This module is the readable statement of the rules; it is not on the hot path.
 
@@ -53,8 +53,8 @@ empty (in packets and in bytes).
 
 **Validation first**: a datagram is checked completely (length, sequence, every message block) before it may
 choose or switch the session. **Answers**: a retransmitted packet counts only inside a range a request asked
-for (:meth:`SpecArbiter.note_requests`; the oldest of ``MAX_REQUESTED_RANGES`` are forgotten) and is cut at
-its end; anything else from the server is ignored. **Unconfirmed jumps**: a packet or heartbeat more than
+for (:meth:`SpecArbiter.note_requests`; the oldest of ``MAX_REQUESTED_RANGES`` are forgotten) and is cut at the
+furthest end of the requests covering its first sequence; anything else from the server is ignored. **Unconfirmed jumps**: a packet or heartbeat more than
 ``max_jump`` messages past everything known is held back until the other feed's copy (within ``max_jump``) or
 the same feed continuing after it confirms the jump; the same feed continuing more than ``max_jump`` below it
 drops it (``jumps_forged``). A confirmed jump stays provisional until the stream reaches it: a live packet
@@ -269,7 +269,7 @@ class SpecArbiter:
         socket layer to copy into cnc.dat counters."""
         return counter_values(self.feed_stats, self.counter_array, self.delay_stats, len(self._queue))
 
-    # -- packet intake (the canonical order of checks; native/feed.c follows it) ------------------------------
+    # -- packet intake (the canonical order of checks; native/feed_engine.c follows it) -----------------------
 
     def _packet(self, feed: Feed, buf: memoryview, arrival_ns: int, truncated: bool, out: list[Event]) -> None:
         st = self.feed_stats[feed]
@@ -323,15 +323,14 @@ class SpecArbiter:
             self._requested.append((seq, seq + count - 1))
 
     def _requested_count(self, first: int, count: int) -> int:
-        """The messages of an answer ``[first, first + count)`` that were asked for (0: an unrequested answer);
-        ranges the stream has passed are forgotten on the way."""
+        """The messages of an answer ``[first, first + count)`` that were asked for (0: an unrequested answer): cut
+        at the furthest end of the requests covering ``first`` (an older, shorter request overlapping the one
+        answered must not cut the answer short); ranges the stream has passed are forgotten on the way."""
         expected = self._next if self.expected is not None else 0
         kept = [r for r in self._requested if r[1] >= expected]
         self._requested = kept
-        for low, high in kept:
-            if low <= first <= high:
-                return min(count, high - first + 1)
-        return 0
+        room = max((high - first + 1 for low, high in kept if low <= first <= high), default=0)
+        return min(count, room)
 
     def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
         """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped;
@@ -507,7 +506,7 @@ class SpecArbiter:
 
     def _walk_python(self, feed: Feed, packet: bytes | memoryview, first: int, count: int, arrival_ns: int,
                      out: list[Event]) -> None:
-        """The per-message walk (``eng_walk`` in native/feed.c)."""
+        """The per-message walk (``eng_walk`` in native/feed_engine.c)."""
         expected = self._next
         st = self.feed_stats[feed]
         live = feed != Feed.RETRANSMIT

@@ -1,4 +1,4 @@
-"""The statistics layout the arbitration engine (``native/feed.c``) and its specification share.
+"""The statistics layout the arbitration engine (``native/feed_engine.c``) and its specification share.
 
 Per feed, ``feed_stats[feed, FS_*]`` (int64, rows are :class:`~logbuf.feed.events.Feed` values); for the
 stream, ``counters[C_*]`` (int64); the A−B arrival delay ``delay_stats[DELAY_*]`` over messages seen on both live

@@ -1,0 +1,1052 @@
+/*
+ * logbuf feed handler: the arbitration engine.
+ *
+ * The whole stream state of src/logbuf/feed/spec.py (the executable specification; read it for the rules)
+ * in C, function for function: intake and validation, sessions, unconfirmed jumps, the per-message walk,
+ * the out-of-order queue and its coverage (feed_queue.c), the wait for the first undeclared hole and the
+ * per-feed packet counts past it, gap declaration (resolved at once with recovery off, declare-and-re-request
+ * with recovery on), the re-request pacing (feed_recovery.c), giving holes up, closing gaps, end of session.
+ * The engine takes packets, answers and time and returns one event array: delivery runs, gap and session
+ * events, and the requests to send (LBF_EV_REQUEST). Python reads the array and does the I/O; nothing calls
+ * back. The pacing runs only when it may have something to say (the declared holes changed, an answer came,
+ * or its deadline passed), so a packet costs the same whether or not a hole is pending.
+ *
+ * Open gaps are a FIFO. Outputs (events, deliveries, copied message bytes) are growable arrays read by Python
+ * after each call. Every length comes from a validated datagram; allocation failures are reported, never
+ * ignored.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "feed.h"
+#include "feed_impl.h"
+#include "logbuf.h"
+
+lbf_event_t *feed_emit(lbf_eng_t *e, int32_t kind, int32_t reason, uint64_t a, uint64_t b)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!feed_grow((void **)&e->events, &im->events_cap, e->event_count + 1, sizeof(lbf_event_t))) {
+        im->oom = 1;
+        return NULL;
+    }
+    lbf_event_t *ev = &e->events[e->event_count++];
+    memset(ev, 0, sizeof *ev);
+    ev->kind = kind;
+    ev->reason = reason;
+    ev->a = a;
+    ev->b = b;
+    ev->next = e->has_expected ? e->expected : 0;
+    memcpy(ev->session, e->session, sizeof ev->session);
+    return ev;
+}
+
+static int out_room(lbf_eng_t *e, int64_t n)
+{
+    eng_impl_t *im = IMPL(e);
+    int64_t need = e->out_count + n, cap = im->out_cap;
+    if (need <= cap)
+        return 1;
+    int64_t c0 = cap;
+    int ok = feed_grow((void **)&e->out_seq, &c0, need, sizeof(uint64_t));
+    c0 = cap;
+    ok = ok && feed_grow((void **)&e->out_offset, &c0, need, sizeof(int64_t));
+    c0 = cap;
+    ok = ok && feed_grow((void **)&e->out_length, &c0, need, sizeof(int32_t));
+    c0 = cap;
+    ok = ok && feed_grow((void **)&e->out_feed, &c0, need, sizeof(uint8_t));
+    c0 = cap;
+    ok = ok && feed_grow((void **)&e->out_arrival, &c0, need, sizeof(int64_t));
+    if (!ok) {
+        im->oom = 1;
+        return 0;
+    }
+    im->out_cap = c0;
+    return 1;
+}
+/* ---- state helpers (names follow spec.py) ---- */
+
+static int64_t *fstats(lbf_eng_t *e, int32_t feed) { return e->feed_stats + (int64_t)feed * LBF_FS_COUNT; }
+
+static int eng_holes(lbf_eng_t *e, uint64_t *hf, uint64_t *hl, int64_t limit, int64_t *n)
+{
+    *n = 0;
+    if (!e->has_expected || e->highest < e->expected)
+        return 0;
+    *n = feed_cov_holes(IMPL(e), e->expected, e->highest, hf, hl, limit);
+    return *n > 0;
+}
+
+static int has_hole(lbf_eng_t *e)
+{
+    uint64_t f, l;
+    int64_t n;
+    return eng_holes(e, &f, &l, 1, &n);
+}
+
+static void pair_eng(lbf_eng_t *e, int64_t winner_arrival, int64_t arrival, int32_t feed)
+{
+    /* B - A, as the analytics report it: > 0 means A came first */
+    int64_t delay = feed == LBF_FEED_B ? arrival - winner_arrival : winner_arrival - arrival;
+    int64_t *d = e->delay_stats;
+    d[LBF_DELAY_COUNT] += 1;
+    d[LBF_DELAY_SUM_NS] += delay;
+    if (delay < d[LBF_DELAY_MIN_NS])
+        d[LBF_DELAY_MIN_NS] = delay;
+    if (delay > d[LBF_DELAY_MAX_NS])
+        d[LBF_DELAY_MAX_NS] = delay;
+}
+
+/* deliveries [begin, end) as a DELIVER event: extends the last one when it ends at `begin`, has the same source
+ * kind and was not read by Python yet */
+static void append_run(lbf_eng_t *e, int64_t begin, int64_t end, int32_t from_ring)
+{
+    if (begin == end)
+        return;
+    if (e->event_count > e->event_sealed) {
+        lbf_event_t *last = &e->events[e->event_count - 1];
+        if (last->kind == LBF_EV_DELIVER && last->b == (uint64_t)begin && last->reason == from_ring) {
+            last->b = (uint64_t)end;
+            return;
+        }
+    }
+    feed_emit(e, LBF_EV_DELIVER, from_ring, (uint64_t)begin, (uint64_t)end);
+}
+
+/* the per-message walk of a validated data packet with first <= expected (spec.py _walk_python) */
+static void eng_walk(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                     int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t expected = e->expected;
+    uint64_t end = first + count;
+    uint64_t fresh = end > expected ? end - expected : 0;
+    if (fresh && (!out_room(e, (int64_t)fresh) ||
+                  (slot < 0 && !feed_grow((void **)&e->out_bytes, &im->bytes_cap, e->out_bytes_length + length,
+                                     1)))) {
+        im->oom = 1;
+        return;
+    }
+    int64_t *st = fstats(e, feed);
+    const int live = feed != LBF_FEED_RETRANSMIT;
+    const uint8_t tag = live ? (uint8_t)feed : (uint8_t)LBF_RING_NO_FEED;
+    /* locals: with -fno-strict-aliasing every store through a pointer would reload the struct's fields */
+    const uint64_t mask = e->ring_mask;
+    uint64_t *ring_seq = e->ring_seq, *out_seq = e->out_seq;
+    int64_t *ring_arrival = e->ring_arrival, *out_offset = e->out_offset, *out_arrival = e->out_arrival;
+    uint8_t *ring_feed = e->ring_feed, *out_feed = e->out_feed, *bytes = e->out_bytes;
+    int32_t *out_length = e->out_length;
+    int64_t n = e->out_count, first_out = n, bytes_length = e->out_bytes_length;
+    int64_t duplicates = 0, off = MOLD_HEADER_LENGTH;
+    uint64_t seq = first;
+    for (uint32_t i = 0; i < count; i++, seq++) {
+        int32_t len = be16(p + off);
+        off += MOLD_BLOCK_LENGTH_SIZE;
+        uint64_t s = seq & mask;
+        if (seq < expected) {
+            duplicates++;
+            if (live && ring_seq[s] == seq && ring_feed[s] != LBF_RING_NO_FEED && ring_feed[s] != (uint8_t)feed) {
+                pair_eng(e, ring_arrival[s], arrival_ns, feed);
+                ring_feed[s] = LBF_RING_NO_FEED;
+            }
+        } else {
+            out_seq[n] = seq;
+            out_length[n] = len;
+            out_feed[n] = (uint8_t)feed;
+            out_arrival[n] = arrival_ns;
+            if (slot >= 0) {
+                out_offset[n] = base_offset + off;
+            } else {
+                out_offset[n] = bytes_length;
+                memcpy(bytes + bytes_length, p + off, (size_t)len);
+                bytes_length += len;
+            }
+            n++;
+            ring_seq[s] = seq;
+            ring_arrival[s] = arrival_ns;
+            ring_feed[s] = tag;
+        }
+        off += len;
+    }
+    e->out_bytes_length = bytes_length;
+    e->out_count = n;
+    append_run(e, first_out, n, slot >= 0);
+    st[LBF_FS_DELIVERED] += (int64_t)fresh;
+    st[LBF_FS_DUPLICATES] += duplicates;
+    if (end > expected) {
+        e->expected = end;
+        im->progress = 1;
+        if (e->recovering)
+            im->recovery_dirty = 1;
+    }
+}
+
+static void eng_drain(lbf_eng_t *e)
+{
+    eng_impl_t *im = IMPL(e);
+    while (im->heap_n && im->heap[0].first <= e->expected && !im->oom) {
+        q_entry_t q = feed_q_pop(im);
+        e->queued_bytes -= q.length;
+        eng_walk(e, q.feed, q.data, q.length, q.first, q.count, q.arrival_ns, -1, 0);
+        free(q.data);
+    }
+    e->queued_packets = im->heap_n;
+    feed_cov_trim_below(im, e->expected);
+}
+
+static int first_undeclared_hole(lbf_eng_t *e, uint64_t *hole)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!e->has_expected)
+        return 0;
+    uint64_t start = e->expected > im->declared_upto + 1 ? e->expected : im->declared_upto + 1;
+    if (e->highest < start)
+        return 0;
+    uint64_t f, l;
+    if (feed_cov_holes(im, start, e->highest, &f, &l, 1) == 0)
+        return 0;
+    *hole = f;
+    return 1;
+}
+
+static void update_wait(lbf_eng_t *e, int64_t now_ns, int has, uint64_t hole)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!has) {
+        e->waiting = 0;
+    } else if (!e->waiting || hole != im->wait_hole) {
+        e->waiting = 1;
+        e->wait_started_ns = now_ns;
+        im->wait_hole = hole;
+        memset(im->ahead, 0, sizeof im->ahead);
+    }
+}
+
+static void note_ahead(lbf_eng_t *e, int32_t feed, uint64_t position, int64_t arrival_ns)
+{
+    uint64_t hole = 0;
+    int has = first_undeclared_hole(e, &hole);
+    update_wait(e, arrival_ns, has, hole);
+    if (has && position > hole && feed != LBF_FEED_RETRANSMIT)
+        IMPL(e)->ahead[feed]++;
+}
+
+static void open_gap(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason, int32_t lost)
+{
+    eng_impl_t *im = IMPL(e);
+    e->counters[LBF_C_GAPS_DETECTED] += 1;
+    feed_emit(e, LBF_EV_GAP_DETECTED, reason, first, last);
+    if (im->gap_head + im->gap_n + 1 > im->gap_cap && im->gap_head) { /* compact before growing */
+        memmove(im->gaps, im->gaps + im->gap_head, (size_t)im->gap_n * sizeof(gap_t));
+        im->gap_head = 0;
+    }
+    if (!feed_grow((void **)&im->gaps, &im->gap_cap, im->gap_head + im->gap_n + 1, sizeof(gap_t))) {
+        im->oom = 1;
+        return;
+    }
+    gap_t *g = &im->gaps[im->gap_head + im->gap_n++];
+    g->first = first;
+    g->last = last;
+    g->lost = lost;
+}
+
+static void unrecoverable(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason)
+{
+    e->counters[LBF_C_GAPS_UNRECOVERABLE] += 1;
+    /* saturates: a confirmed jump may name nearly 2^64 sequences, the counter is an int64 */
+    uint64_t lost = last - first + 1, have = (uint64_t)e->counters[LBF_C_MESSAGES_UNRECOVERABLE];
+    e->counters[LBF_C_MESSAGES_UNRECOVERABLE] = lost > (uint64_t)INT64_MAX - have ? INT64_MAX : (int64_t)(have + lost);
+    lbf_event_t *ev = feed_emit(e, LBF_EV_GAP_UNRECOVERABLE, reason, first, last);
+    if (ev)
+        ev->next = last + 1; /* the stream goes on after the range */
+}
+
+static void close_gaps(lbf_eng_t *e)
+{
+    eng_impl_t *im = IMPL(e);
+    while (im->gap_n && im->gaps[im->gap_head].last < e->expected) {
+        gap_t g = im->gaps[im->gap_head++];
+        im->gap_n--;
+        if (!g.lost) {
+            e->counters[LBF_C_GAPS_RECOVERED] += 1;
+            feed_emit(e, LBF_EV_GAP_RECOVERED, 0, g.first, g.last);
+        }
+    }
+    if (!im->gap_n)
+        im->gap_head = 0;
+}
+
+static void eng_abandon(lbf_eng_t *e, int64_t n, int32_t reason, int64_t now_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    if (n <= 0)
+        return;
+    uint64_t *hf = malloc((size_t)n * sizeof(uint64_t)), *hl = malloc((size_t)n * sizeof(uint64_t));
+    if (hf == NULL || hl == NULL) {
+        free(hf);
+        free(hl);
+        im->oom = 1;
+        return;
+    }
+    int64_t count;
+    eng_holes(e, hf, hl, n, &count);
+    for (int64_t k = 0; k < count; k++) {
+        uint64_t first = hf[k], last = hl[k];
+        close_gaps(e);
+        for (int64_t g = 0; g < im->gap_n; g++) {
+            gap_t *gap = &im->gaps[im->gap_head + g];
+            if (gap->first > last)
+                break;
+            gap->lost = 1;
+        }
+        if (last > im->declared_upto) {
+            open_gap(e, first > im->declared_upto + 1 ? first : im->declared_upto + 1, last, reason, 1);
+            im->declared_upto = last;
+        }
+        unrecoverable(e, first, last, reason);
+        e->expected = last + 1;
+        im->progress = 1;
+        eng_drain(e);
+    }
+    free(hf);
+    free(hl);
+    close_gaps(e);
+    if (e->recovering)
+        im->recovery_dirty = 1;
+}
+
+static void declare(lbf_eng_t *e, int32_t reason, int64_t now_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    e->waiting = 0;
+    if (!e->config.recovery) { /* recovery off: [expected, head of the most recent run - 1], lost at once */
+        uint64_t first = e->expected;
+        uint64_t head = im->cov_n ? im->cov_start[im->cov_n - 1] : e->highest + 1;
+        open_gap(e, first, head - 1, reason, 1);
+        unrecoverable(e, first, head - 1, LBF_REASON_RECOVERY_OFF);
+        while (im->heap_n && im->heap[0].first < head) { /* older queued packets are dropped */
+            q_entry_t q = feed_q_pop(im);
+            e->queued_bytes -= q.length;
+            free(q.data);
+            e->counters[LBF_C_DROPPED_PACKETS] += 1;
+        }
+        feed_cov_trim_below(im, head);
+        e->expected = head;
+        im->progress = 1;
+        eng_drain(e);
+        close_gaps(e);
+        return;
+    }
+    uint64_t start = e->expected > im->declared_upto + 1 ? e->expected : im->declared_upto + 1;
+    /* every hole not declared yet, up to the highest sequence seen, is declared */
+    for (;;) {
+        uint64_t f, l;
+        if (start > e->highest || feed_cov_holes(im, start, e->highest, &f, &l, 1) == 0)
+            break;
+        open_gap(e, f, l, reason, 0);
+        if (l == UINT64_MAX)
+            break;
+        start = l + 1;
+    }
+    im->declared_upto = e->highest;
+    im->recovery_dirty = 1;
+    feed_rec_start(e, now_ns);
+}
+
+static void check_detection(lbf_eng_t *e, int64_t now_ns)
+{
+    if (!e->waiting)
+        return;
+    int all = 1;
+    for (int32_t f = 0; f < LBF_FEED_RETRANSMIT; f++)
+        if ((e->config.live_mask & (1 << f)) && IMPL(e)->ahead[f] < e->config.out_of_order_max_interval)
+            all = 0;
+    if (all)
+        declare(e, LBF_REASON_SEQUENCE_THRESHOLD, now_ns);
+    else if (now_ns - e->wait_started_ns >= e->config.lost_packet_wait_ns)
+        declare(e, LBF_REASON_WAIT_TIMEOUT, now_ns);
+}
+
+static void emit_end_of_session(lbf_eng_t *e)
+{
+    eng_impl_t *im = IMPL(e);
+    if (im->has_pending_eos && !im->eos_emitted && e->has_expected && e->expected >= im->pending_eos) {
+        im->eos_emitted = 1;
+        feed_emit(e, LBF_EV_END_OF_SESSION, 0, im->pending_eos, 0);
+    }
+}
+
+static void join(lbf_eng_t *e, uint64_t next_sequence)
+{
+    e->has_expected = 1;
+    e->expected = next_sequence;
+    e->highest = next_sequence - 1;
+    lbf_event_t *ev = feed_emit(e, LBF_EV_SESSION_CHANGED, 0, next_sequence, 0);
+    (void)ev;
+}
+
+static void free_held(eng_impl_t *im)
+{
+    for (int32_t i = 0; i < im->held_n; i++)
+        free(im->held[i].data);
+    im->held_n = 0;
+}
+
+static int retired(eng_impl_t *im, const uint8_t *session)
+{
+    for (int64_t i = 0; i < im->retired_n; i++)
+        if (memcmp(im->retired[i], session, MOLD_SESSION_LENGTH) == 0)
+            return 1;
+    return 0;
+}
+
+static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    uint8_t old[MOLD_SESSION_LENGTH];
+    memcpy(old, e->session, sizeof old);
+    while (has_hole(e) && !im->oom)
+        eng_abandon(e, 1, LBF_REASON_SESSION_CHANGE, now_ns);
+    close_gaps(e);
+    emit_end_of_session(e);
+    im->progress = 0;
+    if (!feed_grow((void **)&im->retired, &im->retired_cap, im->retired_n + 1, sizeof *im->retired)) {
+        im->oom = 1;
+        return;
+    }
+    memcpy(im->retired[im->retired_n++], old, sizeof old);
+    feed_rec_stop(e);
+    feed_q_clear(im);
+    e->queued_packets = 0;
+    e->queued_bytes = 0;
+    im->req_n = 0;
+    im->has_jump = 0;
+    free_held(im);
+    im->cov_n = 0;
+    im->gap_head = im->gap_n = 0;
+    im->declared_upto = 0;
+    e->waiting = 0;
+    im->has_pending_eos = 0;
+    im->eos_emitted = 0;
+    im->shedding = 0;
+    memset(e->ring_feed, LBF_RING_NO_FEED, (size_t)(e->ring_mask + 1)); /* sequences restart */
+    memcpy(e->session, session, MOLD_SESSION_LENGTH);
+    e->has_expected = 1;
+    e->expected = 1;
+    e->highest = 0;
+    e->counters[LBF_C_SESSION_CHANGES] += 1;
+    lbf_event_t *ev = feed_emit(e, LBF_EV_SESSION_CHANGED, 1, 1, 0);
+    if (ev)
+        memcpy(ev->previous, old, sizeof old);
+}
+
+static int accept_session(lbf_eng_t *e, const uint8_t *session, int64_t arrival_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    if (retired(im, session) ||
+        (e->config.pinned && memcmp(session, e->config.session, MOLD_SESSION_LENGTH) != 0))
+        return 0;
+    if (!e->has_session) {
+        e->has_session = 1;
+        memcpy(e->session, session, MOLD_SESSION_LENGTH);
+        e->counters[LBF_C_SESSION_CHANGES] += 1;
+        if (e->config.has_resume && memcmp(session, e->config.resume_session, MOLD_SESSION_LENGTH) == 0)
+            join(e, e->config.resume_sequence);
+        else if (e->config.start_sequence)
+            join(e, e->config.start_sequence);
+        return 1;
+    }
+    int complete = im->has_pending_eos && !has_hole(e);
+    if (!complete && arrival_ns - e->last_session_arrival_ns < e->config.session_change_idle_ns)
+        return 0;
+    switch_session(e, session, arrival_ns);
+    return 1;
+}
+
+static void marker(lbf_eng_t *e, int32_t feed, uint64_t next_sequence, int end, int64_t arrival_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    fstats(e, feed)[end ? LBF_FS_END_OF_SESSION : LBF_FS_HEARTBEATS] += 1;
+    if (!e->has_expected)
+        join(e, next_sequence);
+    if (end && !im->has_pending_eos) {
+        im->has_pending_eos = 1;
+        im->pending_eos = next_sequence;
+    }
+    if (next_sequence - 1 >= e->expected) {
+        if (next_sequence - 1 > e->highest)
+            e->highest = next_sequence - 1;
+        note_ahead(e, feed, next_sequence, arrival_ns);
+    }
+}
+
+static void enqueue(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                    int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t last = first + count - 1;
+    if (last > e->highest)
+        e->highest = last;
+    if (feed_cov_covers(im, first, last)) {
+        fstats(e, feed)[LBF_FS_DUPLICATES] += count;
+    } else {
+        int64_t capacity = e->config.max_queue_packets, max_bytes = e->config.max_queue_bytes;
+        if (im->heap_n >= capacity || e->queued_bytes + length > max_bytes) {
+            if (e->config.recovery) {
+                /* shed, never abandon: the packet is not queued, its range stays a hole that recovery fetches
+                 * again; only the server's refusal or give-up loses messages */
+                e->counters[LBF_C_SHED_PACKETS] += 1;
+                if (!im->shedding) { /* one overflow per episode of a full queue */
+                    im->shedding = 1;
+                    e->counters[LBF_C_QUEUE_OVERFLOWS] += 1;
+                    feed_emit(e, LBF_EV_QUEUE_OVERFLOW, 0, (uint64_t)im->heap_n, (uint64_t)capacity);
+                }
+                note_ahead(e, feed, first, arrival_ns);
+                return;
+            }
+            /* recovery off: nothing can be fetched again; the oldest holes are given up */
+            e->counters[LBF_C_QUEUE_OVERFLOWS] += 1;
+            feed_emit(e, LBF_EV_QUEUE_OVERFLOW, 0, (uint64_t)im->heap_n, (uint64_t)capacity);
+            while ((im->heap_n > capacity / 2 || e->queued_bytes > max_bytes / 2) && has_hole(e) && !im->oom)
+                eng_abandon(e, 1, LBF_REASON_QUEUE_OVERFLOW, arrival_ns);
+            if (first <= e->expected) { /* giving up moved the stream up to (or past) this packet */
+                eng_walk(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
+                eng_drain(e);
+                return;
+            }
+        }
+        im->shedding = 0;
+        uint8_t *copy = malloc((size_t)length);
+        if (copy == NULL) {
+            im->oom = 1;
+            return;
+        }
+        memcpy(copy, p, (size_t)length);
+        q_entry_t q = {first, im->order++, count, feed, arrival_ns, copy, length};
+        if (!feed_q_push(im, q)) {
+            free(copy);
+            im->oom = 1;
+            return;
+        }
+        e->queued_bytes += length;
+        if (!feed_cov_add(im, first, last)) {
+            im->oom = 1;
+            return;
+        }
+        e->queued_packets = im->heap_n;
+        if (e->recovering && first <= im->declared_upto)
+            im->recovery_dirty = 1;
+    }
+    note_ahead(e, feed, first, arrival_ns);
+}
+
+static void data(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                 int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    if (!e->has_expected)
+        join(e, first);
+    if (first > e->expected) {
+        fstats(e, feed)[LBF_FS_OUT_OF_ORDER] += 1;
+        enqueue(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
+        return;
+    }
+    eng_walk(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
+    eng_drain(e);
+}
+
+static void intake(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                   int is_marker, int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    if (is_marker) {
+        marker(e, feed, first, count == MOLD_END_OF_SESSION, arrival_ns);
+        return;
+    }
+    if (feed == LBF_FEED_RETRANSMIT && e->config.recovery) {
+        IMPL(e)->recovery_dirty = 1;
+        feed_rec_on_answer(e, first, arrival_ns, count);
+    }
+    data(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
+}
+
+/* hold back a packet announcing sequences more than max_jump past everything known until a second one
+ * confirms the jump (spec.py _unconfirmed_jump); 1 when the packet was held or processed here */
+static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first,
+                            uint32_t count, int is_marker, int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t bound = e->config.max_jump;
+    if (!bound || !e->has_expected)
+        return 0;
+    uint64_t position = is_marker ? first - 1 : first;
+    uint64_t base = e->highest + 1 > e->expected ? e->highest + 1 : e->expected;
+    if (position <= base || position - base <= bound)
+        return 0;
+    held_t confirmed[ENG_MAX_HELD];
+    int32_t nc = 0, kept = 0;
+    for (int32_t i = 0; i < im->held_n; i++) {
+        held_t *h = &im->held[i];
+        /* confirmed by the other feed's copy, or by the same feed continuing after it */
+        uint64_t d = h->position > position ? h->position - position : position - h->position;
+        int ok = h->feed == feed ? (h->position <= position && d <= bound) : d <= bound;
+        if (ok)
+            confirmed[nc++] = *h;
+        else
+            im->held[kept++] = *h;
+    }
+    im->held_n = kept;
+    if (nc == 0) {
+        uint8_t *copy = malloc((size_t)length);
+        if (copy == NULL) {
+            im->oom = 1;
+            return 1;
+        }
+        memcpy(copy, p, (size_t)length);
+        kept = 0;
+        for (int32_t i = 0; i < im->held_n; i++) {
+            if (im->held[i].feed == feed)
+                free(im->held[i].data);
+            else
+                im->held[kept++] = im->held[i];
+        }
+        held_t h = {feed, position, first, count, is_marker, arrival_ns, copy, length};
+        im->held[kept++] = h;
+        im->held_n = kept;
+        e->counters[LBF_C_JUMPS_HELD] += 1;
+        return 1;
+    }
+    e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
+    /* acted upon, but provisional: live traffic continuing below it before the stream reaches it undoes it */
+    im->has_jump = 1;
+    im->jump_floor = base;
+    im->jump_at = position;
+    for (int32_t i = 0; i < nc; i++)
+        if (confirmed[i].position < im->jump_at)
+            im->jump_at = confirmed[i].position;
+    for (int32_t i = 1; i < nc; i++) { /* stable insertion sort by position */
+        held_t h = confirmed[i];
+        int32_t j = i - 1;
+        while (j >= 0 && confirmed[j].position > h.position) {
+            confirmed[j + 1] = confirmed[j];
+            j--;
+        }
+        confirmed[j + 1] = h;
+    }
+    for (int32_t i = 0; i < nc; i++) {
+        held_t *h = &confirmed[i];
+        intake(e, h->feed, h->data, h->length, h->first, h->count, h->marker, h->arrival_ns, -1, 0);
+        free(h->data);
+    }
+    intake(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
+    return 1;
+}
+
+void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count)
+{
+    eng_impl_t *im = IMPL(e);
+    if (count == 0)
+        return;
+    for (int64_t i = 0; i < im->req_n; i++) /* a retry: already there */
+        if (im->req_first[i] == first && im->req_last[i] == first + count - 1)
+            return;
+    if (im->req_n >= ENG_MAX_REQUESTED) {
+        memmove(im->req_first, im->req_first + 1, (size_t)(im->req_n - 1) * sizeof(uint64_t));
+        memmove(im->req_last, im->req_last + 1, (size_t)(im->req_n - 1) * sizeof(uint64_t));
+        im->req_n--;
+    }
+    int64_t c0 = im->req_cap;
+    if (!feed_grow((void **)&im->req_first, &c0, im->req_n + 1, sizeof(uint64_t))) {
+        im->oom = 1;
+        return;
+    }
+    c0 = im->req_cap;
+    if (!feed_grow((void **)&im->req_last, &c0, im->req_n + 1, sizeof(uint64_t))) {
+        im->oom = 1;
+        return;
+    }
+    im->req_cap = c0;
+    im->req_first[im->req_n] = first;
+    im->req_last[im->req_n] = first + count - 1;
+    im->req_n++;
+}
+
+/* the messages of an answer [first, first + count) that were asked for (0: unrequested); ranges the stream
+ * has passed are forgotten on the way (spec.py _requested_count) */
+static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t expected = e->has_expected ? e->expected : 0;
+    int64_t kept = 0;
+    for (int64_t i = 0; i < im->req_n; i++) {
+        if (im->req_last[i] >= expected) {
+            im->req_first[kept] = im->req_first[i];
+            im->req_last[kept] = im->req_last[i];
+            kept++;
+        }
+    }
+    im->req_n = kept;
+    /* cut at the furthest end of the requests covering `first`: an older, shorter request overlapping the one
+     * answered must not cut the answer short */
+    uint64_t room = 0;
+    for (int64_t i = 0; i < kept; i++)
+        if (im->req_first[i] <= first && first <= im->req_last[i] && im->req_last[i] - first + 1 > room)
+            room = im->req_last[i] - first + 1;
+    return room < count ? (uint32_t)room : count;
+}
+
+/* forget everything from a forged jump's position on: its queued packets, holes, gaps and markers */
+static void undo_jump(lbf_eng_t *e, uint64_t jump)
+{
+    eng_impl_t *im = IMPL(e);
+    im->has_jump = 0;
+    e->counters[LBF_C_JUMPS_FORGED] += 1;
+    free_held(im);
+    int64_t kept = 0;
+    e->queued_bytes = 0;
+    for (int64_t i = 0; i < im->heap_n; i++) {
+        if (im->heap[i].first < jump) {
+            im->heap[kept++] = im->heap[i];
+            e->queued_bytes += im->heap[i].length;
+        } else {
+            free(im->heap[i].data);
+        }
+    }
+    im->heap_n = kept;
+    for (int64_t i = kept / 2 - 1; i >= 0; i--)
+        feed_q_sift_down(im, i);
+    e->queued_packets = kept;
+    im->cov_n = 0;
+    for (int64_t i = 0; i < kept; i++)
+        if (!feed_cov_add(im, im->heap[i].first, im->heap[i].first + im->heap[i].count - 1))
+            im->oom = 1;
+    feed_cov_trim_below(im, e->expected);
+    uint64_t highest = e->expected - 1;
+    if (im->jump_floor - 1 > highest && im->jump_floor > 0)
+        highest = im->jump_floor - 1;
+    if (im->cov_n && im->cov_end[im->cov_n - 1] > highest)
+        highest = im->cov_end[im->cov_n - 1];
+    e->highest = highest;
+    if (im->declared_upto > highest)
+        im->declared_upto = highest;
+    int64_t n = 0;
+    for (int64_t g = 0; g < im->gap_n; g++) {
+        gap_t gap = im->gaps[im->gap_head + g];
+        if (gap.first <= highest) {
+            if (gap.last > highest)
+                gap.last = highest;
+            im->gaps[im->gap_head + n++] = gap;
+        }
+    }
+    im->gap_n = n;
+    if (im->has_pending_eos && im->pending_eos - 1 > highest)
+        im->has_pending_eos = 0;
+}
+
+/* live traffic continuing below a jump reveals it as forged (spec.py _forged_jump_revealed) */
+static void forged_jump_revealed(lbf_eng_t *e, int32_t feed, uint64_t first, uint32_t count, int is_marker)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t bound = e->config.max_jump;
+    if (!bound || !e->has_expected)
+        return;
+    uint64_t position = is_marker ? first - 1 : first;
+    for (int32_t i = 0; i < im->held_n; i++) {
+        held_t *h = &im->held[i];
+        if (h->feed == feed && h->position > position && h->position - position > bound) {
+            free(h->data);
+            memmove(im->held + i, im->held + i + 1, (size_t)(im->held_n - i - 1) * sizeof(held_t));
+            im->held_n--;
+            e->counters[LBF_C_JUMPS_FORGED] += 1;
+            break;
+        }
+    }
+    if (im->has_jump) {
+        uint64_t jump = im->jump_at;
+        uint64_t last = is_marker ? position : first + count - 1;
+        if (e->expected >= jump)
+            im->has_jump = 0; /* the stream reached the jump: it stands */
+        else if (position < jump && last >= e->expected && jump - position > bound)
+            undo_jump(e, jump);
+    }
+}
+
+static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t feed, int32_t truncated,
+                              int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    int64_t *st = fstats(e, feed);
+    if (n < 0)
+        n = 0;
+    st[LBF_FS_PACKETS] += 1;
+    st[LBF_FS_BYTES] += n;
+    if (!(e->config.feed_mask & (1 << feed))) {
+        st[LBF_FS_IGNORED] += 1;
+        return;
+    }
+    if (truncated || n < MOLD_HEADER_LENGTH) {
+        st[LBF_FS_DECODE_ERRORS] += 1;
+        return;
+    }
+    uint64_t first = be64(p + MOLD_SEQUENCE_OFFSET);
+    uint32_t count = be16(p + MOLD_COUNT_OFFSET);
+    int is_marker = count == MOLD_HEARTBEAT || count == MOLD_END_OF_SESSION;
+    int valid = is_marker ? (n == MOLD_HEADER_LENGTH && first >= 1)
+                          : (first >= 1 && first <= UINT64_MAX - count && feed_blocks_fill_packet(p, n, count));
+    if (!valid) {
+        st[LBF_FS_DECODE_ERRORS] += 1;
+        return;
+    }
+    const uint8_t *session = p + MOLD_SESSION_OFFSET;
+    int same = e->has_session && memcmp(session, e->session, MOLD_SESSION_LENGTH) == 0;
+    if (!same && !accept_session(e, session, arrival_ns)) {
+        st[LBF_FS_FOREIGN_SESSION] += 1;
+        return;
+    }
+    if (arrival_ns > e->last_session_arrival_ns)
+        e->last_session_arrival_ns = arrival_ns;
+    if (!is_marker)
+        st[LBF_FS_MESSAGES] += count;
+    if (feed == LBF_FEED_RETRANSMIT) {
+        /* an answer counts only for an outstanding request, and only for the sequences it asked for */
+        count = is_marker ? 0 : requested_count(e, first, count);
+        if (count == 0) {
+            st[LBF_FS_IGNORED] += 1;
+            return;
+        }
+    } else {
+        forged_jump_revealed(e, feed, first, count, is_marker);
+    }
+    if (unconfirmed_jump(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset))
+        return;
+    intake(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset);
+}
+
+/* the declared holes the pacing works on (spec.py _declared_holes), into the pacing's buffers */
+static int64_t declared_holes(lbf_eng_t *e, int64_t limit)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!e->has_expected || im->declared_upto < e->expected)
+        return 0;
+    uint64_t upto = e->highest < im->declared_upto ? e->highest : im->declared_upto;
+    if (upto < e->expected)
+        return 0;
+    return feed_cov_holes(im, e->expected, upto, im->rec.hole_first, im->rec.hole_last, limit);
+}
+
+/* after any input: close passed gaps, watch the first undeclared hole, detect, drive recovery (give up what
+ * the server stopped answering, send what is due), end of session (spec.py _settle) */
+int32_t lbf_eng_settle(lbf_eng_t *e, int64_t now_ns)
+{
+    if (e == NULL || e->impl == NULL)
+        return -EINVAL;
+    eng_impl_t *im = IMPL(e);
+    for (;;) {
+        if (im->progress) {
+            im->progress = 0;
+            close_gaps(e);
+        }
+        if (!e->has_expected || e->highest < e->expected) {
+            e->waiting = 0;
+            break;
+        }
+        uint64_t hole = 0;
+        int has = first_undeclared_hole(e, &hole);
+        update_wait(e, now_ns, has, hole);
+        check_detection(e, now_ns);
+        if (im->progress)
+            continue;
+        /* the pacing has nothing new to say unless the holes changed, an answer came or its deadline passed */
+        if (e->recovering && !im->oom && (im->recovery_dirty || now_ns >= e->recovery_deadline_ns)) {
+            int64_t n = declared_holes(e, e->config.max_outstanding);
+            int64_t expired = feed_rec_expired(e, n, now_ns);
+            if (expired) {
+                eng_abandon(e, expired, LBF_REASON_GIVE_UP, now_ns);
+                continue;
+            }
+            feed_rec_poll(e, n, now_ns);
+            im->recovery_dirty = 0;
+        }
+        break;
+    }
+    if (e->recovering) {
+        if (!e->has_expected || e->highest < e->expected)
+            feed_rec_stop(e); /* caught up */
+        else
+            feed_rec_forget_below(e, e->expected);
+    }
+    if (im->rec_touched) {
+        im->rec_touched = 0;
+        e->recovery_deadline_ns = e->recovering ? feed_rec_next_deadline(e) : INT64_MAX;
+    }
+    emit_end_of_session(e);
+    return im->oom ? -ENOMEM : 0;
+}
+
+int64_t lbf_eng_holes(lbf_eng_t *e, int32_t declared, uint64_t *first, uint64_t *last, int64_t limit)
+{
+    eng_impl_t *im = IMPL(e);
+    if (limit <= 0 || !e->has_expected)
+        return 0;
+    uint64_t upto = e->highest;
+    if (declared) {
+        if (im->declared_upto < e->expected)
+            return 0;
+        if (im->declared_upto < upto)
+            upto = im->declared_upto;
+    }
+    if (upto < e->expected)
+        return 0;
+    return feed_cov_holes(im, e->expected, upto, first, last, limit);
+}
+
+int64_t lbf_eng_wait_deadline(lbf_eng_t *e)
+{
+    return e->waiting ? e->wait_started_ns + e->config.lost_packet_wait_ns : INT64_MAX;
+}
+
+int64_t lbf_eng_deadline(lbf_eng_t *e)
+{
+    int64_t d = lbf_eng_wait_deadline(e);
+    if (e->recovering && e->recovery_deadline_ns < d)
+        d = e->recovery_deadline_ns;
+    return d;
+}
+
+int32_t lbf_eng_packet(lbf_eng_t *e, const uint8_t *packet, int32_t length, int32_t feed, int32_t truncated,
+                       int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    if (e == NULL || e->impl == NULL || feed < 0 || feed >= LBF_FEEDS || (packet == NULL && length > 0))
+        return -EINVAL;
+    eng_intake_packet(e, packet, length, feed, truncated, arrival_ns, slot, base_offset);
+    return lbf_eng_settle(e, arrival_ns);
+}
+
+/* the lines of a received datagram, asked for ahead of its validation walk: that walk's loads depend on each
+ * other (each block's length gives the next offset), so without this every line's latency adds up */
+static inline void prefetch_slot(const lbf_rx_t *rx, int32_t i)
+{
+    int32_t length = rx->length[i];
+    if (length > rx->slot_size)
+        length = rx->slot_size;
+    const uint8_t *p = rx->slab + (int64_t)i * rx->slot_size;
+    for (int32_t off = 0; off < length; off += 64)
+        __builtin_prefetch(p + off, 0, 3);
+}
+
+int32_t lbf_eng_process(lbf_eng_t *e, const lbf_rx_t *rx, int32_t start, int32_t end)
+{
+    if (e == NULL || e->impl == NULL || rx == NULL || start < 0 || end > rx->capacity)
+        return -EINVAL;
+    int32_t i = start;
+    if (i < end)
+        prefetch_slot(rx, i);
+    while (i < end) {
+        if (i + 1 < end)
+            prefetch_slot(rx, i + 1);
+        int32_t length = rx->length[i];
+        int32_t truncated = (rx->flags[i] & LBF_RX_TRUNCATED) != 0;
+        if (length < 0 || length > rx->slot_size) {
+            length = length < 0 ? 0 : rx->slot_size;
+            truncated = 1;
+        }
+        int64_t base = (int64_t)i * rx->slot_size;
+        int32_t feed = rx->feed[i];
+        int32_t r = lbf_eng_packet(e, rx->slab + base, length, feed < LBF_FEEDS ? feed : LBF_FEED_A, truncated,
+                                   rx->arrival_ns[i], i, base);
+        i++;
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+void lbf_eng_clear_output(lbf_eng_t *e)
+{
+    e->event_count = 0;
+    e->event_sealed = 0;
+    e->output_generation++;
+    e->out_count = 0;
+    e->out_bytes_length = 0;
+}
+
+int32_t lbf_eng_init(lbf_eng_t *e)
+{
+    if (e == NULL || e->feed_stats == NULL || e->delay_stats == NULL || e->counters == NULL ||
+        e->ring_seq == NULL || e->ring_arrival == NULL || e->ring_feed == NULL)
+        return -EINVAL;
+    const lbf_eng_config_t *c = &e->config;
+    if (c->recovery && (c->max_outstanding < 1 || c->max_request_count < 1 ||
+                        c->max_request_count > LBF_MAX_REQUEST_COUNT || c->retry_interval_ns <= 0 ||
+                        c->give_up_ns <= 0 || c->initial_backoff_ns < 0 || c->rate_units < 1 ||
+                        c->rate_units > LBF_MAX_RATE_UNITS || c->request_burst < 1 ||
+                        c->request_burst > LBF_MAX_REQUEST_BURST || !(c->jitter_low >= 0.0) ||
+                        !(c->jitter_high >= c->jitter_low)))
+        return -EINVAL;
+    e->impl = calloc(1, sizeof(eng_impl_t));
+    if (e->impl == NULL)
+        return -ENOMEM;
+    e->recovery_deadline_ns = INT64_MAX;
+    int32_t rc = feed_rec_init(e);
+    if (rc < 0) {
+        lbf_eng_destroy(e);
+        return rc;
+    }
+    return 0;
+}
+
+void lbf_eng_destroy(lbf_eng_t *e)
+{
+    if (e == NULL || e->impl == NULL)
+        return;
+    eng_impl_t *im = IMPL(e);
+    feed_q_clear(im);
+    free_held(im);
+    free(im->heap);
+    free(im->cov_start);
+    free(im->cov_end);
+    free(im->gaps);
+    free(im->retired);
+    free(im->req_first);
+    free(im->req_last);
+    feed_rec_destroy(e);
+    free(im);
+    e->impl = NULL;
+    free(e->events);
+    free(e->out_seq);
+    free(e->out_offset);
+    free(e->out_length);
+    free(e->out_feed);
+    free(e->out_arrival);
+    free(e->out_bytes);
+    e->events = NULL;
+    e->out_seq = NULL;
+    e->out_offset = NULL;
+    e->out_length = NULL;
+    e->out_feed = NULL;
+    e->out_arrival = NULL;
+    e->out_bytes = NULL;
+}
+
+int64_t lbf_eng_offer(lbf_eng_t *e, int64_t event_index, int64_t skip, const uint8_t *slab, int64_t slab_length,
+                      void *publication, int32_t exclusive, int32_t *appended)
+{
+    *appended = 0;
+    if (e == NULL || publication == NULL || event_index < 0 || event_index >= e->event_count || skip < 0)
+        return -EINVAL;
+    const lbf_event_t *ev = &e->events[event_index];
+    if (ev->kind != LBF_EV_DELIVER || ev->b > (uint64_t)e->out_count || ev->a + (uint64_t)skip > ev->b)
+        return -EINVAL;
+    int64_t first = (int64_t)ev->a + skip;
+    int64_t count = (int64_t)ev->b - first;
+    if (count == 0)
+        return 0;
+    if (count > INT32_MAX)
+        count = INT32_MAX;
+    const uint8_t *data = ev->reason ? slab : e->out_bytes;
+    int64_t data_length = ev->reason ? slab_length : e->out_bytes_length;
+    if (data == NULL)
+        return -EINVAL;
+    /* out_seq holds u64 sequences; the reserved value is the same 64 bits (read back as u64) */
+    return lb_offer_batch((lb_publication_t *)publication, exclusive, (const char *)data, data_length,
+                          e->out_offset + first, e->out_length + first, (const int64_t *)(e->out_seq + first),
+                          (int32_t)count, appended);
+}

@@ -1,0 +1,437 @@
+/*
+ * logbuf feed handler: the re-request pacing, run by the arbitration engine (feed_engine.c) while it recovers.
+ * src/logbuf/feed/recovery.py is its specification, function for function; the property tests require the same
+ * requests and give-ups from both.
+ *
+ *     gap declared -> start: the first round after initial_backoff x U(jitter) (splitmix64, seeded)
+ *     poll(declared holes, now) -> answer-sized requests, head first, at most max_outstanding in flight,
+ *         paced by a token bucket at rate_units / 1000 requests per second (under the server's per-client
+ *         limit); an unanswered request is asked again after retry_interval
+ *     expired -> a hole whose first message was requested give_up ago, or every hole once the server has
+ *         answered nothing for give_up while requests were in flight
+ *
+ * Until an answer shows how many messages one packet carries, requests ask for max_request_count and only
+ * their first message counts as requested; afterwards each asks for one answer's worth. The times sequences
+ * were first requested are kept as (range, time) breakpoints; the in-flight table is sorted by sequence (poll
+ * walks the holes in that order).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "feed.h"
+#include "feed_impl.h"
+
+#define REC(e) (&IMPL(e)->rec)
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* U(low, high) as Python's random.uniform with recovery.py's Jitter: low + (high - low) * [0, 1) */
+static double uniform(rec_t *r, double low, double high)
+{
+    double u = (double)(splitmix64(&r->rng) >> 11) * 0x1.0p-53;
+    return low + (high - low) * u;
+}
+
+int32_t feed_rec_init(lbf_eng_t *e)
+{
+    rec_t *r = REC(e);
+    int64_t window = e->config.recovery ? e->config.max_outstanding : 1;
+    r->out_seq = calloc((size_t)window, sizeof(uint64_t));
+    r->out_ns = calloc((size_t)window, sizeof(int64_t));
+    r->kept_seq = calloc((size_t)window, sizeof(uint64_t));
+    r->kept_ns = calloc((size_t)window, sizeof(int64_t));
+    r->hole_first = calloc((size_t)window, sizeof(uint64_t));
+    r->hole_last = calloc((size_t)window, sizeof(uint64_t));
+    if (!r->out_seq || !r->out_ns || !r->kept_seq || !r->kept_ns || !r->hole_first || !r->hole_last)
+        return -ENOMEM;
+    r->tokens = e->config.request_burst * LBF_REC_TOKEN;
+    r->rng = e->config.seed;
+    e->last_answer_ns = INT64_MIN;
+    return 0;
+}
+
+void feed_rec_destroy(lbf_eng_t *e)
+{
+    rec_t *r = REC(e);
+    free(r->out_seq);
+    free(r->out_ns);
+    free(r->kept_seq);
+    free(r->kept_ns);
+    free(r->hole_first);
+    free(r->hole_last);
+    free(r->fa_start);
+    free(r->fa_end);
+    free(r->fa_ns);
+    free(r->asked_seq);
+    free(r->asked_count);
+    memset(r, 0, sizeof *r);
+}
+
+void feed_rec_start(lbf_eng_t *e, int64_t now_ns)
+{
+    if (e->recovering)
+        return;
+    rec_t *r = REC(e);
+    const lbf_eng_config_t *c = &e->config;
+    e->recovering = 1;
+    r->has_ready = 1;
+    r->ready_ns = now_ns + (int64_t)((double)c->initial_backoff_ns * uniform(r, c->jitter_low, c->jitter_high));
+    IMPL(e)->rec_touched = 1;
+}
+
+void feed_rec_stop(lbf_eng_t *e)
+{
+    rec_t *r = REC(e);
+    e->recovering = 0;
+    r->has_ready = 0;
+    r->out_n = 0;
+    r->fa_n = 0;
+    r->asked_n = 0;
+    r->paced = 0;
+    r->has_quiet = 0;
+    r->has_head = 0;
+    IMPL(e)->rec_touched = 1;
+}
+
+static int64_t find_sorted(const uint64_t *a, int64_t n, uint64_t v) /* index of v in sorted a, or -1 */
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (a[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && a[lo] == v ? lo : -1;
+}
+
+static int64_t asked_find(const rec_t *r, uint64_t seq)
+{
+    for (int64_t i = 0; i < r->asked_n; i++)
+        if (r->asked_seq[i] == seq)
+            return i;
+    return -1;
+}
+
+void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count)
+{
+    rec_t *r = REC(e);
+    IMPL(e)->rec_touched = 1;
+    e->last_answer_ns = now_ns;
+    int64_t i = find_sorted(r->out_seq, r->out_n, first);
+    if (i >= 0) { /* the request it answers is no longer in flight */
+        memmove(r->out_seq + i, r->out_seq + i + 1, (size_t)(r->out_n - i - 1) * sizeof(uint64_t));
+        memmove(r->out_ns + i, r->out_ns + i + 1, (size_t)(r->out_n - i - 1) * sizeof(int64_t));
+        r->out_n--;
+        e->requests_answered++;
+    }
+    if (e->recovering) { /* the server is answering: the silence clock restarts */
+        r->has_quiet = 1;
+        r->quiet_ns = now_ns;
+    }
+    int64_t k = asked_find(r, first);
+    if (k < 0)
+        return;
+    uint32_t asked = r->asked_count[k];
+    r->asked_seq[k] = r->asked_seq[r->asked_n - 1];
+    r->asked_count[k] = r->asked_count[r->asked_n - 1];
+    r->asked_n--;
+    if (count < 1)
+        return;
+    if (count < asked) { /* the answer packet was full: that is what one request brings back */
+        r->has_chunk = 1;
+        r->chunk = count;
+        r->full_seen = 1;
+    } else if (r->has_chunk && count == asked && asked == r->chunk && !r->full_seen) { /* maybe more fits */
+        uint32_t grown = r->chunk + r->chunk / 4 + 1;
+        r->chunk = grown < (uint32_t)e->config.max_request_count ? grown : (uint32_t)e->config.max_request_count;
+    }
+    e->request_chunk = r->has_chunk ? r->chunk : 0;
+}
+
+static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
+{
+    int64_t cap = c->request_burst * LBF_REC_TOKEN;
+    if (r->has_tokens_ns && now_ns > r->tokens_ns) {
+        int64_t elapsed = now_ns - r->tokens_ns, room = cap - r->tokens;
+        /* saturates at the burst without overflowing (elapsed x rate may pass int64) */
+        r->tokens = room <= 0 || elapsed > room / c->rate_units ? cap : r->tokens + elapsed * c->rate_units;
+        if (r->tokens > cap)
+            r->tokens = cap;
+    }
+    if (!r->has_tokens_ns || now_ns > r->tokens_ns) {
+        r->has_tokens_ns = 1;
+        r->tokens_ns = now_ns;
+    }
+}
+
+/* the first-requested breakpoints: first i with fa_end[i] >= v */
+static int64_t fa_lower_end(const rec_t *r, uint64_t v)
+{
+    int64_t lo = 0, hi = r->fa_n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (r->fa_end[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int fa_insert(rec_t *r, int64_t i, uint64_t start, uint64_t end, int64_t ns)
+{
+    int64_t c0 = r->fa_cap;
+    int ok = feed_grow((void **)&r->fa_start, &c0, r->fa_n + 1, sizeof(uint64_t));
+    c0 = r->fa_cap;
+    ok = ok && feed_grow((void **)&r->fa_end, &c0, r->fa_n + 1, sizeof(uint64_t));
+    c0 = r->fa_cap;
+    ok = ok && feed_grow((void **)&r->fa_ns, &c0, r->fa_n + 1, sizeof(int64_t));
+    if (!ok)
+        return 0;
+    r->fa_cap = c0;
+    size_t tail = (size_t)(r->fa_n - i);
+    memmove(r->fa_start + i + 1, r->fa_start + i, tail * sizeof(uint64_t));
+    memmove(r->fa_end + i + 1, r->fa_end + i, tail * sizeof(uint64_t));
+    memmove(r->fa_ns + i + 1, r->fa_ns + i, tail * sizeof(int64_t));
+    r->fa_start[i] = start;
+    r->fa_end[i] = end;
+    r->fa_ns[i] = ns;
+    r->fa_n++;
+    return 1;
+}
+
+/* [first, last] was asked for at now_ns: the parts never asked for before are requested from now */
+static int note_requested(rec_t *r, uint64_t first, uint64_t last, int64_t now_ns)
+{
+    int64_t i = fa_lower_end(r, first);
+    uint64_t cur = first;
+    while (cur <= last) {
+        if (i < r->fa_n && r->fa_start[i] <= cur) { /* inside a range already requested */
+            if (r->fa_end[i] >= last)
+                break;
+            cur = r->fa_end[i] + 1;
+            i++;
+            continue;
+        }
+        uint64_t end = i >= r->fa_n ? last : (last < r->fa_start[i] - 1 ? last : r->fa_start[i] - 1);
+        if (i > 0 && r->fa_end[i - 1] == cur - 1 && r->fa_ns[i - 1] == now_ns) { /* extends the range before */
+            r->fa_end[i - 1] = end;
+        } else {
+            if (!fa_insert(r, i, cur, end, now_ns))
+                return 0;
+            i++;
+        }
+        if (end >= last)
+            break;
+        cur = end + 1;
+    }
+    return 1;
+}
+
+static int first_requested_ns(const rec_t *r, uint64_t seq, int64_t *ns)
+{
+    int64_t lo = 0, hi = r->fa_n; /* first i with fa_start[i] > seq */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (r->fa_start[mid] <= seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int64_t i = lo - 1;
+    if (i < 0 || r->fa_end[i] < seq)
+        return 0;
+    *ns = r->fa_ns[i];
+    return 1;
+}
+
+static int server_silent(const lbf_eng_t *e, const rec_t *r, int64_t now_ns)
+{
+    return r->has_quiet && r->out_n > 0 && now_ns - r->quiet_ns >= e->config.give_up_ns;
+}
+
+int64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
+{
+    rec_t *r = REC(e);
+    if (!e->recovering)
+        return 0;
+    if (server_silent(e, r, now_ns))
+        return holes;
+    int64_t n = 0;
+    for (int64_t h = 0; h < holes && r->fa_n; h++) {
+        int64_t ns;
+        if (!first_requested_ns(r, r->hole_first[h], &ns) || now_ns - ns < e->config.give_up_ns)
+            break;
+        n++;
+    }
+    return n;
+}
+
+static int asked_set(rec_t *r, uint64_t seq, uint32_t count)
+{
+    int64_t k = asked_find(r, seq);
+    if (k >= 0) {
+        r->asked_count[k] = count;
+        return 1;
+    }
+    int64_t c0 = r->asked_cap;
+    int ok = feed_grow((void **)&r->asked_seq, &c0, r->asked_n + 1, sizeof(uint64_t));
+    c0 = r->asked_cap;
+    ok = ok && feed_grow((void **)&r->asked_count, &c0, r->asked_n + 1, sizeof(uint32_t));
+    if (!ok)
+        return 0;
+    r->asked_cap = c0;
+    r->asked_seq[r->asked_n] = seq;
+    r->asked_count[r->asked_n] = count;
+    r->asked_n++;
+    return 1;
+}
+
+/* one request of [seq, seq + count) goes out now: an event for Python to send, answers accepted inside it */
+static int send_request(lbf_eng_t *e, rec_t *r, uint64_t seq, uint64_t count, uint64_t answerable, int64_t now_ns)
+{
+    if (!asked_set(r, seq, (uint32_t)count) || feed_emit(e, LBF_EV_REQUEST, 0, seq, count) == NULL)
+        return 0;
+    feed_note_request(e, seq, (uint32_t)count);
+    e->counters[LBF_C_RECOVERY_REQUESTS] += 1;
+    e->requests_sent++;
+    /* requested: what one answer to it would have carried */
+    return note_requested(r, seq, seq + (count < answerable ? count : answerable) - 1, now_ns);
+}
+
+void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
+{
+    rec_t *r = REC(e);
+    eng_impl_t *im = IMPL(e);
+    const lbf_eng_config_t *c = &e->config;
+    if (!e->recovering)
+        return;
+    im->rec_touched = 1;
+    if (r->has_ready) {
+        if (now_ns < r->ready_ns)
+            return;
+        r->has_ready = 0;
+    }
+    const int64_t window = c->max_outstanding;
+    /* until an answer shows what one packet carries, requests ask for as much as they may (only their first
+     * message counts as requested: one answer surely brings that back) */
+    const uint64_t request = r->has_chunk ? r->chunk : (uint64_t)c->max_request_count;
+    const uint64_t answerable = r->has_chunk ? r->chunk : 1;
+    refill(r, c, now_ns);
+    r->paced = 0;
+    int64_t kept = 0, old = 0;
+    for (int64_t h = 0; h < holes && kept < window; h++) {
+        uint64_t seq = r->hole_first[h], last = r->hole_last[h];
+        while (seq <= last) {
+            if (kept >= window)
+                break;
+            uint64_t count = last - seq + 1 < request ? last - seq + 1 : request;
+            while (old < r->out_n && r->out_seq[old] < seq) /* both ascend: one pass over the old table */
+                old++;
+            int found = old < r->out_n && r->out_seq[old] == seq;
+            int64_t sent = found ? r->out_ns[old] : 0;
+            if (!found || now_ns - sent >= c->retry_interval_ns) {
+                if (r->tokens < LBF_REC_TOKEN) { /* paced: the rest goes out as tokens come back */
+                    r->paced = 1;
+                    if (!found)
+                        break;
+                    r->kept_seq[kept] = seq;
+                    r->kept_ns[kept++] = sent;
+                    seq += count;
+                    continue;
+                }
+                r->tokens -= LBF_REC_TOKEN;
+                if (!send_request(e, r, seq, count, answerable, now_ns)) {
+                    im->oom = 1;
+                    return;
+                }
+                sent = now_ns;
+            }
+            r->kept_seq[kept] = seq;
+            r->kept_ns[kept++] = sent;
+            seq += count;
+        }
+        if (r->paced && seq <= last)
+            break;
+    }
+    /* requests for chunks that no longer start a hole (filled meanwhile) are forgotten: an answer to them still
+     * fills the stream, and a retry would only ask for data already here */
+    if (kept && (r->out_n == 0 || !r->has_quiet)) { /* requests went in flight: the silence clock starts */
+        r->has_quiet = 1;
+        r->quiet_ns = now_ns;
+    } else if (!kept) {
+        r->has_quiet = 0;
+    }
+    uint64_t *ts = r->out_seq;
+    int64_t *tn = r->out_ns;
+    r->out_seq = r->kept_seq;
+    r->out_ns = r->kept_ns;
+    r->kept_seq = ts;
+    r->kept_ns = tn;
+    r->out_n = kept;
+    if (r->asked_n > 4 * window) { /* answers that never came: keep the table bounded */
+        int64_t n = 0;
+        for (int64_t k = 0; k < r->asked_n; k++) {
+            if (find_sorted(r->out_seq, r->out_n, r->asked_seq[k]) >= 0) {
+                r->asked_seq[n] = r->asked_seq[k];
+                r->asked_count[n++] = r->asked_count[k];
+            }
+        }
+        r->asked_n = n;
+    }
+    if (r->paced)
+        e->requests_paced++;
+    /* only the first hole can be given up first (expired counts leading holes): its time is the give-up's */
+    r->has_head = holes > 0 && first_requested_ns(r, r->hole_first[0], &r->head_ns);
+}
+
+int64_t feed_rec_next_deadline(lbf_eng_t *e)
+{
+    rec_t *r = REC(e);
+    const lbf_eng_config_t *c = &e->config;
+    if (!e->recovering)
+        return INT64_MAX;
+    if (r->has_ready)
+        return r->ready_ns;
+    int64_t d = INT64_MAX;
+    if (r->paced && r->has_tokens_ns) {
+        /* requests are waiting for a token: nothing due can go out before it is whole (retries included), but a
+         * give-up falls due on time */
+        int64_t missing = LBF_REC_TOKEN - r->tokens;
+        int64_t wait = missing > 0 ? (missing + c->rate_units - 1) / c->rate_units : -((-missing) / c->rate_units);
+        d = r->tokens_ns + wait;
+    } else {
+        for (int64_t i = 0; i < r->out_n; i++)
+            if (r->out_ns[i] + c->retry_interval_ns < d)
+                d = r->out_ns[i] + c->retry_interval_ns;
+    }
+    if (r->has_head && r->head_ns + c->give_up_ns < d)
+        d = r->head_ns + c->give_up_ns;
+    if (r->has_quiet && r->out_n && r->quiet_ns + c->give_up_ns < d)
+        d = r->quiet_ns + c->give_up_ns;
+    return d;
+}
+
+void feed_rec_forget_below(lbf_eng_t *e, uint64_t seq)
+{
+    rec_t *r = REC(e);
+    int64_t i = fa_lower_end(r, seq);
+    if (i == 0)
+        return;
+    size_t tail = (size_t)(r->fa_n - i);
+    memmove(r->fa_start, r->fa_start + i, tail * sizeof(uint64_t));
+    memmove(r->fa_end, r->fa_end + i, tail * sizeof(uint64_t));
+    memmove(r->fa_ns, r->fa_ns + i, tail * sizeof(int64_t));
+    r->fa_n -= i;
+    IMPL(e)->rec_touched = 1;
+}

@@ -1,0 +1,497 @@
+/*
+ * logbuf feed handler: one handler round.
+ *
+ * lbf_round does what the handler's loop did per round, in C: (sleep in ppoll when the last round drained every
+ * socket) -> recvmmsg from A and B (a fair share of the ring each) and from the answers socket while recovering
+ * or readable -> capture PACKET rows -> arbitrate every datagram -> a tick on the round's clock -> append every
+ * delivery run to the messages publication (the MoldUDP64 sequence as the reserved value) and write DELIVERED
+ * rows. It suspends, keeping its place, only for what needs Python: engine events other than deliveries (gap,
+ * session, end-of-session and overflow records; the re-requests the engine's pacing emitted, for Python to
+ * send) or a full publication. The clock rule of the handler holds: the lost-packet wait runs on arrival stamps, and
+ * while a socket still holds datagrams time advances only to the newest stamp processed.
+ */
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "feed.h"
+#include "feed_impl.h"
+#include "lb_layout.h"
+#include "logbuf.h"
+
+enum { PH_START = 0, PH_CAPTURE_PACKETS, PH_PROCESS, PH_TICK, PH_PUBLISH, PH_FLUSH };
+
+#define ROUND_ADMIN_RETRIES 4 /* term rotations in a row before an append is treated as back-pressured */
+
+typedef struct round_impl {
+    int32_t phase;      /* PH_START: no round suspended */
+    int32_t n;          /* datagrams of this round in the ring */
+    int32_t slot;       /* next ring slot to arbitrate */
+    int64_t newest_ns;  /* newest arrival stamp of the round */
+    int64_t ev;         /* next engine event to publish */
+    int64_t out_done;   /* deliveries below this index were appended (or counted unpublished) */
+    int32_t sampled;    /* the latency of the run being appended was sampled */
+    int32_t flags;      /* LBF_ROUND_COUNTERS / _REFUSED, reported with the next status */
+    int64_t next_counters_ns;
+    /* capture rows waiting to be offered: rows[rows_done .. rows_n) of one kind */
+    uint8_t *rows;
+    int64_t rows_cap, rows_n, rows_done;
+    int32_t rows_kind;
+    int32_t rows_per_frame;
+    /* the DELIVERED row being extended: its index, next sequence, feed and (monotonic) arrival */
+    int64_t row_open;
+    uint64_t row_next;
+    uint8_t row_feed;
+    int64_t row_arrival;
+    int32_t row_count;
+} round_impl_t;
+
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int k = 0; k < 4; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+static inline uint8_t feed_letter(uint8_t feed)
+{
+    return feed == LBF_FEED_A ? 'A' : feed == LBF_FEED_B ? 'B' : feed == LBF_FEED_RETRANSMIT ? 'R' : '?';
+}
+
+static int32_t round_fail(lbf_round_t *r, int32_t kind, int64_t code, int32_t feed)
+{
+    round_impl_t *im = r->impl;
+    r->fail_kind = kind;
+    r->fail_code = code;
+    r->fail_feed = feed;
+    im->phase = PH_START;
+    return LBF_ROUND_FAILED;
+}
+
+int64_t lbf_round_deadline(lbf_round_t *r) { return lbf_eng_deadline(r->eng); }
+
+void lbf_round_destroy(lbf_round_t *r)
+{
+    if (r == NULL || r->impl == NULL)
+        return;
+    round_impl_t *im = r->impl;
+    free(im->rows);
+    free(im);
+    r->impl = NULL;
+}
+
+int32_t lbf_round_init(lbf_round_t *r)
+{
+    if (r == NULL || r->rx == NULL || r->rx->impl == NULL || r->eng == NULL || r->eng->impl == NULL ||
+        r->messages == NULL || r->latency_ns == NULL || r->latency_mask < 0 ||
+        (r->latency_mask & (r->latency_mask + 1)) != 0 || r->max_block_ns < 0 || r->batch_wait_ns < 0)
+        return -EINVAL;
+    for (int32_t f = 0; f < LBF_FEEDS; f++)
+        if (r->fd[f] >= 0 && r->slots[f] < 0)
+            return -EINVAL;
+    lbf_round_destroy(r);
+    round_impl_t *im = calloc(1, sizeof *im);
+    if (im == NULL)
+        return -ENOMEM;
+    if (r->capture != NULL) {
+        int32_t payload = ((lb_publication_t *)r->capture)->max_payload_length;
+        im->rows_per_frame = payload / LBF_CAPTURE_ROW_LENGTH > 0 ? payload / LBF_CAPTURE_ROW_LENGTH : 1;
+    }
+    im->row_open = -1;
+    r->impl = im;
+    r->drained = 1;
+    return 0;
+}
+
+static uint8_t *new_row(round_impl_t *im, int32_t kind)
+{
+    if (!feed_grow((void **)&im->rows, &im->rows_cap, (im->rows_n + 1) * LBF_CAPTURE_ROW_LENGTH, 1))
+        return NULL;
+    im->rows_kind = kind;
+    uint8_t *row = im->rows + im->rows_n * LBF_CAPTURE_ROW_LENGTH;
+    memset(row, 0, LBF_CAPTURE_ROW_LENGTH);
+    im->rows_n++;
+    return row;
+}
+
+/* the pending capture rows, whole rows per unfragmented frame: 0 when all went out (or were dropped for want
+ * of a subscriber), else the status to return */
+static int32_t flush_rows(lbf_round_t *r, round_impl_t *im)
+{
+    lb_publication_t *pub = r->capture;
+    int32_t admin = 0;
+    while (im->rows_done < im->rows_n) {
+        int64_t rows = im->rows_n - im->rows_done;
+        if (rows > im->rows_per_frame)
+            rows = im->rows_per_frame;
+        int64_t res = lb_offer_exclusive(pub, (const char *)im->rows + im->rows_done * LBF_CAPTURE_ROW_LENGTH,
+                                         (int32_t)(rows * LBF_CAPTURE_ROW_LENGTH), im->rows_kind);
+        if (res > 0 || res == LB_NOT_CONNECTED) {
+            im->rows_done += rows;
+            admin = 0;
+        } else if (res == LB_BACK_PRESSURED || (res == LB_ADMIN_ACTION && ++admin > ROUND_ADMIN_RETRIES)) {
+            r->back_pressure_waits++;
+            return LBF_ROUND_BACK_PRESSURED;
+        } else if (res != LB_ADMIN_ACTION) {
+            return round_fail(r, LBF_FAIL_CAPTURE, res, -1);
+        }
+    }
+    im->rows_n = im->rows_done = 0;
+    im->row_open = -1;
+    return 0;
+}
+
+/* PACKET rows for ring slots [0, n) */
+static int packet_rows(lbf_round_t *r, round_impl_t *im, int32_t n)
+{
+    const lbf_rx_t *rx = r->rx;
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t *row = new_row(im, LBF_CAPTURE_PACKETS);
+        if (row == NULL)
+            return 0;
+        int32_t length = rx->length[i];
+        const uint8_t *p = rx->slab + (int64_t)i * rx->slot_size;
+        int header = length >= MOLD_HEADER_LENGTH && length <= rx->slot_size;
+        row[LBF_PACKET_ROW_FEED] = feed_letter(rx->feed[i]);
+        put_le32(row + LBF_PACKET_ROW_BYTES, (uint32_t)length);
+        put_le64(row + LBF_PACKET_ROW_ARRIVAL, (uint64_t)(rx->arrival_ns[i] + r->epoch_offset_ns));
+        put_le64(row + LBF_PACKET_ROW_SEQUENCE, header ? be64(p + MOLD_SEQUENCE_OFFSET) : UINT64_MAX);
+        put_le32(row + LBF_PACKET_ROW_COUNT, header ? be16(p + MOLD_COUNT_OFFSET) : UINT32_MAX);
+    }
+    return 1;
+}
+
+/* DELIVERED rows for deliveries [a, b): runs of consecutive sequences sharing a feed and an arrival time */
+static int delivered_rows(lbf_round_t *r, round_impl_t *im, int64_t a, int64_t b)
+{
+    const lbf_eng_t *e = r->eng;
+    for (int64_t i = a; i < b; i++) {
+        uint64_t seq = e->out_seq[i];
+        uint8_t feed = e->out_feed[i];
+        int64_t arrival = e->out_arrival[i];
+        if (im->row_open >= 0 && seq == im->row_next && feed == im->row_feed && arrival == im->row_arrival &&
+            im->row_count < INT32_MAX) {
+            im->row_count++;
+            im->row_next++;
+            put_le32(im->rows + im->row_open * LBF_CAPTURE_ROW_LENGTH + LBF_DELIVERED_ROW_COUNT,
+                     (uint32_t)im->row_count);
+            continue;
+        }
+        uint8_t *row = new_row(im, LBF_CAPTURE_DELIVERED);
+        if (row == NULL)
+            return 0;
+        row[LBF_DELIVERED_ROW_FEED] = feed_letter(feed);
+        put_le32(row + LBF_DELIVERED_ROW_COUNT, 1);
+        put_le64(row + LBF_DELIVERED_ROW_ARRIVAL, (uint64_t)(arrival + r->epoch_offset_ns));
+        put_le64(row + LBF_DELIVERED_ROW_FIRST, seq);
+        im->row_open = im->rows_n - 1;
+        im->row_next = seq + 1;
+        im->row_feed = feed;
+        im->row_arrival = arrival;
+        im->row_count = 1;
+    }
+    return 1;
+}
+
+/* the rest of DELIVER event `ev` into the messages publication: 0 when done, else the status to return */
+static int32_t publish_run(lbf_round_t *r, round_impl_t *im, const lbf_event_t *ev)
+{
+    static const uint8_t nothing[1];
+    lbf_eng_t *e = r->eng;
+    const lbf_rx_t *rx = r->rx;
+    if (ev->a > ev->b || ev->b > (uint64_t)e->out_count)
+        return round_fail(r, LBF_FAIL_STATE, -EINVAL, -1);
+    int64_t b = (int64_t)ev->b;
+    if (im->out_done < (int64_t)ev->a)
+        im->out_done = (int64_t)ev->a;
+    const uint8_t *data = ev->reason ? rx->slab : e->out_bytes;
+    int64_t data_length = ev->reason ? (int64_t)rx->capacity * rx->slot_size : e->out_bytes_length;
+    if (data == NULL) /* only empty messages were copied */
+        data = nothing;
+    int32_t admin = 0;
+    while (im->out_done < b) {
+        int64_t first = im->out_done;
+        int64_t count = b - first > INT32_MAX ? INT32_MAX : b - first;
+        int32_t appended = 0;
+        /* out_seq holds u64 sequences; the reserved value is the same 64 bits (read back as u64) */
+        int64_t res = lb_offer_batch(r->messages, 1, (const char *)data, data_length, e->out_offset + first,
+                                     e->out_length + first, (const int64_t *)(e->out_seq + first), (int32_t)count,
+                                     &appended);
+        if (appended > 0 && r->checkpoint != NULL) {
+            uint64_t next = e->out_seq[first + appended - 1] + 1;
+            memcpy(r->checkpoint + LBF_CHECKPOINT_SESSION, ev->session, MOLD_SESSION_LENGTH);
+            __atomic_store_n((uint64_t *)(r->checkpoint + LBF_CHECKPOINT_NEXT), next, __ATOMIC_RELEASE);
+        }
+        if (appended > 0) {
+            if (!im->sampled) { /* the run's first message: the longest wait in it */
+                im->sampled = 1;
+                r->latency_ns[r->latency_count & r->latency_mask] = lbf_monotonic_ns() - e->out_arrival[first];
+                r->latency_count++;
+            }
+            im->out_done += appended;
+            r->published += appended;
+            admin = 0;
+        } else if (res == LB_NOT_CONNECTED) {
+            r->unpublished += b - first;
+            im->out_done = b;
+        } else if (res == LB_BACK_PRESSURED || (res == LB_ADMIN_ACTION && ++admin > ROUND_ADMIN_RETRIES)) {
+            r->back_pressure_waits++;
+            return LBF_ROUND_BACK_PRESSURED;
+        } else if (res != LB_ADMIN_ACTION) {
+            return round_fail(r, LBF_FAIL_MESSAGES, res, -1);
+        }
+    }
+    return 0;
+}
+
+/* sleep until a datagram arrives or the engine's next deadline (at most max_block_ns); then, when data came,
+ * let batch_wait_ns more arrive, so one round serves many packets */
+static void sleep_ns(int64_t ns)
+{
+    struct timespec wait = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    nanosleep(&wait, NULL);
+}
+
+static void round_block(lbf_round_t *r)
+{
+    int64_t deadline = lbf_round_deadline(r);
+    if (r->received > 0 && r->batch_wait_ns > 0) {
+        /* traffic is flowing: one sleep per round (not a wait for the next datagram, then another) */
+        int64_t wait = r->batch_wait_ns;
+        if (deadline != INT64_MAX) {
+            int64_t left = deadline - lbf_monotonic_ns();
+            if (left < wait)
+                wait = left;
+        }
+        if (wait > 0)
+            sleep_ns(wait);
+        return;
+    }
+    struct pollfd fds[LBF_FEEDS];
+    int32_t feeds[LBF_FEEDS];
+    nfds_t n = 0;
+    for (int32_t f = 0; f < LBF_FEEDS; f++) {
+        if (r->fd[f] >= 0) {
+            fds[n].fd = r->fd[f];
+            fds[n].events = POLLIN;
+            fds[n].revents = 0;
+            feeds[n++] = f;
+        }
+    }
+    int64_t timeout = r->max_block_ns;
+    if (deadline != INT64_MAX) {
+        int64_t left = deadline - lbf_monotonic_ns();
+        if (left < timeout)
+            timeout = left > 0 ? left : 0;
+    }
+    struct timespec ts = {(time_t)(timeout / 1000000000LL), (long)(timeout % 1000000000LL)};
+    int ready = ppoll(fds, n, &ts, NULL);
+    if (ready <= 0)
+        return; /* the deadline, or a signal: the round goes on (Python handles the signal after it) */
+    for (nfds_t k = 0; k < n; k++)
+        if (feeds[k] == LBF_FEED_RETRANSMIT && fds[k].revents)
+            r->answers_waiting = 1;
+    if (r->batch_wait_ns > 0)
+        sleep_ns(r->batch_wait_ns);
+}
+
+static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
+{
+    lbf_rx_t *rx = r->rx;
+    lbf_eng_t *e = r->eng;
+    int32_t n = 0, drained = 1;
+    for (int32_t f = LBF_FEED_A; f <= LBF_FEED_B; f++) {
+        if (r->fd[f] < 0)
+            continue;
+        int32_t want = r->slots[f] < rx->capacity - n ? r->slots[f] : rx->capacity - n;
+        int32_t got = lbf_rx_recv(rx, r->fd[f], f, n, want, LBF_RECV_NONBLOCK);
+        if (got < 0)
+            return round_fail(r, LBF_FAIL_RECEIVE, got, f);
+        if (got == want && want > 0)
+            drained = 0; /* more may be waiting on this feed */
+        n += got;
+    }
+    /* answers only come while recovering (a late one waits for the next round) */
+    if (r->fd[LBF_FEED_RETRANSMIT] >= 0 && (e->recovering || r->answers_waiting)) {
+        int32_t want = r->slots[LBF_FEED_RETRANSMIT];
+        if (want > rx->capacity - n)
+            want = rx->capacity - n;
+        int32_t got = lbf_rx_recv(rx, r->fd[LBF_FEED_RETRANSMIT], LBF_FEED_RETRANSMIT, n, want, LBF_RECV_NONBLOCK);
+        if (got == -ECONNREFUSED) { /* an ICMP port unreachable for a request: Python backs off */
+            im->flags |= LBF_ROUND_REFUSED;
+            got = 0;
+        } else if (got < 0) {
+            return round_fail(r, LBF_FAIL_RECEIVE, got, LBF_FEED_RETRANSMIT);
+        }
+        if (got == want && want > 0)
+            drained = 0; /* answers still waiting: time must not run ahead of them (no give-up they refute) */
+        n += got;
+    }
+    r->answers_waiting = 0;
+    r->drained = drained;
+    r->received = n;
+    int64_t newest = INT64_MIN;
+    for (int32_t i = 0; i < n; i++)
+        if (rx->arrival_ns[i] > newest)
+            newest = rx->arrival_ns[i];
+    im->n = n;
+    im->slot = 0;
+    im->newest_ns = newest;
+    if (n)
+        r->rounds++;
+    return 0;
+}
+
+static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
+{
+    lbf_eng_t *e = r->eng;
+    int32_t st;
+    switch (im->phase) {
+    case PH_CAPTURE_PACKETS:
+        if ((st = flush_rows(r, im)) != 0)
+            return st;
+        im->phase = PH_PROCESS;
+        /* fall through */
+    case PH_PROCESS:
+        if (im->slot < im->n) {
+            int32_t status = lbf_eng_process(e, r->rx, im->slot, im->n);
+            if (status < 0)
+                return round_fail(r, LBF_FAIL_ENGINE, status, -1);
+            im->slot = im->n;
+        }
+        im->phase = PH_TICK;
+        /* fall through */
+    case PH_TICK: {
+        /* one clock: once every feed socket is drained everything before `now` was seen; before that, time is
+         * only known up to the newest stamp processed (a lagging handler must not declare holes whose other
+         * copy is waiting in a socket) */
+        int64_t now = lbf_monotonic_ns();
+        int64_t clock = r->drained || im->n == 0 || im->newest_ns > now ? now : im->newest_ns;
+        im->phase = PH_PUBLISH;
+        if (clock >= lbf_round_deadline(r)) {
+            int32_t s = lbf_eng_settle(e, clock);
+            if (s < 0)
+                return round_fail(r, LBF_FAIL_ENGINE, s, -1);
+        }
+    }
+        /* fall through */
+    case PH_PUBLISH:
+        while (im->ev < e->event_count) {
+            const lbf_event_t *ev = &e->events[im->ev];
+            if (ev->kind == LBF_EV_DELIVER) {
+                if (e->event_sealed < im->ev + 1)
+                    e->event_sealed = im->ev + 1;
+                if ((st = publish_run(r, im, ev)) != 0)
+                    return st;
+                if (r->capture != NULL && !delivered_rows(r, im, (int64_t)ev->a, (int64_t)ev->b))
+                    return round_fail(r, LBF_FAIL_CAPTURE, -ENOMEM, -1);
+                im->ev++;
+                im->sampled = 0;
+                continue;
+            }
+            /* the events up to the next delivery go to Python (records for the events stream, requests to
+             * send); capture rows stay in stream order with the records */
+            int64_t end = im->ev;
+            while (end < e->event_count && e->events[end].kind != LBF_EV_DELIVER)
+                end++;
+            if (r->capture != NULL && (st = flush_rows(r, im)) != 0)
+                return st;
+            r->event_next = im->ev;
+            r->event_end = end;
+            if (e->event_sealed < end)
+                e->event_sealed = end;
+            im->ev = end;
+            return LBF_ROUND_EVENTS;
+        }
+        im->phase = PH_FLUSH;
+        /* fall through */
+    case PH_FLUSH:
+        if (r->capture != NULL && (st = flush_rows(r, im)) != 0)
+            return st;
+        im->phase = PH_START;
+        return LBF_ROUND_DONE;
+    default:
+        return round_fail(r, LBF_FAIL_STATE, -EINVAL, -1);
+    }
+}
+
+static int32_t round_status(lbf_round_t *r, round_impl_t *im, int32_t st)
+{
+    if (st < 0)
+        return st;
+    if (st == LBF_ROUND_DONE) {
+        int64_t now = lbf_monotonic_ns();
+        if (now >= im->next_counters_ns) {
+            im->next_counters_ns = now + r->counters_interval_ns;
+            im->flags |= LBF_ROUND_COUNTERS;
+        }
+    }
+    st |= im->flags;
+    im->flags = 0;
+    return st;
+}
+
+int32_t lbf_round_resume(lbf_round_t *r)
+{
+    if (r == NULL || r->impl == NULL)
+        return LBF_ROUND_FAILED;
+    round_impl_t *im = r->impl;
+    if (im->phase == PH_START)
+        return round_status(r, im, LBF_ROUND_DONE);
+    return round_status(r, im, round_continue(r, im));
+}
+
+int32_t lbf_round(lbf_round_t *r, int32_t may_block)
+{
+    if (r == NULL || r->impl == NULL)
+        return LBF_ROUND_FAILED;
+    round_impl_t *im = r->impl;
+    if (im->phase != PH_START)
+        return lbf_round_resume(r);
+    if (may_block && r->drained)
+        round_block(r);
+    lbf_eng_clear_output(r->eng);
+    im->ev = 0;
+    im->out_done = 0;
+    im->sampled = 0;
+    im->rows_n = im->rows_done = 0;
+    im->row_open = -1;
+    int32_t st = round_receive(r, im);
+    if (st != 0)
+        return st;
+    if (r->capture != NULL && im->n > 0) {
+        if (!packet_rows(r, im, im->n))
+            return round_fail(r, LBF_FAIL_CAPTURE, -ENOMEM, -1);
+        im->phase = PH_CAPTURE_PACKETS;
+    } else {
+        im->phase = PH_PROCESS;
+    }
+    return round_status(r, im, round_continue(r, im));
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int32_t lbf_prefault_terms(void *publication)
+{
+    const lb_publication_t *pub = publication;
+    if (pub == NULL || pub->terms == NULL || pub->term_length <= 0)
+        return -EINVAL;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t begin = (uintptr_t)pub->terms, end = begin + (uintptr_t)pub->term_length * LB_PARTITION_COUNT;
+    begin &= ~(uintptr_t)(page - 1); /* the mapping starts page-aligned: this stays inside it */
+    return madvise((void *)begin, end - begin, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
+}
