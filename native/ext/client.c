@@ -24,6 +24,7 @@
 
 #include "lb_frame.h"
 #include "lb_layout.h"
+#include "lb_control.h"
 #include "logbuf.h"
 
 /* log2 of the shortest and longest term: the range of a stream's position bits */
@@ -1706,6 +1707,11 @@ static int add_layout(PyObject *module)
     L("EOS_FLAG", LB_EOS_FLAG)
     L("HDR_TYPE_PAD", LB_HDR_TYPE_PAD)
     L("HDR_TYPE_DATA", LB_HDR_TYPE_DATA)
+    L("HDR_TYPE_NAK", LB_HDR_TYPE_NAK)
+    L("HDR_TYPE_SM", LB_HDR_TYPE_SM)
+    L("HDR_TYPE_ERR", LB_HDR_TYPE_ERR)
+    L("HDR_TYPE_SETUP", LB_HDR_TYPE_SETUP)
+    L("HDR_TYPE_RTTM", LB_HDR_TYPE_RTTM)
     L("BEGIN_FLAG", LB_BEGIN_FLAG)
     L("END_FLAG", LB_END_FLAG)
     L("UNFRAGMENTED", LB_UNFRAGMENTED)
@@ -1724,6 +1730,81 @@ static int add_layout(PyObject *module)
     return 0;
 fail:
     Py_DECREF(layout);
+    return -1;
+}
+
+/* A new dict at frames[name], borrowed (frames owns it); NULL on error. */
+static PyObject *add_frame(PyObject *frames, const char *name)
+{
+    PyObject *frame = PyDict_New();
+    if (frame == NULL) return NULL;
+    int r = PyDict_SetItemString(frames, name, frame);
+    Py_DECREF(frame);
+    return r < 0 ? NULL : frame;
+}
+
+/* The control frames' layouts (lb_control.h), per logbuf.protocol module: {module: {Python's name: value}}. */
+static int add_control_layout(PyObject *module)
+{
+    PyObject *frames = PyDict_New(), *frame;
+    if (frames == NULL) return -1;
+#define FRAME(name) \
+    if ((frame = add_frame(frames, name)) == NULL) goto fail;
+#define F(name, value) \
+    if (set_int(frame, name, value) < 0) goto fail;
+    FRAME("status_message")
+    F("STATUS_MESSAGE_LENGTH", LB_SM_LENGTH)
+    F("SESSION_ID_FIELD_OFFSET", LB_SM_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_SM_STREAM_ID_OFFSET)
+    F("CONSUMPTION_TERM_ID_FIELD_OFFSET", LB_SM_CONSUMPTION_TERM_ID_OFFSET)
+    F("CONSUMPTION_TERM_OFFSET_FIELD_OFFSET", LB_SM_CONSUMPTION_TERM_OFFSET_OFFSET)
+    F("RECEIVER_WINDOW_FIELD_OFFSET", LB_SM_RECEIVER_WINDOW_OFFSET)
+    F("RECEIVER_ID_FIELD_OFFSET", LB_SM_RECEIVER_ID_OFFSET)
+    F("FEEDBACK_OFFSET", LB_SM_FEEDBACK_OFFSET)
+    F("SEND_SETUP_FLAG", LB_SM_SETUP_FLAG)
+    F("END_OF_STREAM_FLAG", LB_SM_EOS_FLAG)
+    FRAME("nak")
+    F("NAK_LENGTH", LB_NAK_LENGTH)
+    F("SESSION_ID_FIELD_OFFSET", LB_NAK_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_NAK_STREAM_ID_OFFSET)
+    F("TERM_ID_FIELD_OFFSET", LB_NAK_TERM_ID_OFFSET)
+    F("TERM_OFFSET_FIELD_OFFSET", LB_NAK_TERM_OFFSET_OFFSET)
+    F("LENGTH_FIELD_OFFSET", LB_NAK_LENGTH_FIELD_OFFSET)
+    FRAME("setup")
+    F("SETUP_LENGTH", LB_SETUP_LENGTH)
+    F("TERM_OFFSET_FIELD_OFFSET", LB_SETUP_TERM_OFFSET_OFFSET)
+    F("SESSION_ID_FIELD_OFFSET", LB_SETUP_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_SETUP_STREAM_ID_OFFSET)
+    F("INITIAL_TERM_ID_FIELD_OFFSET", LB_SETUP_INITIAL_TERM_ID_OFFSET)
+    F("ACTIVE_TERM_ID_FIELD_OFFSET", LB_SETUP_ACTIVE_TERM_ID_OFFSET)
+    F("TERM_LENGTH_FIELD_OFFSET", LB_SETUP_TERM_LENGTH_OFFSET)
+    F("MTU_FIELD_OFFSET", LB_SETUP_MTU_OFFSET)
+    F("TTL_FIELD_OFFSET", LB_SETUP_TTL_OFFSET)
+    F("MAX_MTU", LB_MAX_MTU)
+    FRAME("rttm")
+    F("RTTM_LENGTH", LB_RTTM_LENGTH)
+    F("SESSION_ID_FIELD_OFFSET", LB_RTTM_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_RTTM_STREAM_ID_OFFSET)
+    F("ECHO_TIMESTAMP_FIELD_OFFSET", LB_RTTM_ECHO_TIMESTAMP_OFFSET)
+    F("RECEPTION_DELTA_FIELD_OFFSET", LB_RTTM_RECEPTION_DELTA_OFFSET)
+    F("RECEIVER_ID_FIELD_OFFSET", LB_RTTM_RECEIVER_ID_OFFSET)
+    F("REPLY_FLAG", LB_RTTM_REPLY_FLAG)
+    FRAME("error_frame")
+    F("ERROR_HEADER_LENGTH", LB_ERR_HEADER_LENGTH)
+    F("SESSION_ID_FIELD_OFFSET", LB_ERR_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_ERR_STREAM_ID_OFFSET)
+    F("RECEIVER_ID_FIELD_OFFSET", LB_ERR_RECEIVER_ID_OFFSET)
+    F("GROUP_TAG_FIELD_OFFSET", LB_ERR_GROUP_TAG_OFFSET)
+    F("ERROR_CODE_FIELD_OFFSET", LB_ERR_CODE_OFFSET)
+    F("ERROR_LENGTH_FIELD_OFFSET", LB_ERR_TEXT_LENGTH_OFFSET)
+    F("ERROR_TEXT_OFFSET", LB_ERR_TEXT_OFFSET)
+    F("MAX_ERROR_TEXT_LENGTH", LB_ERR_MAX_TEXT_LENGTH)
+#undef F
+#undef FRAME
+    if (PyModule_AddObject(module, "CONTROL_LAYOUT", frames) < 0) goto fail;
+    return 0;
+fail:
+    Py_DECREF(frames);
     return -1;
 }
 
@@ -1863,7 +1944,7 @@ PyMODINIT_FUNC PyInit__client(void)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     }
-    if (add_layout(m) < 0 || add_codes(m) < 0) goto fail;
+    if (add_layout(m) < 0 || add_control_layout(m) < 0 || add_codes(m) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "NOT_CONNECTED", LB_NOT_CONNECTED) < 0
         || PyModule_AddIntConstant(m, "BACK_PRESSURED", LB_BACK_PRESSURED) < 0
         || PyModule_AddIntConstant(m, "ADMIN_ACTION", LB_ADMIN_ACTION) < 0
