@@ -819,7 +819,8 @@ static int publication_fields_valid(const lbd_snd_command_t *c)
     const int32_t T = c->term_length;
     return c->terms != NULL && c->meta != NULL && lb_term_length_valid(T) && c->mtu > LB_HEADER_LENGTH &&
            c->mtu <= LB_MAX_MTU && (c->mtu & (LB_FRAME_ALIGNMENT - 1)) == 0 && c->window_length > 0 &&
-           c->window_length <= T / 2 && c->max_datagrams > 0 && c->destination_length >= 0 &&
+           c->window_length <= T / 2 && c->trip_gain >= 0 && c->trip_gain <= c->window_length &&
+           c->max_datagrams > 0 && c->destination_length >= 0 &&
            c->destination_length <= LBN_ADDRESS_SLOT && c->retransmit_max_actions > 0 &&
            c->retransmit_max_actions <= LBD_SND_MAX_RETRANSMIT_ACTIONS && c->setup_interval_ns > 0 &&
            c->heartbeat_interval_ns > 0 && c->retransmit_linger_ns >= 0 && c->retransmit_delay_ns >= 0 &&
@@ -847,7 +848,7 @@ static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpo
     p->mtu = c->mtu;
     p->ttl = c->ttl;
     p->window_length = c->window_length;
-    p->trip_gain = c->window_length / 8;
+    p->trip_gain = c->trip_gain;
     p->max_datagrams = c->max_datagrams;
     p->destination_length = c->destination_length;
     memcpy(p->destination, c->destination, (size_t)c->destination_length);
