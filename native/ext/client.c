@@ -1686,10 +1686,19 @@ static int set_int(PyObject *dict, const char *name, long value)
     return r;
 }
 
-static int add_layout(PyObject *module)
+/* Adds table (a new reference, or NULL on an error already set) to the module as name. */
+static int add_table(PyObject *module, const char *name, PyObject *table)
+{
+    if (table != NULL && PyModule_AddObject(module, name, table) == 0) return 0;
+    Py_XDECREF(table);
+    return -1;
+}
+
+/* The log layout (lb_layout.h): {Python's name: value}. */
+static PyObject *layout_table(void)
 {
     PyObject *layout = PyDict_New();
-    if (layout == NULL) return -1;
+    if (layout == NULL) return NULL;
 #define L(name, value) \
     if (set_int(layout, name, value) < 0) goto fail;
     L("HEADER_LENGTH", LB_HEADER_LENGTH)
@@ -1726,11 +1735,10 @@ static int add_layout(PyObject *module)
     L("LOG_WAITING_SUBSCRIBERS_OFFSET", LB_META_WAITING_SUBSCRIBERS)
     L("MAX_WAKE_POSTS", LB_MAX_WAKE_POSTS)
 #undef L
-    if (PyModule_AddObject(module, "LAYOUT", layout) < 0) goto fail;
-    return 0;
+    return layout;
 fail:
     Py_DECREF(layout);
-    return -1;
+    return NULL;
 }
 
 /* A new dict at frames[name], borrowed (frames owns it); NULL on error. */
@@ -1744,10 +1752,10 @@ static PyObject *add_frame(PyObject *frames, const char *name)
 }
 
 /* The control frames' layouts (lb_control.h), per logbuf.protocol module: {module: {Python's name: value}}. */
-static int add_control_layout(PyObject *module)
+static PyObject *control_layout_table(void)
 {
     PyObject *frames = PyDict_New(), *frame;
-    if (frames == NULL) return -1;
+    if (frames == NULL) return NULL;
 #define FRAME(name) \
     if ((frame = add_frame(frames, name)) == NULL) goto fail;
 #define F(name, value) \
@@ -1801,11 +1809,10 @@ static int add_control_layout(PyObject *module)
     F("MAX_ERROR_TEXT_LENGTH", LB_ERR_MAX_TEXT_LENGTH)
 #undef F
 #undef FRAME
-    if (PyModule_AddObject(module, "CONTROL_LAYOUT", frames) < 0) goto fail;
-    return 0;
+    return frames;
 fail:
     Py_DECREF(frames);
-    return -1;
+    return NULL;
 }
 
 /* Named integer tables Python checks at import against its own enums (PublicationResult, ControlledPollAction). */
@@ -1944,7 +1951,10 @@ PyMODINIT_FUNC PyInit__client(void)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     }
-    if (add_layout(m) < 0 || add_control_layout(m) < 0 || add_codes(m) < 0) goto fail;
+    if (add_table(m, "LAYOUT", layout_table()) < 0 || add_table(m, "CONTROL_LAYOUT", control_layout_table()) < 0
+        || add_codes(m) < 0) {
+        goto fail;
+    }
     if (PyModule_AddIntConstant(m, "NOT_CONNECTED", LB_NOT_CONNECTED) < 0
         || PyModule_AddIntConstant(m, "BACK_PRESSURED", LB_BACK_PRESSURED) < 0
         || PyModule_AddIntConstant(m, "ADMIN_ACTION", LB_ADMIN_ACTION) < 0
