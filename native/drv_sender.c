@@ -525,8 +525,9 @@ static int64_t producer_position(const publication_t *p)
 static int32_t clean(publication_t *p, int64_t target)
 {
     int32_t cleaned = 0;
-    for (int i = 0; i < 3 && p->clean_position < target; i++) {
-        int64_t limit = p->clean_position + 3 * (int64_t)p->term_length;
+    /* a term per lb_clean call, at most a whole log's terms per cycle */
+    for (int i = 0; i < LB_PARTITION_COUNT && p->clean_position < target; i++) {
+        int64_t limit = p->clean_position + LB_PARTITION_COUNT * (int64_t)p->term_length;
         int64_t next = lb_clean(p->terms, p->term_length, p->clean_position, target < limit ? target : limit);
         if (next == p->clean_position) break;
         p->clean_position = next;
