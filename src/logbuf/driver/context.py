@@ -17,7 +17,7 @@ from logbuf.driver.udp.loss_detector import DEFAULT_MULTICAST_MAX_BACKOFF_NS, DE
 from logbuf.driver.windows import max_publication_window
 from logbuf.idle import idle_strategy
 from logbuf.logbuffer import descriptor as d
-from logbuf.units import NANOS_PER_SECOND
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
 
 def _power_of_two(value: int) -> bool:
@@ -58,7 +58,7 @@ class DriverContext:
     sender_idle: str = DEFAULT_AGENT_IDLE
     receiver_idle: str = DEFAULT_AGENT_IDLE
     conductor_idle: str = DEFAULT_AGENT_IDLE
-    conductor_interval_ns: int = 1_000_000  # shared mode: the conductor's duty runs at most this often
+    conductor_interval_ns: int = NANOS_PER_MILLI  # shared mode: the conductor's duty runs at most this often
     network_publication_window: int = 0  # 0: half a term; pub-lmt = snd-pos + this window
     spies_simulate_connection: bool = False  # a network publication read only by spies is connected (Aeron's)
     receiver_window: int = 0  # 0: min(128 KiB, T/2); what SMs offer the sender
