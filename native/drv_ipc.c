@@ -148,7 +148,8 @@ static int add_publication(lbd_ipc_t *ipc, const lbd_ipc_command_t *c)
 {
     int32_t tl = c->term_length;
     if (c->terms == NULL || c->meta == NULL || c->pub_pos == NULL || c->pub_lmt == NULL) return 0;
-    if (tl < LB_TERM_MIN_LENGTH || (tl & (tl - 1)) != 0 || c->window_length <= 0 || c->window_length > tl) return 0;
+    if (tl < LB_TERM_MIN_LENGTH || (tl & (tl - 1)) != 0 || c->window_length <= 0 || c->window_length > tl
+        || c->trip_gain < 0 || c->trip_gain > c->window_length) return 0;
     if (find_pub(ipc, c->registration_id, NULL) != NULL) return 0;
     if (ipc->pub_count == ipc->pub_capacity) {
         int32_t capacity = ipc->pub_capacity ? ipc->pub_capacity * 2 : 8;
@@ -169,7 +170,7 @@ static int add_publication(lbd_ipc_t *ipc, const lbd_ipc_command_t *c)
     pub->position_bits = __builtin_ctz((unsigned)tl);
     pub->initial_term_id = c->initial_term_id;
     pub->window_length = c->window_length;
-    pub->trip_gain = c->window_length / 8;
+    pub->trip_gain = c->trip_gain;
     pub->exclusive = c->flag != 0;
     pub->unblock_timeout_ns = c->unblock_timeout_ns;
     pub->consumer_position = c->consumer_position;

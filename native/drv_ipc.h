@@ -40,7 +40,7 @@ typedef struct lbd_ipc_command {
     int32_t term_length;
     int32_t initial_term_id;
     int32_t window_length;
-    int32_t pad;
+    int32_t trip_gain;             /* pub-lmt moves once it would grow by more than this (logbuf.driver.windows) */
 } lbd_ipc_command_t;
 
 typedef struct lbd_ipc_event {

@@ -16,6 +16,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <netinet/in.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -196,15 +198,21 @@ static int32_t ep_release(endpoint_t *ep, int64_t now_ns)
 
 static int address_family(const uint8_t *a) { return (int)rd_u16(a); }
 
+/* a and b are sockaddr bytes: sin_port and sin6_port share one offset, and the address's offset and length
+ * depend on the family */
 static int same_port(const uint8_t *a, const uint8_t *b)
 {
-    return address_family(a) == address_family(b) && a[2] == b[2] && a[3] == b[3];
+    const size_t port = offsetof(struct sockaddr_in, sin_port);
+    return address_family(a) == address_family(b) && memcmp(a + port, b + port, sizeof(in_port_t)) == 0;
 }
 
 static int same_host(const uint8_t *a, const uint8_t *b)
 {
     if (address_family(a) != address_family(b)) return 0;
-    return address_family(a) == AF_INET6 ? memcmp(a + 8, b + 8, 16) == 0 : memcmp(a + 4, b + 4, 4) == 0;
+    const size_t at = address_family(a) == AF_INET6 ? offsetof(struct sockaddr_in6, sin6_addr)
+                                                   : offsetof(struct sockaddr_in, sin_addr);
+    const size_t length = address_family(a) == AF_INET6 ? sizeof(struct in6_addr) : sizeof(struct in_addr);
+    return memcmp(a + at, b + at, length) == 0;
 }
 
 static void remove_destination_at(endpoint_t *ep, int32_t i)
@@ -421,16 +429,16 @@ static int send_setup(lbd_sender_t *s, publication_t *p, int64_t now_ns)
 {
     uint8_t f[LB_SETUP_LENGTH];
     memset(f, 0, sizeof(f));
-    wr_i32(f, LB_SETUP_LENGTH);
-    wr_u16(f + 6, LB_HDR_TYPE_SETUP);
-    wr_i32(f + 8, (int32_t)(p->snd_pos & (p->term_length - 1)));
-    wr_i32(f + 12, p->session_id);
-    wr_i32(f + 16, p->stream_id);
-    wr_i32(f + 20, p->initial_term_id);
-    wr_i32(f + 24, lb_term_id_of_position(p->snd_pos, p->position_bits, p->initial_term_id));
-    wr_i32(f + 28, p->term_length);
-    wr_i32(f + 32, p->mtu);
-    wr_i32(f + 36, p->ttl);
+    wr_i32(f + LB_FRAME_LENGTH_OFFSET, LB_SETUP_LENGTH);
+    wr_u16(f + LB_TYPE_OFFSET, LB_HDR_TYPE_SETUP);
+    wr_i32(f + LB_SETUP_TERM_OFFSET_OFFSET, (int32_t)(p->snd_pos & (p->term_length - 1)));
+    wr_i32(f + LB_SETUP_SESSION_ID_OFFSET, p->session_id);
+    wr_i32(f + LB_SETUP_STREAM_ID_OFFSET, p->stream_id);
+    wr_i32(f + LB_SETUP_INITIAL_TERM_ID_OFFSET, p->initial_term_id);
+    wr_i32(f + LB_SETUP_ACTIVE_TERM_ID_OFFSET, lb_term_id_of_position(p->snd_pos, p->position_bits, p->initial_term_id));
+    wr_i32(f + LB_SETUP_TERM_LENGTH_OFFSET, p->term_length);
+    wr_i32(f + LB_SETUP_MTU_OFFSET, p->mtu);
+    wr_i32(f + LB_SETUP_TTL_OFFSET, p->ttl);
     if (!send_control(s, p, f, LB_SETUP_LENGTH, NULL, 0, now_ns)) return 0;
     s->delta.bytes_sent += LB_SETUP_LENGTH;
     s->setups_sent++;
@@ -518,8 +526,9 @@ static int64_t producer_position(const publication_t *p)
 static int32_t clean(publication_t *p, int64_t target)
 {
     int32_t cleaned = 0;
-    for (int i = 0; i < 3 && p->clean_position < target; i++) {
-        int64_t limit = p->clean_position + 3 * (int64_t)p->term_length;
+    /* a term per lb_clean call, at most a whole log's terms per cycle */
+    for (int i = 0; i < LB_PARTITION_COUNT && p->clean_position < target; i++) {
+        int64_t limit = p->clean_position + LB_PARTITION_COUNT * (int64_t)p->term_length;
         int64_t next = lb_clean(p->terms, p->term_length, p->clean_position, target < limit ? target : limit);
         if (next == p->clean_position) break;
         p->clean_position = next;
@@ -688,8 +697,9 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
     const uint16_t type = rd_u16(f + LB_TYPE_OFFSET);
     if (type == LB_HDR_TYPE_SETUP) return 0;  /* a receiver's business, never a sender's */
     if (type == LB_HDR_TYPE_SM && ep->control_mode != LBD_MDC_NONE)
-        destination_on_sm(ep, rd_i64(f + 28), source, source_length, now_ns);
-    publication_t *p = find_publication(s, ep, rd_i32(f + 8), rd_i32(f + 12));
+        destination_on_sm(ep, rd_i64(f + LB_SM_RECEIVER_ID_OFFSET), source, source_length, now_ns);
+    /* SM, NAK, RTTM and ERR all carry the session and stream id at the same offsets */
+    publication_t *p = find_publication(s, ep, rd_i32(f + LB_SM_SESSION_ID_OFFSET), rd_i32(f + LB_SM_STREAM_ID_OFFSET));
     if (p == NULL) return 0;
     p->next_poll_ns = 0;  /* an SM may open the window or ask for a SETUP: the sender runs this cycle */
     const uint8_t flags = f[LB_FLAGS_OFFSET];
@@ -699,12 +709,15 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
         const int setup_requested = (flags & LB_SM_SETUP_FLAG) != 0;
         snd_schedule_on_sm(&p->schedule, setup_requested);
         if (!setup_requested) {
-            const int64_t position = lb_compute_position(rd_i32(f + 16), rd_i32(f + 20), p->position_bits,
-                                                         p->initial_term_id);
-            const int32_t tag_length = rd_i32(f) - LB_SM_LENGTH;  /* the datagram check bounds the length */
-            p->snd_lmt = snd_fc_on_sm(&p->fc, rd_i64(f + 28), position, rd_i32(f + 24),
-                                      (flags & LB_SM_EOS_FLAG) != 0, p->snd_lmt, now_ns, tag_length,
-                                      tag_length == 8 ? rd_i64(f + LB_SM_LENGTH) : 0);
+            const int64_t position = lb_compute_position(rd_i32(f + LB_SM_CONSUMPTION_TERM_ID_OFFSET),
+                                                         rd_i32(f + LB_SM_CONSUMPTION_TERM_OFFSET_OFFSET),
+                                                         p->position_bits, p->initial_term_id);
+            /* the datagram check bounds the length */
+            const int32_t tag_length = rd_i32(f + LB_FRAME_LENGTH_OFFSET) - LB_SM_FEEDBACK_OFFSET;
+            p->snd_lmt = snd_fc_on_sm(&p->fc, rd_i64(f + LB_SM_RECEIVER_ID_OFFSET), position,
+                                      rd_i32(f + LB_SM_RECEIVER_WINDOW_OFFSET), (flags & LB_SM_EOS_FLAG) != 0,
+                                      p->snd_lmt, now_ns, tag_length,
+                                      tag_length == (int32_t)sizeof(int64_t) ? rd_i64(f + LB_SM_FEEDBACK_OFFSET) : 0);
         }
         return 1;
     }
@@ -712,7 +725,8 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
         s->delta.naks_received++;
         snd_resend_t r;
         const int64_t invalid = p->rtx.invalid, overflow = p->rtx.overflow;
-        const int go = snd_rtx_on_nak(&p->rtx, rd_i32(f + 16), rd_i32(f + 20), rd_i32(f + 24), now_ns, p->snd_pos, &r);
+        const int go = snd_rtx_on_nak(&p->rtx, rd_i32(f + LB_NAK_TERM_ID_OFFSET), rd_i32(f + LB_NAK_TERM_OFFSET_OFFSET),
+                                      rd_i32(f + LB_NAK_LENGTH_FIELD_OFFSET), now_ns, p->snd_pos, &r);
         s->delta.invalid_packets += p->rtx.invalid - invalid;
         s->delta.retransmit_pool_overflow += p->rtx.overflow - overflow;
         if (go) resend(s, p, &r, now_ns);
@@ -722,12 +736,12 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
         if (!(flags & LB_RTTM_REPLY_FLAG)) return 1;
         uint8_t reply[LB_RTTM_LENGTH];
         memset(reply, 0, sizeof(reply));
-        wr_i32(reply, LB_RTTM_LENGTH);
-        wr_u16(reply + 6, LB_HDR_TYPE_RTTM);
-        wr_i32(reply + 8, p->session_id);
-        wr_i32(reply + 12, p->stream_id);
-        wr_i64(reply + 16, rd_i64(f + 16));  /* echo timestamp */
-        wr_i64(reply + 32, rd_i64(f + 32));  /* receiver id */
+        wr_i32(reply + LB_FRAME_LENGTH_OFFSET, LB_RTTM_LENGTH);
+        wr_u16(reply + LB_TYPE_OFFSET, LB_HDR_TYPE_RTTM);
+        wr_i32(reply + LB_RTTM_SESSION_ID_OFFSET, p->session_id);
+        wr_i32(reply + LB_RTTM_STREAM_ID_OFFSET, p->stream_id);
+        wr_i64(reply + LB_RTTM_ECHO_TIMESTAMP_OFFSET, rd_i64(f + LB_RTTM_ECHO_TIMESTAMP_OFFSET));
+        wr_i64(reply + LB_RTTM_RECEIVER_ID_OFFSET, rd_i64(f + LB_RTTM_RECEIVER_ID_OFFSET));
         const uint8_t *buffers[1] = {reply};
         int32_t lengths[1] = {LB_RTTM_LENGTH};
         ep_send(ep, buffers, lengths, 1, source, source_length, now_ns);
@@ -737,12 +751,12 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
         /* a receiver rejected the stream: min flow control no longer waits for it (flagged as at its end, as
          * Aeron's does), and the conductor records the error */
         s->delta.error_frames_received++;
-        const int64_t receiver_id = rd_i64(f + 16);
+        const int64_t receiver_id = rd_i64(f + LB_ERR_RECEIVER_ID_OFFSET);
         if (p->fc.strategy == LBD_FC_MIN) {
             for (int32_t i = 0; i < p->fc.count; i++)
                 if (p->fc.receivers[i].receiver_id == receiver_id) p->fc.receivers[i].end_of_stream = 1;
         }
-        emit(s, LBD_SND_PUBLICATION_ERROR, ep->id, p->id, rd_i32(f + 32));
+        emit(s, LBD_SND_PUBLICATION_ERROR, ep->id, p->id, rd_i32(f + LB_ERR_CODE_OFFSET));
         return 1;
     }
     default:
@@ -826,7 +840,8 @@ static int publication_fields_valid(const lbd_snd_command_t *c)
     const int32_t T = c->term_length;
     return c->terms != NULL && c->meta != NULL && lb_term_length_valid(T) && c->mtu > LB_HEADER_LENGTH &&
            c->mtu <= LB_MAX_MTU && (c->mtu & (LB_FRAME_ALIGNMENT - 1)) == 0 && c->window_length > 0 &&
-           c->window_length <= T / 2 && c->max_datagrams > 0 && c->destination_length >= 0 &&
+           c->window_length <= T / 2 && c->trip_gain >= 0 && c->trip_gain <= c->window_length &&
+           c->max_datagrams > 0 && c->destination_length >= 0 &&
            c->destination_length <= LBN_ADDRESS_SLOT && c->retransmit_max_actions > 0 &&
            c->retransmit_max_actions <= LBD_SND_MAX_RETRANSMIT_ACTIONS && c->setup_interval_ns > 0 &&
            c->heartbeat_interval_ns > 0 && c->retransmit_linger_ns >= 0 && c->retransmit_delay_ns >= 0 &&
@@ -855,7 +870,7 @@ static void init_publication(publication_t *p, const lbd_snd_command_t *c, endpo
     p->mtu = c->mtu;
     p->ttl = c->ttl;
     p->window_length = c->window_length;
-    p->trip_gain = c->window_length / 8;
+    p->trip_gain = c->trip_gain;
     p->max_datagrams = c->max_datagrams;
     p->destination_length = c->destination_length;
     memcpy(p->destination, c->destination, (size_t)c->destination_length);

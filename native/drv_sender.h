@@ -93,6 +93,8 @@ typedef struct lbd_snd_command {
     int32_t mtu;
     int32_t ttl;
     int32_t window_length;              /* pub-lmt = snd-pos + window while connected */
+    int32_t trip_gain;                  /* pub-lmt moves once it would grow by more than this
+                                         * (logbuf.driver.windows.trip_gain) */
     int32_t max_datagrams;              /* data datagrams per sendmmsg */
     int32_t flow_control;               /* LBD_FC_* */
     int32_t retransmit_max_actions;     /* max-resend (1..LBD_SND_MAX_RETRANSMIT_ACTIONS) */

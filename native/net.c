@@ -271,10 +271,10 @@ static int utf8_valid(const uint8_t *p, int32_t n)
 /* A SETUP's fields a receiver would build an image from (the frame is whole: checked by the caller). */
 static int setup_valid(const uint8_t *f)
 {
-    const int32_t term_offset = get_i32(f + 8);
-    const int32_t term_length = get_i32(f + 28);
-    const int32_t mtu = get_i32(f + 32);
-    const int32_t ttl = get_i32(f + 36);
+    const int32_t term_offset = get_i32(f + LB_SETUP_TERM_OFFSET_OFFSET);
+    const int32_t term_length = get_i32(f + LB_SETUP_TERM_LENGTH_OFFSET);
+    const int32_t mtu = get_i32(f + LB_SETUP_MTU_OFFSET);
+    const int32_t ttl = get_i32(f + LB_SETUP_TTL_OFFSET);
     if (!lb_term_length_valid(term_length)) return 0;
     if (mtu <= LB_HEADER_LENGTH || mtu > LB_MAX_MTU || (mtu & (LB_FRAME_ALIGNMENT - 1))) return 0;
     if (term_offset < 0 || term_offset >= term_length || (term_offset & (LB_FRAME_ALIGNMENT - 1))) return 0;
@@ -291,7 +291,7 @@ int32_t lbn_control_valid(const uint8_t *dg, int32_t n)
         const int64_t available = n - offset;
         if (available < 8) return 0;
         const uint8_t *f = dg + offset;
-        const int32_t length = get_i32(f);
+        const int32_t length = get_i32(f + LB_FRAME_LENGTH_OFFSET);
         if (f[LB_VERSION_OFFSET] != LB_CURRENT_VERSION) return 0;
         const uint16_t type = get_u16(f + LB_TYPE_OFFSET);
         int32_t min;
@@ -306,15 +306,18 @@ int32_t lbn_control_valid(const uint8_t *dg, int32_t n)
         }
         if (length < min || (exact && length != min) || length > available) return 0;
         if (type == LB_HDR_TYPE_SETUP && !setup_valid(f)) return 0;
-        if (type == LB_HDR_TYPE_SM && (get_i32(f + 20) < 0 || get_i32(f + 24) < 0)) return 0;
+        if (type == LB_HDR_TYPE_SM && (get_i32(f + LB_SM_CONSUMPTION_TERM_OFFSET_OFFSET) < 0
+                                       || get_i32(f + LB_SM_RECEIVER_WINDOW_OFFSET) < 0))
+            return 0;
         if (type == LB_HDR_TYPE_NAK) {
-            const int32_t term_offset = get_i32(f + 20);
-            if (term_offset < 0 || (term_offset & (LB_FRAME_ALIGNMENT - 1)) || get_i32(f + 24) <= 0) return 0;
+            const int32_t term_offset = get_i32(f + LB_NAK_TERM_OFFSET_OFFSET);
+            if (term_offset < 0 || (term_offset & (LB_FRAME_ALIGNMENT - 1)) || get_i32(f + LB_NAK_LENGTH_FIELD_OFFSET) <= 0)
+                return 0;
         }
         if (type == LB_HDR_TYPE_ERR) {
-            const int32_t text_length = get_i32(f + 36);
+            const int32_t text_length = get_i32(f + LB_ERR_TEXT_LENGTH_OFFSET);
             if (text_length < 0 || text_length > LB_ERR_MAX_TEXT_LENGTH ||
-                LB_ERR_HEADER_LENGTH + text_length != length || !utf8_valid(f + LB_ERR_HEADER_LENGTH, text_length))
+                LB_ERR_TEXT_OFFSET + text_length != length || !utf8_valid(f + LB_ERR_TEXT_OFFSET, text_length))
                 return 0;
         }
         offset += length;
@@ -358,9 +361,11 @@ int32_t lbn_rebuild_in_order(lbn_image_t *image, const uint8_t *slots, int32_t s
         const int32_t term_count = (int32_t)((uint32_t)get_i32(dg + LB_TERM_ID_OFFSET) - (uint32_t)image->initial_term_id);
         const int64_t at = ((int64_t)term_count << image->position_bits) + term_offset;
         if (at != position || at + n > image->limit) break;
-        uint8_t *frame = image->terms + (int64_t)(((uint64_t)at >> image->position_bits) % 3) * term_length + term_offset;
+        uint8_t *frame = image->terms
+            + (int64_t)(((uint64_t)at >> image->position_bits) % LB_PARTITION_COUNT) * term_length + term_offset;
         if (__atomic_load_n((const int32_t *)frame, __ATOMIC_RELAXED) != 0) break;  /* something is there */
-        memcpy(frame + 4, dg + 4, (size_t)(n - 4));
+        /* all but the length word, which is released last (committing the frame) */
+        memcpy(frame + LB_VERSION_OFFSET, dg + LB_VERSION_OFFSET, (size_t)(n - LB_VERSION_OFFSET));
         __atomic_store_n((int32_t *)frame, get_i32(dg + LB_FRAME_LENGTH_OFFSET), __ATOMIC_RELEASE);
         position += span;
         bytes += n;

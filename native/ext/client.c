@@ -24,6 +24,7 @@
 
 #include "lb_frame.h"
 #include "lb_layout.h"
+#include "lb_control.h"
 #include "logbuf.h"
 
 /* log2 of the shortest and longest term: the range of a stream's position bits */
@@ -1685,10 +1686,19 @@ static int set_int(PyObject *dict, const char *name, long value)
     return r;
 }
 
-static int add_layout(PyObject *module)
+/* Adds table (a new reference, or NULL on an error already set) to the module as name. */
+static int add_table(PyObject *module, const char *name, PyObject *table)
+{
+    if (table != NULL && PyModule_AddObject(module, name, table) == 0) return 0;
+    Py_XDECREF(table);
+    return -1;
+}
+
+/* The log layout (lb_layout.h): {Python's name: value}. */
+static PyObject *layout_table(void)
 {
     PyObject *layout = PyDict_New();
-    if (layout == NULL) return -1;
+    if (layout == NULL) return NULL;
 #define L(name, value) \
     if (set_int(layout, name, value) < 0) goto fail;
     L("HEADER_LENGTH", LB_HEADER_LENGTH)
@@ -1706,6 +1716,11 @@ static int add_layout(PyObject *module)
     L("EOS_FLAG", LB_EOS_FLAG)
     L("HDR_TYPE_PAD", LB_HDR_TYPE_PAD)
     L("HDR_TYPE_DATA", LB_HDR_TYPE_DATA)
+    L("HDR_TYPE_NAK", LB_HDR_TYPE_NAK)
+    L("HDR_TYPE_SM", LB_HDR_TYPE_SM)
+    L("HDR_TYPE_ERR", LB_HDR_TYPE_ERR)
+    L("HDR_TYPE_SETUP", LB_HDR_TYPE_SETUP)
+    L("HDR_TYPE_RTTM", LB_HDR_TYPE_RTTM)
     L("BEGIN_FLAG", LB_BEGIN_FLAG)
     L("END_FLAG", LB_END_FLAG)
     L("UNFRAGMENTED", LB_UNFRAGMENTED)
@@ -1721,11 +1736,84 @@ static int add_layout(PyObject *module)
     L("LOG_WAITING_SUBSCRIBERS_OFFSET", LB_META_WAITING_SUBSCRIBERS)
     L("MAX_WAKE_POSTS", LB_MAX_WAKE_POSTS)
 #undef L
-    if (PyModule_AddObject(module, "LAYOUT", layout) < 0) goto fail;
-    return 0;
+    return layout;
 fail:
     Py_DECREF(layout);
-    return -1;
+    return NULL;
+}
+
+/* A new dict at frames[name], borrowed (frames owns it); NULL on error. */
+static PyObject *add_frame(PyObject *frames, const char *name)
+{
+    PyObject *frame = PyDict_New();
+    if (frame == NULL) return NULL;
+    int r = PyDict_SetItemString(frames, name, frame);
+    Py_DECREF(frame);
+    return r < 0 ? NULL : frame;
+}
+
+/* The control frames' layouts (lb_control.h), per logbuf.protocol module: {module: {Python's name: value}}. */
+static PyObject *control_layout_table(void)
+{
+    PyObject *frames = PyDict_New(), *frame;
+    if (frames == NULL) return NULL;
+#define FRAME(name) \
+    if ((frame = add_frame(frames, name)) == NULL) goto fail;
+#define F(name, value) \
+    if (set_int(frame, name, value) < 0) goto fail;
+    FRAME("status_message")
+    F("STATUS_MESSAGE_LENGTH", LB_SM_LENGTH)
+    F("SESSION_ID_FIELD_OFFSET", LB_SM_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_SM_STREAM_ID_OFFSET)
+    F("CONSUMPTION_TERM_ID_FIELD_OFFSET", LB_SM_CONSUMPTION_TERM_ID_OFFSET)
+    F("CONSUMPTION_TERM_OFFSET_FIELD_OFFSET", LB_SM_CONSUMPTION_TERM_OFFSET_OFFSET)
+    F("RECEIVER_WINDOW_FIELD_OFFSET", LB_SM_RECEIVER_WINDOW_OFFSET)
+    F("RECEIVER_ID_FIELD_OFFSET", LB_SM_RECEIVER_ID_OFFSET)
+    F("FEEDBACK_OFFSET", LB_SM_FEEDBACK_OFFSET)
+    F("SEND_SETUP_FLAG", LB_SM_SETUP_FLAG)
+    F("END_OF_STREAM_FLAG", LB_SM_EOS_FLAG)
+    FRAME("nak")
+    F("NAK_LENGTH", LB_NAK_LENGTH)
+    F("SESSION_ID_FIELD_OFFSET", LB_NAK_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_NAK_STREAM_ID_OFFSET)
+    F("TERM_ID_FIELD_OFFSET", LB_NAK_TERM_ID_OFFSET)
+    F("TERM_OFFSET_FIELD_OFFSET", LB_NAK_TERM_OFFSET_OFFSET)
+    F("LENGTH_FIELD_OFFSET", LB_NAK_LENGTH_FIELD_OFFSET)
+    FRAME("setup")
+    F("SETUP_LENGTH", LB_SETUP_LENGTH)
+    F("TERM_OFFSET_FIELD_OFFSET", LB_SETUP_TERM_OFFSET_OFFSET)
+    F("SESSION_ID_FIELD_OFFSET", LB_SETUP_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_SETUP_STREAM_ID_OFFSET)
+    F("INITIAL_TERM_ID_FIELD_OFFSET", LB_SETUP_INITIAL_TERM_ID_OFFSET)
+    F("ACTIVE_TERM_ID_FIELD_OFFSET", LB_SETUP_ACTIVE_TERM_ID_OFFSET)
+    F("TERM_LENGTH_FIELD_OFFSET", LB_SETUP_TERM_LENGTH_OFFSET)
+    F("MTU_FIELD_OFFSET", LB_SETUP_MTU_OFFSET)
+    F("TTL_FIELD_OFFSET", LB_SETUP_TTL_OFFSET)
+    F("MAX_MTU", LB_MAX_MTU)
+    FRAME("rttm")
+    F("RTTM_LENGTH", LB_RTTM_LENGTH)
+    F("SESSION_ID_FIELD_OFFSET", LB_RTTM_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_RTTM_STREAM_ID_OFFSET)
+    F("ECHO_TIMESTAMP_FIELD_OFFSET", LB_RTTM_ECHO_TIMESTAMP_OFFSET)
+    F("RECEPTION_DELTA_FIELD_OFFSET", LB_RTTM_RECEPTION_DELTA_OFFSET)
+    F("RECEIVER_ID_FIELD_OFFSET", LB_RTTM_RECEIVER_ID_OFFSET)
+    F("REPLY_FLAG", LB_RTTM_REPLY_FLAG)
+    FRAME("error_frame")
+    F("ERROR_HEADER_LENGTH", LB_ERR_HEADER_LENGTH)
+    F("SESSION_ID_FIELD_OFFSET", LB_ERR_SESSION_ID_OFFSET)
+    F("STREAM_ID_FIELD_OFFSET", LB_ERR_STREAM_ID_OFFSET)
+    F("RECEIVER_ID_FIELD_OFFSET", LB_ERR_RECEIVER_ID_OFFSET)
+    F("GROUP_TAG_FIELD_OFFSET", LB_ERR_GROUP_TAG_OFFSET)
+    F("ERROR_CODE_FIELD_OFFSET", LB_ERR_CODE_OFFSET)
+    F("ERROR_LENGTH_FIELD_OFFSET", LB_ERR_TEXT_LENGTH_OFFSET)
+    F("ERROR_TEXT_OFFSET", LB_ERR_TEXT_OFFSET)
+    F("MAX_ERROR_TEXT_LENGTH", LB_ERR_MAX_TEXT_LENGTH)
+#undef F
+#undef FRAME
+    return frames;
+fail:
+    Py_DECREF(frames);
+    return NULL;
 }
 
 /* Named integer tables Python checks at import against its own enums (PublicationResult, ControlledPollAction). */
@@ -1864,7 +1952,10 @@ PyMODINIT_FUNC PyInit__client(void)
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     }
-    if (add_layout(m) < 0 || add_codes(m) < 0) goto fail;
+    if (add_table(m, "LAYOUT", layout_table()) < 0 || add_table(m, "CONTROL_LAYOUT", control_layout_table()) < 0
+        || add_codes(m) < 0) {
+        goto fail;
+    }
     if (PyModule_AddIntConstant(m, "NOT_CONNECTED", LB_NOT_CONNECTED) < 0
         || PyModule_AddIntConstant(m, "BACK_PRESSURED", LB_BACK_PRESSURED) < 0
         || PyModule_AddIntConstant(m, "ADMIN_ACTION", LB_ADMIN_ACTION) < 0

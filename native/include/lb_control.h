@@ -1,5 +1,5 @@
 /*
- * Aeron's control frames (SM, NAK, ERR, SETUP, RTTM: logbuf.protocol.frames is the Python side) as the driver's
+ * Aeron's control frames (SM, NAK, ERR, SETUP, RTTM: logbuf.protocol is the Python side) as the driver's
  * C reads and writes them: type ids, lengths and flags, one copy for net.c (lbn_control_valid) and the sender
  * and receiver agents.  Private: lives in native/include, where the cffi builder does not cdef-parse it.
  */

@@ -11,6 +11,8 @@ from typing_extensions import Buffer, Self, disjoint_base
 
 #: layout constants compiled into the C code (name -> value), checked against Python's by ``check_layout``
 LAYOUT: Final[dict[str, int]]
+#: the control frames' layouts (lb_control.h) per logbuf.protocol module, checked by ``check_control_layout``
+CONTROL_LAYOUT: Final[dict[str, dict[str, int]]]
 NOT_CONNECTED: Final[int]
 BACK_PRESSURED: Final[int]
 ADMIN_ACTION: Final[int]

@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on how the package was 
 
 from logbuf.errors import ClosedError
 
-__all__ = ["AtomicBuffer", "check_codes", "check_layout", "client", "ffi", "lib"]
+__all__ = ["AtomicBuffer", "check_codes", "check_control_layout", "check_layout", "client", "ffi", "lib"]
 
 #: the CPython extension module ``logbuf._client`` (its types: the stub ``_client.pyi`` next to it)
 client = _client
@@ -66,6 +66,27 @@ def check_layout(*namespaces: Any) -> None:
                 f"logbuf's native build disagrees on the log layout: {name} is {value} in C, "
                 f"{python_value} in Python (rebuild the native modules)"
             )
+
+
+def check_control_layout(modules: Mapping[str, Any]) -> None:
+    """Asserts that the control frames' layouts compiled into the native code equal Python's codecs.
+
+    ``modules`` maps each ``logbuf.protocol`` module's short name (``status_message``, ``nak``, ``setup``,
+    ``rttm``, ``error_frame``) to the module; every field offset, length and flag the C names for that frame
+    must be the module's constant of the same name.  Raises ImportError on any difference (a stale build).
+    """
+    native = _client.CONTROL_LAYOUT
+    if set(native) != set(modules):
+        raise ImportError(f"logbuf's native build names control frames {sorted(native)}, Python {sorted(modules)} "
+                          "(rebuild the native modules)")
+    for frame, table in native.items():
+        namespace = vars(modules[frame])
+        for name, value in table.items():
+            if namespace.get(name) != value:
+                raise ImportError(
+                    f"logbuf's native build disagrees on the {frame} frame: {name} is {value} in C, "
+                    f"{namespace.get(name)} in Python (rebuild the native modules)"
+                )
 
 
 def check_codes(table: str, python: Mapping[str, int]) -> None:

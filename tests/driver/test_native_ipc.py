@@ -224,3 +224,18 @@ def test_a_refused_command_is_reported(directory: str) -> None:
         assert native.poll_events() == [(lib.LBD_IPC_COMMAND_REFUSED, 99, 1, lib.LBD_IPC_SET_INCLUDED)]
     finally:
         native.close()
+
+
+def test_a_trip_gain_outside_the_window_is_refused(directory: str) -> None:
+    # the gain comes from the conductor (logbuf.driver.windows.trip_gain): the duty checks it, never trusts it
+    side = Side(directory, "gain.logbuffer", TERM // 2)
+    native = NativeIpcDuty(timer_interval_ns=SECOND)
+    try:
+        for gain in (-1, side.duty.window_length + 1):
+            side.duty.trip_gain = gain
+            native.add_publication(FakePublication(1, side.duty))  # type: ignore[arg-type]
+            lib.lbd_ipc_do_work(native.duty[1], 0)
+            assert native.poll_events() == [(lib.LBD_IPC_COMMAND_REFUSED, 1, 0, lib.LBD_IPC_ADD_PUBLICATION)]
+    finally:
+        native.close()
+        side.log.close()

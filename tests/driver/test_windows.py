@@ -13,6 +13,7 @@ from logbuf.channel import ChannelUri
 from logbuf.driver.channel_params import resolve_publication
 from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_publication import IpcPublicationDuty
+from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.windows import (
     DEFAULT_INITIAL_WINDOW_LENGTH,
     check_publication_window,
@@ -20,9 +21,11 @@ from logbuf.driver.windows import (
     max_publication_window,
     publication_window,
     receiver_window_length,
+    retained_window,
     trip_gain,
     untethered_window_limit,
 )
+from logbuf.logbuffer.descriptor import compute_max_message_length
 
 T = 64 * 1024
 KiB = 1024
@@ -95,3 +98,9 @@ def test_ipc_duty_uses_the_rules() -> None:
                                    window_length=T + 32)
         finally:
             log.close()
+
+
+def test_retained_window_is_half_a_term_plus_the_largest_message() -> None:
+    assert retained_window(T) == T // 2 + compute_max_message_length(T) == T // 2 + T // 8
+    # the sender's NAK check takes its default from here
+    assert RetransmitHandler(T, 0).retained_window == retained_window(T)

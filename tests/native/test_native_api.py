@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,7 +13,8 @@ from logbuf.client.publication import PublicationResult
 from logbuf.errors import ClosedError, MessageTooLargeError
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer import frame as f
-from logbuf.native import AtomicBuffer, check_codes, check_layout, client, lib
+from logbuf.native import AtomicBuffer, check_codes, check_control_layout, check_layout, client, lib
+from logbuf.protocol import error_frame, nak, rttm, setup, status_message
 
 
 def test_plain_accessors_are_bounds_checked_by_their_size() -> None:
@@ -44,6 +46,32 @@ def test_native_layout_equals_the_python_constants() -> None:
 def test_layout_check_refuses_a_disagreeing_build() -> None:
     with pytest.raises(ImportError, match="HEADER_LENGTH"):
         check_layout({**vars(f), "HEADER_LENGTH": 64}, vars(d))
+
+
+CONTROL_CODECS = {"status_message": status_message, "nak": nak, "setup": setup, "rttm": rttm,
+                  "error_frame": error_frame}
+
+
+def test_control_frame_layouts_equal_the_protocol_codecs() -> None:
+    assert set(client.CONTROL_LAYOUT) == set(CONTROL_CODECS)
+    for frame, table in client.CONTROL_LAYOUT.items():
+        for name, value in table.items():
+            assert getattr(CONTROL_CODECS[frame], name) == value, (frame, name)
+    # every field offset a codec names is one the C names too (the check covers whole frames)
+    for frame, module in CONTROL_CODECS.items():
+        offsets = {name for name in vars(module) if name.endswith("_OFFSET")}
+        assert offsets <= set(client.CONTROL_LAYOUT[frame]), (frame, offsets - set(client.CONTROL_LAYOUT[frame]))
+    check_control_layout(CONTROL_CODECS)  # what logbuf.protocol runs at import
+    types = ("HDR_TYPE_NAK", "HDR_TYPE_SM", "HDR_TYPE_ERR", "HDR_TYPE_SETUP", "HDR_TYPE_RTTM")
+    assert {name: client.LAYOUT[name] for name in types} == {name: getattr(f, name) for name in types}
+
+
+def test_control_layout_check_refuses_a_disagreeing_build() -> None:
+    wrong = SimpleNamespace(**{**vars(nak), "TERM_ID_FIELD_OFFSET": 20})  # the NAK's codec with a field moved
+    with pytest.raises(ImportError, match="nak frame: TERM_ID_FIELD_OFFSET is 16 in C, 20 in Python"):
+        check_control_layout({**CONTROL_CODECS, "nak": wrong})
+    with pytest.raises(ImportError, match="control frames"):
+        check_control_layout({k: v for k, v in CONTROL_CODECS.items() if k != "rttm"})
 
 
 def test_result_codes_and_poll_actions_equal_the_python_enums() -> None:

@@ -20,6 +20,7 @@ from logbuf.driver.udp.flow_control import (
 )
 from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.udp.sender_schedule import SenderSchedule
+from logbuf.driver.windows import trip_gain
 from logbuf.logbuffer import descriptor as d
 from logbuf.native import ffi, lib
 from logbuf.protocol.nak import Nak
@@ -49,6 +50,7 @@ def native_model(initial_term_id: int, strategy: int, timeout_ns: int, rtx: Retr
     c.term_length = T
     c.initial_term_id = initial_term_id
     c.window_length = T // 2
+    c.trip_gain = trip_gain(c.window_length)
     c.flow_control = strategy
     c.receiver_timeout_ns = timeout_ns
     c.retransmit_max_actions = rtx.max_actions

@@ -22,16 +22,16 @@ from logbuf.channel import (
     InvalidChannelError,
     parse_size,
 )
-from logbuf.driver.context import SECOND, DriverContext
+from logbuf.driver.context import DriverContext
+from logbuf.driver.log_metadata import (  # Aeron's defaults for the untethered subscriber timeouts
+    DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS,
+    DEFAULT_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS,
+)
 from logbuf.driver.udp.retransmit import MAX_RESEND_LIMIT
 from logbuf.driver.windows import publication_window
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.units import NANOS_PER_UNIT
-
-# Aeron's defaults for the untethered subscriber timeouts
-DEFAULT_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS = 5 * SECOND
-DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS = 10 * SECOND
 
 # keys that only mean something on one medium (refused on the other: they would be ignored there)
 UDP_ONLY_KEYS = frozenset({"interface", "ttl", "so-sndbuf", "so-rcvbuf", "rcv-wnd", "fc", "cc", "reliable",

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from logbuf.channel import InvalidChannelError, parse_size
 from logbuf.cli_args import add_driver_dir
 from logbuf.driver.agents import THREADING_MODES
-from logbuf.driver.context import MS, SECOND
 from logbuf.errors import INTERRUPTED_EXIT_STATUS, UsageError
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
 if TYPE_CHECKING:
     from logbuf.driver.context import DriverContext
@@ -33,7 +33,7 @@ def _seconds(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if value <= 0:
         raise argparse.ArgumentTypeError("must be > 0")
-    return int(value * SECOND)
+    return int(value * NANOS_PER_SECOND)
 
 
 def _impairment(text: str) -> str:
@@ -193,7 +193,8 @@ def _announce_and_run(driver: MediaDriver, ctx: DriverContext) -> int | None:
         f"(ipc term {ctx.ipc_term_length >> 10} KiB, network term {ctx.network_term_length >> 10} KiB, "
         f"mtu {ctx.mtu}, idle {ctx.idle_strategy}, {ctx.threading_mode} mode (sender idle {ctx.sender_idle}, "
         f"receiver idle {ctx.receiver_idle}, conductor idle {ctx.conductor_idle}), "
-        f"client liveness {ctx.client_liveness_timeout_ns // MS} ms, unblock {ctx.unblock_timeout_ns // MS} ms"
+        f"client liveness {ctx.client_liveness_timeout_ns // NANOS_PER_MILLI} ms, "
+        f"unblock {ctx.unblock_timeout_ns // NANOS_PER_MILLI} ms"
         + "".join(f", {name} impairment {spec}" for name, spec in (("send", ctx.send_impairment),
                                                                   ("receive", ctx.receive_impairment)) if spec)
         + "); Ctrl-C to stop",

@@ -27,7 +27,6 @@ sans-IO about time: callers pass ``now_ns`` (monotonic) and the epoch-ms clock i
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -67,7 +66,7 @@ from logbuf.cnc.messages import (
 from logbuf.driver.agents import AERON_THREADING_MODE, NativeDuty, add, propose_max
 from logbuf.driver.channel_params import resolve_publication, resolve_subscription
 from logbuf.driver.command_error import CommandError
-from logbuf.driver.context import MS, DriverContext
+from logbuf.driver.context import DriverContext
 from logbuf.driver.ipc_conductor import IpcConductor, SubscriptionLink
 from logbuf.driver.ipc_publication import IpcPublication
 from logbuf.driver.lifecycle import PublicationState
@@ -75,6 +74,7 @@ from logbuf.driver.native_ipc import NativeIpcDuty
 from logbuf.driver.network_conductor import NetworkConductor, NetworkSubscription, SpySubscription
 from logbuf.driver.network_publication import NetworkPublication
 from logbuf.driver.services import DriverServices
+from logbuf.units import NANOS_PER_MILLI, epoch_ms
 
 NULL_VALUE = -1
 COMMANDS_PER_CYCLE = 16
@@ -105,17 +105,13 @@ class ClientSession:
         self.closed = False
 
 
-def _epoch_ms() -> int:
-    return time.time_ns() // MS
-
-
 class DriverConductor:
     def __init__(
         self,
         ctx: DriverContext,
         cnc: CncFile,
         *,
-        epoch_ms: Callable[[], int] = _epoch_ms,
+        epoch_ms: Callable[[], int] = epoch_ms,
         ensure_wake_semaphore: Callable[[int], None] | None = None,
         on_terminate: Callable[[], None] | None = None,
         loss_report: LossReport | None = None,
@@ -559,7 +555,7 @@ class DriverConductor:
         del self.clients[client.client_id]
 
     def _check_client_liveness(self, now_ms: int) -> int:
-        timeout_ms = self.ctx.client_liveness_timeout_ns // MS
+        timeout_ms = self.ctx.client_liveness_timeout_ns // NANOS_PER_MILLI
         work = 0
         for client in list(self.clients.values()):
             last = self.counters.counter_value(client.heartbeat_counter_id)

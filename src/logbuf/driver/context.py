@@ -9,12 +9,15 @@ from typing import Any
 
 from logbuf.directory import DEFAULT_STORAGE_RESERVE, resolve_directory
 from logbuf.driver.agents import DEFAULT_AGENT_IDLE, IdleSpec, check_threading_mode, default_threading_mode
+from logbuf.driver.ipc_publication import DEFAULT_UNBLOCK_TIMEOUT_NS
+from logbuf.driver.udp.flow_control import DEFAULT_RECEIVER_TIMEOUT_NS
+from logbuf.driver.udp.image_receiver import DEFAULT_IMAGE_LIVENESS_TIMEOUT_NS
 from logbuf.driver.udp.impairment import Impairment
+from logbuf.driver.udp.loss_detector import DEFAULT_MULTICAST_MAX_BACKOFF_NS, DEFAULT_UNICAST_NAK_DELAY_NS
 from logbuf.driver.windows import max_publication_window
 from logbuf.idle import idle_strategy
 from logbuf.logbuffer import descriptor as d
-from logbuf.units import NANOS_PER_MILLI as MS
-from logbuf.units import NANOS_PER_SECOND as SECOND
+from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
 
 def _power_of_two(value: int) -> bool:
@@ -28,10 +31,10 @@ class DriverContext:
     network_term_length: int = d.DEFAULT_NETWORK_TERM_LENGTH
     mtu: int = d.DEFAULT_MTU
     ipc_publication_window: int = 0  # 0: half a term (Aeron); the rules: logbuf.driver.windows
-    unblock_timeout_ns: int = 15 * SECOND
-    client_liveness_timeout_ns: int = 10 * SECOND
-    publication_linger_timeout_ns: int = 5 * SECOND
-    timer_interval_ns: int = 1 * SECOND
+    unblock_timeout_ns: int = DEFAULT_UNBLOCK_TIMEOUT_NS
+    client_liveness_timeout_ns: int = 10 * NANOS_PER_SECOND
+    publication_linger_timeout_ns: int = 5 * NANOS_PER_SECOND
+    timer_interval_ns: int = 1 * NANOS_PER_SECOND
     # the Python conductor's loop: parks up to 4 ms when idle (a Python duty cycle costs tens of µs, so a 1 ms
     # park alone is ~4% of a core); only commands wait on it (pub-lmt moves on a native agent)
     idle_strategy: str = "backoff:4000000"
@@ -55,14 +58,15 @@ class DriverContext:
     sender_idle: str = DEFAULT_AGENT_IDLE
     receiver_idle: str = DEFAULT_AGENT_IDLE
     conductor_idle: str = DEFAULT_AGENT_IDLE
-    conductor_interval_ns: int = 1_000_000  # shared mode: the conductor's duty runs at most this often
+    conductor_interval_ns: int = NANOS_PER_MILLI  # shared mode: the conductor's duty runs at most this often
     network_publication_window: int = 0  # 0: half a term; pub-lmt = snd-pos + this window
     spies_simulate_connection: bool = False  # a network publication read only by spies is connected (Aeron's)
     receiver_window: int = 0  # 0: min(128 KiB, T/2); what SMs offer the sender
-    image_liveness_timeout_ns: int = 10 * SECOND  # an image silent this long is removed
-    flow_control_receiver_timeout_ns: int = 5 * SECOND  # a receiver silent this long stops holding a sender
-    nak_unicast_delay_ns: int = 100_000  # unicast: first NAK after 100 us, retries every 100x that
-    nak_multicast_max_backoff_ns: int = 10 * MS  # multicast: randomised NAK delay up to this
+    image_liveness_timeout_ns: int = DEFAULT_IMAGE_LIVENESS_TIMEOUT_NS  # an image silent this long is removed
+    # a receiver silent this long stops holding a sender
+    flow_control_receiver_timeout_ns: int = DEFAULT_RECEIVER_TIMEOUT_NS
+    nak_unicast_delay_ns: int = DEFAULT_UNICAST_NAK_DELAY_NS  # unicast: first NAK after 100 us, retries every 100x that
+    nak_multicast_max_backoff_ns: int = DEFAULT_MULTICAST_MAX_BACKOFF_NS  # multicast: randomised NAK delay up to this
     nak_multicast_group_size: int = 10  # expected receivers (shapes the multicast NAK delay)
     loss_give_up_ns: int | None = None  # a gap open this long is filled with PAD (None: never)
     socket_rcvbuf: int = 2 * 1024 * 1024  # asked for; the kernel caps it at net.core.rmem_max (0: OS default)

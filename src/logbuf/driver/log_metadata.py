@@ -14,6 +14,7 @@ from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
 
 NULL_VALUE = -1
+# Aeron's defaults for the untethered subscriber timeouts (written into a log's metadata)
 DEFAULT_UNTETHERED_WINDOW_LIMIT_TIMEOUT_NS = 5_000_000_000
 DEFAULT_UNTETHERED_RESTING_TIMEOUT_NS = 10_000_000_000
 _WMEM_DEFAULT = Path("/proc/sys/net/core/wmem_default")

@@ -59,9 +59,10 @@ from logbuf.directory import (
 )
 from logbuf.driver.agents import NativeAgent, plan_agents
 from logbuf.driver.conductor import DriverConductor
-from logbuf.driver.context import MS, DriverContext
+from logbuf.driver.context import DriverContext
 from logbuf.errors import LogbufError
 from logbuf.idle import idle_strategy
+from logbuf.units import epoch_ms
 
 SEMAPHORE_SWEEP_SLACK = 64  # wake-up semaphores a driver may keep beyond twice the streams in use
 _DRIVER_FILES = {CNC_FILE, LOSS_REPORT_FILE, LOCK_FILE, MARKER_FILE, PUBLICATIONS_DIR, IMAGES_DIR}
@@ -113,7 +114,7 @@ def _describe_active_driver(directory: Path) -> str:
     try:
         with CncFile.open(directory / CNC_FILE) as cnc:
             pid = cnc.layout.pid
-            age_ms = time.time_ns() // MS - cnc.to_driver.consumer_heartbeat_time
+            age_ms = epoch_ms() - cnc.to_driver.consumer_heartbeat_time
         return f"pid {pid}, heartbeat {age_ms} ms ago"
     except CncFileError as exc:
         return f"its cnc.dat is not readable yet: {exc}"
@@ -151,7 +152,7 @@ class MediaDriver:
                 self.ctx.error_log_length,
                 self.ctx.client_liveness_timeout_ns,
                 os.getpid(),
-                time.time_ns() // MS,
+                epoch_ms(),
                 mode=self.ctx.file_mode,
                 ready=False,  # clients wait until the conductor's system counters exist (signal_ready below)
             )

@@ -91,6 +91,7 @@ class NativeIpcDuty:
             term_length=log.term_length,
             initial_term_id=log.initial_term_id,
             window_length=duty.window_length,
+            trip_gain=duty.trip_gain,
         )
 
     def remove_publication(self, registration_id: int) -> None:

@@ -50,7 +50,7 @@ from logbuf.driver.sender import Sender
 from logbuf.driver.udp.flow_control import FlowControl, MinMulticastFlowControl, TaggedFlowControl
 from logbuf.driver.udp.retransmit import RetransmitHandler
 from logbuf.driver.udp.sender_schedule import DEFAULT_HEARTBEAT_INTERVAL_NS, DEFAULT_SETUP_INTERVAL_NS
-from logbuf.driver.windows import check_publication_window, untethered_window_limit
+from logbuf.driver.windows import check_publication_window, trip_gain, untethered_window_limit
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_unblocker import unblock
@@ -180,6 +180,7 @@ class NetworkPublication(PublicationLifecycle):
         command.mtu = self.mtu
         command.ttl = self.ttl
         command.window_length = self.window_length
+        command.trip_gain = trip_gain(self.window_length)
         command.max_datagrams = self.max_datagrams
         if isinstance(fc, TaggedFlowControl):
             command.flow_control = lib.LBD_FC_TAGGED

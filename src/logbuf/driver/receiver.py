@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from logbuf.driver.udp.receiver_dispatcher import (  # the sans-IO dispatcher's rules, which the agent runs
+    DEFAULT_COOL_DOWN_NS,
+    DEFAULT_ELICIT_INTERVAL_NS,
+    DEFAULT_PENDING_TIMEOUT_NS,
+)
 from logbuf.native import ffi, lib
 
 QUEUE_CAPACITY = 4096
-DEFAULT_ELICIT_INTERVAL_NS = 100_000_000
-DEFAULT_PENDING_TIMEOUT_NS = 1_000_000_000
-DEFAULT_COOL_DOWN_NS = 1_000_000_000
 DEFAULT_MAX_PENDING = 1024  # sessions remembered per endpoint (pending SETUPs, elicits, cool-downs)
 _EVENT_FIELDS = ("type", "endpoint_id", "image_id", "reason", "session_id", "stream_id", "term_offset",
                  "initial_term_id", "active_term_id", "term_length", "mtu", "ttl", "term_id", "length", "flags",

@@ -9,7 +9,7 @@ dropped.  The sockets are closed only after the agent acknowledged the endpoint'
 
 A multi-destination-cast endpoint (``control-mode=dynamic|manual``) sends every frame of its publications to
 each of its destinations: dynamic ones are the sources of receivers' status messages (dropped after
-:data:`DESTINATION_TIMEOUT_NS` without one, Aeron's destination timeout), manual ones those the clients added
+:data:`~logbuf.driver.udp.destination_tracker.DEFAULT_DESTINATION_TIMEOUT_NS` without one, Aeron's destination timeout), manual ones those the clients added
 (:attr:`SendChannelEndpoint.destinations`, mirrored in the agent).
 """
 
@@ -18,12 +18,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from logbuf.driver.network_counters import NetworkCounters
+from logbuf.driver.udp.destination_tracker import DEFAULT_DESTINATION_TIMEOUT_NS
 from logbuf.driver.udp.impairment import Impairment
 from logbuf.driver.udp_channel import UdpChannel
 from logbuf.driver.udp_transport import MAX_BATCH, UdpTransport
 from logbuf.native import lib
-
-DESTINATION_TIMEOUT_NS = 5_000_000_000  # Aeron's destination timeout (dynamic MDC)
 
 
 class SessionHolder(Protocol):
@@ -74,7 +73,7 @@ class SendChannelEndpoint:
         mode = self.channel.control_mode
         command.control_mode = (lib.LBD_MDC_DYNAMIC if mode == "dynamic" else
                                 lib.LBD_MDC_MANUAL if mode == "manual" else lib.LBD_MDC_NONE)
-        command.destination_timeout_ns = DESTINATION_TIMEOUT_NS
+        command.destination_timeout_ns = DEFAULT_DESTINATION_TIMEOUT_NS
         _fill_impairment(command.send_impairment, transport.send_impairment)
         _fill_impairment(command.receive_impairment, transport.receive_impairment)
 

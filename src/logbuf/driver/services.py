@@ -14,7 +14,6 @@ import collections
 import contextlib
 import os
 import random
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,10 +24,11 @@ from logbuf.cnc.loss_report import LossReport
 from logbuf.cnc.messages import ControlResponse
 from logbuf.directory import IMAGES_DIR, LOG_SUFFIX, PUBLICATIONS_DIR
 from logbuf.driver.channel_params import PublicationParams
-from logbuf.driver.context import MS, DriverContext
+from logbuf.driver.context import DriverContext
 from logbuf.driver.log_metadata import fill_publication_metadata
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
+from logbuf.units import epoch_ms
 
 _INT32_RANGE = 2**32
 # Aeron's default reserved range: generated session ids avoid it, so ids chosen by channels here never clash
@@ -49,10 +49,6 @@ def _start_at(log: LogBuffers, initial_term_id: int, term_id: int, term_offset: 
     meta.put_i32_release(d.LOG_ACTIVE_TERM_COUNT_OFFSET, term_count - (1 << 32) if term_count >= 1 << 31 else term_count)
 
 
-def _epoch_ms() -> int:
-    return time.time_ns() // MS
-
-
 class DriverServices:
     """One object handed to every conductor (see the module docstring)."""
 
@@ -67,7 +63,7 @@ class DriverServices:
         next_correlation_id: Callable[[], int],
         ensure_wake_semaphore: Callable[[int], None],
         loss_report: LossReport | None = None,
-        epoch_ms: Callable[[], int] = _epoch_ms,
+        epoch_ms: Callable[[], int] = epoch_ms,
     ) -> None:
         self.ctx = ctx
         self.counters = counters

@@ -4,21 +4,25 @@
   configured window, or half a term when none is; at most a term on IPC, half a term on UDP (the term behind
   snd-pos stays intact for retransmits);
 - trip gain: pub-lmt moves only once it would grow by more than window / 8 (fewer writes to a hot cache line);
-  the native duties apply the same rule to the window they are handed;
+  the native duties are handed the gain with the window;
 - untethered window limit: an untethered subscriber further behind than the window, less some slack (the
   trip gain, window / 8, behind an IPC publication's consumers; a quarter window behind a network
   publication's snd-pos, for its spies), is falling behind;
+- retained window: how far behind snd-pos a NAK may reach and still be answered: T/2 + the largest message
+  (a receiver's window is at most T/2, so an honest NAK never asks for older data; Aeron's rule);
 - receiver window: what a receiver's status messages offer the sender: the window the first subscription
   naming ``rcv-wnd`` asks for, else the driver's, else 128 KiB; at most half a term, so a sender never laps a
   term the receiver may still be reading.
 
 Channel resolution (:mod:`logbuf.driver.channel_params`), the publications, the conductors and the sans-IO
-specifications all take these values from here.
+specifications all take these values from here; the native duties are handed them in their add commands.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+from logbuf.logbuffer.descriptor import compute_max_message_length
 
 DEFAULT_INITIAL_WINDOW_LENGTH = 128 * 1024  # the receiver window when nothing configures one (Aeron's)
 
@@ -54,6 +58,11 @@ def untethered_window_limit(position: int, window_length: int, *, network: bool 
     / 8 on IPC, window / 4 for a network publication's spies, as Aeron has them)."""
     slack = window_length // 4 if network else trip_gain(window_length)
     return position - window_length + slack
+
+
+def retained_window(term_length: int) -> int:
+    """How far behind snd-pos a NAK may ask for data and be answered: half a term plus the largest message."""
+    return term_length // 2 + compute_max_message_length(term_length)
 
 
 def receiver_window_length(term_length: int, initial_window_length: int = DEFAULT_INITIAL_WINDOW_LENGTH) -> int:

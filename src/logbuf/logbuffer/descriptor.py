@@ -109,6 +109,7 @@ MAX_MESSAGE_LENGTH_CAP = 16 * 1024 * 1024
 DEFAULT_IPC_TERM_LENGTH = 64 * 1024 * 1024
 DEFAULT_NETWORK_TERM_LENGTH = 16 * 1024 * 1024
 DEFAULT_MTU = 1408
+MAX_MTU = 65504  # the largest UDP payload over IPv4, aligned to frames
 
 
 def is_power_of_two(value: int) -> bool:
@@ -134,8 +135,8 @@ def check_mtu(mtu: int, term_length: int) -> None:
     """Raises ValueError unless ``mtu`` is a frame-aligned size that fits the term."""
     from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
-    if mtu <= HEADER_LENGTH or mtu % FRAME_ALIGNMENT or mtu > 65504 or mtu > term_length // 8:
-        raise ValueError(f"mtu {mtu} must be a multiple of 32 in ({HEADER_LENGTH}, min(65504, T/8)]")
+    if mtu <= HEADER_LENGTH or mtu % FRAME_ALIGNMENT or mtu > MAX_MTU or mtu > term_length // 8:
+        raise ValueError(f"mtu {mtu} must be a multiple of {FRAME_ALIGNMENT} in ({HEADER_LENGTH}, min({MAX_MTU}, T/8)]")
 
 
 def compute_log_length(term_length: int, page_size: int) -> int:

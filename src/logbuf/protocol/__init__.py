@@ -5,6 +5,8 @@ which checks lengths and fields and raises :class:`MalformedFrameError` for anyt
 ``classify(datagram)`` walks every frame of a datagram and says what it is.  Layouts are drawn in each module.
 """
 
+from logbuf.native import check_control_layout
+from logbuf.protocol import error_frame, nak, rttm, setup, status_message
 from logbuf.protocol.data import DATA_HEADER_LENGTH, HEARTBEAT_LENGTH, DataHeader, encode_data_frame
 from logbuf.protocol.datagram import ControlFrame, ControlPacket, DataPacket, Packet, PacketKind, classify
 from logbuf.protocol.error_frame import ERROR_HEADER_LENGTH, ErrorFrame
@@ -17,6 +19,12 @@ from logbuf.protocol.status_message import (
     SEND_SETUP_FLAG,
     STATUS_MESSAGE_LENGTH,
     StatusMessage,
+)
+
+# the driver's C reads and writes these frames with its own copy of their layouts (native/include/lb_control.h):
+# refuse to run with a build that disagrees with the codecs here
+check_control_layout(
+    {"status_message": status_message, "nak": nak, "setup": setup, "rttm": rttm, "error_frame": error_frame}
 )
 
 __all__ = [

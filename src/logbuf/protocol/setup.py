@@ -36,6 +36,7 @@ import struct
 from typing import Any, NamedTuple
 
 from logbuf.logbuffer import descriptor as d
+from logbuf.logbuffer.descriptor import MAX_MTU
 from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 from logbuf.protocol.header import (
     CURRENT_VERSION,
@@ -56,7 +57,6 @@ ACTIVE_TERM_ID_FIELD_OFFSET = 24
 TERM_LENGTH_FIELD_OFFSET = 28
 MTU_FIELD_OFFSET = 32
 TTL_FIELD_OFFSET = 36
-MAX_MTU = 65504
 
 _STRUCT = struct.Struct("<iBBHiiiiiiii")
 assert _STRUCT.size == SETUP_LENGTH

@@ -2,9 +2,9 @@
 
 A NAK is checked first: its term offset must lie inside a term, and the range must be data this publication
 has sent and still retains - ``[snd-pos - retained window, snd-pos)``, where the retained window defaults to
-Aeron's ``T/2 + max message length`` (a receiver's window is at most T/2, so an honest NAK is never further
-back; the conductor cleans one term behind snd-pos, so this is always still intact).  The range is clipped to
-the term and to snd-pos.
+Aeron's ``T/2 + max message length`` (:func:`logbuf.driver.windows.retained_window`: a receiver's window is at
+most T/2, so an honest NAK is never further back; the conductor cleans one term behind snd-pos, so this is
+always still intact).  The range is clipped to the term and to snd-pos.
 
 Then, per range: resend at once (or after ``delay_ns``, for multicast senders that want to merge NAKs from many
 receivers), then *linger* for ``linger_ns`` (10 ms) during which NAKs that start inside the range are ignored -
@@ -21,6 +21,7 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from logbuf.driver import windows
 from logbuf.driver.udp.counters import SenderCounters
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.frame import HEADER_LENGTH
@@ -72,9 +73,7 @@ class RetransmitHandler:
         self.delay_ns = delay_ns
         self.group_semantics = group_semantics
         self.max_actions = max_actions if group_semantics else 1
-        self.retained_window = (
-            term_length // 2 + d.compute_max_message_length(term_length) if retained_window is None else retained_window
-        )
+        self.retained_window = windows.retained_window(term_length) if retained_window is None else retained_window
         self.counters = SenderCounters() if counters is None else counters
         self.naks_out_of_window = 0
         self.naks_suppressed = 0
