@@ -147,6 +147,23 @@ def test_free_and_reuse_only_after_the_deadline():
     assert second == 1
 
 
+def test_available_counts_unused_ids_and_freed_ones_past_their_deadline():
+    _, _, manager, clock = make()
+    assert manager.available() == N
+    first = manager.allocate(4, "a")
+    manager.allocate(4, "b")
+    assert manager.available() == N - 2
+    manager.free(first)
+    assert manager.available() == N - 2  # not yet free for reuse
+    clock.now_ms += 1_000
+    assert manager.available() == N - 1
+    for _ in range(N - 1):
+        manager.allocate(4, "x")
+    assert manager.available() == 0
+    with pytest.raises(c.CountersFullError):
+        manager.allocate(4, "full")
+
+
 def test_reused_counter_starts_from_zero_without_old_key_or_label():
     metadata, values, manager, clock = make()
     counter_id = manager.allocate(1, "x" * 300, b"k" * 112, registration_id=9)

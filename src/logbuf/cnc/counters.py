@@ -515,6 +515,12 @@ class CountersManager(CountersReader):
         metadata.put_i32_release(offset + STATE_OFFSET, RECORD_ALLOCATED)  # publishes everything above
         return counter_id
 
+    def available(self) -> int:
+        """How many counters :meth:`allocate` could hand out now (unused ids and freed ones past their deadline)."""
+        now_ms = self._clock_ms()
+        reusable = sum(1 for counter_id in self._free_list if now_ms >= self.free_for_reuse_deadline(counter_id))
+        return self.max_counter_id - self._high_water_mark + reusable
+
     def _next_counter_id(self) -> int:
         if self._free_list:
             now_ms = self._clock_ms()

@@ -445,6 +445,11 @@ class DriverConductor:
                                                     msg.stream_id)
             self.subscriptions[msg.correlation_id] = network
             client.subscriptions.add(msg.correlation_id)
+            needed = self.network.images_to_link(network)
+            if self.counters.available() < needed:  # refused before READY, so the client sees the refusal
+                self._drop_subscription(client, msg.correlation_id)
+                raise CountersFullError(f"unable to allocate {needed} subscriber position counters for the "
+                                        f"existing images of stream {msg.stream_id}")
             self._send(ControlResponse.ON_SUBSCRIPTION_READY,
                        SubscriptionReady(msg.correlation_id, network.endpoint.status_counter_id))
             try:

@@ -854,6 +854,11 @@ class NetworkConductor:
             return True
         return False
 
+    def images_to_link(self, subscription: NetworkSubscription) -> int:
+        """How many existing images ``subscription`` would join (a sub-pos counter each)."""
+        return sum(1 for image in subscription.endpoint.images_of(subscription.stream_id)
+                   if subscription.matches(image.stream_id, image.session_id))
+
     def link_existing_images(self, subscription: NetworkSubscription) -> None:
         """A subscription that arrives while images of its stream exist joins them at their live end."""
         for image in subscription.endpoint.images_of(subscription.stream_id):
