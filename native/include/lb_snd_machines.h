@@ -179,6 +179,16 @@ static inline int64_t snd_fc_on_sm(snd_flow_control_t *fc, int64_t receiver_id, 
     return snd_lmt > limit ? snd_lmt : limit;
 }
 
+/* A receiver's ERR frame (it rejected the image): it leaves at once, so it holds the sender back no longer and,
+ * the last one gone, the publication is not connected - as aeronmd, rather than after the receiver timeout. */
+static inline void snd_fc_on_error(snd_flow_control_t *fc, int64_t receiver_id)
+{
+    int32_t kept = 0;
+    for (int32_t i = 0; i < fc->count; i++)
+        if (fc->receivers[i].receiver_id != receiver_id) fc->receivers[kept++] = fc->receivers[i];
+    fc->count = kept;
+}
+
 /* Receivers silent for longer than the timeout are dropped (tagged: also those at EOS): the new snd-lmt. */
 static inline int64_t snd_fc_on_idle(snd_flow_control_t *fc, int64_t snd_lmt, int64_t now_ns)
 {

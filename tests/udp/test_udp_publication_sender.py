@@ -7,7 +7,14 @@ from collections.abc import Callable
 import pytest
 
 from logbuf import ExclusivePublication, LogBuffers, Position
-from logbuf.driver.udp import MinMulticastFlowControl, OutgoingKind, PublicationSender
+from logbuf.driver.udp import (
+    MinMulticastFlowControl,
+    OutgoingKind,
+    PublicationSender,
+    TaggedFlowControl,
+    UnicastFlowControl,
+)
+from logbuf.driver.udp.flow_control import FlowControl
 from logbuf.protocol import (
     REPLY_FLAG,
     ControlPacket,
@@ -125,6 +132,20 @@ def test_rtt_request_is_echoed_and_errors_are_recorded(rig: Rig) -> None:
     error = ErrorFrame(77, 1001, 9, 0, 3, "no")
     rig.sender.on_error_frame(error, 2)
     assert rig.sender.last_error == error and rig.sender.counters.error_frames_received == 1
+
+
+@pytest.mark.parametrize("fc", [UnicastFlowControl, MinMulticastFlowControl, lambda: TaggedFlowControl(7, 1)])
+def test_a_receiver_that_rejected_the_image_leaves_flow_control(make_log: Callable[..., LogBuffers],
+                                                                fc: Callable[[], FlowControl]) -> None:
+    """Its ERR frame drops the receiver at once: not connected (it no longer holds the sender back)."""
+    rig = Rig(make_log, flow_control=fc())
+    sm = StatusMessage.at_position(77, 1001, 0, 16, 5, 32768, 9)
+    rig.sender.on_status_message(sm._replace(feedback=(7).to_bytes(8, "little")), 0)
+    assert rig.sender.flow_control.is_connected
+    rig.sender.on_error_frame(ErrorFrame(77, 1001, 8, 0, 3, "another receiver"), 2)
+    assert rig.sender.flow_control.is_connected
+    rig.sender.on_error_frame(ErrorFrame(77, 1001, 9, 0, 3, "no"), 2)
+    assert not rig.sender.flow_control.is_connected and rig.sender.flow_control.receiver_count == 0
 
 
 def test_min_multicast_sender_waits_for_the_slowest(make_log: Callable[..., LogBuffers]) -> None:

@@ -34,6 +34,10 @@ class FlowControl(Protocol):
         """Times receivers out; returns the new sender limit."""
         ...
 
+    def on_error(self, receiver_id: int) -> None:
+        """The receiver sent an ERR frame (it rejected the image): it leaves at once."""
+        ...
+
     @property
     def receiver_count(self) -> int: ...
 
@@ -82,6 +86,12 @@ class UnicastFlowControl:
             self.receiver = None
         return snd_lmt
 
+    def on_error(self, receiver_id: int) -> None:
+        # one receiver (a plain unicast channel); the driver keeps "max" on multicast and MDC, where it
+        # tracks only the furthest of several
+        if self.receiver is not None and self.receiver.receiver_id == receiver_id:
+            self.receiver = None
+
     @property
     def receiver_count(self) -> int:
         return 0 if self.receiver is None else 1
@@ -123,6 +133,9 @@ class MinMulticastFlowControl:
         for rid in silent:
             del self.receivers[rid]
         return self._min_limit() if self.receivers else snd_lmt
+
+    def on_error(self, receiver_id: int) -> None:
+        self.receivers.pop(receiver_id, None)
 
     def _min_limit(self) -> int:
         return min(r.position_plus_window for r in self.receivers.values())
@@ -207,6 +220,9 @@ class TaggedFlowControl:
         if not self.receivers or len(self.receivers) < self.group_min_size:
             return snd_lmt
         return min(r.position_plus_window for r in self.receivers)
+
+    def on_error(self, receiver_id: int) -> None:
+        self.receivers = [r for r in self.receivers if r.receiver_id != receiver_id]
 
     @property
     def receiver_count(self) -> int:
