@@ -28,6 +28,7 @@ from logbuf.protocol import (
     StatusMessage,
     classify,
 )
+from logbuf.protocol.status_message import END_OF_STREAM_FLAG
 
 T = 64 * 1024
 MS = 1_000_000
@@ -161,6 +162,19 @@ def test_min_multicast_sender_waits_for_the_slowest(make_log: Callable[..., LogB
     assert rig.send_all(2 * MS) == [] and rig.sender.snd_bpe == 1  # two frames wait behind receiver 2
     rig.sm(1024, 3 * MS, window=1024, receiver_id=2)
     assert sum(o.plan.length for o in rig.send_all(4 * MS) if o.plan) == 896
+
+
+def test_min_multicast_a_receiver_at_end_of_stream_stops_holding_the_sender(
+        make_log: Callable[..., LogBuffers]) -> None:
+    """A receiver whose SMs carry EOS (aeronmd's, once its subscription went) leaves when idle, long before
+    the receiver timeout: the other receiver alone sets the limit."""
+    rig = Rig(make_log, flow_control=MinMulticastFlowControl())
+    rig.sm(0, 0, window=1024, receiver_id=1)
+    rig.sm(0, 0, window=4096, receiver_id=2)
+    assert rig.sender.snd_lmt == 1024
+    rig.sm(0, 1 * MS, window=1024, receiver_id=1, flags=END_OF_STREAM_FLAG)
+    rig.send_all(2 * MS)
+    assert rig.sender.snd_lmt == 4096 and rig.sender.flow_control.receiver_count == 1
 
 
 def test_batch_stops_at_a_short_send(rig: Rig) -> None:

@@ -3,7 +3,8 @@
 - :class:`UnicastFlowControl` - one receiver: ``snd-lmt = max(snd-lmt, smPosition + receiverWindow)``.
 - :class:`MinMulticastFlowControl` (``fc=min``) - every receiver, tracked by its receiver id, holds the sender
   back: ``snd-lmt = min over receivers of (position + window)``; a receiver silent for the receiver timeout
-  (5 s) is dropped and stops holding the sender back.
+  (5 s), or at end of stream (EOS SMs: its subscription went), is dropped when idle and stops holding the
+  sender back.
 - :class:`TaggedFlowControl` (``fc=tagged,g:<tag>[/<min group size>]``, Aeron's tagged flow control) - only
   receivers whose status messages carry the group tag (the 8-byte extension after the receiver id, sent by
   subscriptions with ``gtag=<tag>``) hold the sender back, as ``min`` does; until the group has its minimum
@@ -129,7 +130,8 @@ class MinMulticastFlowControl:
 
     def on_idle(self, now_ns: int, snd_lmt: int, snd_pos: int) -> int:
         timeout = self.receiver_timeout_ns
-        silent = [rid for rid, r in self.receivers.items() if now_ns - r.last_sm_ns > timeout]
+        # at end of stream too: a receiver whose subscription went says so with EOS SMs (aeronmd's do)
+        silent = [rid for rid, r in self.receivers.items() if now_ns - r.last_sm_ns > timeout or r.end_of_stream]
         for rid in silent:
             del self.receivers[rid]
         return self._min_limit() if self.receivers else snd_lmt
