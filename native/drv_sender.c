@@ -215,6 +215,11 @@ static int same_host(const uint8_t *a, const uint8_t *b)
     return memcmp(a + at, b + at, length) == 0;
 }
 
+static int is_multicast(const uint8_t *a)
+{
+    return address_family(a) == AF_INET6 ? a[8] == 0xff : (a[4] & 0xf0) == 0xe0;
+}
+
 static void remove_destination_at(endpoint_t *ep, int32_t i)
 {
     ep->destinations[i] = ep->destinations[--ep->destination_count];
@@ -748,14 +753,11 @@ static int32_t on_control_frame(lbd_sender_t *s, endpoint_t *ep, const uint8_t *
         return 1;
     }
     case LB_HDR_TYPE_ERR: {
-        /* a receiver rejected the stream: min flow control no longer waits for it (flagged as at its end, as
-         * Aeron's does), and the conductor records the error */
+        /* a receiver rejected the stream: flow control drops it at once, and the conductor records the error.
+         * "max" on multicast or MDC tracks only the furthest receiver: others may be there, so it stays. */
         s->delta.error_frames_received++;
-        const int64_t receiver_id = rd_i64(f + LB_ERR_RECEIVER_ID_OFFSET);
-        if (p->fc.strategy == LBD_FC_MIN) {
-            for (int32_t i = 0; i < p->fc.count; i++)
-                if (p->fc.receivers[i].receiver_id == receiver_id) p->fc.receivers[i].end_of_stream = 1;
-        }
+        if (p->fc.strategy != LBD_FC_UNICAST || (ep->control_mode == LBD_MDC_NONE && !is_multicast(p->destination)))
+            snd_fc_on_error(&p->fc, rd_i64(f + LB_ERR_RECEIVER_ID_OFFSET));
         emit(s, LBD_SND_PUBLICATION_ERROR, ep->id, p->id, rd_i32(f + LB_ERR_CODE_OFFSET));
         return 1;
     }

@@ -179,14 +179,26 @@ static inline int64_t snd_fc_on_sm(snd_flow_control_t *fc, int64_t receiver_id, 
     return snd_lmt > limit ? snd_lmt : limit;
 }
 
-/* Receivers silent for longer than the timeout are dropped (tagged: also those at EOS): the new snd-lmt. */
+/* A receiver's ERR frame (it rejected the image): it leaves at once, so it holds the sender back no longer and,
+ * the last one gone, the publication is not connected - as aeronmd, rather than after the receiver timeout. */
+static inline void snd_fc_on_error(snd_flow_control_t *fc, int64_t receiver_id)
+{
+    int32_t kept = 0;
+    for (int32_t i = 0; i < fc->count; i++)
+        if (fc->receivers[i].receiver_id != receiver_id) fc->receivers[kept++] = fc->receivers[i];
+    fc->count = kept;
+}
+
+/* Receivers silent for longer than the timeout are dropped (min and tagged: also those at EOS - a receiver
+ * whose subscription went says so with EOS SMs, and aeronmd's sender lets it go at once): the new snd-lmt. */
 static inline int64_t snd_fc_on_idle(snd_flow_control_t *fc, int64_t snd_lmt, int64_t now_ns)
 {
     const int tagged = fc->strategy == LBD_FC_TAGGED;
+    const int drop_eos = tagged || fc->strategy == LBD_FC_MIN;
     int32_t kept = 0;
     for (int32_t i = 0; i < fc->count; i++) {
         if (now_ns - fc->receivers[i].last_sm_ns > fc->receiver_timeout_ns) continue;
-        if (tagged && fc->receivers[i].end_of_stream) continue;
+        if (drop_eos && fc->receivers[i].end_of_stream) continue;
         if (kept != i) fc->receivers[kept] = fc->receivers[i];
         kept++;
     }

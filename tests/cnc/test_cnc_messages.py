@@ -195,3 +195,14 @@ text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_
 )
 def test_round_trip_every_message_type(message):
     assert type(message).decode(message.encode()) == message
+
+
+def test_a_rejection_reason_is_utf8_as_aeron_clients_send_it():
+    """REJECT_IMAGE's reason is the caller's text: UTF-8 both ways (Aeron's C client sends the caller's bytes;
+    an ASCII-only decoder refused such a command as malformed), invalid bytes replaced, never refused."""
+    reason = "refusé: ünïcode"
+    body = m.RejectImageMessage(1, 2, 3, 64, reason).encode()
+    assert reason.encode("utf-8") in body
+    assert m.RejectImageMessage.decode(body).reason == reason
+    raw = struct.pack("<qqqq", 1, 2, 3, 64) + struct.pack("<i", 2) + b"\xff\xfe" + b"\0" * 64
+    assert m.RejectImageMessage.decode(raw).reason == "\ufffd\ufffd"

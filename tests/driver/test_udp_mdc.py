@@ -5,7 +5,9 @@ client adds and removes them, ``fc=tagged,g:<tag>[/<min group size>]`` with ``gt
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,12 @@ def drivers(tmp_path: Path) -> Iterator[tuple[logbuf.MediaDriver, logbuf.Client,
     with launch(tmp_path / "pub") as pub_driver, launch(tmp_path / "sub") as sub_driver, \
             logbuf.connect(pub_driver.directory) as pub_client, logbuf.connect(sub_driver.directory) as sub_client:
         yield pub_driver, pub_client, sub_client
+
+
+def bound_udp_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def destinations(driver: logbuf.MediaDriver, publication: logbuf.Publication) -> int:
@@ -130,6 +138,31 @@ def test_destination_commands_are_answered_as_aeronmd_answers(drivers) -> None: 
         with pytest.raises(RegistrationError) as refused:
             manual.add_destination(destination)
         assert refused.value.code == code and words in str(refused.value), destination
+
+
+def test_manual_destinations_duplicates_and_the_limit_are_what_the_agent_sends_to(drivers) -> None:  # type: ignore[no-untyped-def]
+    """A destination added twice is sent to twice (as aeronmd) and one remove takes one of them; beyond the
+    agent's 256 destinations ADD_DESTINATION is refused (GENERIC_ERROR naming the limit), never answered
+    OPERATION_SUCCESS for a destination nothing is sent to."""
+    pub_driver, pub_client, _ = drivers
+    pub = pub_client.add_publication("aeron:udp?control-mode=manual|term-length=64k", STREAM)
+    twice = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    pub.add_destination(twice)
+    pub.add_destination(twice)
+    wait_until(lambda: destinations(pub_driver, pub) == 2, what="both copies")
+    pub.remove_destination(twice)
+    wait_until(lambda: destinations(pub_driver, pub) == 1, what="one copy removed")
+    with ExitStack() as stack:  # sockets of our own for the destinations (their datagrams go nowhere else)
+        ports = [stack.enter_context(bound_udp_socket()).getsockname()[1] for _ in range(256)]
+        for port in ports[:255]:
+            pub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{port}")
+        wait_until(lambda: destinations(pub_driver, pub) == 256, what="256 destinations")
+        with pytest.raises(RegistrationError, match="256") as refused:
+            pub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{ports[255]}")
+        assert refused.value.code == ErrorCode.GENERIC_ERROR
+        pub.remove_destination(twice)
+        pub.add_destination(f"aeron:udp?endpoint=127.0.0.1:{ports[255]}")  # room again
+        wait_until(lambda: destinations(pub_driver, pub) == 256, what="the last one added")
 
 
 @pytest.mark.parametrize("channel", [

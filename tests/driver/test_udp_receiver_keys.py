@@ -300,8 +300,25 @@ def test_a_publisher_counts_the_error_frames_of_a_rejected_image(tmp_path: Path)
         wait_until(lambda: pub.is_connected and sub.images, what="connection")
         sub.images[0].reject("stop")
         wait_until(lambda: system(cl, ERROR_FRAMES_RECEIVED) > 0, timeout=10, what="the sender to see ERR frames")
-        assert system(cl, ERROR_FRAMES_SENT) > 0
+        # the receiver agent publishes its counts on its own cadence: the sender may count them first
+        wait_until(lambda: system(cl, ERROR_FRAMES_SENT) > 0, what="the receiver's count of ERR frames sent")
         expected = (f"onPublicationError: registrationId={pub.registration_id}, sessionId={pub.session_id}, "
                     f"streamId={STREAM}, errorCode={int(ErrorCode.IMAGE_REJECTED)}")
         wait_until(lambda: any(expected in o.text for o in drv.cnc.error_log_reader()),
                    what="the publication error in the error log")
+
+
+@pytest.mark.parametrize(("fc", "gtag"), [("|fc=min,t:60s", ""), ("|fc=tagged,g:5/1,t:60s", "|gtag=5")])
+def test_a_publication_whose_only_receiver_rejected_it_is_not_connected(tmp_path: Path, fc: str, gtag: str) -> None:
+    """The receiver that rejected the image leaves the sender's flow control at once (its ERR frame), as on
+    aeronmd: the publication is no longer connected (offers answer NOT_CONNECTED) long before the receiver
+    timeout (60 s here) would drop it, and the image is still there (its liveness has not run out)."""
+    port = free_udp_port()
+    with logbuf.MediaDriver.launch(tmp_path / "drv", image_liveness_timeout_ns=60_000_000_000) as drv, \
+            logbuf.connect(drv.directory) as cl:
+        sub = cl.add_subscription(channel(port, gtag), STREAM)
+        pub = cl.add_publication(channel(port, fc), STREAM)
+        wait_until(lambda: pub.is_connected and sub.images, what="connection")
+        sub.images[0].reject("stop")
+        wait_until(lambda: not pub.is_connected, timeout=20, what="the publication to see it is not connected")
+        assert sub.images and pub.offer(b"after") == logbuf.NOT_CONNECTED

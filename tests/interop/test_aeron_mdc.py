@@ -78,3 +78,30 @@ def test_manual_mdc_across_drivers(tmp_path: Path, publisher: str) -> None:
             pub.add_destination(destination)
         wait_until(lambda: pub.is_connected and all(sub.images for sub in subs), timeout=20, what="both images")
         _receive_all(subs, pub, 200)
+
+
+def test_min_flow_control_lets_go_of_an_aeronmd_receiver_that_left(tmp_path: Path) -> None:
+    """Two aeronmd subscriptions of a dynamic MDC publication of logbuf's with ``fc=min``: when one closes,
+    aeronmd's receiver says so with end-of-stream SMs and the publication stops waiting for it at once, as
+    aeronmd's own sender does - not after the receiver timeout (60 s here) - so the other reader goes on."""
+    require_aeron_bin()
+    control = f"127.0.0.1:{free_udp_port()}"
+    with running("logbuf", tmp_path / "logbuf") as pub_dir, running("aeronmd", tmp_path / "aeronmd") as sub_dir, \
+            logbuf.connect(pub_dir) as pub_client, logbuf.connect(sub_dir) as sub_client:
+        pub = pub_client.add_publication(
+            f"aeron:udp?control={control}|control-mode=dynamic|fc=min,t:60s|term-length=64k", STREAM)
+        stays, leaves = (sub_client.add_subscription(
+            f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control={control}", STREAM) for _ in range(2))
+        wait_until(lambda: pub.is_connected and stays.images and leaves.images, timeout=20, what="both images")
+        _receive_all([stays, leaves], pub, 50)
+        leaves.close()
+        start = pub.position
+
+        def publish() -> int:
+            while pub.offer(b"x" * 1000) > 0:
+                pass
+            return stays.poll(lambda buffer, header: None, 100)
+
+        # more than the window (a term here) beyond where the leaver stopped: nothing holds the sender back
+        wait_until(lambda: pub.position - start > 2 * 64 * 1024, poll=publish, timeout=20,
+                   what="the publication to move on without the receiver that left")

@@ -7,7 +7,14 @@ from collections.abc import Callable
 import pytest
 
 from logbuf import ExclusivePublication, LogBuffers, Position
-from logbuf.driver.udp import MinMulticastFlowControl, OutgoingKind, PublicationSender
+from logbuf.driver.udp import (
+    MinMulticastFlowControl,
+    OutgoingKind,
+    PublicationSender,
+    TaggedFlowControl,
+    UnicastFlowControl,
+)
+from logbuf.driver.udp.flow_control import FlowControl
 from logbuf.protocol import (
     REPLY_FLAG,
     ControlPacket,
@@ -21,6 +28,7 @@ from logbuf.protocol import (
     StatusMessage,
     classify,
 )
+from logbuf.protocol.status_message import END_OF_STREAM_FLAG
 
 T = 64 * 1024
 MS = 1_000_000
@@ -127,6 +135,20 @@ def test_rtt_request_is_echoed_and_errors_are_recorded(rig: Rig) -> None:
     assert rig.sender.last_error == error and rig.sender.counters.error_frames_received == 1
 
 
+@pytest.mark.parametrize("fc", [UnicastFlowControl, MinMulticastFlowControl, lambda: TaggedFlowControl(7, 1)])
+def test_a_receiver_that_rejected_the_image_leaves_flow_control(make_log: Callable[..., LogBuffers],
+                                                                fc: Callable[[], FlowControl]) -> None:
+    """Its ERR frame drops the receiver at once: not connected (it no longer holds the sender back)."""
+    rig = Rig(make_log, flow_control=fc())
+    sm = StatusMessage.at_position(77, 1001, 0, 16, 5, 32768, 9)
+    rig.sender.on_status_message(sm._replace(feedback=(7).to_bytes(8, "little")), 0)
+    assert rig.sender.flow_control.is_connected
+    rig.sender.on_error_frame(ErrorFrame(77, 1001, 8, 0, 3, "another receiver"), 2)
+    assert rig.sender.flow_control.is_connected
+    rig.sender.on_error_frame(ErrorFrame(77, 1001, 9, 0, 3, "no"), 2)
+    assert not rig.sender.flow_control.is_connected and rig.sender.flow_control.receiver_count == 0
+
+
 def test_min_multicast_sender_waits_for_the_slowest(make_log: Callable[..., LogBuffers]) -> None:
     rig = Rig(make_log, flow_control=MinMulticastFlowControl())
     rig.send_all(0)
@@ -140,6 +162,19 @@ def test_min_multicast_sender_waits_for_the_slowest(make_log: Callable[..., LogB
     assert rig.send_all(2 * MS) == [] and rig.sender.snd_bpe == 1  # two frames wait behind receiver 2
     rig.sm(1024, 3 * MS, window=1024, receiver_id=2)
     assert sum(o.plan.length for o in rig.send_all(4 * MS) if o.plan) == 896
+
+
+def test_min_multicast_a_receiver_at_end_of_stream_stops_holding_the_sender(
+        make_log: Callable[..., LogBuffers]) -> None:
+    """A receiver whose SMs carry EOS (aeronmd's, once its subscription went) leaves when idle, long before
+    the receiver timeout: the other receiver alone sets the limit."""
+    rig = Rig(make_log, flow_control=MinMulticastFlowControl())
+    rig.sm(0, 0, window=1024, receiver_id=1)
+    rig.sm(0, 0, window=4096, receiver_id=2)
+    assert rig.sender.snd_lmt == 1024
+    rig.sm(0, 1 * MS, window=1024, receiver_id=1, flags=END_OF_STREAM_FLAG)
+    rig.send_all(2 * MS)
+    assert rig.sender.snd_lmt == 4096 and rig.sender.flow_control.receiver_count == 1
 
 
 def test_batch_stops_at_a_short_send(rig: Rig) -> None:

@@ -155,8 +155,10 @@ class _Reader:
             raise MalformedCommandError(f"{self.what}: {field} length {length} exceeds {max_length}")
         return bytes(self.data[start : start + length]), start + length
 
-    def string(self, offset: int, field: str) -> tuple[str, int]:
+    def string(self, offset: int, field: str, utf8: bool = False) -> tuple[str, int]:
         data, end = self.raw(offset, field)
+        if utf8:  # free text: whatever bytes the client sent, as Aeron's driver passes them on
+            return data.decode("utf-8", errors="replace"), end
         try:
             return data.decode("ascii"), end
         except UnicodeDecodeError:
@@ -165,15 +167,20 @@ class _Reader:
 
 @dataclass(frozen=True)
 class _Text:
-    """A length-prefixed ASCII string field (``name`` as Aeron's messages call it)."""
+    """A length-prefixed string field (``name`` as Aeron's messages call it): ASCII (channels), or UTF-8 where
+    ``utf8`` (free text such as a rejection's reason, which Aeron's clients send as the caller's bytes)."""
 
     name: str
+    utf8: bool = False
 
     def pack(self, value: str) -> bytes:
+        if self.utf8:
+            data = value.encode("utf-8", errors="replace")
+            return _I32.pack(len(data)) + data
         return _string(value)
 
     def unpack(self, reader: _Reader, offset: int) -> tuple[str, int]:
-        return reader.string(offset, self.name)
+        return reader.string(offset, self.name, self.utf8)
 
 
 @dataclass(frozen=True)
@@ -355,7 +362,7 @@ class RejectImageMessage(_Message):
     """REJECT_IMAGE: an image's correlation id, the position and the reason it is rejected."""
 
     _FIXED = struct.Struct("<qqqq")
-    _TAIL = (_Text("reason"),)
+    _TAIL = (_Text("reason", utf8=True),)
 
     client_id: int
     correlation_id: int

@@ -543,7 +543,10 @@ class NetworkConductor:
     def add_destination(self, publication: NetworkPublication, channel: str, correlation_id: int) -> None:
         """ADD_DESTINATION: the publication's manual MDC endpoint sends to ``channel``'s endpoint too."""
         endpoint, sockaddr = self.destination_endpoint(publication, channel)
-        endpoint.destinations[sockaddr] = correlation_id
+        if len(endpoint.destinations) >= lib.LBD_SND_MAX_DESTINATIONS:  # the agent would not send to it
+            raise CommandError(ErrorCode.GENERIC_ERROR, f"publication already has "
+                               f"{lib.LBD_SND_MAX_DESTINATIONS} destinations (at most): {channel}")
+        endpoint.destinations.append((sockaddr, correlation_id))
         command = self.sender.new_command(lib.LBD_SND_ADD_DESTINATION)
         command.endpoint_id = endpoint.endpoint_id
         command.publication_id = correlation_id
@@ -555,7 +558,7 @@ class NetworkConductor:
     def remove_destination(self, publication: NetworkPublication, channel: str) -> None:
         """REMOVE_DESTINATION: nothing more goes to ``channel``'s endpoint (a destination not there: no-op)."""
         endpoint, sockaddr = self.destination_endpoint(publication, channel)
-        endpoint.destinations.pop(sockaddr, None)
+        self._forget_destination(endpoint, lambda entry: entry[0] == sockaddr)
         command = self.sender.new_command(lib.LBD_SND_REMOVE_DESTINATION)
         command.endpoint_id = endpoint.endpoint_id
         command.destination_length = len(sockaddr)
@@ -568,15 +571,24 @@ class NetworkConductor:
         endpoint = self.send_endpoints.get(publication.endpoint_key)
         if endpoint is None or not endpoint.is_manual:
             return False
-        for sockaddr, correlation_id in list(endpoint.destinations.items()):
-            if correlation_id == destination_id:
-                del endpoint.destinations[sockaddr]
-                command = self.sender.new_command(lib.LBD_SND_REMOVE_DESTINATION)
-                command.endpoint_id = endpoint.endpoint_id
-                command.destination_length = len(sockaddr)
-                command.destination[0 : len(sockaddr)] = sockaddr
-                self.sender.offer(command)
+        sockaddr = self._forget_destination(endpoint, lambda entry: entry[1] == destination_id)
+        if sockaddr is not None:  # the agent takes one destination at that address: the same one, or its twin
+            command = self.sender.new_command(lib.LBD_SND_REMOVE_DESTINATION)
+            command.endpoint_id = endpoint.endpoint_id
+            command.destination_length = len(sockaddr)
+            command.destination[0 : len(sockaddr)] = sockaddr
+            self.sender.offer(command)
         return True
+
+    @staticmethod
+    def _forget_destination(endpoint: SendChannelEndpoint,
+                            matches: Callable[[tuple[bytes, int]], bool]) -> bytes | None:
+        """The last destination that ``matches`` leaves the endpoint's list (as the agent removes the last
+        added at an address); its sockaddr, or None."""
+        for i in range(len(endpoint.destinations) - 1, -1, -1):
+            if matches(endpoint.destinations[i]):
+                return endpoint.destinations.pop(i)[0]
+        return None
 
     def _publication_removed(self, publication: NetworkPublication) -> None:
         self.services.free_counters([link.counter_id for link in publication.subscribers.values()])

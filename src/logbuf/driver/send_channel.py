@@ -43,7 +43,9 @@ class SendChannelEndpoint:
         self.endpoint_id = endpoint_id  # the native sender agent's name for it
         self.local_sockaddr_counter_id = -1  # snd-local-sockaddr, when the conductor allocated one
         self.publications: dict[tuple[int, int], SessionHolder] = {}
-        self.destinations: dict[bytes, int] = {}  # manual MDC: sockaddr -> the ADD_DESTINATION's correlation id
+        # manual MDC: (sockaddr, the ADD_DESTINATION's correlation id) as the agent's table holds them - a
+        # destination added twice is there twice
+        self.destinations: list[tuple[bytes, int]] = []
 
     def add(self, publication: SessionHolder) -> None:
         key = (publication.session_id, publication.stream_id)

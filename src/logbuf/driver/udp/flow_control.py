@@ -3,7 +3,8 @@
 - :class:`UnicastFlowControl` - one receiver: ``snd-lmt = max(snd-lmt, smPosition + receiverWindow)``.
 - :class:`MinMulticastFlowControl` (``fc=min``) - every receiver, tracked by its receiver id, holds the sender
   back: ``snd-lmt = min over receivers of (position + window)``; a receiver silent for the receiver timeout
-  (5 s) is dropped and stops holding the sender back.
+  (5 s), or at end of stream (EOS SMs: its subscription went), is dropped when idle and stops holding the
+  sender back.
 - :class:`TaggedFlowControl` (``fc=tagged,g:<tag>[/<min group size>]``, Aeron's tagged flow control) - only
   receivers whose status messages carry the group tag (the 8-byte extension after the receiver id, sent by
   subscriptions with ``gtag=<tag>``) hold the sender back, as ``min`` does; until the group has its minimum
@@ -32,6 +33,10 @@ class FlowControl(Protocol):
 
     def on_idle(self, now_ns: int, snd_lmt: int, snd_pos: int) -> int:
         """Times receivers out; returns the new sender limit."""
+        ...
+
+    def on_error(self, receiver_id: int) -> None:
+        """The receiver sent an ERR frame (it rejected the image): it leaves at once."""
         ...
 
     @property
@@ -82,6 +87,12 @@ class UnicastFlowControl:
             self.receiver = None
         return snd_lmt
 
+    def on_error(self, receiver_id: int) -> None:
+        # one receiver (a plain unicast channel); the driver keeps "max" on multicast and MDC, where it
+        # tracks only the furthest of several
+        if self.receiver is not None and self.receiver.receiver_id == receiver_id:
+            self.receiver = None
+
     @property
     def receiver_count(self) -> int:
         return 0 if self.receiver is None else 1
@@ -119,10 +130,14 @@ class MinMulticastFlowControl:
 
     def on_idle(self, now_ns: int, snd_lmt: int, snd_pos: int) -> int:
         timeout = self.receiver_timeout_ns
-        silent = [rid for rid, r in self.receivers.items() if now_ns - r.last_sm_ns > timeout]
+        # at end of stream too: a receiver whose subscription went says so with EOS SMs (aeronmd's do)
+        silent = [rid for rid, r in self.receivers.items() if now_ns - r.last_sm_ns > timeout or r.end_of_stream]
         for rid in silent:
             del self.receivers[rid]
         return self._min_limit() if self.receivers else snd_lmt
+
+    def on_error(self, receiver_id: int) -> None:
+        self.receivers.pop(receiver_id, None)
 
     def _min_limit(self) -> int:
         return min(r.position_plus_window for r in self.receivers.values())
@@ -207,6 +222,9 @@ class TaggedFlowControl:
         if not self.receivers or len(self.receivers) < self.group_min_size:
             return snd_lmt
         return min(r.position_plus_window for r in self.receivers)
+
+    def on_error(self, receiver_id: int) -> None:
+        self.receivers = [r for r in self.receivers if r.receiver_id != receiver_id]
 
     @property
     def receiver_count(self) -> int:

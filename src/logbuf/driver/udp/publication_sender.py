@@ -136,8 +136,11 @@ class PublicationSender:
         return Outgoing(OutgoingKind.RTTM, reply.encode())
 
     def on_error_frame(self, error: ErrorFrame, now_ns: int) -> None:
+        """A receiver rejected the image: counted, and it leaves flow control (no longer holding the sender
+        back; the last one gone, the publication is not connected), as aeronmd."""
         self.counters.error_frames_received += 1
         self.last_error = error
+        self.flow_control.on_error(error.receiver_id)
 
     # -- duty cycle ----------------------------------------------------------------------------------
 
