@@ -13,7 +13,7 @@ typedef struct lbd_ipc lbd_ipc_t;
 
 #define LBD_IPC_ADD_PUBLICATION 1
 #define LBD_IPC_REMOVE_PUBLICATION 2   /* acknowledged by LBD_IPC_PUBLICATION_REMOVED */
-#define LBD_IPC_DRAINING 3             /* no publisher left: no more unblocking */
+#define LBD_IPC_DRAINING 3             /* no publisher left: a blocking claim is padded at once */
 #define LBD_IPC_ADD_SUBSCRIBER 4
 #define LBD_IPC_REMOVE_SUBSCRIBER 5    /* acknowledged by LBD_IPC_SUBSCRIBER_REMOVED */
 #define LBD_IPC_SET_INCLUDED 6         /* whether a subscriber's position counts toward pub-lmt */
