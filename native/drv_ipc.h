@@ -3,7 +3,8 @@
  * publisher is never held back because the Python conductor thread did not run: per IPC publication,
  * pub-pos from the active tail, pub-lmt from the slowest included subscriber position plus the window (with
  * the trip gain's hysteresis), cleaning behind that subscriber, isConnected, and on the timer the unblocking
- * of a claim that has held the consumers still for the unblock timeout.  Parsed by cffi's cdef.
+ * of a claim that has held the consumers still for the unblock timeout (at once while the publication drains).
+ * Parsed by cffi's cdef.
  *
  * The control plane feeds it commands through an lb_spsc queue and reads its events from another: a log
  * mapping or counter handed over stays in use until its removal is acknowledged by an event.
