@@ -204,6 +204,27 @@ def test_a_closed_publication_stays_until_its_subscriber_read_to_the_end(client)
     wait_until(lambda: not path.exists(), what="the log file deleted")
 
 
+def test_subscribers_that_leave_release_a_closed_publication(driver, client) -> None:  # type: ignore[no-untyped-def]
+    """Subscribers that have not read to the end no longer hold a closed publication once they leave: one closes
+    its subscription, the other's client closes (the publication then goes, with no deadline to fall back on)."""
+    with logbuf.connect(driver.directory) as other:
+        first = client.add_subscription("aeron:ipc", STREAM)
+        second = other.add_subscription("aeron:ipc", STREAM)
+        pub = client.add_publication("aeron:ipc", STREAM)
+        wait_until(lambda: pub.is_connected and first.images and second.images, what="both images")
+        log = second.images[0].log
+        path = Path(pub.log.path)
+        for i in range(5):
+            assert pub.offer(b"unread-%d" % i) > 0
+        pub.close()
+        wait_until(lambda: log.end_of_stream_position == log.producer_position(), what="the end of stream marked")
+        first.close()
+        # (nothing to await: the second still holds it, so it must not have gone on the next few timers)
+        time.sleep(0.2)
+        assert path.exists()
+    wait_until(lambda: not path.exists(), what="the log deleted once the second subscriber's client closed")
+
+
 def test_a_stalled_untethered_subscriber_does_not_hold_a_closed_publication(client) -> None:  # type: ignore[no-untyped-def]
     """An untethered subscriber that stalls while the publication drains goes through linger to resting and no
     longer counts: the publication goes once the tethered subscriber read to the end (it would otherwise wait
