@@ -299,12 +299,23 @@ static int32_t update(ipc_pub_t *pub)
     return work;
 }
 
-/* The timer's unblock check (IpcPublicationDuty.check_for_blocked_publisher). */
+static int32_t unblocked(lbd_ipc_t *ipc)
+{
+    if (ipc->unblocked_publications != NULL) __atomic_fetch_add(ipc->unblocked_publications, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* The timer's unblock check (IpcPublicationDuty.check_for_blocked_publisher; unblock_draining once no publisher
+ * is left: a claim still blocking the consumers is a dead publisher's, padded at once, exclusive or not). */
 static int32_t check_for_blocked_publisher(lbd_ipc_t *ipc, ipc_pub_t *pub, int64_t now_ns)
 {
-    if (pub->exclusive || pub->draining) return 0;
     int64_t consumer = pub->consumer_position;
     int64_t producer = producer_position(pub);
+    if (pub->draining) {
+        if (producer <= consumer || consumer < 0 || (consumer & (LB_FRAME_ALIGNMENT - 1)) != 0) return 0;
+        return lb_unblock(pub->terms, pub->meta, pub->term_length, consumer) != LB_NO_ACTION ? unblocked(ipc) : 0;
+    }
+    if (pub->exclusive) return 0;
     if (consumer != pub->last_consumer_position || producer <= consumer) {
         pub->last_consumer_position = consumer;
         pub->time_of_last_consumer_move_ns = now_ns;
@@ -318,9 +329,7 @@ static int32_t check_for_blocked_publisher(lbd_ipc_t *ipc, ipc_pub_t *pub, int64
     if (consumer < 0 || (consumer & (LB_FRAME_ALIGNMENT - 1)) != 0) return 0;
     if (lb_unblock(pub->terms, pub->meta, pub->term_length, consumer) != LB_NO_ACTION) {
         pub->time_of_last_consumer_move_ns = now_ns;
-        if (ipc->unblocked_publications != NULL)
-            __atomic_fetch_add(ipc->unblocked_publications, 1, __ATOMIC_RELEASE);
-        return 1;
+        return unblocked(ipc);
     }
     return 0;
 }

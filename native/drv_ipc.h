@@ -3,7 +3,8 @@
  * publisher is never held back because the Python conductor thread did not run: per IPC publication,
  * pub-pos from the active tail, pub-lmt from the slowest included subscriber position plus the window (with
  * the trip gain's hysteresis), cleaning behind that subscriber, isConnected, and on the timer the unblocking
- * of a claim that has held the consumers still for the unblock timeout.  Parsed by cffi's cdef.
+ * of a claim that has held the consumers still for the unblock timeout (at once while the publication drains).
+ * Parsed by cffi's cdef.
  *
  * The control plane feeds it commands through an lb_spsc queue and reads its events from another: a log
  * mapping or counter handed over stays in use until its removal is acknowledged by an event.
@@ -13,7 +14,7 @@ typedef struct lbd_ipc lbd_ipc_t;
 
 #define LBD_IPC_ADD_PUBLICATION 1
 #define LBD_IPC_REMOVE_PUBLICATION 2   /* acknowledged by LBD_IPC_PUBLICATION_REMOVED */
-#define LBD_IPC_DRAINING 3             /* no publisher left: no more unblocking */
+#define LBD_IPC_DRAINING 3             /* no publisher left: a blocking claim is padded at once */
 #define LBD_IPC_ADD_SUBSCRIBER 4
 #define LBD_IPC_REMOVE_SUBSCRIBER 5    /* acknowledged by LBD_IPC_SUBSCRIBER_REMOVED */
 #define LBD_IPC_SET_INCLUDED 6         /* whether a subscriber's position counts toward pub-lmt */

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -176,21 +177,76 @@ def test_socket_buffers_are_set_when_the_channels_socket_is_made(client, driver)
     assert info.value.code == ErrorCode.INVALID_CHANNEL  # one socket cannot have two sizes
 
 
-def test_linger_comes_from_the_channel(tmp_path: Path) -> None:
-    # the driver's own linger is a minute: only the channel's 100 ms can end the publication within the wait
-    with logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=64 * 1024, timer_interval_ns=50_000_000,
-                                   idle_strategy="backoff:1000000",
-                                   publication_linger_timeout_ns=60_000_000_000) as driver, \
-            logbuf.connect(driver.directory) as client:
-        gone: list[logbuf.Image] = []
-        # never polls; held, since a subscription the application drops is closed with it
-        sub = client.add_subscription("aeron:ipc", STREAM, on_unavailable_image=gone.append)
-        pub = client.add_publication("aeron:ipc?linger=100ms", STREAM)
-        wait_until(lambda: pub.is_connected, what="connected")
-        assert pub.offer(b"unread") > 0
+def test_a_closed_publication_stays_until_its_subscriber_read_to_the_end(client) -> None:  # type: ignore[no-untyped-def]
+    """As aeronmd: no linger (the channel's 100 ms, the driver's 1 s) cuts off what a subscriber has not read;
+    the image goes once it read to the end of stream, then the log is deleted."""
+    gone: list[logbuf.Image] = []
+    # never polls until the publication is closed; held, since a subscription the application drops is closed
+    sub = client.add_subscription("aeron:ipc", STREAM, on_unavailable_image=gone.append)
+    pub = client.add_publication("aeron:ipc?linger=100ms", STREAM)
+    wait_until(lambda: pub.is_connected and sub.images, what="connected")
+    image = sub.images[0]
+    path = Path(pub.log.path)
+    sent = [b"unread-%d" % i for i in range(5)]
+    for payload in sent:
+        assert pub.offer(payload) > 0
+    pub.close()
+    wait_until(lambda: image.log.end_of_stream_position == image.log.producer_position(),
+               what="the end of stream marked")
+    # nothing to await but time: 40 drain checks (timer 50 ms), twice the driver's linger, with nothing read
+    closed = time.monotonic()
+    wait_until(lambda: bool(gone) or time.monotonic() > closed + 2.0, what="two lingers")
+    assert not gone and list(sub.images) == [image] and path.exists()
+    got: list[bytes] = []
+    wait_until(lambda: _poll_all(sub, got) >= 0 and bool(gone), timeout=20,
+               what="the subscriber reading to the end, then its image going")
+    assert got == sent and gone == [image]
+    wait_until(lambda: not path.exists(), what="the log file deleted")
+
+
+def test_subscribers_that_leave_release_a_closed_publication(driver, client) -> None:  # type: ignore[no-untyped-def]
+    """Subscribers that have not read to the end no longer hold a closed publication once they leave: one closes
+    its subscription, the other's client closes (the publication then goes, with no deadline to fall back on)."""
+    with logbuf.connect(driver.directory) as other:
+        first = client.add_subscription("aeron:ipc", STREAM)
+        second = other.add_subscription("aeron:ipc", STREAM)
+        pub = client.add_publication("aeron:ipc", STREAM)
+        wait_until(lambda: pub.is_connected and first.images and second.images, what="both images")
+        log = second.images[0].log
+        path = Path(pub.log.path)
+        for i in range(5):
+            assert pub.offer(b"unread-%d" % i) > 0
         pub.close()
-        wait_until(lambda: gone, timeout=20, what="the image ending after the channel's linger")
-        assert not sub.is_closed
+        wait_until(lambda: log.end_of_stream_position == log.producer_position(), what="the end of stream marked")
+        first.close()
+        # (nothing to await: the second still holds it, so it must not have gone on the next few timers)
+        time.sleep(0.2)
+        assert path.exists()
+    wait_until(lambda: not path.exists(), what="the log deleted once the second subscriber's client closed")
+
+
+def test_a_stalled_untethered_subscriber_does_not_hold_a_closed_publication(client) -> None:  # type: ignore[no-untyped-def]
+    """An untethered subscriber that stalls while the publication drains goes through linger to resting and no
+    longer counts: the publication goes once the tethered subscriber read to the end (it would otherwise wait
+    for the idle one for ever, there being no deadline)."""
+    pub = client.add_publication(
+        "aeron:ipc?untethered-window-limit-timeout=300ms|untethered-resting-timeout=60s", STREAM)
+    tethered_gone: list[logbuf.Image] = []
+    tethered = client.add_subscription("aeron:ipc", STREAM, on_unavailable_image=tethered_gone.append)
+    idle_gone: list[logbuf.Image] = []
+    idle = client.add_subscription("aeron:ipc?tether=false", STREAM, on_unavailable_image=idle_gone.append)
+    wait_until(lambda: pub.is_connected and tethered.images and idle.images, what="both images")
+    path = Path(pub.log.path)
+    window = 32 * 1024  # half the 64 KiB term: the idle subscriber holds the publisher at one window
+    got: list[bytes] = []
+    while pub.offer(bytes(500)) > 0:
+        _poll_all(tethered, got)
+    assert pub.position < window + 1024  # (an offer may start just below the limit)
+    pub.close()  # the idle subscriber is more than three quarters of a window behind the tethered one
+    wait_until(lambda: _poll_all(tethered, got) >= 0 and bool(tethered_gone), timeout=30,
+               what="the tethered subscriber reading to the end, then the publication going")
+    assert idle_gone == idle_gone[:1] and len(idle_gone) == 1  # told once, when it lingered
+    wait_until(lambda: not path.exists(), what="the log file deleted")
 
 
 def test_an_exclusive_udp_publication_starts_at_the_channels_position(client) -> None:  # type: ignore[no-untyped-def]

@@ -111,7 +111,7 @@ def test_ipc_publication_drains_then_closes(directory: str) -> None:
     assert publication.state is PublicationState.DRAINING
     assert told == [1] and publication.drain_deadline_ns == 100 + 5 * SECOND
     assert publication.log.end_of_stream_position == publication.log.producer_position()
-    assert publication.on_timer(200) is False  # a draining publication is never unblocked
+    assert publication.on_timer(200) is False and publication.is_drained(200)  # no subscriber: nothing blocks
     with pytest.raises(IllegalTransition, match="DRAINING cannot take event DRAIN"):
         publication.start_draining(now_ns=300, linger_ns=SECOND)
     assert told == [1] and publication.drain_deadline_ns == 100 + 5 * SECOND  # the refused drain changed nothing

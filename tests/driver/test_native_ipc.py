@@ -172,15 +172,51 @@ def test_native_duty_unblocks_a_stalled_claim_after_the_timeout(directory: str) 
         side.log.close()
 
 
-def test_exclusive_and_draining_publications_are_never_unblocked(directory: str) -> None:
-    side = Side(directory, "draining.logbuffer", TERM // 2)
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_draining_publication_pads_a_dead_claim_at_once(directory: str, exclusive: bool) -> None:
+    """No publisher is left (as aeronmd): a claim that blocks the subscriber can only be a dead publisher's, so
+    the next timer pads it, long before the unblock timeout, exclusive or not; the Python specification
+    (``unblock_draining``) pads the same bytes."""
+    native_side, spec_side = (Side(directory, f"draining-{i}.logbuffer", TERM // 2) for i in range(2))
     unblocked = Position.standalone()
     native = NativeIpcDuty(timer_interval_ns=SECOND, unblocked_publications=unblocked)
     try:
-        native.add_publication(FakePublication(1, side.duty))  # type: ignore[arg-type]
+        native.add_publication(FakePublication(1, native_side.duty, exclusive))  # type: ignore[arg-type]
+        for side in (native_side, spec_side):
+            side.links[1] = SubscriberLink(1, 0, -1, Position.standalone(0), 0)
+        native.add_subscriber(1, native_side.links[1])
+        lib.lbd_ipc_do_work(native.duty[1], 0)  # pub-lmt set; the timer's first cycle only starts it
+        spec_side.duty.update()
+        for side in (native_side, spec_side):
+            assert side.publication.try_claim(200) is not None  # never committed: its writer died
+            assert side.publication.offer(b"after") > 0
+        native.draining(1)
+        lib.lbd_ipc_do_work(native.duty[1], SECOND // 2)
+        assert unblocked.get() == 0  # not before the timer
+        lib.lbd_ipc_do_work(native.duty[1], SECOND)  # the next timer, half the unblock timeout (2 s) on
+        assert unblocked.get() == 1
+        spec_side.duty.update()
+        assert spec_side.duty.unblock_draining() is True
+        assert _terms(native_side.log) == _terms(spec_side.log)
+        header = ffi.cast("int32_t *", native_side.log.term_pointer(0))
+        assert (header[0], ffi.cast("uint16_t *", header)[3]) == (232, 0)  # a committed PAD of the claim's length
+        for now in range(2 * SECOND, 6 * SECOND, SECOND // 2):  # nothing else blocks: no more unblocking
+            lib.lbd_ipc_do_work(native.duty[1], now)
+        assert unblocked.get() == 1 and spec_side.duty.unblock_draining() is False
+    finally:
+        native.close()
+        native_side.log.close()
+        spec_side.log.close()
+
+
+def test_an_active_exclusive_publication_is_never_unblocked(directory: str) -> None:
+    side = Side(directory, "exclusive.logbuffer", TERM // 2)
+    unblocked = Position.standalone()
+    native = NativeIpcDuty(timer_interval_ns=SECOND, unblocked_publications=unblocked)
+    try:
+        native.add_publication(FakePublication(1, side.duty, exclusive=True))  # type: ignore[arg-type]
         side.links[1] = SubscriberLink(1, 0, -1, Position.standalone(0), 0)
         native.add_subscriber(1, side.links[1])
-        native.draining(1)
         side.publication.try_claim(200)
         side.publication.offer(b"after")
         for now in range(0, 6 * SECOND, SECOND // 2):

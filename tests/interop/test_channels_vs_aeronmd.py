@@ -586,6 +586,44 @@ def spies_outlast_their_publication(directory: Path) -> Observation:
         return {"spies with an image": with_image, "gone while unread": unread_gone, "spy read all": spied == sent}
 
 
+def ipc_subscriber_outlasts_its_publication(directory: Path) -> Observation:
+    """A closed aeron:ipc publication whose subscriber has not polled: still there after twice the linger (1 s
+    here), gone once the subscriber read to the end of stream; a claim a publisher left open when it closed,
+    where a second subscriber waits, is padded while the publication drains, so it reads what came after."""
+    with logbuf.connect(directory) as client:
+        goings: list[logbuf.Image] = []
+        sub = client.add_subscription("aeron:ipc", STREAM, on_unavailable_image=goings.append)
+        pub = client.add_publication("aeron:ipc", STREAM)
+        wait_until(lambda: pub.is_connected and sub.images, what="the image")
+        sent = _offer(pub, 5)
+        pub.close()
+        closed = time.monotonic()  # nothing to await but time: two lingers with the subscriber unread
+        wait_until(lambda: bool(goings) or time.monotonic() > closed + 2.0, what="two lingers")
+        unread_gone = bool(goings)
+        got: list[bytes] = []
+        wait_until(lambda: _poll(sub, got) >= 0 and bool(goings), timeout=30, what="the image going")
+
+        claimed_goings: list[logbuf.Image] = []
+        behind = client.add_subscription("aeron:ipc", STREAM + 1, on_unavailable_image=claimed_goings.append)
+        claimer = client.add_publication("aeron:ipc", STREAM + 1)
+        wait_until(lambda: claimer.is_connected and behind.images, what="the second image")
+        before = _offer(claimer, 1, b"before")
+        stuck = claimer.try_claim(100)  # never committed: its publisher closes with it open
+        after = _offer(claimer, 1, b"after")
+        past_claim: list[bytes] = []
+        wait_until(lambda: _poll(behind, past_claim) >= 0 and past_claim == before, what="read up to the claim")
+        # aeronmd pads only where its conductor last saw the subscribers (it stops looking once draining):
+        # nothing to await but its duty cycle taking the new position
+        time.sleep(0.3)
+        claimer.close()
+        with contextlib.suppress(WaitTimeout):
+            wait_until(lambda: _poll(behind, past_claim) >= 0 and bool(claimed_goings), timeout=10,
+                       what="the claim padded and the image going")
+        del stuck
+        return {"gone while unread": unread_gone, "read all": got == sent,
+                "read past the open claim": past_claim == before + after, "then gone": bool(claimed_goings)}
+
+
 def c_samples_spy(directory: Path) -> Observation:
     """Aeron's basic_subscriber on an aeron-spy: channel (Aeron's C client) reads what basic_publisher sends
     on a publication with ssc=true (no receiver): who prints messages."""
@@ -748,6 +786,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "aeron-spy: tether=false": untethered_spy,
     "aeron-spy: outlasting the publication, 70 spies": spies_outlast_their_publication,
     "C samples, aeron-spy:": c_samples_spy,
+    "aeron:ipc subscriber outlasting its publication": ipc_subscriber_outlasts_its_publication,
     "MDC, manual destinations": mdc_manual,
     "MDC, dynamic destinations": mdc_dynamic,
     "fc=tagged with g:/gtag, max-resend": tagged_flow_control,
@@ -782,6 +821,8 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "aeron-spy: outlasting the publication, 70 spies": lambda o: o["spy read all"] and not o["gone while unread"]
     and o["spies with an image"] == 70,
     "C samples, aeron-spy:": lambda o: o["spy got messages"],
+    "aeron:ipc subscriber outlasting its publication": lambda o: o["read all"] and not o["gone while unread"]
+    and o["read past the open claim"] and o["then gone"],
     "MDC, manual destinations": lambda o: o["both got everything"] == [True, True] and o["the removed one got"] == [],
     "MDC, dynamic destinations": lambda o: o["both got everything"] == [True, True]
     and o["the same control: one publication"] and o["manual without control: a publication each"],

@@ -74,7 +74,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--publication-window", type=_size, help="IPC publication window (default half a term)")
     p.add_argument("--unblock-timeout", type=_seconds, help="seconds before a stalled claim is padded (15)")
     p.add_argument("--client-liveness-timeout", type=_seconds, help="seconds without a client heartbeat (10)")
-    p.add_argument("--linger-timeout", type=_seconds, help="seconds a closed publication may drain (5)")
+    p.add_argument("--linger-timeout", type=_seconds, help="seconds a closed network publication waits for its receivers; subscribers always read to the end (5)")
     p.add_argument("--timer-interval", type=_seconds, help="seconds between timer duties (1)")
     p.add_argument("--idle", help="the Python conductor loop's idle strategy: backoff[:max_park_ns] "
                    "(default backoff:4000000), sleep[:ns], yield, spin")

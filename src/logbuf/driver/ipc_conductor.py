@@ -305,7 +305,8 @@ class IpcConductor:
         else:
             work = sum(publication.update() for publication in self.publications)
         for publication in self.publications:
-            if publication.state == PublicationState.ACTIVE and publication.has_untethered:
+            # (draining too: a stalled untethered subscriber then rests rather than holding the closed publication)
+            if publication.state in (PublicationState.ACTIVE, PublicationState.DRAINING) and publication.has_untethered:
                 work += self._check_untethered(publication)
         return work
 

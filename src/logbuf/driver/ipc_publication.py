@@ -3,7 +3,13 @@
 Every duty cycle: sample pub-pos from the active tail; move pub-lmt to ``min(sub-pos) + window`` once it has
 grown by more than the trip gain (window/8: fewer writes to a hot cache line); clean the terms behind the
 slowest subscriber; with no subscribers, pub-lmt falls back to the consumer position and isConnected is
-false.  On the timer: unblock a claim that has held the consumers still for longer than the unblock timeout.
+false.  On the timer: unblock a claim that has held the consumers still for longer than the unblock timeout;
+once the publication drains (no publisher left), at once: a claim still open there was left by a dead publisher.
+
+A closed publication drains as aeronmd's does: it stays until every subscriber that holds it back (tethered,
+or untethered and not resting) has read to the end of stream, with no deadline.  A subscriber that leaves (its
+subscription closed, or its client timed out) no longer holds it; an untethered one that stalls goes through
+linger to resting and no longer counts.  The channel's linger does not cut a subscriber's tail off.
 """
 
 from __future__ import annotations
@@ -104,6 +110,17 @@ class IpcPublicationDuty:
                 self.on_unblocked()
             return True
         return False
+
+    def unblock_draining(self) -> bool:
+        """Timer duty of a draining publication (no publisher left): a claim that blocks the consumers can only
+        be a dead publisher's, so it is padded at once, without the unblock timeout.  True when it was."""
+        consumer = self.consumer_position
+        if self.log.producer_position() <= consumer or not unblock(self.log, consumer):
+            return False
+        self.unblocked_count += 1
+        if self.on_unblocked is not None:
+            self.on_unblocked()
+        return True
 
 
 class TetherState(enum.Enum):
@@ -299,13 +316,17 @@ class IpcPublication(PublicationLifecycle):
         return self.duty.update()
 
     def on_timer(self, now_ns: int) -> bool:
-        """Unblocks a stalled concurrent claim; True when it did."""
+        """Unblocks a stalled concurrent claim (while active), or any claim that blocks the subscribers of a
+        draining publication not yet drained (exclusive too: its publisher is gone); True when it did."""
+        if self.state == PublicationState.DRAINING:
+            return not self.is_drained(now_ns) and self.duty.unblock_draining()
         if self.is_exclusive or self.state != PublicationState.ACTIVE:
             return False
         return self.duty.check_for_blocked_publisher(now_ns)
 
     def start_draining(self, now_ns: int, linger_ns: int) -> None:
-        """No publisher is left: mark the end of stream and give subscribers until the deadline to read it."""
+        """No publisher is left: mark the end of stream; the subscribers read to it (see :meth:`is_drained`).
+        ``linger_ns`` is not a deadline for them (as aeronmd); it is kept for what the driver reports."""
         self._transition(PublicationEvent.DRAIN)
         if self.on_draining is not None:
             self.on_draining(self)
@@ -313,6 +334,8 @@ class IpcPublication(PublicationLifecycle):
         self.drain_deadline_ns = now_ns + linger_ns
 
     def is_drained(self, now_ns: int) -> bool:
+        """Every subscriber that holds the publication back read to the end of stream.  As aeronmd, no deadline
+        cuts a subscriber's tail off: one that leaves, or an untethered one that stalls and rests, stops
+        counting."""
         end = self.log.producer_position()
-        caught_up = all(s.position.get() >= end for s in self.subscribers.values() if s.included_in_limit)
-        return caught_up or now_ns >= self.drain_deadline_ns
+        return all(s.position.get() >= end for s in self.subscribers.values() if s.included_in_limit)

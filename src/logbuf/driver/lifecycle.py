@@ -3,7 +3,8 @@ transition tables that say which event each state allows (h11 style: the table i
 an event a state does not allow raises :class:`IllegalTransition` naming both).
 
 A publication (IPC or network) is ``ACTIVE`` while publishers are attached; when the last one leaves it is
-``DRAINING`` (subscribers, or the sender agent, read to the end of the stream, up to the linger timeout); it is
+``DRAINING`` (subscribers and spies read to the end of the stream however long that takes, and a network
+publication's receivers are done or its linger timeout passed); it is
 ``CLOSED`` once drained, or at once when its log file was truncated under the driver.  An image (a remote
 publication rebuilt here) is ``ACTIVE`` while subscribers read it, ``REMOVING`` once its stream's last
 subscription left and the receiver agent was told to let go, and ``CLOSED`` when the agent has let go (the
@@ -64,13 +65,13 @@ class Lifecycle(Generic[S, E]):
 
 class PublicationState(enum.Enum):
     ACTIVE = "active"  # publishers attached
-    DRAINING = "draining"  # no publisher left: subscribers read to the end of stream (or the linger timeout)
+    DRAINING = "draining"  # no publisher left: subscribers read to the end of stream (no deadline)
     CLOSED = "closed"  # counters freed and file deleted (or about to be, once the agents let go)
 
 
 class PublicationEvent(enum.Enum):
     DRAIN = "drain"  # the last publisher left
-    CLOSE = "close"  # drained, lingered long enough, or its log was truncated
+    CLOSE = "close"  # drained, or its log was truncated
 
 
 PUBLICATION_TRANSITIONS: TransitionTable[PublicationState, PublicationEvent] = TransitionTable("publication", {
@@ -105,7 +106,7 @@ class PublicationLifecycle(Lifecycle[PublicationState, PublicationEvent]):
     _state = PublicationState.ACTIVE  # every publication starts active
 
     def close(self) -> None:
-        """Drained, lingered long enough, or its log truncated: no publisher joins it and no subscriber links
+        """Drained, or its log truncated: no publisher joins it and no subscriber links
         to it any more; the conductor then releases its counters and log."""
         self._transition(PublicationEvent.CLOSE)
 
