@@ -162,7 +162,9 @@ class _Block:
     def __init__(self, table: pa.Table, params: Params) -> None:
         w = params.bucket_size
         bucket = table.column("bucket").to_numpy()
-        self.buckets, slot_of_bucket = np.unique(bucket, return_inverse=True)
+        # a partition holds few buckets: a sort of them and a search beat np.unique's argsort of every piece
+        self.buckets = np.unique(bucket)
+        slot_of_bucket = np.searchsorted(self.buckets, bucket)
         self.size = self.buckets.size * w
         self.base = self.buckets * w  # sequence of each bucket's first slot
         feed = table.column("feed").to_numpy().astype(np.int64)

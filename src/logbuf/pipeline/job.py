@@ -363,6 +363,8 @@ class Analysis:
         partitions = self.config.sequence_partitions or max(
             2 * cores, math.ceil(size / TARGET_MESSAGES_PER_PARTITION))
         partitions = min(partitions, max(1, math.ceil(size / self.config.bucket_size)))
+        if not self.config.sequence_partitions and partitions > cores:  # whole waves: no core idles at the end
+            partitions = math.ceil(partitions / cores) * cores
         live_end = tuple(self.ended.get(f, d.last) for f in schema.LIVE_FEEDS)
         self.params = arrivals.Params(self.config.bucket_size, d.first, d.last, live_end=live_end)
         self.pieces = sequence_pieces(self.packets, self.config.bucket_size, partitions)
