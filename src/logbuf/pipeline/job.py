@@ -10,16 +10,19 @@ Stages (each is one or a few Spark jobs; results small enough for the driver are
     read       one scan of the packets into per-(feed, arrival bin) aggregates (kept for the time series and the
                freeze search), the sequence domain and per-feed counts from them, the handler's gap events
     sequence   packet ranges cut at bucket edges, partitioned by bucket, summarised per partition in numpy
-               (:mod:`logbuf.pipeline.arrivals`): A-B delay histogram, per-feed gaps, copies, earliest feed
-    quantiles  exact nearest-rank percentiles of the A-B delay (:mod:`logbuf.pipeline.quantiles`)
+               (:mod:`logbuf.pipeline.arrivals`), ONE pass: A-B delay histogram and distinct delays (summed
+               across partitions in Spark), per-feed gaps, copies, earliest feed, ranges lost on both
+    quantiles  exact nearest-rank percentiles of the A-B delay from the distinct delays
+               (:mod:`logbuf.pipeline.quantiles`; refined in Spark when too many to collect)
     time       message rate, messages per packet and highest sequence per window, from the bins
     freezes    silences with the other feed ahead -> characterised on the driver (:mod:`logbuf.pipeline.freezes`)
     messages   one scan (GROUPING SETS): ITCH type mix, most active symbols, delivered copy per feed per window
     gaps       gaps on both feeds: data-derived ranges joined with the handler's events and re-request answers
     output     Parquet + CSV tables, PNG plots, report.md, summary.json
 
-Memory: the driver holds only small results; the bins and the bucketed ranges are persisted MEMORY_AND_DISK,
-so a heap smaller than the data spills to the local dir instead of failing.
+Memory: the driver holds only small results (the distinct delays up to EXACT_COLLECT of them); the merged
+output of the per-message pass is persisted MEMORY_AND_DISK, so a heap smaller than it spills to the local dir
+instead of failing.
 """
 
 from __future__ import annotations
