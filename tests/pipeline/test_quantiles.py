@@ -109,3 +109,37 @@ def test_spark_worker_refine_and_select_modes_agree_with_numpy():
     ordered = np.sort(delay)
     for q in QS:
         assert result[q] == ordered[rank_of(q, n) - 1], q
+
+
+def test_quantiles_of_distinct_values_and_counts_match_numpy():
+    from logbuf.pipeline.quantiles import quantiles_of_counts
+
+    rng = np.random.default_rng(5)
+    values = rng.integers(-50, 200, 5_000)
+    uniq, counts = np.unique(values, return_counts=True)
+    shuffled = rng.permutation(uniq.size)  # any order
+    got = quantiles_of_counts(QS, uniq[shuffled], counts[shuffled])
+    for q in QS:
+        if q not in FLOAT_NOISE:
+            assert got[q] == int(np.quantile(values, q, method="inverted_cdf")), q
+        assert got[q] == int(np.sort(values)[rank_of(q, values.size) - 1]), q
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("max_collect", [10**9, 40])
+def test_spark_refinement_over_distinct_delays_matches_numpy(spark, max_collect):
+    """The fallback when the distinct delays are too many to collect: bins refined in Spark (decimal sub-bin
+    arithmetic, values far apart so no product fits a long) give the same ranks as numpy."""
+    from logbuf.pipeline.job import refined_quantiles
+
+    rng = np.random.default_rng(9)
+    values = np.concatenate([rng.integers(-3_000, 90_000, 4_000), rng.integers(2**61, 2**61 + 5_000, 300),
+                             [-(2**62), 2**62]])
+    uniq, counts = np.unique(values, return_counts=True)
+    exact = spark.createDataFrame(pa.table({"value": uniq, "messages": counts}).to_pandas())
+    bits = 3  # wide bins: the refinement has to run
+    bins, bin_counts = np.unique(arrivals.bin_of(values, bits), return_counts=True)
+    lows, highs = arrivals.bin_bounds(bins, bits)
+    got = refined_quantiles(exact, QS, lows, highs, bin_counts, max_collect=max_collect, split=16)
+    ordered = np.sort(values)
+    assert got == {q: int(ordered[rank_of(q, values.size) - 1]) for q in QS}

@@ -12,7 +12,10 @@ dense arrays (W slots per bucket and feed), without any further shuffle::
     runs missing on both A and B           -> pieces lost on both: recovery by re-request  (BOTH)
     arrival of the bucket's first slot     -> lets the driver date gaps ending at a bucket edge  (HEAD)
     per feed: copies, distinct, earliest   -> (STATS)
-    pass 2: delays inside given ranges     -> (VALUE), for exact percentiles
+    delays, exactly: distinct value, count -> (EXACT): summed over partitions in Spark, they give the exact
+                                              percentiles without a second pass over the messages
+    fallback passes: delays in given ranges -> (VALUE), or sub-histograms (HIST with a range index), for
+                                              exact percentiles when the distinct delays are too many to collect
 
 Output rows share one schema ``(kind, feed, a, b, c, d, e)``; :data:`OUTPUT_SCHEMA` says what a..e hold per kind.
 
@@ -36,7 +39,9 @@ FEED_CODES = {"A": 0, "B": 1, "R": 2}
 FEED_NAMES = ("A", "B", "R")
 A, B, R = 0, 1, 2
 
-HIST, DELAY, GAP, HEAD, STATS, VALUE, BOTH = 1, 2, 3, 4, 5, 6, 7
+HIST, DELAY, GAP, HEAD, STATS, VALUE, BOTH, EXACT = 1, 2, 3, 4, 5, 6, 7, 8
+# rows of these kinds merge across partitions by summing b (their other columns are the key)
+SUMMED_KINDS = (HIST, EXACT)
 NONE = -1  # "no such time" in the integer columns
 
 DEFAULT_PRECISION_BITS = 12
@@ -50,6 +55,7 @@ OUTPUT_FIELDS = {
     STATS: ("copies", "distinct", "earliest", "-", "-"),
     VALUE: ("delay_ns", "-", "-", "-", "-"),
     BOTH: ("first", "last", "recovered_ns", "recovered_messages", "-"),  # recovered_ns: latest R arrival
+    EXACT: ("delay_ns", "messages", "-", "-", "-"),  # one row per distinct delay of the partition
 }
 OUTPUT_SCHEMA = pa.schema([
     ("kind", pa.int8()), ("feed", pa.int8()),
@@ -156,7 +162,9 @@ class _Block:
     def __init__(self, table: pa.Table, params: Params) -> None:
         w = params.bucket_size
         bucket = table.column("bucket").to_numpy()
-        self.buckets, slot_of_bucket = np.unique(bucket, return_inverse=True)
+        # a partition holds few buckets: a sort of them and a search beat np.unique's argsort of every piece
+        self.buckets = np.unique(bucket)
+        slot_of_bucket = np.searchsorted(self.buckets, bucket)
         self.size = self.buckets.size * w
         self.base = self.buckets * w  # sequence of each bucket's first slot
         feed = table.column("feed").to_numpy().astype(np.int64)
@@ -209,9 +217,13 @@ def summarize(table: pa.Table, params: Params) -> list[pa.RecordBatch]:
     out: list[pa.RecordBatch] = []
     d = block.delays()
     if d.size:
-        bins, counts = np.unique(bin_of(d, params.precision_bits), return_counts=True)
-        out.append(_rows(HIST, -1, bins, counts))
-        out.append(_rows(DELAY, -1, d.size, int(d.sum()), int(d.min()), int(d.max())))
+        values, counts = np.unique(d, return_counts=True)
+        out.append(_rows(EXACT, -1, values, counts))
+        # the histogram from the distinct values (sorted, so their bins are sorted too)
+        bins = bin_of(values, params.precision_bits)
+        starts = np.flatnonzero(np.concatenate(([True], bins[1:] != bins[:-1])))
+        out.append(_rows(HIST, -1, bins[starts], np.add.reduceat(counts, starts)))
+        out.append(_rows(DELAY, -1, d.size, int(d.sum()), int(values[0]), int(values[-1])))
     w = params.bucket_size
     dom = block.in_domain
     earliest_ab = np.minimum(block.arrival[A], block.arrival[B])
@@ -294,10 +306,32 @@ def merge_lost_on_both(rows: dict[str, np.ndarray]) -> list[dict]:
     return merged
 
 
+ROW_KEY = "k"
+ROW_KEY_SCHEMA = OUTPUT_SCHEMA.append(pa.field(ROW_KEY, pa.int64()))
+
+
+def keyed(batches: Iterable[pa.RecordBatch], partition: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` with a merge key column: 0 for rows of :data:`SUMMED_KINDS` (rows alike but for ``b`` merge,
+    ``b`` summed), a key unique across partitions for every other row (such rows never merge)."""
+    row = 0
+    for batch in batches:
+        kind = batch.column(0).to_numpy()
+        n = batch.num_rows
+        unique = (np.int64(partition + 1) << 32) + row + np.arange(n, dtype=np.int64)
+        key = np.where(np.isin(kind, SUMMED_KINDS), 0, unique)
+        row += n
+        yield pa.RecordBatch.from_arrays([*batch.columns, pa.array(key)], schema=ROW_KEY_SCHEMA)
+
+
 def map_partition(batches: Iterable[pa.RecordBatch], params: Params) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: a partition's pieces, all at once (a partition holds whole buckets)."""
+    """``mapInArrow`` body: a partition's pieces, all at once (a partition holds whole buckets); the rows carry
+    the merge key of :func:`keyed`."""
+    from pyspark import TaskContext
+
     batches = list(batches)
     if not batches:
         return
     table = pa.Table.from_batches(batches).select(list(INPUT_COLUMNS))
-    yield from summarize(table, params)
+    del batches
+    context = TaskContext.get()
+    yield from keyed(summarize(table, params), context.partitionId() if context is not None else 0)

@@ -199,6 +199,10 @@ def characterize(feed: str, x: FeedPackets, y: FeedPackets, silence_start: int, 
 # ---- Spark: candidates ----------------------------------------------------------------------------------
 
 
+_SEQUENCE_SCALE = 10**20
+_SEQUENCE_SHIFT = 2**63  # makes every int64 sequence non-negative
+
+
 def feed_bins(packets, t0: int, params: FreezeParams):
     """One pass over all packets: per (feed, bin of ``bin_ns``) the data packets' first/last arrival, highest
     sequence, first packet's sequence, lowest sequence, packets, messages, bytes; and the control packets'
@@ -207,13 +211,20 @@ def feed_bins(packets, t0: int, params: FreezeParams):
 
     data = (F.col("count") >= 1) & (F.col("count") <= 0xFFFE)
     arrival = F.when(data, F.col("arrival_ns"))
+    # (arrival within its bin, sequence) in one decimal: the offset is below bin_ns (<= 10 s), the shifted
+    # sequence below 2^64 < _SEQUENCE_SCALE, so the key orders exactly as the pair and fits 38 digits
+    dec = "decimal(38,0)"
+    offset = F.expr(f"(arrival_ns - {int(t0)}) % {params.bin_ns}")
+    scale, shift = F.expr(f"CAST('{_SEQUENCE_SCALE}' AS {dec})"), F.expr(f"CAST('{_SEQUENCE_SHIFT}' AS {dec})")
+    first_key = offset.cast(dec) * scale + F.col("sequence").cast(dec) + shift
     return (packets
             .groupBy("feed", F.expr(f"(arrival_ns - {int(t0)}) div {params.bin_ns}").alias("bin"))
             .agg(F.min(arrival).alias("min_arrival"), F.max(arrival).alias("max_arrival"),
                  F.max(F.when(data, F.col("sequence") + F.col("count") - 1)).alias("max_last"),
-                 # the bin's first packet: earliest arrival, ties broken by sequence (min_by breaks none)
-                 F.min(F.when(data, F.struct(F.col("arrival_ns"), F.col("sequence"))))
-                 .getField("sequence").alias("first_sequence"),
+                 # the bin's first packet: earliest arrival, ties broken by sequence (min_by breaks none), as
+                 # the minimum of one fixed-width key (a struct minimum would force a sort-based aggregate)
+                 ((F.min(F.when(data, first_key)) % scale) - shift).cast("long")
+                 .alias("first_sequence"),
                  F.min(F.when(data, F.col("sequence"))).alias("min_first"),
                  F.sum(F.when(data, 1).otherwise(0)).alias("packets"),
                  F.sum(F.when(data, F.col("count")).otherwise(0)).alias("messages"),

@@ -10,16 +10,19 @@ Stages (each is one or a few Spark jobs; results small enough for the driver are
     read       one scan of the packets into per-(feed, arrival bin) aggregates (kept for the time series and the
                freeze search), the sequence domain and per-feed counts from them, the handler's gap events
     sequence   packet ranges cut at bucket edges, partitioned by bucket, summarised per partition in numpy
-               (:mod:`logbuf.pipeline.arrivals`): A-B delay histogram, per-feed gaps, copies, earliest feed
-    quantiles  exact nearest-rank percentiles of the A-B delay (:mod:`logbuf.pipeline.quantiles`)
+               (:mod:`logbuf.pipeline.arrivals`), ONE pass: A-B delay histogram and distinct delays (summed
+               across partitions in Spark), per-feed gaps, copies, earliest feed, ranges lost on both
+    quantiles  exact nearest-rank percentiles of the A-B delay from the distinct delays
+               (:mod:`logbuf.pipeline.quantiles`; refined in Spark when too many to collect)
     time       message rate, messages per packet and highest sequence per window, from the bins
     freezes    silences with the other feed ahead -> characterised on the driver (:mod:`logbuf.pipeline.freezes`)
     messages   one scan (GROUPING SETS): ITCH type mix, most active symbols, delivered copy per feed per window
     gaps       gaps on both feeds: data-derived ranges joined with the handler's events and re-request answers
     output     Parquet + CSV tables, PNG plots, report.md, summary.json
 
-Memory: the driver holds only small results; the bins and the bucketed ranges are persisted MEMORY_AND_DISK,
-so a heap smaller than the data spills to the local dir instead of failing.
+Memory: the driver holds only small results (the distinct delays up to EXACT_COLLECT of them); the merged
+output of the per-message pass is persisted MEMORY_AND_DISK, so a heap smaller than it spills to the local dir
+instead of failing.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import pyarrow.compute as pc
 from logbuf.pipeline import arrivals
 from logbuf.pipeline.freezes import FeedPackets, Freeze, candidates, characterize, feed_bins
 from logbuf.pipeline.options import AnalyzeConfig, add_arguments, config_from_args
-from logbuf.pipeline.quantiles import exact_quantiles
+from logbuf.pipeline.quantiles import exact_quantiles, quantiles_of_counts
 from logbuf.pipeline.storage import Location, Staging, check_output
 from logbuf.recording import schema
 from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
@@ -56,6 +59,8 @@ from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 _WINDOWS_MS = (100, 250, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000)
 STAGES = ("read", "sequence", "quantiles", "time", "freezes", "messages", "gaps", "output")
 TARGET_MESSAGES_PER_PARTITION = 4_000_000
+# distinct A-B delays collected to the driver for the exact percentiles (16 bytes each); more are refined in Spark
+EXACT_COLLECT = 8_000_000
 
 
 @dataclass
@@ -191,12 +196,17 @@ def sequence_pieces(packets, bucket_size: int, partitions: int):
             .repartition(partitions, "bucket"))
 
 
-def _run_pieces(pieces, params: arrivals.Params) -> pa.Table:
+def _run_pieces(pieces, params: arrivals.Params):
+    """The per-message pass over ``pieces`` (a Spark DataFrame of its output rows), rows alike across partitions
+    merged in Spark (histogram bins and distinct delays summed: see :func:`arrivals.keyed`)."""
+    from pyspark.sql import functions as F
     from pyspark.sql.types import ByteType, LongType, StructField, StructType
 
     out_schema = StructType([StructField("kind", ByteType()), StructField("feed", ByteType())]
-                            + [StructField(c, LongType()) for c in "abcde"])
-    return _arrow(pieces.mapInArrow(partial(arrivals.map_partition, params=params), out_schema))
+                            + [StructField(c, LongType()) for c in (*"abcde", arrivals.ROW_KEY)])
+    rows = pieces.mapInArrow(partial(arrivals.map_partition, params=params), out_schema)
+    return (rows.groupBy("kind", "feed", arrivals.ROW_KEY, "a", "c", "d", "e")
+            .agg(F.sum("b").alias("b")).select("kind", "feed", *"abcde"))
 
 
 def _kind(table: pa.Table, kind: int) -> dict[str, np.ndarray]:
@@ -231,6 +241,52 @@ def merge_feed_gaps(gap_rows: dict[str, np.ndarray], head_rows: dict[str, np.nda
             g["filled_ns"] = arrivals.NONE
         del g["_feed"]
     return merged
+
+
+def refined_quantiles(exact, qs, lows: np.ndarray, highs: np.ndarray, counts: np.ndarray, *,
+                      max_collect: int, split: int = 4096) -> dict[float, int]:
+    """Exact nearest-rank quantiles of the distribution in ``exact`` (a Spark DataFrame of distinct ``value``
+    and its ``messages``) given its histogram (``lows``/``highs``/``counts``): bins refined in Spark, values
+    collected only for bins holding at most ``max_collect`` messages."""
+    from pyspark.sql import functions as F
+
+    def within(ranges):
+        cond = F.lit(False)
+        for lo, hi in ranges:
+            cond = cond | F.col("value").between(int(lo), int(hi))
+        return exact.where(cond)
+
+    def fetch_values(ranges):
+        table = _arrow(within(ranges).select("value", "messages"))
+        return np.repeat(table.column("value").to_numpy(), table.column("messages").to_numpy())
+
+    def fetch_histogram(ranges, split):
+        # sub-bin j of [lo, hi] cut in `parts` (quantiles._sub_bounds): j = ((v - lo + 1) * parts - 1) div span,
+        # in decimals so that no product overflows
+        dec = "decimal(38,0)"
+        index = F.lit(None).cast("int")
+        sub = F.lit(None).cast("long")
+        for i, (lo, hi) in enumerate(ranges):
+            span = hi - lo + 1
+            parts = min(split, span)
+            inside = F.col("value").between(int(lo), int(hi))
+            j = F.floor(((F.col("value").cast(dec) - F.expr(f"CAST('{lo}' AS {dec})") + 1) * parts - 1)
+                        / F.expr(f"CAST('{span}' AS {dec})")).cast("long")
+            index = F.when(inside, F.lit(i)).otherwise(index)
+            sub = F.when(inside, j).otherwise(sub)
+        grouped = _arrow(within(ranges).select(index.alias("range"), sub.alias("sub"), "messages")
+                         .groupBy("range", "sub").agg(F.sum("messages").alias("messages")))
+        ranges_of = grouped.column("range").to_numpy()
+        out = []
+        for i in range(len(ranges)):
+            sel = ranges_of == i
+            sub_counts = np.zeros(split, np.int64)
+            np.add.at(sub_counts, grouped.column("sub").to_numpy()[sel], grouped.column("messages").to_numpy()[sel])
+            out.append(sub_counts)
+        return out
+
+    return exact_quantiles(qs, lows, highs, counts, fetch_values, fetch_histogram, max_collect=max_collect,
+                           split=split)
 
 
 class Analysis:
@@ -285,7 +341,7 @@ class Analysis:
             self._sequence_space()
         with stage("quantiles"):
             self._quantiles()
-            self.pieces.unpersist()
+            self.merged.unpersist()
         with stage("time"):
             self._time_series()
         with stage("freezes"):
@@ -301,25 +357,27 @@ class Analysis:
 
     def _sequence_space(self) -> None:
         from pyspark import StorageLevel
+        from pyspark.sql import functions as F
 
         d = self.domain
         size = d.last - d.first + 1
         cores = self.spark.sparkContext.defaultParallelism
         partitions = self.config.sequence_partitions or max(
-            2 * cores, math.ceil(2 * size / TARGET_MESSAGES_PER_PARTITION))
+            2 * cores, math.ceil(size / TARGET_MESSAGES_PER_PARTITION))
         partitions = min(partitions, max(1, math.ceil(size / self.config.bucket_size)))
+        if not self.config.sequence_partitions and partitions > cores:  # whole waves: no core idles at the end
+            partitions = math.ceil(partitions / cores) * cores
         live_end = tuple(self.ended.get(f, d.last) for f in schema.LIVE_FEEDS)
         self.params = arrivals.Params(self.config.bucket_size, d.first, d.last, live_end=live_end)
         self.pieces = sequence_pieces(self.packets, self.config.bucket_size, partitions)
-        self.pieces.persist(StorageLevel.MEMORY_AND_DISK)
-        rows = _run_pieces(self.pieces, self.params)
+        # the per-message pass runs ONCE: its merged output (small rows plus one row per distinct delay) is
+        # persisted, and the exact percentiles come from the distinct delays, not from another pass
+        self.merged = _run_pieces(self.pieces, self.params).persist(StorageLevel.MEMORY_AND_DISK)
+        rows = _arrow(self.merged.where(F.col("kind") != arrivals.EXACT))
+        self.distinct_delays = self.merged.where(F.col("kind") == arrivals.EXACT).count()
         hist = _kind(rows, arrivals.HIST)
-        bins, counts = hist["a"], hist["b"]
-        if bins.size:
-            uniq, inverse = np.unique(bins, return_inverse=True)
-            counts = np.bincount(inverse.reshape(-1), weights=counts).astype(np.int64)
-            bins = uniq
-        self.delay_bins, self.delay_counts = bins, counts
+        order = np.argsort(hist["a"], kind="stable")
+        self.delay_bins, self.delay_counts = hist["a"][order], hist["b"][order]
         delay = _kind(rows, arrivals.DELAY)
         n = int(delay["a"].sum())
         self.delay_stats = {
@@ -341,31 +399,25 @@ class Analysis:
         self.lost_on_both = arrivals.merge_lost_on_both(_kind(rows, arrivals.BOTH))
 
     def _quantiles(self) -> None:
+        """Exact nearest-rank percentiles from the distinct delays of the per-message pass: collected when they
+        are few enough (the usual case: delays spread over a bounded range), else refined in Spark over the
+        persisted distinct delays (never another pass over the messages)."""
+        from pyspark.sql import functions as F
+
         p = self.params.precision_bits
         if not self.delay_counts.size:
             self.delay_percentiles = {}
             return
+        exact = self.merged.where(F.col("kind") == arrivals.EXACT).select(
+            F.col("a").alias("value"), F.col("b").alias("messages"))
+        if self.distinct_delays <= max(self.config.max_collect, EXACT_COLLECT):
+            table = _arrow(exact)
+            self.delay_percentiles = quantiles_of_counts(self.config.percentiles, table.column("value").to_numpy(),
+                                                         table.column("messages").to_numpy())
+            return
         lows, highs = arrivals.bin_bounds(self.delay_bins, p)
-
-        def fetch_values(ranges):
-            params = arrivals.Params(self.params.bucket_size, self.params.domain_first, self.params.domain_last,
-                                     p, select=tuple(ranges), live_end=self.params.live_end)
-            return _kind(_run_pieces(self.pieces, params), arrivals.VALUE)["a"]
-
-        def fetch_histogram(ranges, split):
-            params = arrivals.Params(self.params.bucket_size, self.params.domain_first, self.params.domain_last,
-                                     p, refine=tuple(ranges), split=split, live_end=self.params.live_end)
-            rows = _kind(_run_pieces(self.pieces, params), arrivals.HIST)
-            out = []
-            for index in range(len(ranges)):
-                sel = rows["c"] == index
-                counts = np.zeros(split, np.int64)
-                np.add.at(counts, rows["a"][sel], rows["b"][sel])
-                out.append(counts)
-            return out
-
-        self.delay_percentiles = exact_quantiles(self.config.percentiles, lows, highs, self.delay_counts,
-                                                 fetch_values, fetch_histogram, max_collect=self.config.max_collect)
+        self.delay_percentiles = refined_quantiles(exact, self.config.percentiles, lows, highs, self.delay_counts,
+                                                   max_collect=self.config.max_collect)
 
     def _time_series(self) -> None:
         from pyspark.sql import functions as F
@@ -412,7 +464,12 @@ class Analysis:
             cond = spans[0]
             for span in spans[1:]:
                 cond = cond | span
-            near = (_arrow(_data_packets(self.packets).where(cond)
+            # only the hour partitions the windows touch are read (a packet's hour is its arrival's UTC hour)
+            hours = sorted({schema.hour_label(h * schema.NANOS_PER_HOUR) for r in rows
+                            for h in range((r["silence_start"] - params.pre_ns) // schema.NANOS_PER_HOUR,
+                                           (r["resume"] + params.post_ns) // schema.NANOS_PER_HOUR + 1)})
+            source = self.src.packets.where(F.col(schema.HOUR_COLUMN).isin(hours))
+            near = (_arrow(_data_packets(project_packets(source)).where(cond)
                            .select("feed", "arrival_ns", "sequence", "count")).to_pandas())
             for r in sorted(rows, key=lambda r: r["silence_start"]):
                 lo, hi = r["silence_start"] - params.pre_ns, r["resume"] + params.post_ns

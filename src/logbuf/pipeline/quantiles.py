@@ -55,6 +55,18 @@ def sub_bin_of(values: np.ndarray, lo: int, hi: int, split: int) -> np.ndarray:
     return np.searchsorted(starts, np.asarray(values, dtype=np.int64), side="right") - 1
 
 
+def quantiles_of_counts(qs: Sequence[float], values: np.ndarray, counts: np.ndarray) -> dict[float, int]:
+    """Nearest-rank quantiles of a distribution given as distinct values and their counts (any order)."""
+    values = np.asarray(values, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    order = np.argsort(values, kind="stable")
+    values, cumulative = values[order], np.cumsum(counts[order])
+    total = int(cumulative[-1]) if cumulative.size else 0
+    if total == 0:
+        return {}
+    return {q: int(values[int(np.searchsorted(cumulative, rank_of(q, total), side="left"))]) for q in qs}
+
+
 def exact_quantiles(qs: Sequence[float], lows: np.ndarray, highs: np.ndarray, counts: np.ndarray,
                     fetch_values: FetchValues, fetch_histogram: FetchHistogram, *,
                     max_collect: int = DEFAULT_MAX_COLLECT, split: int = DEFAULT_SPLIT) -> dict[float, int]:
