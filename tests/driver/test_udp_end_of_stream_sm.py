@@ -67,3 +67,38 @@ def test_min_flow_control_follows_the_receivers_left_when_a_subscription_closes(
     print(f"through {time.monotonic() - closed_at:.2f} s after the close")
     # the closed subscription's image lingered only for its EOS status messages: then its counters went
     wait_until(lambda: hwm_counters(sub_client) == 1, timeout=10, what="the closed image's counters freed")
+
+
+@pytest.mark.parametrize("other_stream", [False, True])
+def test_a_subscription_added_while_the_image_sends_eos_gets_a_new_image(drivers, other_stream: bool) -> None:  # type: ignore[no-untyped-def]
+    """The stream subscribed again while its old image still sends EOS SMs: on the same endpoint (another stream
+    keeps it open), or on the channel anew (the endpoint was closing: its images end at once so it can go); either
+    way the new subscription gets a new image, as on aeronmd, and the messages."""
+    pub_client, sub_client = drivers
+    port = free_udp_port()
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}|{CHANNEL}"
+    pub = pub_client.add_publication(channel, STREAM)
+    keeper = sub_client.add_subscription(channel, STREAM + 1) if other_stream else None
+    sub = sub_client.add_subscription(channel, STREAM)
+    wait_until(lambda: pub.is_connected and sub.images, timeout=20, what="the image")
+    old = sub.images[0].correlation_id
+    sub.close()
+    again = sub_client.add_subscription(channel, STREAM)
+    wait_until(lambda: again.images, timeout=20, what="an image for the new subscription")
+    assert again.images[0].correlation_id != old
+    got = Received()
+    sent = [message(i, 900) for i in range(300)]  # more than a window: the sender follows the new image
+    offered = 0
+
+    def through() -> bool:
+        nonlocal offered
+        got.poll(again)
+        while offered < len(sent) and pub.offer(sent[offered]) > 0:
+            offered += 1
+        return len(got.sequences) == len(sent)
+
+    wait_until(through, timeout=30, what="everything through to the new subscription")
+    assert got.sequences == list(range(len(sent))) and got.corrupt == 0
+    wait_until(lambda: hwm_counters(sub_client) == 1, timeout=10, what="the old image's counters freed")
+    if keeper is not None:
+        keeper.close()
