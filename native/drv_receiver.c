@@ -1303,6 +1303,12 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
                 e->removing = 1;
                 drain_stream_images(e, INT32_MIN, now_ns);
             } else if (e != NULL) {  /* asked again: the channel is wanted anew, its images end now */
+                for (int32_t i = 0; i < e->image_count; i++) {
+                    image_t *d = e->images[i];
+                    /* each says EOS at least once, or a min/tagged sender would wait out its receiver timeout */
+                    if (d->state == LBD_REASON_ACTIVE && d->draining_since_ns >= 0 && d->sm_forced)
+                        send_sm(r, e, d, d->last_sm_position, LB_SM_EOS_FLAG, now_ns);
+                }
                 end_stream_images(e, INT32_MIN);
             } else {
                 lbd_event_t ev;

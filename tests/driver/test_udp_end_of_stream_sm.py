@@ -1,6 +1,7 @@
 """A receiver whose subscription closes says so, as aeronmd's does: its image sends status messages with the
 end-of-stream flag for about a second, then goes (its counters freed).  A publisher with ``fc=min`` lets that
-receiver go at once, instead of waiting out its receiver timeout, and its limit follows the receivers left.
+receiver go at once (so does ``fc=tagged``), instead of waiting out its receiver timeout, and its limit follows
+the receivers left.
 Two embedded drivers on loopback: a publishing one (dynamic MDC, two destinations) and a subscribing one (two
 endpoints)."""
 
@@ -38,13 +39,15 @@ def hwm_counters(client: logbuf.Client) -> int:
     return sum(1 for info in client.counters if info.type_id == c.RECEIVER_HWM_TYPE_ID)
 
 
-def test_min_flow_control_follows_the_receivers_left_when_a_subscription_closes(drivers) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("fc", "tag"), [("fc=min,t:60s", ""), ("fc=tagged,g:7,t:60s", "|gtag=7")])
+def test_flow_control_follows_the_receivers_left_when_a_subscription_closes(drivers, fc: str, tag: str) -> None:  # type: ignore[no-untyped-def]
     pub_client, sub_client = drivers
     control = free_udp_port()
-    pub = pub_client.add_publication(f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic|{CHANNEL}",
-                                     STREAM)
+    pub = pub_client.add_publication(
+        f"aeron:udp?control=127.0.0.1:{control}|control-mode=dynamic|{fc}|term-length=64k", STREAM)
     subs = [sub_client.add_subscription(
-        f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control=127.0.0.1:{control}", STREAM) for _ in range(2)]
+        f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control=127.0.0.1:{control}{tag}", STREAM)
+        for _ in range(2)]
     wait_until(lambda: pub.is_connected and all(s.images for s in subs), timeout=20, what="both images")
     assert hwm_counters(sub_client) == 2
     got = Received()

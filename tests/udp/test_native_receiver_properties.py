@@ -625,3 +625,23 @@ def test_an_image_whose_subscription_went_sends_eos_status_messages_as_its_speci
     assert [e.type for e in events if e.type == lib.LBD_EVENT_ENDPOINT_REMOVED] == (
         [lib.LBD_EVENT_ENDPOINT_REMOVED] if by_endpoint else [])
     r.close()
+
+
+def test_an_endpoint_removed_again_while_draining_ends_its_images_after_one_eos_status_message(
+        make_log: Callable[..., LogBuffers]) -> None:
+    """REMOVE_ENDPOINT twice before a poll (the channel wanted anew at once): every image still says EOS once, else
+    a min or tagged sender would count the receiver until its receiver timeout; then the images and the endpoint
+    end."""
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    native.start(1)
+    r = native.receiver
+    r.offer(r.command(lib.LBD_CMD_REMOVE_ENDPOINT, endpoint_id=1))
+    r.offer(r.command(lib.LBD_CMD_REMOVE_ENDPOINT, endpoint_id=1))
+    r.do_work(2)
+    sent = native.sent()
+    assert len(sent) == 1 and sent[0][6] == FrameType.SM and sent[0][5] & 0x40
+    r.do_work(3)
+    events = [(e.type, e.reason) for e in r.poll_events()]
+    assert events == [(lib.LBD_EVENT_IMAGE_REMOVED, lib.LBD_REASON_REMOVED), (lib.LBD_EVENT_ENDPOINT_REMOVED, 0)]
+    assert native.sent() == []
+    r.close()
