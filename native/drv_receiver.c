@@ -36,6 +36,7 @@
 
 #define SM_GROUP_TAG_LENGTH 8       /* an SM's feedback: the endpoint's group tag (gtag=), as Aeron's */
 #define DESTINATION_TIMEOUT_NS 5000000000LL  /* an MDS image answers a destination heard from this recently */
+#define EOS_SM_TIMEOUTS 5           /* an image whose subscriptions went sends EOS SMs this many SM timeouts */
 
 /* Where an image's data came from through one destination, and where its SMs, NAKs and ERRs go back. */
 typedef struct connection {
@@ -69,6 +70,8 @@ typedef struct image {
     int64_t gap_expiry_ns, gap_since_ns;
     int64_t liveness_ns;
     int32_t reliable, rejoin;
+    /* its stream's subscriptions went: no data taken, EOS SMs until the period ends (-1: not draining) */
+    int64_t draining_since_ns;
     /* rejected (REJECT_IMAGE): no more data taken, ERR frames instead of SMs */
     int32_t rejected, reason_length;
     uint8_t *reason;
@@ -634,6 +637,11 @@ static int poll_needed(const image_t *im, int64_t consumption)
 
 static int64_t image_deadline(const image_t *im)
 {
+    if (im->draining_since_ns >= 0) {
+        int64_t end = im->draining_since_ns + EOS_SM_TIMEOUTS * im->sm_timeout_ns;
+        int64_t sm = im->sm_forced ? 0 : im->last_sm_ns + im->sm_timeout_ns;
+        return sm < end ? sm : end;
+    }
     int64_t deadline = im->last_packet_ns + im->liveness_ns;
     int64_t sm = ((im->sm_forced && !im->rejected) || im->last_sm_ns < 0) ? 0 : im->last_sm_ns + im->sm_timeout_ns;
     if (sm < deadline) deadline = sm;
@@ -649,6 +657,17 @@ static int64_t image_deadline(const image_t *im)
 static int32_t image_poll(lbd_receiver_t *r, endpoint_t *e, image_t *im, int64_t now_ns)
 {
     if (im->state != LBD_REASON_ACTIVE) return 0;
+    if (im->draining_since_ns >= 0) {  /* the sender hears this receiver has left, then the image ends */
+        if (now_ns - im->draining_since_ns >= EOS_SM_TIMEOUTS * im->sm_timeout_ns) {
+            im->state = LBD_REASON_REMOVED;
+            return 0;
+        }
+        if (!im->sm_forced && now_ns - im->last_sm_ns < im->sm_timeout_ns) return 0;
+        send_sm(r, e, im, im->last_sm_position, LB_SM_EOS_FLAG, now_ns);
+        im->sm_forced = 0;
+        im->last_sm_ns = now_ns;
+        return 1;
+    }
     if (now_ns - im->last_packet_ns > im->liveness_ns) {
         im->state = LBD_REASON_TIMED_OUT;
         return 0;
@@ -718,11 +737,14 @@ static image_t *find_image(endpoint_t *e, int32_t session_id, int32_t stream_id)
 {
     if (e->last_hit < e->image_count) {
         image_t *im = e->images[e->last_hit];
-        if (im->session_id == session_id && im->stream_id == stream_id && im->state == LBD_REASON_ACTIVE) return im;
+        if (im->session_id == session_id && im->stream_id == stream_id && im->state == LBD_REASON_ACTIVE &&
+            im->draining_since_ns < 0)
+            return im;
     }
     for (int32_t i = 0; i < e->image_count; i++) {
         image_t *im = e->images[i];
-        if (im->session_id == session_id && im->stream_id == stream_id && im->state == LBD_REASON_ACTIVE) {
+        if (im->session_id == session_id && im->stream_id == stream_id && im->state == LBD_REASON_ACTIVE &&
+            im->draining_since_ns < 0) {
             e->last_hit = i;
             return im;
         }
@@ -1094,6 +1116,27 @@ static void end_stream_images(endpoint_t *e, int32_t stream_id)
     }
 }
 
+/* The stream's (INT32_MIN: every) last subscription went: as aeronmd, each image tells its sender so with EOS
+ * SMs for EOS_SM_TIMEOUTS SM timeouts (a min/tagged sender lets this receiver go), then ends.  A rejected
+ * image, which sends no SMs, ends at once. */
+static void drain_stream_images(endpoint_t *e, int32_t stream_id, int64_t now_ns)
+{
+    for (int32_t i = 0; i < e->image_count; i++) {
+        image_t *im = e->images[i];
+        if ((stream_id != INT32_MIN && im->stream_id != stream_id) || im->state != LBD_REASON_ACTIVE ||
+            im->draining_since_ns >= 0)
+            continue;
+        if (im->rejected) {
+            im->state = LBD_REASON_REMOVED;
+            continue;
+        }
+        im->draining_since_ns = now_ns;
+        im->sm_forced = 1;
+        e->poll_due = 1;
+    }
+    e->last_hit = 0;
+}
+
 /* A socket to read (fd, send_fd, control address of the command) as destination `id`; 0 when full. */
 static int add_destination_to(endpoint_t *e, int64_t id, const lbd_command_t *c)
 {
@@ -1194,6 +1237,7 @@ static void add_image(lbd_receiver_t *r, const lbd_command_t *c, int64_t now_ns)
     }
     im->reliable = c->reliable;
     im->rejoin = c->rejoin;
+    im->draining_since_ns = -1;
     im->state = LBD_REASON_ACTIVE;
     im->rebuild = im->hwm = im->last_sm_position = im->clean_position = c->join_position;
     im->eos = -1;
@@ -1255,8 +1299,16 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
             break;
         case LBD_CMD_REMOVE_ENDPOINT:
             e = find_endpoint(r, c.endpoint_id);
-            if (e != NULL) {
+            if (e != NULL && !e->removing) {
                 e->removing = 1;
+                drain_stream_images(e, INT32_MIN, now_ns);
+            } else if (e != NULL) {  /* asked again: the channel is wanted anew, its images end now */
+                for (int32_t i = 0; i < e->image_count; i++) {
+                    image_t *d = e->images[i];
+                    /* each says EOS at least once, or a min/tagged sender would wait out its receiver timeout */
+                    if (d->state == LBD_REASON_ACTIVE && d->draining_since_ns >= 0 && d->sm_forced)
+                        send_sm(r, e, d, d->last_sm_position, LB_SM_EOS_FLAG, now_ns);
+                }
                 end_stream_images(e, INT32_MIN);
             } else {
                 lbd_event_t ev;
@@ -1289,7 +1341,7 @@ static int32_t do_commands(lbd_receiver_t *r, int64_t now_ns)
                         break;
                     }
                 }
-                end_stream_images(e, c.stream_id);
+                drain_stream_images(e, c.stream_id, now_ns);
                 forget_pending(e, INT32_MIN, c.stream_id);
             }
             break;

@@ -105,3 +105,33 @@ def test_min_flow_control_lets_go_of_an_aeronmd_receiver_that_left(tmp_path: Pat
         # more than the window (a term here) beyond where the leaver stopped: nothing holds the sender back
         wait_until(lambda: pub.position - start > 2 * 64 * 1024, poll=publish, timeout=20,
                    what="the publication to move on without the receiver that left")
+
+
+@pytest.mark.parametrize("subscriber", ["logbuf", "aeronmd"])
+@pytest.mark.parametrize("publisher", ["logbuf", "aeronmd"])
+def test_min_flow_control_lets_go_of_a_receiver_whose_subscription_closed(tmp_path: Path, publisher: str,
+                                                                          subscriber: str) -> None:
+    """A receiver whose subscription closes sends end-of-stream status messages (aeronmd's and ours alike), and a
+    sender with ``fc=min`` (ours and aeronmd's alike) lets it go at once: with a 60 s receiver timeout, more than a
+    window still reaches the receiver left within seconds."""
+    require_aeron_bin()
+    control = f"127.0.0.1:{free_udp_port()}"
+    with running(publisher, tmp_path / "pub") as pub_dir, running(subscriber, tmp_path / "sub") as sub_dir, \
+            logbuf.connect(pub_dir) as pub_client, logbuf.connect(sub_dir) as sub_client:
+        pub = pub_client.add_publication(
+            f"aeron:udp?control={control}|control-mode=dynamic|fc=min,t:60s|term-length=64k", STREAM)
+        subs = [sub_client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|control={control}",
+                                            STREAM) for _ in range(2)]
+        wait_until(lambda: pub.is_connected and all(sub.images for sub in subs), timeout=20, what="both images")
+        subs[1].close()
+        sent = [bytes([i % 251]) * 900 for i in range(300)]  # far more than the window (half the 64k term)
+        got: list[bytes] = []
+
+        def poll() -> int:
+            return subs[0].poll(lambda buffer, header: got.append(bytes(buffer)), 100)
+
+        for message in sent:
+            wait_until(lambda message=message: pub.offer(message) > 0, poll=poll, timeout=20,
+                       what="offer past the closed receiver's window")
+        wait_until(lambda: len(got) >= len(sent), poll=poll, timeout=20, what="every message")
+        assert got == sent

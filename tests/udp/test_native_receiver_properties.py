@@ -574,3 +574,74 @@ def test_mds_image_answers_through_its_destinations_as_the_dispatcher(make_log: 
             assert (counters[0], counters[1]) == (image.hwm_position, image.rebuild_position)
         now += 50 * US
     receiver.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 400), min_size=1, max_size=6),
+       ticks=st.lists(st.integers(0, 150_000_000), min_size=1, max_size=16), by_endpoint=st.booleans())
+def test_an_image_whose_subscription_went_sends_eos_status_messages_as_its_specification(
+        make_log: Callable[..., LogBuffers], sizes: list[int], ticks: list[int], by_endpoint: bool) -> None:
+    """The stream's last subscription goes (REMOVE_SUBSCRIPTION, or the endpoint's REMOVE_ENDPOINT): as aeronmd,
+    the image takes no more data and sends SMs with the EOS flag (0x40) at once and then every SM timeout, the same
+    frames at the same ticks in the agent and in ImageReceiver.drain; after five SM timeouts it ends (REMOVED)."""
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    spec = SpecRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    now = 1
+    assert native.start(now) == spec.start(now)
+    for raw in datagrams([sizes]):
+        native.feed(raw, now)
+        spec.feed(raw, now)
+    now += 200_000_000  # an SM by timeout: the data's end is what the receiver last said
+    assert len(native.poll(now)) == len(spec.poll(now)) == 1
+    r = native.receiver
+    if by_endpoint:
+        r.offer(r.command(lib.LBD_CMD_REMOVE_ENDPOINT, endpoint_id=1))
+    else:
+        r.offer(r.command(lib.LBD_CMD_REMOVE_SUBSCRIPTION, endpoint_id=1, stream_id=STREAM))
+    r.do_work(now)
+    spec.image.drain(now)
+    assert [e for e in r.poll_events() if e.type == lib.LBD_EVENT_IMAGE_REMOVED] == []  # it lingers
+    first = native.sent()
+    assert first == spec.poll(now) and len(first) == 1
+    sent = list(first)
+    late = datagrams([sizes, [64]])[-1]  # data after the drain began is not taken
+    for tick in ticks:
+        now += tick
+        if not by_endpoint:  # (an endpoint being removed reads no more datagrams)
+            native.feed(late, now)
+            spec.feed(late, now)
+        frames = spec.poll(now)
+        assert native.poll(now) == frames
+        assert native.positions() == spec.positions()
+        sent += frames
+    assert sent and all(f[6] == FrameType.SM and f[5] & 0x40 for f in sent)
+    assert {struct.unpack_from("<ii", f, 16) for f in sent} == {(INITIAL + JOIN // T, JOIN % T + sum(_align(32 + s)
+                                                                 for s in sizes))}
+    now += 5 * 200_000_000
+    native.poll(now)
+    r.do_work(now)
+    events = r.poll_events()
+    assert [e.reason for e in events if e.type == lib.LBD_EVENT_IMAGE_REMOVED] == [lib.LBD_REASON_REMOVED]
+    assert [e.type for e in events if e.type == lib.LBD_EVENT_ENDPOINT_REMOVED] == (
+        [lib.LBD_EVENT_ENDPOINT_REMOVED] if by_endpoint else [])
+    r.close()
+
+
+def test_an_endpoint_removed_again_while_draining_ends_its_images_after_one_eos_status_message(
+        make_log: Callable[..., LogBuffers]) -> None:
+    """REMOVE_ENDPOINT twice before a poll (the channel wanted anew at once): every image still says EOS once, else
+    a min or tagged sender would count the receiver until its receiver timeout; then the images and the endpoint
+    end."""
+    native = NativeRig(make_log(term_length=T, initial_term_id=INITIAL, session_id=SESSION, stream_id=STREAM))
+    native.start(1)
+    r = native.receiver
+    r.offer(r.command(lib.LBD_CMD_REMOVE_ENDPOINT, endpoint_id=1))
+    r.offer(r.command(lib.LBD_CMD_REMOVE_ENDPOINT, endpoint_id=1))
+    r.do_work(2)
+    sent = native.sent()
+    assert len(sent) == 1 and sent[0][6] == FrameType.SM and sent[0][5] & 0x40
+    r.do_work(3)
+    events = [(e.type, e.reason) for e in r.poll_events()]
+    assert events == [(lib.LBD_EVENT_IMAGE_REMOVED, lib.LBD_REASON_REMOVED), (lib.LBD_EVENT_ENDPOINT_REMOVED, 0)]
+    assert native.sent() == []
+    r.close()

@@ -89,12 +89,23 @@ def test_timed_out_image_is_removed_then_cools_down(
     assert dispatcher.on_datagram(data(), 11 * S + 1, "sender:1") != []  # rejoin: ask for SETUP again
 
 
-def test_removing_the_subscription_removes_its_images(
+def test_removing_the_subscription_drains_its_images_with_eos_status_messages(
     dispatcher: ReceiverDispatcher, make_log: Callable[..., LogBuffers]
 ) -> None:
+    """As aeronmd: the image takes no more data, sends SMs with the EOS flag every SM timeout for five of them
+    (a min or tagged sender lets the receiver go), then is removed."""
     add_image(dispatcher, make_log)
-    assert dispatcher.remove_subscription(1001) == [ImageRemoved(77, 1001, ImageState.ACTIVE)]
-    assert dispatcher.on_datagram(data(), 0) == [] and dispatcher.image(77, 1001) is None
+    dispatcher.poll(0, lambda img: img.rebuild_position)
+    dispatcher.remove_subscription(1001, now_ns=S)
+    assert dispatcher.on_datagram(data(), S) == [] and dispatcher.image(77, 1001) is None
+    sms = []
+    now = S
+    while not (events := dispatcher.poll(now, lambda img: img.rebuild_position)) or isinstance(events[-1], Reply):
+        sms += [e.frame for e in events if isinstance(e, Reply)]
+        now += 50_000_000
+    assert events == [ImageRemoved(77, 1001, ImageState.REMOVED)] and now == S + 5 * 200_000_000
+    assert len(sms) == 5 and all(isinstance(f, StatusMessage) and f.is_end_of_stream for f in sms)
+    assert dispatcher.poll(now + S, lambda img: img.rebuild_position) == []
 
 
 def test_heartbeat_of_an_unknown_session_also_asks_for_setup(dispatcher: ReceiverDispatcher) -> None:

@@ -297,6 +297,8 @@ class NetworkConductor:
         sndbuf = None if params is None else params.socket_sndbuf
         rcvbuf = None if params is None else params.socket_rcvbuf
         if endpoint is not None and endpoint.closing:
+            # its images may still be sending end-of-stream SMs (about a second): asked again, they end now
+            self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_ENDPOINT, endpoint_id=endpoint.endpoint_id))
             self._await_endpoint_removed(endpoint)  # its socket must be closed before this one binds
             endpoint = None
         if endpoint is not None and endpoint.transport is not None:
@@ -888,7 +890,8 @@ class NetworkConductor:
         for image in endpoint.images_of(subscription.stream_id):
             self._unlink(image, registration_id)
         if endpoint.remove_subscription(subscription.stream_id):
-            # the stream's last subscription: the agent ends its images and reports each (IMAGE_REMOVED)
+            # the stream's last subscription: the agent's images send end-of-stream SMs for a while (a min or
+            # tagged sender lets this receiver go), then end and are reported (IMAGE_REMOVED)
             for image in endpoint.images_of(subscription.stream_id):
                 image.begin_removing()
             self.receiver.offer(self.receiver.command(lib.LBD_CMD_REMOVE_SUBSCRIPTION,

@@ -53,6 +53,12 @@ class ImageState(enum.Enum):
     ACTIVE = 1
     END_OF_STREAM = 2  # the sender ended the stream and subscribers consumed all of it
     TIMED_OUT = 3  # nothing from the sender for the liveness timeout
+    REMOVED = 4  # its subscriptions went and the end-of-stream SMs that say so have been sent (drain)
+
+
+# An image whose subscriptions went sends end-of-stream SMs for this many SM timeouts (aeronmd's image lingers
+# in DRAINING as long), then ends: a min or tagged sender lets the receiver go at the first of them.
+EOS_SM_TIMEOUTS = 5
 
 
 class ImageReceiver:
@@ -98,6 +104,7 @@ class ImageReceiver:
         self.reliable = reliable
         self.rejected_reason: str | None = None  # set by reject()
         self._last_error_ns: int | None = None
+        self.draining_since_ns: int | None = None  # set by drain()
         self.rebuilder = TermRebuilder(log)
         self.loss = LossDetector(log, nak_delay, give_up_ns=give_up_ns)
         self.sm = StatusMessageSchedule(self.window_length, join_position, sm_timeout_ns=sm_timeout_ns)
@@ -112,9 +119,21 @@ class ImageReceiver:
             self.rejected_reason = reason
             self._last_error_ns = self.sm.last_sm_ns
 
+    def drain(self, now_ns: int) -> None:
+        """Its stream's last subscription went: no more data is taken, and :meth:`poll` sends SMs with the
+        end-of-stream flag at once and then every SM timeout, for ``EOS_SM_TIMEOUTS`` SM timeouts, after
+        which the image is ``REMOVED``.  A rejected image (it sends no SMs) is ``REMOVED`` at once."""
+        if self.state is not ImageState.ACTIVE or self.draining_since_ns is not None:
+            return
+        if self.rejected_reason is not None:
+            self.state = ImageState.REMOVED
+            return
+        self.draining_since_ns = now_ns
+        self.sm.force()
+
     def on_data(self, packet: DataPacket, datagram: bytes | memoryview, now_ns: int) -> int:
         """Takes one classified data-plane datagram of this session; returns the bytes put in the term."""
-        if self.state is not ImageState.ACTIVE or self.rejected_reason is not None:
+        if self.state is not ImageState.ACTIVE or self.rejected_reason is not None or self.draining_since_ns is not None:
             return 0
         header = packet.header
         if header.session_id != self.session_id or header.stream_id != self.stream_id:
@@ -200,6 +219,7 @@ class ImageReceiver:
             or consumption_position - self.term_length > self._cleaner.clean_position
             or self.end_of_stream_position is not None
             or self.state is not ImageState.ACTIVE
+            or self.draining_since_ns is not None
         )
 
     def on_setup(self, setup: SetupFrame, now_ns: int) -> None:
@@ -223,6 +243,8 @@ class ImageReceiver:
         ``consumption_position`` is the slowest subscriber's position (sub-pos)."""
         if self.state is not ImageState.ACTIVE:
             return []
+        if self.draining_since_ns is not None:
+            return self._poll_draining(now_ns)
         if now_ns - self.last_packet_ns > self.liveness_timeout_ns:
             self.state = ImageState.TIMED_OUT
             return []
@@ -273,8 +295,25 @@ class ImageReceiver:
             self.counters.status_messages_sent += 1
         return out
 
+    def _poll_draining(self, now_ns: int) -> list[ControlFrame]:
+        assert self.draining_since_ns is not None
+        if now_ns - self.draining_since_ns >= EOS_SM_TIMEOUTS * self.sm.sm_timeout_ns:
+            self.state = ImageState.REMOVED
+            return []
+        position = self.sm.last_sm_position
+        if not self.sm.due(now_ns, position):
+            return []
+        self.sm.on_sent(now_ns, position)
+        self.counters.status_messages_sent += 1
+        return [StatusMessage.at_position(
+            self.session_id, self.stream_id, position, self.position_bits, self.initial_term_id,
+            self.window_length, self.receiver_id, END_OF_STREAM_FLAG,
+        )]
+
     def next_deadline_ns(self) -> int:
-        """The earliest time a timer (SM, NAK, give-up, liveness) needs a poll."""
+        """The earliest time a timer (SM, NAK, give-up, liveness, the end of a drain) needs a poll."""
+        if self.draining_since_ns is not None:
+            return min(self.sm.next_deadline_ns(), self.draining_since_ns + EOS_SM_TIMEOUTS * self.sm.sm_timeout_ns)
         if self.rejected_reason is not None:
             errors = 0 if self._last_error_ns is None else self._last_error_ns + self.sm.sm_timeout_ns
             return min(self.last_packet_ns + self.liveness_timeout_ns, errors)

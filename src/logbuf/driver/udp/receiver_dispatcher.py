@@ -118,21 +118,25 @@ class ReceiverDispatcher:
         self._pending: dict[tuple[int, int], int] = {}  # CreateImage emitted at
         self._elicited: dict[tuple[int, int], int] = {}  # SETUP asked for at
         self._cool_down: dict[tuple[int, int], float] = {}  # ignored until (inf: rejoin=false)
+        self._draining: list[_Entry] = []  # images whose subscriptions went: EOS SMs, then ImageRemoved
 
     # -- driver commands -----------------------------------------------------------------------------
 
     def add_subscription(self, stream_id: int) -> None:
         self.subscriptions.add(stream_id)
 
-    def remove_subscription(self, stream_id: int) -> list[ImageRemoved]:
+    def remove_subscription(self, stream_id: int, now_ns: int = 0) -> None:
+        """The stream's last subscription went: its images take no more data and drain
+        (:meth:`ImageReceiver.drain`: EOS SMs for a while), then :meth:`poll` reports each ``REMOVED``; a new
+        subscription meanwhile gets new images."""
         self.subscriptions.discard(stream_id)
-        removed = [key for key in self.images if key[1] == stream_id]
-        for key in removed:
-            del self.images[key]
+        for key in [key for key in self.images if key[1] == stream_id]:
+            entry = self.images.pop(key)
+            entry.image.drain(now_ns)
+            self._draining.append(entry)
         for table in (self._pending, self._elicited, self._cool_down):
             for key in [k for k in table if k[1] == stream_id]:
                 del table[key]
-        return [ImageRemoved(s, st, ImageState.ACTIVE) for s, st in removed]
 
     def add_image(self, image: ImageReceiver, source: Any = None, *, rejoin: bool = True, destination: Any = None,
                   now_ns: int = 0) -> None:
@@ -247,21 +251,28 @@ class ReceiverDispatcher:
 
     # -- duty cycle ----------------------------------------------------------------------------------
 
+    def _replies(self, entry: _Entry, frames: list[ControlFrame], now_ns: int) -> list[Event]:
+        if self.manual:
+            return [Reply(frame, (c.destination, c.source)) for frame in frames for c in entry.connections
+                    if isinstance(frame, ErrorFrame) or now_ns < c.last_ns + DESTINATION_TIMEOUT_NS]
+        return [Reply(frame, entry.source) for frame in frames]
+
     def poll(self, now_ns: int, consumption_position: Callable[[ImageReceiver], int]) -> list[Event]:
         """Polls every image (``consumption_position(image)`` gives its slowest subscriber's position) and
         removes those that ended."""
         out: list[Event] = []
         for key, entry in list(self.images.items()):
             image = entry.image
-            frames = image.poll(now_ns, consumption_position(image))
-            if frames and self.manual:
-                for frame in frames:
-                    out.extend(Reply(frame, (c.destination, c.source)) for c in entry.connections
-                               if isinstance(frame, ErrorFrame) or now_ns < c.last_ns + DESTINATION_TIMEOUT_NS)
-            elif frames:
-                out.extend(Reply(frame, entry.source) for frame in frames)
+            out.extend(self._replies(entry, image.poll(now_ns, consumption_position(image)), now_ns))
             if image.state is not ImageState.ACTIVE:
                 del self.images[key]
                 self._cool_down[key] = now_ns + self.cool_down_ns if entry.rejoin else math.inf
                 out.append(ImageRemoved(key[0], key[1], image.state))
+        for entry in list(self._draining):
+            image = entry.image
+            frames = image.poll(now_ns, image.rebuild_position)
+            out.extend(self._replies(entry, frames, now_ns))
+            if image.state is not ImageState.ACTIVE:
+                self._draining.remove(entry)
+                out.append(ImageRemoved(image.session_id, image.stream_id, image.state))
         return out
