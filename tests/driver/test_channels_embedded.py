@@ -12,7 +12,7 @@ from udp_rig import free_udp_port
 
 import logbuf
 from logbuf.cnc.messages import ErrorCode
-from support import wait_until
+from support import running_driver, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 STREAM = 9
@@ -20,18 +20,9 @@ STREAM = 9
 
 @pytest.fixture
 def driver(tmp_path: Path):  # type: ignore[no-untyped-def]
-    drv = logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=64 * 1024, timer_interval_ns=50_000_000,
-                                    idle_strategy="backoff:1000000", publication_linger_timeout_ns=1_000_000_000)
-    try:
-        yield drv
-    finally:
-        drv.close()
+    yield from running_driver(tmp_path / "drv", ipc_term_length=64 * 1024, timer_interval_ns=50_000_000,
+                              idle_strategy="backoff:1000000", publication_linger_timeout_ns=1_000_000_000)
 
-
-@pytest.fixture
-def client(driver):  # type: ignore[no-untyped-def]
-    with logbuf.connect(driver.directory) as c:
-        yield c
 
 
 def _poll_all(sub: logbuf.Subscription, into: list[bytes]) -> int:

@@ -26,7 +26,7 @@ from logbuf.cnc.messages import (
     decode_response,
 )
 from logbuf.directory import CNC_FILE
-from support import wait_until
+from support import running_driver, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 STREAM = 7
@@ -34,22 +34,13 @@ STREAM = 7
 
 @pytest.fixture
 def driver(tmp_path: Path):  # type: ignore[no-untyped-def]
-    drv = logbuf.MediaDriver.launch(
+    yield from running_driver(
         tmp_path / "drv",
         ipc_term_length=64 * 1024,
         timer_interval_ns=50_000_000,
         publication_linger_timeout_ns=2_000_000_000,
     )
-    try:
-        yield drv
-    finally:
-        drv.close()
 
-
-@pytest.fixture
-def client(driver):  # type: ignore[no-untyped-def]
-    with logbuf.connect(driver.directory) as c:
-        yield c
 
 
 class Responses:

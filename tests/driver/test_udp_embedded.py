@@ -38,7 +38,7 @@ from logbuf.directory import IMAGES_DIR, LOSS_REPORT_FILE
 from logbuf.driver.agents import THREADING_MODES
 from logbuf.logbuffer import descriptor as d
 from logbuf.protocol import DataHeader, Nak, SetupFrame, StatusMessage, classify, encode_data_frame
-from support import wait_until
+from support import running_driver, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 STREAM = 1001
@@ -48,18 +48,9 @@ T = 64 * 1024
 @pytest.fixture
 def driver(tmp_path: Path, threading_mode: str | None):  # type: ignore[no-untyped-def]
     # threading_mode: when a test parametrises it, the driver runs its agents in that mode
-    drv = logbuf.MediaDriver.launch(tmp_path / "drv", idle_strategy="backoff:1000000", timer_interval_ns=50_000_000,
-                                    publication_linger_timeout_ns=2_000_000_000)
-    try:
-        yield drv
-    finally:
-        drv.close()
+    yield from running_driver(tmp_path / "drv", idle_strategy="backoff:1000000", timer_interval_ns=50_000_000,
+                              publication_linger_timeout_ns=2_000_000_000)
 
-
-@pytest.fixture
-def client(driver):  # type: ignore[no-untyped-def]
-    with logbuf.connect(driver.directory) as cl:
-        yield cl
 
 
 def channel(port: int, extra: str = "") -> str:

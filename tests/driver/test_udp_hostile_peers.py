@@ -14,7 +14,7 @@ import logbuf
 from logbuf.directory import cnc_path
 from logbuf.protocol import SetupFrame, encode_data_frame
 from logbuf.tools.error_stat import read_errors
-from support import wait_until
+from support import running_driver, wait_until
 
 STREAM = 1001
 T = 64 * 1024
@@ -26,18 +26,9 @@ def channel(port: int) -> str:
 
 @pytest.fixture
 def driver(tmp_path: Path):  # type: ignore[no-untyped-def]
-    drv = logbuf.MediaDriver.launch(tmp_path / "drv", idle_strategy="backoff:1000000",
-                                    max_images_per_source=8, max_image_term_length=1024 * 1024)
-    try:
-        yield drv
-    finally:
-        drv.close()
+    yield from running_driver(tmp_path / "drv", idle_strategy="backoff:1000000",
+                              max_images_per_source=8, max_image_term_length=1024 * 1024)
 
-
-@pytest.fixture
-def client(driver):  # type: ignore[no-untyped-def]
-    with logbuf.connect(driver.directory) as cl:
-        yield cl
 
 
 def errors(driver: logbuf.MediaDriver) -> list:

@@ -15,7 +15,7 @@ from udp_rig import free_udp_port
 import logbuf
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.messages import ErrorCode
-from support import wait_until
+from support import running_driver, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 STREAM = 31
@@ -25,18 +25,9 @@ SEQ = struct.Struct("<Q")
 
 @pytest.fixture
 def driver(tmp_path: Path):  # type: ignore[no-untyped-def]
-    drv = logbuf.MediaDriver.launch(tmp_path / "drv", network_term_length=T, timer_interval_ns=50_000_000,
-                                    idle_strategy="backoff:1000000", publication_linger_timeout_ns=500_000_000)
-    try:
-        yield drv
-    finally:
-        drv.close()
+    yield from running_driver(tmp_path / "drv", network_term_length=T, timer_interval_ns=50_000_000,
+                              idle_strategy="backoff:1000000", publication_linger_timeout_ns=500_000_000)
 
-
-@pytest.fixture
-def client(driver):  # type: ignore[no-untyped-def]
-    with logbuf.connect(driver.directory) as c:
-        yield c
 
 
 def _channel(port: int, extra: str = "") -> str:
