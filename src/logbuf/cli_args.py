@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from logbuf.errors import INTERRUPTED_EXIT_STATUS
+from logbuf.errors import INTERRUPTED_EXIT_STATUS, UsageError
 
 TRACEBACK_ENV = "LOGBUF_TRACEBACK"
 
@@ -100,6 +100,19 @@ class StopSignal(threading.Event):
     """Set by SIGINT or SIGTERM while :func:`stop_on_signals` is active; :attr:`signum` says which came first."""
 
     signum: int | None = None
+
+
+def value_errors_as_usage(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command whose bad values met after parsing (a library's ``ValueError``) are usage errors (status 2);
+    ``logbuf.cli`` prints one as one line (and an ``OSError``, e.g. a busy port, with status 1)."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+
+    return run
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from logbuf.channel import parse_endpoint
-from logbuf.cli_args import count, off_or, stop_on_signals, stopped_status
+from logbuf.cli_args import count, off_or, stop_on_signals, stopped_status, value_errors_as_usage
 from logbuf.errors import UsageError
 from logbuf.marketdata import moldudp64
 
@@ -31,18 +31,6 @@ def _endpoint_text(address: tuple[str, int]) -> str:
     host, port = address[0], address[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-
-def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """A bad value met after parsing (a ``ValueError`` of the library) is a usage error (status 2); ``logbuf.cli``
-    prints it as one line (and an ``OSError``, e.g. a busy port, with status 1)."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
-
-    return run
 
 
 def _speed(text: str) -> float | None:
@@ -380,7 +368,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mix", choices=("open", "balanced"), default="open",
                    help="order-flow message mix (default: %(default)s)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
-    p.set_defaults(func=_guard(_cmd_synth))
+    p.set_defaults(func=value_errors_as_usage(_cmd_synth))
 
     p = subparsers.add_parser("replay", help="replay a day file as a MoldUDP64 feed (A/B) over UDP",
                               description="Replay an ITCH day file as MoldUDP64 downstream packets on feeds A "
@@ -438,7 +426,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--summary-json", default=None, metavar="PATH",
                    help="write the final summary as JSON (default: none)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
-    p.set_defaults(func=_guard(_cmd_replay))
+    p.set_defaults(func=value_errors_as_usage(_cmd_replay))
 
     p = subparsers.add_parser("retransmit", help="serve MoldUDP64 re-requests for a day file",
                               description="Answer MoldUDP64 re-requests from a day file (every message counts "
@@ -455,4 +443,4 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="stop after this many seconds (default: until Ctrl-C or SIGTERM)")
     _hidden_alias(p, "--duration-s", "duration", _positive)
     p.add_argument("--quiet", "-q", action="store_true", help="no summary")
-    p.set_defaults(func=_guard(_cmd_retransmit))
+    p.set_defaults(func=value_errors_as_usage(_cmd_retransmit))

@@ -14,7 +14,6 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable
 
 from logbuf.channel import parse_endpoint
 from logbuf.cli_args import (
@@ -25,6 +24,7 @@ from logbuf.cli_args import (
     stop_on_signals,
     stopped_status,
     traceback_wanted,
+    value_errors_as_usage,
 )
 from logbuf.errors import LogbufError, UsageError
 from logbuf.units import NANOS_PER_MILLI as _NANOS_PER_MILLI
@@ -47,18 +47,6 @@ def _stop_on_signals() -> contextlib.AbstractContextManager[StopSignal]:
     """An event set by SIGINT or SIGTERM while the block runs (previous handlers restored afterwards)."""
     return stop_on_signals()
 
-
-def _guard(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """A bad value met after parsing is a usage error (status 2); ``logbuf.cli`` prints it as one line (and
-    an ``OSError``, e.g. a busy port, with status 1)."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
-
-    return run
 
 # ---- feed handler -------------------------------------------------------------------------------------------
 
@@ -208,4 +196,4 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--summary-json", default=None, metavar="PATH", help="write the final counters as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="no start line and no summary")
-    p.set_defaults(func=_guard(_cmd_feed))
+    p.set_defaults(func=value_errors_as_usage(_cmd_feed))
