@@ -7,6 +7,7 @@ one-line ``logbuf <command>: error: argument --x: <reason>`` (exit status 2) bef
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import signal
@@ -106,6 +107,7 @@ def value_errors_as_usage(func: Callable[[argparse.Namespace], int]) -> Callable
     """A command whose bad values met after parsing (a library's ``ValueError``) are usage errors (status 2);
     ``logbuf.cli`` prints one as one line (and an ``OSError``, e.g. a busy port, with status 1)."""
 
+    @functools.wraps(func)  # keeps the command's own module and name (the command table checks them)
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
