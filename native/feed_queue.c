@@ -14,15 +14,7 @@
 
 int64_t feed_cov_lower_end(eng_impl_t *im, uint64_t v) /* first i with end[i] >= v */
 {
-    int64_t lo = 0, hi = im->cov_n;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (im->cov_end[mid] < v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return feed_lower_end(im->cov_end, im->cov_n, v);
 }
 
 static int64_t cov_upper_start(eng_impl_t *im, uint64_t v) /* first i with start[i] > v */

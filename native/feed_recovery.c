@@ -194,18 +194,7 @@ static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
 }
 
 /* the first-requested breakpoints: first i with fa_end[i] >= v */
-static int64_t fa_lower_end(const rec_t *r, uint64_t v)
-{
-    int64_t lo = 0, hi = r->fa_n;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (r->fa_end[mid] < v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
+static int64_t fa_lower_end(const rec_t *r, uint64_t v) { return feed_lower_end(r->fa_end, r->fa_n, v); }
 
 static int fa_insert(rec_t *r, int64_t i, uint64_t start, uint64_t end, int64_t ns)
 {

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from log_pipe import Pipe
 from logbuf import LogBuffers
@@ -23,6 +24,11 @@ from logbuf.directory import wake_semaphore_prefix
 from support import network_namespace, require_tool
 
 os.environ.setdefault("LOGBUF_NO_INSTALL", "1")  # inherited by every script and process the tests start
+
+# Property tests assert behaviour, never speed: no per-example deadline (an example under the sanitizers on a
+# machine whose cores are busy takes several times its quiet time), and a slow data generator is no failure.
+settings.register_profile("logbuf", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("logbuf")
 
 # driver directories the tests created outside pytest's temporary tree (``shm_dir``, ``owned_directory``)
 _CREATED_DIRECTORIES: set[str] = set()

@@ -167,6 +167,20 @@ typedef struct eng_impl {
 
 /* feed_queue.c: the coverage (sorted, disjoint, non-adjacent inclusive intervals of queued sequences) */
 int64_t feed_cov_lower_end(eng_impl_t *im, uint64_t v);
+
+/* the first i in [0, n) with ends[i] >= v (ends ascending), n when none: the sorted range tables' search */
+static inline int64_t feed_lower_end(const uint64_t *ends, int64_t n, uint64_t v)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (ends[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
 int feed_cov_add(eng_impl_t *im, uint64_t first, uint64_t last);
 int feed_cov_covers(eng_impl_t *im, uint64_t first, uint64_t last);
 void feed_cov_trim_below(eng_impl_t *im, uint64_t seq);

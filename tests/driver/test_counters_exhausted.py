@@ -9,6 +9,7 @@ import pytest
 from udp_rig import free_udp_port
 
 import logbuf
+from logbuf.client.counter import Counter
 from logbuf.cnc.cnc_file import CncFile
 from logbuf.cnc.messages import ErrorCode
 from support import wait_until
@@ -25,21 +26,8 @@ def test_an_ipc_subscription_refused_for_want_of_counters_holds_no_publisher(tmp
         first = client.add_exclusive_publication("aeron:ipc?pub-wnd=16k", STREAM)
         second = client.add_exclusive_publication("aeron:ipc", STREAM)  # kept: a collected one would close
         wait_until(lambda: len(reader.images) == 2, what="both images")
-        with CncFile.open(Path(drv.directory) / "cnc.dat") as cnc:
-            used = sum(1 for _ in cnc.counters_reader())
-        fillers = [client.add_counter(1001, "filler") for _ in range(COUNTERS - used - 1)]  # room for one
-        with pytest.raises(logbuf.RegistrationError) as refused:
-            client.add_subscription("aeron:ipc", STREAM)  # needs two sub-pos counters
-        assert refused.value.code == ErrorCode.STORAGE_SPACE
-        accepted = 0
-
-        def publish() -> bool:
-            nonlocal accepted
-            accepted += first.offer(bytes(992)) > 0
-            reader.poll(lambda buffer, header: None, 100)
-            return accepted >= 48  # three windows: only the reader holds it
-
-        wait_until(publish, timeout=30, what="the first publication going past its window")
+        fillers = _refuse_a_subscription_for_want_of_counters(drv, client, "aeron:ipc")  # it needs two
+        _publish_past(first, reader, 48, what="the first publication past its window (only the reader holds it)")
         assert fillers and second.is_connected
 
 
@@ -53,19 +41,35 @@ def test_a_udp_subscription_refused_for_want_of_counters_holds_no_image(tmp_path
         second = client.add_exclusive_publication(channel, STREAM)  # kept: a collected one would close
         wait_until(lambda: len(reader.images) == 2 and first.is_connected and second.is_connected,
                    what="both images")
-        with CncFile.open(Path(drv.directory) / "cnc.dat") as cnc:
-            used = sum(1 for _ in cnc.counters_reader())
-        fillers = [client.add_counter(1001, "filler") for _ in range(COUNTERS - used - 1)]  # room for one
-        with pytest.raises(logbuf.RegistrationError) as refused:
-            client.add_subscription(channel, STREAM)  # needs a sub-pos counter on each image
-        assert refused.value.code == ErrorCode.STORAGE_SPACE
-        accepted = 0
-
-        def publish() -> bool:
-            nonlocal accepted
-            accepted += first.offer(bytes(992)) > 0
-            reader.poll(lambda buffer, header: None, 100)
-            return accepted >= 3 * 64  # three terms: only the reader's position holds the image
-
-        wait_until(publish, timeout=30, what="the first publication going three terms on")
+        fillers = _refuse_a_subscription_for_want_of_counters(drv, client, channel)  # one per image
+        _publish_past(first, reader, 3 * 64, what="the first publication going three terms on (only the reader's "
+                                                  "position holds the image)")
         assert fillers and second.is_connected
+
+
+def _refuse_a_subscription_for_want_of_counters(drv: logbuf.MediaDriver, client: logbuf.Client,
+                                                channel: str) -> list[Counter]:
+    """Fills the counters but one, then asks for a subscription that needs two: STORAGE_SPACE.  The fillers
+    are returned (kept alive by the caller)."""
+    with CncFile.open(Path(drv.directory) / "cnc.dat") as cnc:
+        used = sum(1 for _ in cnc.counters_reader())
+    fillers = [client.add_counter(1001, "filler") for _ in range(COUNTERS - used - 1)]  # room for one
+    with pytest.raises(logbuf.RegistrationError) as refused:
+        client.add_subscription(channel, STREAM)
+    assert refused.value.code == ErrorCode.STORAGE_SPACE
+    return fillers
+
+
+def _publish_past(publication: logbuf.Publication, reader: logbuf.Subscription, messages: int,
+                  what: str) -> None:
+    """Offers 1 KiB messages, the reader polling, until ``messages`` were accepted (a leftover link would stop
+    it at a window)."""
+    accepted = 0
+
+    def publish() -> bool:
+        nonlocal accepted
+        accepted += publication.offer(bytes(992)) > 0
+        reader.poll(lambda buffer, header: None, 100)
+        return accepted >= messages
+
+    wait_until(publish, timeout=30, what=what)
