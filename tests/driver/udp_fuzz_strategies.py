@@ -14,6 +14,7 @@ from logbuf.protocol import (
     StatusMessage,
     encode_data_frame,
 )
+from support.fuzz import mutate
 
 T = 64 * 1024
 SESSION, STREAM, INITIAL = 77, 1001, 5
@@ -51,19 +52,7 @@ def wellformed(draw: st.DrawFn, session: int = SESSION, stream: int = STREAM) ->
 
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
-    raw = bytearray(draw(wellformed()))
-    for _ in range(draw(st.integers(0, 3))):
-        action = draw(st.sampled_from(["flip", "truncate", "extend", "word"]))
-        if action == "flip" and raw:
-            raw[draw(st.integers(0, len(raw) - 1))] ^= 1 << draw(st.integers(0, 7))
-        elif action == "truncate":
-            del raw[draw(st.integers(0, len(raw))):]
-        elif action == "extend":
-            raw += draw(st.binary(min_size=1, max_size=64))
-        elif action == "word" and len(raw) >= 4:
-            i = draw(st.integers(0, (len(raw) - 4) // 4)) * 4
-            raw[i : i + 4] = draw(st.integers(-(2**31), 2**31 - 1)).to_bytes(4, "little", signed=True)
-    return bytes(raw)
+    return mutate(draw, draw(wellformed()))
 
 
 datagram = st.one_of(mutated(), st.binary(max_size=200))

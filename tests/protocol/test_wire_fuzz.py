@@ -21,6 +21,7 @@ from logbuf.protocol import (
     classify,
     encode_data_frame,
 )
+from support.fuzz import mutate
 
 i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
@@ -63,20 +64,7 @@ valid = st.one_of(
 
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
-    raw = bytearray(draw(valid))
-    for _ in range(draw(st.integers(1, 4))):
-        action = draw(st.sampled_from(["flip", "truncate", "extend", "word"]))
-        if action == "flip" and raw:
-            i = draw(st.integers(0, len(raw) - 1))
-            raw[i] ^= 1 << draw(st.integers(0, 7))
-        elif action == "truncate":
-            del raw[draw(st.integers(0, len(raw))):]
-        elif action == "extend":
-            raw += draw(st.binary(min_size=1, max_size=40))
-        elif action == "word" and len(raw) >= 4:
-            i = draw(st.integers(0, (len(raw) - 4) // 4)) * 4
-            raw[i : i + 4] = draw(st.integers(-(2**31), 2**31 - 1)).to_bytes(4, "little", signed=True)
-    return bytes(raw)
+    return mutate(draw, draw(valid), mutations=(1, 4), extend=40)
 
 
 def reencode(packet: ControlPacket | DataPacket, raw: bytes) -> bytes:

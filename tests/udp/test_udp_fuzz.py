@@ -24,6 +24,7 @@ from logbuf.protocol import (
     classify,
     encode_data_frame,
 )
+from support.fuzz import mutate
 
 T = 64 * 1024
 SESSION, STREAM, INITIAL = 77, 1001, 5
@@ -57,19 +58,7 @@ def image_datagrams(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def hostile(draw: st.DrawFn) -> bytes:
-    raw = bytearray(draw(image_datagrams()))
-    for _ in range(draw(st.integers(0, 3))):
-        action = draw(st.sampled_from(["flip", "truncate", "extend", "word"]))
-        if action == "flip" and raw:
-            raw[draw(st.integers(0, len(raw) - 1))] ^= 1 << draw(st.integers(0, 7))
-        elif action == "truncate":
-            del raw[draw(st.integers(0, len(raw))):]
-        elif action == "extend":
-            raw += draw(st.binary(min_size=1, max_size=64))
-        elif action == "word" and len(raw) >= 4:
-            i = draw(st.integers(0, (len(raw) - 4) // 4)) * 4
-            raw[i : i + 4] = draw(st.integers(-(2**31), 2**31 - 1)).to_bytes(4, "little", signed=True)
-    return bytes(raw)
+    return mutate(draw, draw(image_datagrams()))
 
 
 datagrams = st.lists(st.one_of(hostile(), st.binary(max_size=200)), min_size=1, max_size=25)

@@ -1,27 +1,9 @@
 """DATA and PAD frames on the wire, and the heartbeat (Aeron's ``DataHeaderFlyweight``).
 
-On the wire a DATA/PAD frame is byte for byte the frame in the term (see :mod:`logbuf.logbuffer.frame`)::
+On the wire a DATA/PAD frame is byte for byte the frame in the term: the 32-byte header drawn in
+:mod:`logbuf.logbuffer.frame` (one drawing of one layout), then the payload.  On the wire:
 
-      0                   1                   2                   3
-      0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
-     +---------------------------------------------------------------+
-   0 |                         Frame Length                          |   0 = heartbeat
-     +---------------+-+-+-+---------+-------------------------------+
-   4 |    Version    |B|E|S| Flags   |         Type (0 PAD, 1 DATA)  |   B=BEGIN E=END S=EOS
-     +---------------+-+-+-+---------+-------------------------------+
-   8 |                         Term Offset                           |
-     +---------------------------------------------------------------+
-  12 |                         Session ID                            |
-     +---------------------------------------------------------------+
-  16 |                         Stream ID                             |
-     +---------------------------------------------------------------+
-  20 |                          Term ID                              |
-     +---------------------------------------------------------------+
-  24 |                       Reserved Value                          |
-     |                          (64 bits)                            |
-     +---------------------------------------------------------------+
-  32 |                           Payload ...                         |
-
+- A frame length of 0 in a lone header is a heartbeat; the type is 0 for PAD, 1 for DATA.
 - A datagram carries one or more whole DATA frames, each at ``align(frame length, 32)`` after the previous
   (the sender sends them as they lie in the term, alignment bytes included).
 - A PAD frame is sent as its 32-byte header alone: its frame length says how much term it covers.
