@@ -1,9 +1,9 @@
 """DATA and PAD frames on the wire, and the heartbeat (Aeron's ``DataHeaderFlyweight``).
 
 On the wire a DATA/PAD frame is byte for byte the frame in the term: the 32-byte header drawn in
-:mod:`logbuf.logbuffer.frame` (one drawing of one layout), then the payload.  On the wire:
+:mod:`logbuf.logbuffer.frame` (one drawing of one layout), then the payload:
 
-- A frame length of 0 in a lone header is a heartbeat; the type is 0 for PAD, 1 for DATA.
+- The type is 0 for PAD, 1 for DATA.
 - A datagram carries one or more whole DATA frames, each at ``align(frame length, 32)`` after the previous
   (the sender sends them as they lie in the term, alignment bytes included).
 - A PAD frame is sent as its 32-byte header alone: its frame length says how much term it covers.
