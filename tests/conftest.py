@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,12 @@ from logbuf.directory import wake_semaphore_prefix
 from support import network_namespace, require_tool
 
 os.environ.setdefault("LOGBUF_NO_INSTALL", "1")  # inherited by every script and process the tests start
+
+# A suite started in the background (`nohup`, `&` in a script) inherits SIGINT ignored, and every process it
+# starts would too: a test that interrupts a child (as Ctrl-C would) needs SIGINT's default disposition there.
+# A handler here becomes the default again in each exec'd child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Property tests assert behaviour, never speed: no per-example deadline (an example under the sanitizers on a
 # machine whose cores are busy takes several times its quiet time), and a slow data generator is no failure.
