@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from logbuf.feed import moldudp64 as m
+from logbuf.marketdata import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter
 from logbuf.feed.config import ArbiterConfig, RecoveryConfig
 from logbuf.feed.events import Feed, RecoveryRequest
