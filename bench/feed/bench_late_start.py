@@ -25,11 +25,11 @@ import time
 
 import numpy as np
 
-from logbuf.marketdata import moldudp64 as m
 from logbuf.feed.arbiter import Arbiter
 from logbuf.feed.config import ArbiterConfig, RecoveryConfig
 from logbuf.feed.events import Feed, RecoveryRequest
 from logbuf.feed.feed_native import RecvRing
+from logbuf.marketdata import moldudp64 as m
 
 SESSION = m.encode_session("LATE01")
 MS = 1_000_000
