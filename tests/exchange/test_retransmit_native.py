@@ -1,0 +1,113 @@
+"""The retransmission server's C hot path against its Python specification, and the server under a burst."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from logbuf.exchange.retransmit.core import RetransmitCore
+from logbuf.exchange.retransmit.ring import MessageRing
+from logbuf.exchange.retransmit.server import make_server
+from logbuf.marketdata import moldudp64 as m
+from support import wait_until
+
+SESSION = "SYNTH0001"
+HEADER = struct.Struct(">10sQH")  # the wire format, written out independently of moldudp64
+
+
+@st.composite
+def rings(draw: st.DrawFn) -> tuple[bytes, int, np.ndarray, list[tuple[int, int, int]]]:
+    """A day file of random-length frames, a ring size, the frame offsets published, and corruptions."""
+    lengths = draw(st.lists(st.integers(0, 300), min_size=1, max_size=80))
+    buf = b"".join(n.to_bytes(2, "big") + bytes([i % 251]) * n for i, n in enumerate(lengths))
+    frames = np.cumsum([0] + [2 + n for n in lengths[:-1]]).astype(np.int64)
+    bits = draw(st.integers(1, 7))
+    # (index, which: 0 offset / 1 slot's sequence, value): a ring another process may have scribbled on
+    corruptions = draw(st.lists(st.tuples(st.integers(0, len(lengths) - 1), st.integers(0, 1),
+                                          st.integers(-2**40, len(buf) + 400)), max_size=3))
+    return buf, bits, frames, corruptions
+
+
+@settings(max_examples=400, deadline=None)
+@given(rings(), st.integers(0, 100), st.integers(1, 0xFFFE), st.integers(m.HEADER_LENGTH + 3, 2_000),
+       st.booleans())
+def test_c_answer_matches_the_specification(day: tuple, first: int, count: int, budget: int,
+                                            truncated: bool) -> None:
+    buf, bits, frames, corruptions = day
+    if truncated:  # the file ends inside a frame the ring names
+        buf = buf[: max(1, len(buf) - 7)]
+    ring = MessageRing(bits)
+    ring.publish(1, frames)
+    for index, which, value in corruptions:
+        slot = (index + 1) & ring.mask
+        (ring.offset_array if which == 0 else ring.seq_array)[slot] = value
+    spec = RetransmitCore(SESSION, ring, buf, budget=budget)
+    native = RetransmitCore(SESSION, ring, buf, budget=budget)
+    if first >= ring.next_sequence:  # check() never lets the future through
+        return
+    assert native.answer(first, count) == spec.answer_spec(first, count)
+    assert vars(native.stats) == vars(spec.stats)
+
+
+def test_c_answer_is_one_slice_of_the_file() -> None:
+    buf = b"".join((5).to_bytes(2, "big") + bytes([i]) * 5 for i in range(10))
+    ring = MessageRing(4)
+    ring.publish(1, np.arange(10, dtype=np.int64) * 7)
+    core = RetransmitCore(SESSION, ring, buf, budget=m.HEADER_LENGTH + 3 * 7)
+    assert core.extent(4, 100) == (3, 21, 42)  # three frames fit the budget: sequences 4..6
+    assert core.extent(10, 5) == (1, 63, 70)  # never past the last sent
+    assert core.extent(0, 1)[0] < 0 and core.stats.answers == 0
+
+
+def test_a_burst_is_answered_completely_in_order() -> None:
+    """100 requests sent at once (each for one message, well under every limit): 100 correct answers in
+    the order asked."""
+    msgs = [i.to_bytes(4, "big") * 8 for i in range(1, 1_001)]
+    buf = b"".join(len(x).to_bytes(2, "big") + x for x in msgs)
+    ring = MessageRing(12)
+    ring.publish(1, np.arange(1_000, dtype=np.int64) * 34)
+    firsts = [(i * 7919) % 1_000 + 1 for i in range(100)]
+    with make_server(SESSION, ring, buf, rate=1e6, burst=1e4, queue=1_000) as server, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        client.bind(("127.0.0.1", 0))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        for first in firsts:
+            client.sendto(HEADER.pack(b"SYNTH0001 ", first, 1), server.address)
+        client.settimeout(10.0)
+        answers = [m.decode(client.recv(65_536)) for _ in firsts]
+    assert [(a.sequence, a.messages) for a in answers] == [(f, (msgs[f - 1],)) for f in firsts]
+    assert server.stats.answers == 100 and server.stats.requests == 100
+
+
+def test_a_burst_over_the_rate_is_limited_through_the_server() -> None:
+    """The server's token bucket holds with the C path: a burst of 50 at a burst allowance of 10 and a
+    negligible rate gets 10 answers; the other 40 are counted as rate-limited."""
+    buf = b"".join((4).to_bytes(2, "big") + i.to_bytes(4, "big") for i in range(100))
+    ring = MessageRing(8)
+    ring.publish(1, np.arange(100, dtype=np.int64) * 6)
+    with make_server(SESSION, ring, buf, rate=0.001, burst=10, queue=1_000) as server, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        client.bind(("127.0.0.1", 0))
+        for i in range(50):
+            client.sendto(HEADER.pack(b"SYNTH0001 ", i + 1, 0xFFFE), server.address)
+        wait_until(lambda: server.stats.requests == 50, timeout=10.0)
+        client.settimeout(10.0)
+        answers = [m.decode(client.recv(65_536)) for _ in range(10)]
+        client.settimeout(0.2)
+        extra = 0
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            try:
+                client.recv(65_536)
+                extra += 1
+            except TimeoutError:
+                break
+    assert [a.sequence for a in answers] == list(range(1, 11)) and extra == 0
+    # a count of 0xFFFE is answered with what fits the budget: here every message from the first on
+    assert all(len(a.messages) == 100 - a.sequence + 1 for a in answers)
+    assert server.stats.rate_limited == 40 and server.stats.answers == 10
