@@ -26,11 +26,18 @@ int32_t rtx_answer_extent(const int64_t *seq, const int64_t *offset, int64_t mas
                           int64_t *start, int64_t *end);
 
 /*
- * Sends `count` (<= RTX_MAX_BATCH) answers with one sendmmsg, without blocking: answer i is the 20-byte
- * header headers + 20 * i followed by buf[starts[i], ends[i]), to the address addresses + i * address_slot
- * (address_lengths[i] bytes of sockaddr).  Returns how many went (each whole: UDP) or -errno when the first
- * could not go; the caller counts the rest as failed or retries them.
+ * Answers `count` (<= RTX_MAX_BATCH) checked requests at once: request i asks for counts[i] messages from
+ * firsts[i] (each >= 1 and below the ring's next sequence when checked) on behalf of the client at
+ * addresses + i * address_slot (address_lengths[i] bytes of sockaddr).  The ring is read as in
+ * rtx_answer_extent (its next sequence from ring_next, once per call; `room` = payload budget - 20); each answer
+ * is the 20-byte MoldUDP64 header (`session`, 10 bytes; the first sequence; the message count) and one slice of
+ * `buf`, all sent with sendmmsg (MSG_DONTWAIT; a partial send is resumed, a full socket buffer ends it).
+ * results[i] is the answer's message count (>= 1) or an RTX_* code (<= 0: no answer); went[i] is 1 when that
+ * answer was handed to the kernel (0: none built, or it could not be sent: socket buffer full, an error).
+ * Returns how many answers went.
  */
-int32_t rtx_send_answers(int32_t fd, const uint8_t *headers, const uint8_t *buf, const int64_t *starts,
-                         const int64_t *ends, const uint8_t *addresses, int32_t address_slot,
-                         const int32_t *address_lengths, int32_t count);
+int32_t rtx_answer_batch(int32_t fd, const int64_t *seq, const int64_t *offset, int64_t mask,
+                         const int64_t *ring_next, const uint8_t *buf, int64_t size, int64_t room,
+                         const uint8_t *session, const int64_t *firsts, const int64_t *counts,
+                         const uint8_t *addresses, int32_t address_slot, const int32_t *address_lengths,
+                         int32_t count, int32_t *results, uint8_t *went);

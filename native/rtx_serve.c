@@ -60,27 +60,58 @@ int32_t rtx_answer_extent(const int64_t *seq, const int64_t *offset, int64_t mas
     return sent;
 }
 
-int32_t rtx_send_answers(int32_t fd, const uint8_t *headers, const uint8_t *buf, const int64_t *starts,
-                         const int64_t *ends, const uint8_t *addresses, int32_t address_slot,
-                         const int32_t *address_lengths, int32_t count) {
+int32_t rtx_answer_batch(int32_t fd, const int64_t *seq, const int64_t *offset, int64_t mask,
+                         const int64_t *ring_next, const uint8_t *buf, int64_t size, int64_t room,
+                         const uint8_t *session, const int64_t *firsts, const int64_t *counts,
+                         const uint8_t *addresses, int32_t address_slot, const int32_t *address_lengths,
+                         int32_t count, int32_t *results, uint8_t *went_out) {
     struct mmsghdr msgs[RTX_MAX_BATCH];
+    int32_t index[RTX_MAX_BATCH];  /* request of each built answer */
     struct iovec iov[RTX_MAX_BATCH][2];
+    uint8_t headers[RTX_MAX_BATCH][RTX_HEADER];
     if (count <= 0) return 0;
     if (count > RTX_MAX_BATCH) count = RTX_MAX_BATCH;
-    memset(msgs, 0, sizeof(struct mmsghdr) * (size_t)count);
+    int64_t upper = __atomic_load_n(ring_next, __ATOMIC_ACQUIRE);  /* once: the writer may move it meanwhile */
+    int32_t built = 0;
     for (int32_t i = 0; i < count; i++) {
-        iov[i][0].iov_base = (void *)(headers + (size_t)i * RTX_HEADER);
-        iov[i][0].iov_len = RTX_HEADER;
-        iov[i][1].iov_base = (void *)(buf + starts[i]);
-        iov[i][1].iov_len = (size_t)(ends[i] - starts[i]);
-        msgs[i].msg_hdr.msg_iov = iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 2;
-        msgs[i].msg_hdr.msg_name = (void *)(addresses + (size_t)i * (size_t)address_slot);
-        msgs[i].msg_hdr.msg_namelen = (socklen_t)address_lengths[i];
+        int64_t start = 0, end = 0;
+        int32_t sent = rtx_answer_extent(seq, offset, mask, upper, buf, size, firsts[i], counts[i], room, &start,
+                                         &end);
+        results[i] = sent;
+        went_out[i] = 0;
+        if (sent <= 0) continue;
+        index[built] = i;
+        uint8_t *h = headers[built];
+        memcpy(h, session, 10);
+        uint64_t first = (uint64_t)firsts[i];
+        for (int b = 0; b < 8; b++) h[10 + b] = (uint8_t)(first >> (56 - 8 * b));
+        h[18] = (uint8_t)((uint32_t)sent >> 8);
+        h[19] = (uint8_t)sent;
+        iov[built][0].iov_base = h;
+        iov[built][0].iov_len = RTX_HEADER;
+        iov[built][1].iov_base = (void *)(buf + start);
+        iov[built][1].iov_len = (size_t)(end - start);
+        memset(&msgs[built], 0, sizeof(msgs[built]));
+        msgs[built].msg_hdr.msg_iov = iov[built];
+        msgs[built].msg_hdr.msg_iovlen = 2;
+        msgs[built].msg_hdr.msg_name = (void *)(addresses + (size_t)i * (size_t)address_slot);
+        msgs[built].msg_hdr.msg_namelen = (socklen_t)address_lengths[i];
+        built++;
     }
-    int sent;
-    do {
-        sent = sendmmsg(fd, msgs, (unsigned int)count, MSG_DONTWAIT);
-    } while (sent < 0 && errno == EINTR);
-    return sent < 0 ? -errno : sent;
+    int32_t next = 0, went = 0;
+    while (next < built) {
+        int n = sendmmsg(fd, msgs + next, (unsigned int)(built - next), MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) break;  /* buffer full: the rest wait
+                                                                                       for the client to ask again */
+            next++;  /* this one failed (e.g. an earlier answer's ICMP error reported now): the others still go */
+            continue;
+        }
+        if (n == 0) break;
+        for (int k = 0; k < n; k++) went_out[index[next + k]] = 1;
+        next += n;
+        went += n;
+    }
+    return went;
 }

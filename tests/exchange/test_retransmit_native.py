@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from logbuf.exchange.retransmit.core import RetransmitCore
 from logbuf.exchange.retransmit.ring import MessageRing
-from logbuf.exchange.retransmit.server import make_server
+from logbuf.exchange.retransmit.server import make_server, sockaddr_bytes
 from logbuf.marketdata import moldudp64 as m
+from logbuf.native import ffi
 from support import wait_until
 
 SESSION = "SYNTH0001"
@@ -111,3 +112,50 @@ def test_a_burst_over_the_rate_is_limited_through_the_server() -> None:
     # a count of 0xFFFE is answered with what fits the budget: here every message from the first on
     assert all(len(a.messages) == 100 - a.sequence + 1 for a in answers)
     assert server.stats.rate_limited == 40 and server.stats.answers == 10
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_sockaddr_bytes_round_trip_through_the_kernel() -> None:
+    """The addresses the batch sends to are the kernel's own: a datagram sent to them arrives."""
+    families = [(socket.AF_INET, "127.0.0.1")] + ([(socket.AF_INET6, "::1")] if _has_ipv6_loopback() else [])
+    for family, host in families:
+        with socket.socket(family, socket.SOCK_DGRAM) as a, socket.socket(family, socket.SOCK_DGRAM) as b:
+            a.bind((host, 0))
+            b.bind((host, 0))
+            raw = sockaddr_bytes(b.getsockname())
+            assert len(raw) == (16 if family == socket.AF_INET else 28)
+            assert struct.unpack_from(">H", raw, 2)[0] == b.getsockname()[1]
+            buf = b"".join((3).to_bytes(2, "big") + b"abc" for _ in range(4))
+            ring = MessageRing(4)
+            ring.publish(1, np.arange(4, dtype=np.int64) * 5)
+            with make_server(SESSION, ring, buf, sock=a) as server:
+                b.sendto(HEADER.pack(b"SYNTH0001 ", 2, 2), server.address)
+                b.settimeout(10.0)
+                assert m.decode(b.recv(65_536)) == m.DownstreamPacket(b"SYNTH0001 ", 2, (b"abc", b"abc"))
+
+
+def test_answers_that_cannot_be_sent_are_counted() -> None:
+    """Answers the kernel refuses (here an IPv6 address on an IPv4 socket) are counted as send_failed, the
+    batch going on past each; an unanswerable request is counted by its reason."""
+    buf = b"".join((3).to_bytes(2, "big") + b"abc" for _ in range(4))
+    ring = MessageRing(4)
+    ring.publish(1, np.arange(4, dtype=np.int64) * 5)
+    core = RetransmitCore(SESSION, ring, buf)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        raw = sockaddr_bytes(("::1", 9, 0, 0))
+        firsts, counts = ffi.new("int64_t[]", [1, 3, 9]), ffi.new("int64_t[]", [1, 1, 1])
+        addresses = ffi.new("uint8_t[]", 3 * 32)
+        for i in range(3):
+            ffi.memmove(addresses + 32 * i, raw, len(raw))
+        lengths, results, went = ffi.new("int32_t[]", [len(raw)] * 3), ffi.new("int32_t[]", 3), ffi.new("uint8_t[]", 3)
+        assert core.answer_batch(sock.fileno(), firsts, counts, addresses, 32, lengths, 3, results, went) == 0
+    assert list(results) == [1, 1, -1] and list(went) == [0, 0, 0]  # 9 was never sent: not retained
+    assert core.stats.answers == 2 and core.stats.send_failed == 2 and core.stats.not_retained == 1

@@ -75,6 +75,11 @@ class MessageRing:
         return self._offset
 
     @property
+    def next_word(self) -> np.ndarray:
+        """The one int64 word holding the next sequence (a view: a reader in C loads it with acquire)."""
+        return self._words[_NEXT_WORD : _NEXT_WORD + 1]
+
+    @property
     def next_sequence(self) -> int:
         """One past the highest published sequence (as read from the ring: a reader must not trust it)."""
         return int(self._words[_NEXT_WORD])

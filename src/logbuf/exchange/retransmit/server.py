@@ -1,4 +1,5 @@
-"""The retransmission server's socket loop: each cycle drains the socket (up to a bound), then answers round-robin.
+"""The retransmission server's socket loop: each cycle drains the socket (up to a bound), then answers round-robin,
+up to 64 answers built and sent by one C call (``rtx_answer_batch``: the extents, the headers and one sendmmsg).
 
 A client that exceeds its rate gets a socket of its own, connected to it on the same port: the kernel then queues
 that client's datagrams apart (a flood overflows its own queue, not everybody's), and the loop reads a bounded
@@ -10,6 +11,7 @@ import logging
 import os
 import select
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from logbuf.exchange.retransmit.fair import DEFAULT_QUEUE, FairService
 from logbuf.exchange.retransmit.rate import DEFAULT_BURST, DEFAULT_RATE, RateLimiter
 from logbuf.exchange.retransmit.ring import MessageRing
 from logbuf.marketdata.moldudp64 import DEFAULT_PAYLOAD_BUDGET, REQUEST_LENGTH
+from logbuf.native import ffi, lib
 from logbuf.units import NANOS_PER_SECOND
 
 log = logging.getLogger(__name__)
@@ -34,8 +37,21 @@ _ISOLATE_MAX = 64  # clients with a connected socket of their own
 _ISOLATE_IDLE_NS = 5 * NANOS_PER_SECOND  # a quiet isolated client goes back to the shared socket
 _POLL_MS = 100  # how often an idle loop looks at its stop condition
 
+_ADDRESS_SLOT = 32  # bytes per address in a batch: a sockaddr_in (16) or a sockaddr_in6 (28)
+_ADDRESS_CACHE = 4_096  # clients whose sockaddr bytes are remembered (cleared when full)
+
 #: a UDP peer as ``recvfrom`` gives it: (host, port) for IPv4, (host, port, flowinfo, scope_id) for IPv6
 SocketAddress = tuple[str, int] | tuple[str, int, int, int]
+
+
+def sockaddr_bytes(client: SocketAddress) -> bytes:
+    """``client`` as the kernel's sockaddr_in / sockaddr_in6 (what sendmmsg is given)."""
+    if len(client) == 2:
+        host, port = client[0], client[1]
+        return struct.pack("=H", socket.AF_INET) + struct.pack(">H", port) + socket.inet_aton(host) + bytes(8)
+    host, port, flowinfo, scope_id = client  # the IPv6 form
+    return (struct.pack("=H", socket.AF_INET6) + struct.pack(">HI", port, flowinfo)
+            + socket.inet_pton(socket.AF_INET6, host.split("%", 1)[0]) + struct.pack("=I", scope_id))
 
 
 def _kernel_drops(sock: socket.socket) -> int:
@@ -96,6 +112,15 @@ class RetransmitServer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        # one batch of answers for rtx_answer_batch
+        batch = lib.RTX_MAX_BATCH
+        self._firsts = ffi.new("int64_t[]", batch)
+        self._counts = ffi.new("int64_t[]", batch)
+        self._addresses = ffi.new("uint8_t[]", batch * _ADDRESS_SLOT)
+        self._address_lengths = ffi.new("int32_t[]", batch)
+        self._results = ffi.new("int32_t[]", batch)
+        self._went = ffi.new("uint8_t[]", batch)
+        self._sockaddrs: dict[SocketAddress, bytes] = {}
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -115,13 +140,7 @@ class RetransmitServer:
                     sock = self._by_fd.get(fd)
                     if sock is not None:
                         self._drain(sock, clock())
-                for _ in range(_ANSWERS_PER_CYCLE):
-                    turn = service.next_answer()
-                    if turn is None:
-                        break
-                    client, answer = turn
-                    if answer is not None:
-                        self._send(client, answer)
+                self._answer()
                 if self._isolated:
                     self._expire(clock())
         finally:
@@ -184,11 +203,36 @@ class RetransmitServer:
         # datagrams still queued on it are lost with it; they are counted as kernel drops of a closed socket
         sock.close()
 
-    def _send(self, client: SocketAddress, answer: bytes) -> None:
-        try:
-            self.sock.sendto(answer, client)
-        except OSError:  # buffer full or the client went away: UDP has no one to tell
-            self.stats.send_failed += 1
+    def _answer(self) -> None:
+        """Up to ``_ANSWERS_PER_CYCLE`` answers, in the fair service's order, in batches of RTX_MAX_BATCH."""
+        service = self.service
+        firsts, counts, addresses, lengths = self._firsts, self._counts, self._addresses, self._address_lengths
+        sockaddrs = self._sockaddrs
+        batch = lib.RTX_MAX_BATCH
+        n = 0
+        for _ in range(_ANSWERS_PER_CYCLE):
+            turn = service.next_request()
+            if turn is None:
+                break
+            client, firsts[n], counts[n] = turn
+            address = sockaddrs.get(client)
+            if address is None:
+                if len(sockaddrs) >= _ADDRESS_CACHE:
+                    sockaddrs.clear()
+                address = sockaddrs[client] = sockaddr_bytes(client)
+            ffi.memmove(addresses + n * _ADDRESS_SLOT, address, len(address))
+            lengths[n] = len(address)
+            n += 1
+            if n == batch:
+                self._send_batch(n)
+                n = 0
+        if n:
+            self._send_batch(n)
+
+    def _send_batch(self, n: int) -> None:
+        # answers that cannot go (buffer full, the client went away) are counted: UDP has no one to tell
+        self.service.core.answer_batch(self.sock.fileno(), self._firsts, self._counts, self._addresses,
+                                       _ADDRESS_SLOT, self._address_lengths, n, self._results, self._went)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
