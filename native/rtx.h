@@ -10,7 +10,7 @@
 #define RTX_BAD_OFFSET -2     /* the ring names a frame outside the day file (a corrupted ring) */
 #define RTX_TOO_LARGE -3      /* the first message alone exceeds the answer's room */
 #define RTX_NOTHING 0         /* nothing to send (a count that ends before it starts) */
-/* Most answers one rtx_send_answers call sends. */
+/* Most answers one rtx_answer_batch call builds and sends. */
 #define RTX_MAX_BATCH 64
 
 /*
