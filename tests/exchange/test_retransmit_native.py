@@ -159,3 +159,28 @@ def test_answers_that_cannot_be_sent_are_counted() -> None:
         assert core.answer_batch(sock.fileno(), firsts, counts, addresses, 32, lengths, 3, results, went) == 0
     assert list(results) == [1, 1, -1] and list(went) == [0, 0, 0]  # 9 was never sent: not retained
     assert core.stats.answers == 2 and core.stats.send_failed == 2 and core.stats.not_retained == 1
+
+
+def test_the_server_socket_gets_its_receive_buffer() -> None:
+    """``rcvbuf`` sizes the shared socket (the kernel reports twice what it granted; past rmem_max only with
+    CAP_NET_ADMIN, so at least the part under rmem_max is asserted)."""
+    with open("/proc/sys/net/core/rmem_max") as f:
+        rmem_max = int(f.read())
+    ring = MessageRing(4)
+    for size in (64 << 10, 3 << 20):
+        with make_server(SESSION, ring, b"\0\0", rcvbuf=size) as server:
+            granted = server.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+        assert 2 * min(size, rmem_max) <= granted <= 2 * size
+
+
+def test_cli_refuses_a_receive_buffer_out_of_range(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from support import child_env
+
+    day = tmp_path / "day.itch"
+    day.write_bytes((3).to_bytes(2, "big") + b"abc")
+    proc = subprocess.run([sys.executable, "-m", "logbuf.cli", "retransmit", str(day), "--rcvbuf", "100"],
+                          capture_output=True, text=True, env=child_env(), timeout=60)
+    assert proc.returncode == 2 and "--rcvbuf" in proc.stderr and "4096" in proc.stderr

@@ -30,7 +30,7 @@ from logbuf.units import NANOS_PER_SECOND
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = REQUEST_LENGTH + 1  # anything longer than a request reads as REQUEST_LENGTH + 1: wrong size
-_SOCKET_RCVBUF = 4 << 20
+DEFAULT_RCVBUF = 4 << 20  # the shared socket's receive buffer: ~5,000 queued requests (a 768-byte skb each)
 _DRAIN_LIMIT = 4_096  # datagrams read from the shared socket per cycle (a flood cannot stall the answers)
 _ANSWERS_PER_CYCLE = 512  # answers per cycle before the sockets are read again
 _ISOLATE_MAX = 64  # clients with a connected socket of their own
@@ -73,16 +73,17 @@ def _kernel_drops(sock: socket.socket) -> int:
     return 0
 
 
-def bind_server_socket(host: str, port: int) -> socket.socket:
-    """A non-blocking UDP socket on (host, port) with SO_REUSEPORT (isolated clients share the port)."""
+def bind_server_socket(host: str, port: int, rcvbuf: int = DEFAULT_RCVBUF) -> socket.socket:
+    """A non-blocking UDP socket on (host, port) with SO_REUSEPORT (isolated clients share the port) and a
+    receive buffer of ``rcvbuf`` bytes (past net.core.rmem_max where the process may: CAP_NET_ADMIN)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:  # past net.core.rmem_max when allowed (CAP_NET_ADMIN), else as much as it grants
-            sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", socket.SO_RCVBUF), _SOCKET_RCVBUF)
+            sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", socket.SO_RCVBUF), rcvbuf)
         except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_RCVBUF)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         try:
             sock.bind((host, port))
         except OSError as exc:
@@ -267,8 +268,11 @@ class RetransmitServer:
 def make_server(session: str | bytes, ring: MessageRing, buffer: bytes | memoryview | np.ndarray, *,
                 budget: int = DEFAULT_PAYLOAD_BUDGET, rate: float = DEFAULT_RATE, burst: float = DEFAULT_BURST,
                 queue: int = DEFAULT_QUEUE, sock: socket.socket | None = None, host: str = "127.0.0.1",
-                port: int = 0) -> RetransmitServer:
-    """A server answering from ``ring`` / ``buffer`` with a per-client rate and a fair queue."""
+                port: int = 0, rcvbuf: int = DEFAULT_RCVBUF) -> RetransmitServer:
+    """A server answering from ``ring`` / ``buffer`` with a per-client rate and a fair queue (a socket bound
+    here gets ``rcvbuf`` bytes of receive buffer)."""
     limiter = RateLimiter(rate, burst)
     core = RetransmitCore(session, ring, buffer, budget)
+    if sock is None:
+        sock = bind_server_socket(host, port, rcvbuf)
     return RetransmitServer(FairService(core, limiter, queue), sock, host, port)
