@@ -9,8 +9,9 @@ A day file of 40-message packets' worth of Add Orders (36 bytes each) is publish
 socket in this process keeps ``--window`` requests in flight, each for ``--count`` messages at a random
 sequence, and asks again for every answer (or after a 20 ms silence, for what the server dropped). Every answer
 is checked: its header echoes the request's first sequence, and its messages carry their own sequence numbers.
-Printed as one JSON line: requests sent, answers, answers/s (wall), the server's CPU seconds and answers per CPU
-second (what one core of the server would answer), and the load average.
+Printed as one JSON line: requests sent, answers, answers/s (wall), the server's CPU seconds, the share of it in
+user space (the rest is the kernel's: the sockets) and answers per CPU second (what one core of the server would
+answer), and the load average.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ from logbuf.exchange.dayfile import DayFileReader  # noqa: E402
 HEADER = struct.Struct(">10sQH")
 
 
-def _cpu_of(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (from /proc)."""
+def _cpu_of(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process ``pid`` (from /proc)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def flood(address: tuple[str, int], messages: int, args: argparse.Namespace) -> dict:
@@ -136,9 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             rtx.ring.publish(1, frames)
             rtx.start()
             assert rtx.pid is not None
-            cpu0 = _cpu_of(rtx.pid)
+            user0, system0 = _cpu_of(rtx.pid)
             result = flood(rtx.address, args.messages, args)
-            server_cpu = _cpu_of(rtx.pid) - cpu0
+            user1, system1 = _cpu_of(rtx.pid)
+            server_cpu = user1 - user0 + system1 - system0
+            result["server_user_share"] = round((user1 - user0) / max(1e-9, server_cpu), 2)
             stats = vars(rtx.stop() or {})
         result.update(server_cpu_s=None if server_cpu is None else round(server_cpu, 2),
                       answers_per_cpu_s=None if not server_cpu else round(result["answers"] / server_cpu),
