@@ -184,3 +184,37 @@ def test_cli_refuses_a_receive_buffer_out_of_range(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "logbuf.cli", "retransmit", str(day), "--rcvbuf", "100"],
                           capture_output=True, text=True, env=child_env(), timeout=60)
     assert proc.returncode == 2 and "--rcvbuf" in proc.stderr and "4096" in proc.stderr
+
+
+@settings(max_examples=150, deadline=None)
+@given(rings(), st.lists(st.tuples(st.integers(0, 100), st.integers(1, 0xFFFE)), min_size=1, max_size=16),
+       st.integers(m.HEADER_LENGTH + 3, 2_000))
+def test_c_batch_sends_what_the_specification_answers(day: tuple, requests: list[tuple[int, int]],
+                                                     budget: int) -> None:
+    """rtx_answer_batch, through a real socket: the datagrams that arrive are the specification's answers to
+    the same requests, in order, and every outcome is counted alike."""
+    buf, bits, frames, corruptions = day
+    ring = MessageRing(bits)
+    ring.publish(1, frames)
+    for index, which, value in corruptions:
+        (ring.offset_array if which == 0 else ring.seq_array)[(index + 1) & ring.mask] = value
+    requests = [(first, count) for first, count in requests if first < ring.next_sequence]  # as check() lets by
+    spec = RetransmitCore(SESSION, ring, buf, budget=budget)
+    native = RetransmitCore(SESSION, ring, buf, budget=budget)
+    expected = [a for a in (spec.answer_spec(first, count) for first, count in requests) if a is not None]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        rx.bind(("127.0.0.1", 0))
+        raw = sockaddr_bytes(rx.getsockname())
+        n = len(requests)
+        addresses = ffi.new("uint8_t[]", 32 * max(1, n))
+        for i in range(n):
+            ffi.memmove(addresses + 32 * i, raw, len(raw))
+        went = native.answer_batch(tx.fileno(), ffi.new("int64_t[]", [f for f, _ in requests] or [0]),
+                                   ffi.new("int64_t[]", [c for _, c in requests] or [0]), addresses, 32,
+                                   ffi.new("int32_t[]", [len(raw)] * max(1, n)), n, ffi.new("int32_t[]", max(1, n)),
+                                   ffi.new("uint8_t[]", max(1, n)))
+        rx.settimeout(10.0)
+        got = [rx.recv(65_536) for _ in range(went)]
+    assert went == len(expected) and got == expected
+    assert vars(native.stats) == vars(spec.stats)
