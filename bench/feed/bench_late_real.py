@@ -10,9 +10,9 @@ queues.
 Reported (one JSON line, then a short summary): messages delivered / sent, unrecoverable, when the handler
 caught up with live (the subscriber within 100 ms of the live edge; null when not before the session ended)
 and when the subscriber had every message, counted from the handler's start, the server's
-answers per second (the handler's ``requests_answered`` counter sampled every 0.2 s: the mean over the
-recovery and the best second), the peak of the handler's out-of-order queue (``queued_packets`` × the
-datagram size), and the load average before and after. The handler's pacing is set for the server's measured
+answers per second (the handler's ``requests_answered`` counter sampled every 0.2 s: the mean from the first
+answer until 95 % of them had come, and the best second), the peak of the handler's out-of-order queue
+(``queued_packets`` × the datagram size), and the load average before and after. The handler's pacing is set for the server's measured
 speed: ``--request-rate`` under what the server answers on this machine, a window of requests in flight, and a
 queue in memory for the live stream meanwhile (``--queue-bytes``); change them with ``--request-rate``,
 ``--max-outstanding``, ``--queue-mib`` or pass more with ``--handler-arg``.
@@ -81,11 +81,15 @@ def summarize(samples: list[tuple[float, dict[str, int]]]) -> dict:
         span = answered[i][0] - answered[j][0]
         if span >= 1.0:
             best = max(best, (answered[i][1] - answered[j][1]) / span)
+    # the mean over the recovery of the backlog: from the first answer until 95 % of all answers had come
+    # (afterwards only the live stream's few holes are fetched)
     mean = 0.0
-    if len(moving) >= 2:
-        first_t = moving[0][0]
-        start_n = max(n for t, n in answered if t < first_t) if any(t < first_t for t, _ in answered) else 0
-        mean = (moving[-1][1] - start_n) / max(1e-9, moving[-1][0] - first_t)
+    if moving:
+        before = [(t, n) for t, n in answered if t < moving[0][0]]
+        start_t, start_n = before[-1] if before else (answered[0][0] - 0.2, 0)
+        target = start_n + 0.95 * (answered[-1][1] - start_n)
+        end_t, end_n = next((t, n) for t, n in answered if n >= target)
+        mean = (end_n - start_n) / max(0.2, end_t - start_t)
     return {"peak_queued_packets": peak_queue, "peak_queue_mib": round(peak_queue * DATAGRAM_BYTES / 2**20, 1),
             "requests_answered": answered[-1][1], "server_answers_per_s_mean": round(mean),
             "server_answers_per_s_best": round(best),
