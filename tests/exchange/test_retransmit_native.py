@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from logbuf.exchange.retransmit.core import RetransmitCore
 from logbuf.exchange.retransmit.ring import MessageRing
-from logbuf.exchange.retransmit.server import make_server, sockaddr_bytes
+from logbuf.exchange.retransmit.server import make_server, sockaddr_address, sockaddr_bytes
 from logbuf.marketdata import moldudp64 as m
 from logbuf.native import ffi
 from support import wait_until
@@ -124,7 +124,8 @@ def _has_ipv6_loopback() -> bool:
 
 
 def test_sockaddr_bytes_round_trip_through_the_kernel() -> None:
-    """The addresses the batch sends to are the kernel's own: a datagram sent to them arrives."""
+    """The addresses the batch sends to are the kernel's own: a datagram sent to them arrives, and the raw
+    addresses recvmmsg gives convert back to what recvfrom gives (what an isolated client's socket connects to)."""
     families = [(socket.AF_INET, "127.0.0.1")] + ([(socket.AF_INET6, "::1")] if _has_ipv6_loopback() else [])
     for family, host in families:
         with socket.socket(family, socket.SOCK_DGRAM) as a, socket.socket(family, socket.SOCK_DGRAM) as b:
@@ -133,6 +134,7 @@ def test_sockaddr_bytes_round_trip_through_the_kernel() -> None:
             raw = sockaddr_bytes(b.getsockname())
             assert len(raw) == (16 if family == socket.AF_INET else 28)
             assert struct.unpack_from(">H", raw, 2)[0] == b.getsockname()[1]
+            assert sockaddr_address(raw) == b.getsockname()  # and back, as recvfrom gives it
             buf = b"".join((3).to_bytes(2, "big") + b"abc" for _ in range(4))
             ring = MessageRing(4)
             ring.publish(1, np.arange(4, dtype=np.int64) * 5)
