@@ -3,6 +3,7 @@ flow control, pub-lmt and cleaning, loss recovery, end of stream, image liveness
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import socket
@@ -335,13 +336,18 @@ def test_bad_udp_channels_are_refused(client, bad: str) -> None:  # type: ignore
         assert info.value.code == expected
 
 
-def test_an_endpoint_someone_else_bound_is_a_channel_endpoint_error(client) -> None:  # type: ignore[no-untyped-def]
+def test_an_endpoint_someone_else_bound_is_refused_with_the_os_error_as_aeronmd_does(client) -> None:  # type: ignore[no-untyped-def]
+    """GENERIC_ERROR with "(98) Address already in use" first, for a subscription and for a publication's
+    control address (Aeron's clients take CHANNEL_ENDPOINT_ERROR for a later failure, not an answer)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
         taken.bind(("127.0.0.1", 0))
         port = taken.getsockname()[1]
-        with pytest.raises(logbuf.RegistrationError) as info:
-            client.add_subscription(channel(port), STREAM)
-        assert info.value.code == ErrorCode.CHANNEL_ENDPOINT_ERROR
+        for add in (lambda: client.add_subscription(channel(port), STREAM),
+                    lambda: client.add_publication(f"aeron:udp?control=127.0.0.1:{port}|control-mode=dynamic", STREAM)):
+            with pytest.raises(logbuf.RegistrationError) as info:
+                add()
+            assert info.value.code == ErrorCode.GENERIC_ERROR
+            assert f"GENERIC_ERROR: ({errno.EADDRINUSE}) {os.strerror(errno.EADDRINUSE)}\n" in str(info.value)
     sub = client.add_subscription(channel(port), STREAM)  # free again: fine now
     sub.close()
 

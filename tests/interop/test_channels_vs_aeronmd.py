@@ -29,6 +29,7 @@ from logbuf.cnc.messages import (
     CorrelatedMessage,
     DestinationByIdMessage,
     DestinationMessage,
+    ErrorCode,
     PublicationMessage,
     RejectImageMessage,
     StaticCounterMessage,
@@ -644,6 +645,30 @@ def c_samples_spy(directory: Path) -> Observation:
     lines = log.read_text().splitlines()
     return {"spy got messages": any("from session 778" in line for line in lines),
             "image source": sorted({line.split(" from ")[-1] for line in lines if line.startswith("Available image")})}
+
+
+def busy_port(directory: Path) -> Observation:
+    """A port another socket holds, as a subscription's endpoint, a publication's control address and its
+    local interface: the code each is refused with and the OS error its message begins with."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken, logbuf.connect(directory) as client:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        observed: Observation = {}
+        for what, channel in (
+            ("subscription", f"aeron:udp?endpoint=127.0.0.1:{port}"),
+            ("publication control", f"aeron:udp?control=127.0.0.1:{port}|control-mode=dynamic"),
+            ("publication interface", f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|interface=127.0.0.1:{port}"),
+        ):
+            add = client.add_subscription if what == "subscription" else client.add_publication
+            try:
+                add(channel, STREAM)
+                observed[what] = "ok"
+            except logbuf.RegistrationError as exc:
+                os_error = re.search(r"\(\d+\) [^\n]*", str(exc))
+                observed[what] = (exc.code, os_error.group(0) if os_error else str(exc))
+        return observed
+
+
 def _received_all(subs: list[logbuf.Subscription], sent: list[bytes]) -> list[bool]:
     """Polls every subscription until each has ``sent`` (or 10 s went by): whether each got exactly that."""
     got: list[list[bytes]] = [[] for _ in subs]
@@ -791,6 +816,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "MDC, dynamic destinations": mdc_dynamic,
     "fc=tagged with g:/gtag, max-resend": tagged_flow_control,
     "C samples, dynamic MDC with fc=tagged": c_samples_mdc_tagged,
+    "a busy port": busy_port,
 }
 
 
@@ -829,6 +855,7 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "fc=tagged with g:/gtag, max-resend": lambda o: not o["connected with one tagged of two"]
     and o["tagged got everything"] == [True, True],
     "C samples, dynamic MDC with fc=tagged": lambda o: o == [True, True],
+    "a busy port": lambda o: set(o.values()) == {(ErrorCode.GENERIC_ERROR, "(98) Address already in use")},
 }
 
 
