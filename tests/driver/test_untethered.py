@@ -82,3 +82,27 @@ def test_a_tethered_subscriber_is_never_dropped(publication: IpcPublication) -> 
     fast.position.set(WINDOW)
     assert publication.check_untethered(100 * LIMIT_TIMEOUT) == []
     assert slow.tether_state == TetherState.ACTIVE and slow.included_in_limit
+
+
+def test_a_new_subscriber_joins_beside_the_slowest_one_and_only_where_the_log_holds_frames(
+        publication: IpcPublication) -> None:
+    """Aeron's IPC join position: the slowest subscriber that holds the publication back, or with none left
+    the furthest one that left; a sub-pos a client wrote beyond the producer, or off a frame boundary, is no
+    place to join (the producer position instead)."""
+    from logbuf.logbuffer import descriptor as d
+
+    publication.log.meta.put_i64_release(d.TERM_TAIL_COUNTERS_OFFSET, d.pack_tail(0, 4096))  # 4 KiB written
+    slow, fast = _link(publication, 10, tether=True), _link(publication, 11, tether=True)
+    slow.position.set(1024)
+    fast.position.set(2048)
+    assert publication.join_position() == 1024
+    slow.position.set(1000)  # not a frame boundary
+    assert publication.join_position() == 4096
+    slow.position.set(8192)  # beyond what was written
+    fast.position.set(8192)
+    assert publication.join_position() == 4096
+    slow.position.set(1024)
+    fast.position.set(2048)
+    publication.remove_subscriber(fast.subscription_id)
+    publication.remove_subscriber(slow.subscription_id)
+    assert publication.join_position() == 2048  # none left: where the furthest got to

@@ -587,6 +587,59 @@ def spies_outlast_their_publication(directory: Path) -> Observation:
         return {"spies with an image": with_image, "gone while unread": unread_gone, "spy read all": spied == sent}
 
 
+def ipc_join_positions(directory: Path) -> Observation:
+    """Where a subscriber added to a running aeron:ipc publication starts: behind a subscriber that read
+    nothing, behind two that read part and all, beside subscribers that read everything, and with none left."""
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication("aeron:ipc?term-length=64k", STREAM)
+        first = client.add_subscription("aeron:ipc", STREAM)
+        wait_until(lambda: pub.is_connected and first.images, what="the first image")
+        _offer(pub, 10)
+        joins: Observation = {"produced": pub.position}
+
+        def join(what: str) -> logbuf.Subscription:
+            images: list[logbuf.Image] = []
+            sub = client.add_subscription("aeron:ipc", STREAM, on_available_image=images.append)
+            wait_until(lambda: bool(images), what=f"the image {what}")
+            joins[what] = images[0].join_position
+            return sub
+
+        def read(sub: logbuf.Subscription, count: int) -> None:
+            got: list[bytes] = []
+            wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), count - len(got)) >= 0
+                       and len(got) >= count, what="messages")
+
+        second = join("behind one that read nothing")
+        read(second, 10 - joins["behind one that read nothing"] // 64)
+        read(first, 5)
+        time.sleep(0.2)  # nothing to await but the driver's duty cycle taking the new positions
+        third = join("behind one that read half, one all")
+        read(first, 5)
+        read(third, 10 - joins["behind one that read half, one all"] // 64)
+        time.sleep(0.2)
+        join("beside ones that read all").close()
+        for sub in (first, second, third):
+            sub.close()
+        time.sleep(0.2)
+        join("with none left")
+
+        # none left, the one that read half gone before the one that read nothing: where the furthest got to
+        other = client.add_publication("aeron:ipc?term-length=64k", STREAM + 1)
+        reader, idle = (client.add_subscription("aeron:ipc", STREAM + 1) for _ in range(2))
+        wait_until(lambda: other.is_connected and reader.images and idle.images, what="the other images")
+        _offer(other, 10)
+        read(reader, 5)
+        for sub in (reader, idle):
+            time.sleep(0.2)  # the driver's duty cycle takes the positions
+            sub.close()
+        time.sleep(0.2)
+        images: list[logbuf.Image] = []
+        client.add_subscription("aeron:ipc", STREAM + 1, on_available_image=images.append)
+        wait_until(lambda: bool(images), what="the image with none left")
+        joins["none left, the furthest had read half"] = images[0].join_position
+        return joins
+
+
 def ipc_subscriber_outlasts_its_publication(directory: Path) -> Observation:
     """A closed aeron:ipc publication whose subscriber has not polled: still there after twice the linger (1 s
     here), gone once the subscriber read to the end of stream; a claim a publisher left open when it closed,
@@ -812,6 +865,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "aeron-spy: outlasting the publication, 70 spies": spies_outlast_their_publication,
     "C samples, aeron-spy:": c_samples_spy,
     "aeron:ipc subscriber outlasting its publication": ipc_subscriber_outlasts_its_publication,
+    "aeron:ipc join positions": ipc_join_positions,
     "MDC, manual destinations": mdc_manual,
     "MDC, dynamic destinations": mdc_dynamic,
     "fc=tagged with g:/gtag, max-resend": tagged_flow_control,
@@ -847,6 +901,9 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "aeron-spy: outlasting the publication, 70 spies": lambda o: o["spy read all"] and not o["gone while unread"]
     and o["spies with an image"] == 70,
     "C samples, aeron-spy:": lambda o: o["spy got messages"],
+    "aeron:ipc join positions": lambda o: o["produced"] == 640 and o["behind one that read nothing"] == 0
+    and o["behind one that read half, one all"] == 320 and o["beside ones that read all"] == 640
+    and o["none left, the furthest had read half"] == 320,
     "aeron:ipc subscriber outlasting its publication": lambda o: o["read all"] and not o["gone while unread"]
     and o["read past the open claim"] and o["then gone"],
     "MDC, manual destinations": lambda o: o["both got everything"] == [True, True] and o["the removed one got"] == [],

@@ -226,7 +226,9 @@ class IpcConductor:
 
     def _new_link(self, subscription: SubscriptionLink, publication: IpcPublication) -> SubscriberLink:
         """A subscriber link with its sub-pos counter at the join position (not yet attached)."""
-        join = publication.join_position()
+        native = self.native
+        consumer = native.consumer_position(publication.registration_id) if native is not None else None
+        join = publication.join_position(consumer, self._clean_position(publication))
         wanted = subscription.resume.get(publication.session_id)
         if wanted is not None:
             # still in the log and not cleaned (a dead consumer's sub-pos holds cleaning until it times out);

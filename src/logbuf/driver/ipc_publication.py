@@ -24,6 +24,7 @@ from logbuf.driver.windows import (
     trip_gain,
     untethered_window_limit,
 )
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.logbuffer.term_unblocker import unblock
@@ -246,6 +247,9 @@ class IpcPublication(PublicationLifecycle):
         self.subscribers: dict[int, SubscriberLink] = {}
         self._positions: tuple[Position, ...] = ()
         self._untethered: tuple[SubscriberLink, ...] = ()
+        # the furthest position a subscriber that left had read to: where the next one joins if none is left
+        # (Aeron's consumer position is the fastest subscriber's)
+        self._furthest_departed = 0
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
         self.drain_deadline_ns = 0
         # set by a conductor whose native duty runs this publication (it stops unblocking a draining one)
@@ -268,6 +272,8 @@ class IpcPublication(PublicationLifecycle):
 
     def remove_subscriber(self, subscription_id: int) -> SubscriberLink | None:
         link = self.subscribers.pop(subscription_id, None)
+        if link is not None and link.included_in_limit:
+            self._furthest_departed = max(self._furthest_departed, link.position.get())
         self._refresh_positions()
         return link
 
@@ -306,9 +312,23 @@ class IpcPublication(PublicationLifecycle):
             self._refresh_positions()
         return events
 
-    def join_position(self) -> int:
-        """Where a new subscriber starts: the current producer position (live data only)."""
-        return self.log.producer_position()
+    def join_position(self, consumer_position: int | None = None, clean_position: int | None = None) -> int:
+        """Where a new subscriber starts, as Aeron's IPC publication has it: beside the slowest subscriber that
+        holds the publication back (it reads what they all still may), or, with none, where the furthest
+        subscriber got to (the producer position before any).  ``consumer_position`` and ``clean_position``:
+        the publication's, where the native duty keeps them."""
+        producer = self.log.producer_position()
+        positions = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
+        if positions:
+            join = min(positions)
+        else:
+            consumer = self.duty.consumer_position if consumer_position is None else consumer_position
+            join = max(consumer, self._furthest_departed)
+        # sub-pos counters are written by clients: a join is a frame boundary the log still holds, or live
+        clean = self.duty.cleaner.clean_position if clean_position is None else clean_position
+        if not clean <= join <= producer or join % FRAME_ALIGNMENT:
+            return producer
+        return join
 
     # -- duty cycle ------------------------------------------------------------------------------------
 
