@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberLink, TetherState
+from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.position import Position
 
@@ -59,10 +60,12 @@ def test_an_idle_untethered_subscriber_lingers_rests_and_rejoins(publication: Ip
     publication.update()
     assert publication.duty.publisher_limit.get() == 2 * WINDOW  # only the tethered one counts now
 
+    publication.log.meta.put_i64_release(d.TERM_TAIL_COUNTERS_OFFSET, d.pack_tail(0, 2 * WINDOW))  # written
     fast.position.set(WINDOW + 4096)
     events = publication.check_untethered(2 * LIMIT_TIMEOUT + RESTING_TIMEOUT)
     assert [(e.link, e.available) for e in events] == [(idle, True)]
-    assert idle.tether_state == TetherState.ACTIVE and idle.position.get() == WINDOW + 4096  # the consumers'
+    # where a new subscriber would join: beside the slowest one that holds the publication back
+    assert idle.tether_state == TetherState.ACTIVE and idle.position.get() == WINDOW + 4096
     assert idle.join_position == WINDOW + 4096
 
 
@@ -89,8 +92,6 @@ def test_a_new_subscriber_joins_beside_the_slowest_one_and_only_where_the_log_ho
     """Aeron's IPC join position: the slowest subscriber that holds the publication back, or with none left
     the furthest one that left; a sub-pos a client wrote beyond the producer, or off a frame boundary, is no
     place to join (the producer position instead)."""
-    from logbuf.logbuffer import descriptor as d
-
     publication.log.meta.put_i64_release(d.TERM_TAIL_COUNTERS_OFFSET, d.pack_tail(0, 4096))  # 4 KiB written
     slow, fast = _link(publication, 10, tether=True), _link(publication, 11, tether=True)
     slow.position.set(1024)

@@ -185,6 +185,43 @@ def untethered_subscriber(directory: Path) -> Observation:
                 "rejoined more than a window on": events[2][1] > events[0][1] + window}
 
 
+def untethered_rejoin_position(directory: Path) -> Observation:
+    """An untethered subscriber that rested rejoins where a new subscriber would: beside the slower of two
+    tethered ones (one kept reading after it went, one stopped)."""
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication(
+            "aeron:ipc?term-length=64k|untethered-window-limit-timeout=200ms|untethered-resting-timeout=300ms", STREAM)
+        fast, slow = (client.add_subscription("aeron:ipc", STREAM) for _ in range(2))
+        events: list[tuple[str, int]] = []
+        client.add_subscription("aeron:ipc?tether=false", STREAM,
+                                on_available_image=lambda i: events.append(("available", i.join_position)),
+                                on_unavailable_image=lambda i: events.append(("unavailable", 0)))
+        wait_until(lambda: pub.is_connected and fast.images and slow.images and events, what="the images")
+        got: list[bytes] = []
+
+        def step() -> bool:
+            pub.offer(bytes(500))
+            _poll(fast, got)
+            _poll(slow, got)
+            return len(events) >= 2
+
+        wait_until(step, timeout=30, what="the untethered subscriber going")
+        moved = 0
+
+        def move_fast() -> bool:  # once the untethered one rests, only the slow one holds the publisher
+            nonlocal moved
+            moved += pub.offer(bytes(500)) > 0
+            _poll(fast, got)
+            return moved >= 10
+
+        wait_until(move_fast, timeout=10, what="the fast subscriber moving on")
+        fast_position, slow_position = fast.images[0].position, slow.images[0].position
+        wait_until(lambda: len(events) >= 3, timeout=10, what="the untethered subscriber rejoining")
+        rejoin = events[2][1]
+        return {"fast ahead": fast_position > slow_position, "rejoined beside the slow": rejoin == slow_position,
+                "rejoined beside the fast": rejoin == fast_position}
+
+
 def interface_forms(directory: Path) -> Observation:
     """Data over UDP channels whose interface is a subnet, an IPv4 address with a port, and with cc, alias,
     reliable, rejoin and tether at the values both drivers honour."""
@@ -850,6 +887,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "pub-wnd": publication_window,
     "term-length and mtu": term_length_and_mtu,
     "tether=false with untethered timeouts": untethered_subscriber,
+    "tether=false: where a rested subscriber rejoins": untethered_rejoin_position,
     "Aeron's commands": aeron_commands,
     "publication log metadata": publication_metadata,
     "interface forms, cc, alias and defaults said aloud": interface_forms,
@@ -883,6 +921,8 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "pub-wnd": lambda o: o["16k"] == 16 * 1024,
     "term-length and mtu": lambda o: o["term length"] == 128 * 1024,
     "tether=false with untethered timeouts": lambda o: o["events"] == ["available", "unavailable", "available"],
+    "tether=false: where a rested subscriber rejoins": lambda o: o == {
+        "fast ahead": True, "rejoined beside the slow": True, "rejoined beside the fast": False},
     "Aeron's commands": lambda o: o["same static counter"] and o["another static counter"],
     "publication log metadata": lambda o: o["ipc, every setting"]["linger"] == 250_000_000,
     "interface forms, cc, alias and defaults said aloud": lambda o: all(o.values()),

@@ -315,7 +315,8 @@ class IpcConductor:
     def _check_untethered(self, publication: IpcPublication) -> int:
         native = self.native
         consumer = native.consumer_position(publication.registration_id) if native is not None else None
-        events = publication.check_untethered(self.now_ns, consumer)
+        events = publication.check_untethered(self.now_ns, consumer,
+                                              self._clean_position(publication) if native is not None else None)
         for event in events:
             link = event.link
             if native is not None:

@@ -128,7 +128,8 @@ class TetherState(enum.Enum):
     """Where an untethered subscriber stands (Aeron's IPC publication): ``active`` holds the publication back
     like any subscriber; one that stayed more than a window behind for the window-limit timeout is told its
     image is gone and ``linger``s (still counted) for another such timeout, then ``rest``s (not counted) for the
-    resting timeout, then rejoins at the consumer position with the same sub-pos counter."""
+    resting timeout, then rejoins where its publication lets a new subscriber join, with the same sub-pos
+    counter."""
 
     ACTIVE = "active"
     LINGER = "linger"
@@ -295,10 +296,12 @@ class IpcPublication(PublicationLifecycle):
     def has_untethered(self) -> bool:
         return bool(self._untethered)
 
-    def check_untethered(self, now_ns: int, consumer_position: int | None = None) -> list[UntetheredEvent]:
+    def check_untethered(self, now_ns: int, consumer_position: int | None = None,
+                         clean_position: int | None = None) -> list[UntetheredEvent]:
         """Moves untethered subscribers through active -> linger -> resting -> active (see
-        :class:`TetherState`); returns what the conductor must announce or hand to the native duty.
-        ``consumer_position``: the publication's consumer position where the native duty keeps it."""
+        :class:`TetherState`); returns what the conductor must announce or hand to the native duty.  One that
+        rests rejoins where a new subscriber would join (:meth:`join_position`), as Aeron's.
+        ``consumer_position`` and ``clean_position``: the publication's, where the native duty keeps them."""
         events: list[UntetheredEvent] = []
         untethered = self._untethered
         if not untethered:
@@ -306,7 +309,8 @@ class IpcPublication(PublicationLifecycle):
         included = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
         consumer = max([*included, self.duty.consumer_position if consumer_position is None else consumer_position])
         window_limit = untethered_window_limit(consumer, self.window_length)
-        events = advance_untethered(untethered, now_ns, window_limit, consumer,
+        rejoin = self.join_position(consumer_position, clean_position)
+        events = advance_untethered(untethered, now_ns, window_limit, rejoin,
                                     self.untethered_window_limit_timeout_ns, self.untethered_resting_timeout_ns)
         if any(event.available is not False for event in events):  # whether a link counts changed
             self._refresh_positions()
