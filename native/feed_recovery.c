@@ -135,6 +135,23 @@ static int64_t asked_find(const rec_t *r, uint64_t seq)
     return -1;
 }
 
+/* the token bucket up to now_ns at the rate now (exact integers: the same whenever it is refilled) */
+static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
+{
+    int64_t cap = c->request_burst * LBF_REC_TOKEN;
+    if (r->has_tokens_ns && now_ns > r->tokens_ns) {
+        int64_t elapsed = now_ns - r->tokens_ns, room = cap - r->tokens;
+        /* saturates at the burst without overflowing (elapsed x rate may pass int64) */
+        r->tokens = room <= 0 || elapsed > room / r->rate ? cap : r->tokens + elapsed * r->rate;
+        if (r->tokens > cap)
+            r->tokens = cap;
+    }
+    if (!r->has_tokens_ns || now_ns > r->tokens_ns) {
+        r->has_tokens_ns = 1;
+        r->tokens_ns = now_ns;
+    }
+}
+
 void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count)
 {
     rec_t *r = REC(e);
@@ -147,7 +164,9 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
         memmove(r->out_to + i, r->out_to + i + 1, (size_t)(r->out_n - i - 1) * sizeof(uint8_t));
         r->out_n--;
         e->requests_answered++;
-        /* additive increase: back towards request_rate by a sixteenth of it per second of answers */
+        /* additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket is
+         * filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran */
+        refill(r, &e->config, now_ns);
         int64_t step = raise_units(&e->config) * 1000 / r->rate;
         r->rate += step > 1 ? step : 1;
         if (r->rate > e->config.rate_units)
@@ -177,21 +196,6 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
     e->request_chunk = r->has_chunk ? r->chunk : 0;
 }
 
-static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
-{
-    int64_t cap = c->request_burst * LBF_REC_TOKEN;
-    if (r->has_tokens_ns && now_ns > r->tokens_ns) {
-        int64_t elapsed = now_ns - r->tokens_ns, room = cap - r->tokens;
-        /* saturates at the burst without overflowing (elapsed x rate may pass int64) */
-        r->tokens = room <= 0 || elapsed > room / r->rate ? cap : r->tokens + elapsed * r->rate;
-        if (r->tokens > cap)
-            r->tokens = cap;
-    }
-    if (!r->has_tokens_ns || now_ns > r->tokens_ns) {
-        r->has_tokens_ns = 1;
-        r->tokens_ns = now_ns;
-    }
-}
 
 /* the first-requested breakpoints: first i with fa_end[i] >= v */
 static int64_t fa_lower_end(const rec_t *r, uint64_t v) { return feed_lower_end(r->fa_end, r->fa_n, v); }
@@ -448,6 +452,11 @@ int64_t feed_rec_next_deadline(lbf_eng_t *e)
         int64_t missing = LBF_REC_TOKEN - r->tokens;
         int64_t wait = missing > 0 ? (missing + r->rate - 1) / r->rate : -((-missing) / r->rate);
         d = r->tokens_ns + wait;
+        /* but a request's first time-out is due on time: it may signal congestion (a cut of the rate and of every
+         * give-up clock), which must not wait for the next token nor depend on when the next poll runs */
+        for (int64_t i = 0; i < r->out_n; i++)
+            if (!r->out_to[i] && r->out_ns[i] + c->retry_interval_ns < d)
+                d = r->out_ns[i] + c->retry_interval_ns;
     } else {
         for (int64_t i = 0; i < r->out_n; i++)
             if (r->out_ns[i] + c->retry_interval_ns < d)

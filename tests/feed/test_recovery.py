@@ -433,3 +433,57 @@ def test_a_server_that_lacks_old_data_leads_to_a_give_up_within_give_up_and_a_re
     assert 2_000 * MS <= given_up_after <= 2_000 * MS + 200 * MS + MS
     assert server.requests and any(seq > 30_000 for seq, _ in server.requests)  # the other hole was asked for
     assert result.sequences() == [s for s in range(1, len(messages) + 1) if not lost.first <= s <= lost.last]
+
+
+def test_a_paced_requests_first_time_out_is_a_deadline_and_cuts_the_rate_on_time() -> None:
+    """Requests wait for tokens, so the next deadline is the next token; a request in flight times out before
+    that while the server answered something else. Its time-out is congestion: the deadline is the time-out (not
+    the token), so the rate and every give-up clock are cut then, whenever the next input comes."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=4.0, request_burst=1, retry_interval_ns=200 * MS)
+    r = learned(cfg, 10)  # (the probe took the only token at 0)
+    assert r.poll([(100, 109), (200, 209)], 250 * MS) == [(100, 10)]  # one token; 200.. waits for the next
+    r.on_answer(5_000, 300 * MS)  # the server answers something else
+    assert r.next_deadline_ns() == 450 * MS  # 100's first time-out, before the next token (500 ms)
+    assert r.poll([(100, 109), (200, 209)], 450 * MS) == []  # no token yet (0.8 of one)
+    assert r.rate_units == 2_000  # halved at the time-out
+    assert r.next_deadline_ns() == 550 * MS  # the rest of the token at 2 requests/s
+
+
+def drive(config: RecoveryConfig, poll_every_ms: bool) -> list[tuple[int, int, int]]:
+    """Recovery of 300 packets of 10 from a server that answers one request per 10 ms (5 ms later) and drops the
+    rest: polled as the engine polls it (an answer came or a deadline passed), or also every millisecond.
+    Returns (time, request, rate) for every request sent."""
+    r = learned(config, 10)
+    missing = set(range(100, 3_100, 10))
+    answers: list[tuple[int, int]] = []
+    sent: list[tuple[int, int, int]] = []
+    server_free_ns, deadline = 0, 0
+    for t in range(0, 4_000 * MS, MS):
+        dirty = False
+        for due, seq in [a for a in answers if a[0] <= t]:
+            answers.remove((due, seq))
+            missing.discard(seq)
+            r.on_answer(seq, t, count=10)
+            dirty = True
+        if not (dirty or poll_every_ms or deadline is not None and t >= deadline):
+            continue
+        holes = [(s, s + 9) for s in sorted(missing)]
+        for seq, _count in r.poll(holes, t):
+            sent.append((t, seq, r.rate_units))
+            if t >= server_free_ns:  # the server's limit: the rest is dropped
+                server_free_ns = t + 10 * MS
+                answers.append((t + 5 * MS, seq))
+        deadline = r.next_deadline_ns()
+    assert not missing
+    return sent
+
+
+def test_polls_between_deadlines_change_nothing() -> None:
+    """The engine runs the pacing only when an answer came, the holes changed or its deadline passed; the
+    specification polls at every input. Both must send the same requests at the same rates: time-outs fall due
+    on deadlines, and an answer's rate increase applies from the answer on, whenever the bucket is refilled."""
+    config = RecoveryConfig(initial_backoff_ns=0, request_rate=400.0, request_burst=4, max_outstanding=8,
+                            retry_interval_ns=30 * MS, give_up_ns=10_000 * MS)
+    engine_like = drive(config, poll_every_ms=False)
+    assert len({rate for _, _, rate in engine_like}) > 3  # the rate adapted both ways
+    assert engine_like == drive(config, poll_every_ms=True)

@@ -179,7 +179,9 @@ class Recovery:
         if self._outstanding.pop(first, None) is not None:
             self.answers += 1
             self._timed_out.discard(first)
-            # additive increase: back towards request_rate by a sixteenth of it per second of answers
+            # additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket
+            # is filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran
+            self._refill(now_ns)
             rate = self._rate_units
             self._rate_units = min(self.config.rate_units, rate + max(1, _raise_units(self.config) * _MILLI // rate))
         if self.active:  # the server is answering: the silence clock restarts
@@ -305,6 +307,11 @@ class Recovery:
             # requests are waiting for a token: nothing due can go out before it is whole (retries included),
             # but a give-up falls due on time
             candidates.append(self._tokens_ns + -(-(_TOKEN - self._tokens) // self._rate_units))
+            # but a request's first time-out is due on time: it may signal congestion (a cut of the rate and of
+            # every give-up clock), which must not wait for the next token nor depend on when the next poll runs
+            fresh = [sent for seq, sent in self._outstanding.items() if seq not in self._timed_out]
+            if fresh:
+                candidates.append(min(fresh) + self.config.retry_interval_ns)
         elif self._outstanding:
             candidates.append(min(self._outstanding.values()) + self.config.retry_interval_ns)
         return min(candidates) if candidates else None
