@@ -9,7 +9,8 @@
  *         the server answered others halves it, once per retry_interval, down to rate_units / 64; answers raise
  *         it by rate_units / 16 per second of answers, up to rate_units); an unanswered request is asked again
  *         after retry_interval
- *     expired -> a hole still missing give_up after the later of its first request and the last congestion cut,
+ *     expired -> a hole still missing give_up after the latest of its first request, the last answer to a request
+ *         for it and the last congestion cut,
  *         or every hole once the server has answered nothing for give_up while requests were in flight
  *
  * Until an answer shows how many messages one packet carries, requests ask for max_request_count and only
@@ -135,6 +136,8 @@ static int64_t asked_find(const rec_t *r, uint64_t seq)
     return -1;
 }
 
+static int fa_answered(rec_t *r, uint64_t first, uint64_t last, int64_t now_ns);
+
 /* the token bucket up to now_ns at the rate now (exact integers: the same whenever it is refilled) */
 static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
 {
@@ -171,6 +174,10 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
         r->rate += step > 1 ? step : 1;
         if (r->rate > e->config.rate_units)
             r->rate = e->config.rate_units;
+        /* the server answers it: its give-up clock restarts (if the answer could not be kept, e.g. the queue is
+         * full behind a hole the server lacks, the hole stays and is asked again; it is not the server's loss) */
+        if (!fa_answered(r, first, first + (count < 1 ? 1 : count) - 1, now_ns))
+            IMPL(e)->oom = 1;
     }
     if (e->recovering) { /* the server is answering: the silence clock restarts */
         r->has_quiet = 1;
@@ -246,6 +253,36 @@ static int note_requested(rec_t *r, uint64_t first, uint64_t last, int64_t now_n
         if (end >= last)
             break;
         cur = end + 1;
+    }
+    return 1;
+}
+
+/* an answer to a request in flight came for [first, last]: what of it was requested counts as requested from
+ * now_ns (split out of its range; nothing that was not requested becomes requested) */
+static int fa_answered(rec_t *r, uint64_t first, uint64_t last, int64_t now_ns)
+{
+    uint64_t cur = first;
+    while (cur <= last) {
+        int64_t i = fa_lower_end(r, cur);
+        if (i >= r->fa_n || r->fa_start[i] > last)
+            break;
+        uint64_t lo = r->fa_start[i], hi = r->fa_end[i];
+        int64_t ns = r->fa_ns[i];
+        uint64_t a = lo > cur ? lo : cur, b = hi < last ? hi : last;
+        size_t tail = (size_t)(r->fa_n - i - 1);
+        memmove(r->fa_start + i, r->fa_start + i + 1, tail * sizeof(uint64_t));
+        memmove(r->fa_end + i, r->fa_end + i + 1, tail * sizeof(uint64_t));
+        memmove(r->fa_ns + i, r->fa_ns + i + 1, tail * sizeof(int64_t));
+        r->fa_n--;
+        if (b < hi && !fa_insert(r, i, b + 1, hi, ns))
+            return 0;
+        if (lo < a && !fa_insert(r, i, lo, a - 1, ns))
+            return 0;
+        if (!note_requested(r, a, b, now_ns))
+            return 0;
+        if (b >= last)
+            break;
+        cur = b + 1;
     }
     return 1;
 }

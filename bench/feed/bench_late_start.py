@@ -11,10 +11,12 @@ handler joins at ``--late-start`` s (``--join from-start``: everything before is
 answers each request after ``--rtt-ms`` with one packet (at most ``--messages-per-packet`` of the asked
 messages), at most ``--server-rate`` answers per second (requests past it are dropped, as a rate-limited server
 does; ``--server-lacks N``: requests starting at or before sequence N are never answered, as a server that no
-longer has old data). The engine runs with the handler's defaults except ``--request-rate``/``--max-outstanding``/``--give-up``.
-Reports when the stream caught up with live (the next sequence within 100 ms of what A sent), whether anything
-was given up, and this process's CPU per datagram (building the packets included: an upper bound of the
-engine's). Arrivals reach the engine through its receive ring a millisecond at a time, each with its own time.
+longer has old data). The engine runs with the handler's defaults except ``--request-rate``,
+``--max-outstanding`` and ``--give-up``. Reports when the stream caught up with live (the next sequence within
+100 ms of what A sent), when it was complete (every message of the session delivered or given up), whether
+anything was given up and when first, and this process's CPU per datagram (building the packets included: an
+upper bound of the engine's). Arrivals reach the engine through its receive ring a millisecond at a time, each
+with its own time.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def run(args: argparse.Namespace) -> dict:
     server_tokens = server_burst
     answers = dropped = processed = unanswerable = 0
     caught_up_ns = None
+    complete_ns = None  # when every message of the session had been delivered or given up
     first_give_up_ns = None  # when something was first given up (to 10 ms)
     cpu = time.process_time()
     now = late
@@ -119,6 +122,7 @@ def run(args: argparse.Namespace) -> dict:
         if caught_up_ns is None and expected - 1 >= (now - LIVE_SLACK_NS) / period * per:
             caught_up_ns = now
         if k >= total and not answers_due and not arb.recovering:
+            complete_ns = now  # the whole session delivered or given up, nothing left to recover
             break
     cpu = time.process_time() - cpu
     counters = arb.counter_values()
@@ -127,6 +131,7 @@ def run(args: argparse.Namespace) -> dict:
         "past_packets": first_live, "request_rate": args.request_rate, "max_outstanding": args.max_outstanding,
         "server_rate": args.server_rate,
         "caught_up_after_start_s": None if caught_up_ns is None else round((caught_up_ns - late) / NS, 2),
+        "complete_after_start_s": None if complete_ns is None else round((complete_ns - late) / NS, 2),
         "delivered": (arb.expected or 1) - 1, "expected": total * per,
         "unrecoverable": counters["messages_unrecoverable"],
         "first_give_up_after_start_s": None if first_give_up_ns is None else round((first_give_up_ns - late) / NS, 2), "requests": arb.requests_sent,

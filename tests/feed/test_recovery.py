@@ -487,3 +487,16 @@ def test_polls_between_deadlines_change_nothing() -> None:
     engine_like = drive(config, poll_every_ms=False)
     assert len({rate for _, _, rate in engine_like}) > 3  # the rate adapted both ways
     assert engine_like == drive(config, poll_every_ms=True)
+
+
+def test_an_answer_the_handler_could_not_keep_restarts_the_give_up_clock_of_what_it_answered() -> None:
+    """The server answered, but the hole stays (the answer was shed: the queue is full behind a hole the server
+    lacks): that is the server answering, so the answered part's clock restarts; what it did not answer keeps
+    its clock."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
+    r = learned(cfg, 10)
+    assert r.poll([(10, 19), (30, 39)], 0) == [(10, 10), (30, 10)]
+    r.on_answer(30, 900 * MS, count=10)  # answered; the hole stays
+    assert r.expired([(10, 19), (30, 39)], 1_000 * MS) == 1  # 10..19 was never answered: given up on time
+    assert r.expired([(30, 39)], 1_000 * MS) == 0  # 30..39 was: its clock restarted at 900 ms
+    assert r.expired([(30, 39)], 1_900 * MS) == 1

@@ -39,8 +39,9 @@ answers, up to ``request_rate``. Rates are integers in thousandths of a request 
 **Give-up counts only what was really asked.** A sequence counts as requested only once a request that one
 answer would have covered was sent (the answer-sized prefix of a request; before the size is known, its first
 sequence).
-``expired`` gives a hole up when it is still missing ``give_up_ns`` after the later of its first message's
-first request and the last congestion cut (a dropped request says nothing about whether the server has the
+``expired`` gives a hole up when it is still missing ``give_up_ns`` after the latest of its first message's
+first request, the last answer to a request for it (an answer that could not be kept is still the server
+answering) and the last congestion cut (a dropped request says nothing about whether the server has the
 data: a slow server restarts every give-up clock while it drops), or when the server has answered nothing for
 ``give_up_ns`` while requests were in flight (it stopped answering: every declared hole is given up). A server
 that lacks old data cuts no more once the lacking requests timed out once (a request signals once): their
@@ -184,6 +185,9 @@ class Recovery:
             self._refill(now_ns)
             rate = self._rate_units
             self._rate_units = min(self.config.rate_units, rate + max(1, _raise_units(self.config) * _MILLI // rate))
+            # the server answers it: its give-up clock restarts (if the answer could not be kept, e.g. the queue is
+            # full behind a hole the server lacks, the hole stays and is asked again; it is not the server's loss)
+            self._answered(first, first + (count if count is not None and count >= 1 else 1) - 1, now_ns)
         if self.active:  # the server is answering: the silence clock restarts
             self._quiet_ns = now_ns
         asked = self._asked.pop(first, None)
@@ -370,6 +374,29 @@ class Recovery:
                 times.insert(i, now_ns)
                 i += 1
             cur = end + 1
+
+    def _answered(self, first: int, last: int, now_ns: int) -> None:
+        """An answer to a request in flight came for [first, last]: what of it was requested counts as requested
+        from ``now_ns`` (split out of its range; nothing that was not requested becomes requested)."""
+        starts, ends, times = self._req_starts, self._req_ends, self._req_ns
+        cur = first
+        while cur <= last:
+            i = bisect.bisect_left(ends, cur)
+            if i >= len(starts) or starts[i] > last:
+                break
+            lo, hi, ns = starts[i], ends[i], times[i]
+            a, b = max(lo, cur), min(hi, last)
+            del starts[i], ends[i], times[i]
+            if b < hi:
+                starts.insert(i, b + 1)
+                ends.insert(i, hi)
+                times.insert(i, ns)
+            if lo < a:
+                starts.insert(i, lo)
+                ends.insert(i, a - 1)
+                times.insert(i, ns)
+            self._note_requested(a, b, now_ns)
+            cur = b + 1
 
     def _first_requested_ns(self, seq: int) -> int | None:
         i = bisect.bisect_right(self._req_starts, seq) - 1
