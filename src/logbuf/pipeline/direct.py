@@ -494,3 +494,29 @@ def run_tasks(spark, tasks: Sequence, body, out_schema: pa.Schema):
                     yield from (piece.to_batches() if isinstance(piece, pa.Table) else [piece])
 
     return spark.range(0, len(tasks), 1, n).mapInArrow(run, from_arrow_schema(out_schema))
+
+
+def collect_tasks(spark, tasks: Sequence, body, out_schema: pa.Schema) -> pa.Table:
+    """What ``body(task_index)`` yields for every task, collected on the driver as one table. Each task sends
+    its tables as ONE row holding an Arrow IPC stream: the JVM passes a few opaque values instead of turning
+    every row into a Spark row and back into Arrow."""
+    import pyarrow.ipc as ipc
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    n = max(1, len(tasks))
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_numpy().tolist():
+                sink = pa.BufferOutputStream()
+                with ipc.new_stream(sink, out_schema) as writer:
+                    for piece in body(int(index)):
+                        writer.write_table(piece) if isinstance(piece, pa.Table) else writer.write_batch(piece)
+                yield pa.RecordBatch.from_arrays([pa.array([sink.getvalue().to_pybytes()], pa.binary())],
+                                                 names=["arrow"])
+
+    frame = spark.range(0, len(tasks), 1, n).mapInArrow(run, StructType([StructField("arrow", BinaryType())]))
+    blobs = frame.toArrow().column("arrow").to_pylist() if tasks else []
+    tables = [ipc.open_stream(pa.py_buffer(blob)).read_all() for blob in blobs]
+    return pa.concat_tables(tables) if tables else out_schema.empty_table()
+

@@ -349,7 +349,7 @@ class Analysis:
         def body(index: int):
             return [direct.bins(direct.read(recording, tasks[index], direct.PACKET_COLUMNS), t0, bin_ns)]
 
-        return direct.merge_bins(_arrow(direct.run_tasks(self.spark, tasks, body, direct.BIN_SCHEMA)))
+        return direct.merge_bins(direct.collect_tasks(self.spark, tasks, body, direct.BIN_SCHEMA))
 
     # -- stages
 
@@ -552,7 +552,7 @@ class Analysis:
         def body(index: int):
             return [direct.near(direct.read(recording, tasks[index], direct.PIECE_COLUMNS), windows)]
 
-        return _arrow(direct.run_tasks(self.spark, tasks, body, direct.NEAR_SCHEMA)).to_pandas()
+        return direct.collect_tasks(self.spark, tasks, body, direct.NEAR_SCHEMA).to_pandas()
 
     def _direct_message_rows(self) -> pd.DataFrame:
         groups = direct.row_groups(self.recording, schema.MESSAGES, self.session)
@@ -563,7 +563,7 @@ class Analysis:
             table = direct.read(recording, tasks[index], direct.MESSAGE_COLUMNS)
             return [direct.message_counts(table, t0, window_ns)]
 
-        partials = _arrow(direct.run_tasks(self.spark, tasks, body, direct.MESSAGE_SCHEMA))
+        partials = direct.collect_tasks(self.spark, tasks, body, direct.MESSAGE_SCHEMA)
         return direct.merge_message_counts(partials).to_pandas()
 
     def _messages(self) -> None:
