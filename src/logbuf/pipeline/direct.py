@@ -322,18 +322,20 @@ def pieces(table: pa.Table, task: PieceTask, bucket_size: int) -> pa.Table:
     lo, hi = np.maximum(first[keep], lo_seq), np.minimum(last[keep], hi_seq)
     b0 = lo // w
     spans = hi // w - b0 + 1
-    if (spans == 1).all():  # the usual case: no packet crosses a bucket edge inside this task
+    one = spans == 1  # nearly every packet: only those crossing a bucket edge need cutting
+    if one.all():
         return pa.table({"bucket": b0, "feed": feed, "arrival_ns": arrival, "lo": lo, "hi": hi})
+    cut = np.flatnonzero(~one)
+    spans = spans[cut]
     total = int(spans.sum())
     offsets = np.cumsum(spans) - spans
-    step = np.arange(total, dtype=np.int64) - np.repeat(offsets, spans)
-    bucket = np.repeat(b0, spans) + step
+    bucket = np.repeat(b0[cut], spans) + np.arange(total, dtype=np.int64) - np.repeat(offsets, spans)
     return pa.table({
-        "bucket": bucket,
-        "feed": np.repeat(feed, spans),
-        "arrival_ns": np.repeat(arrival, spans),
-        "lo": np.maximum(np.repeat(lo, spans), bucket * w),
-        "hi": np.minimum(np.repeat(hi, spans), bucket * w + (w - 1)),
+        "bucket": np.concatenate((b0[one], bucket)),
+        "feed": np.concatenate((feed[one], np.repeat(feed[cut], spans))),
+        "arrival_ns": np.concatenate((arrival[one], np.repeat(arrival[cut], spans))),
+        "lo": np.concatenate((lo[one], np.maximum(np.repeat(lo[cut], spans), bucket * w))),
+        "hi": np.concatenate((hi[one], np.minimum(np.repeat(hi[cut], spans), bucket * w + (w - 1)))),
     })
 
 
