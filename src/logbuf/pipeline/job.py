@@ -5,7 +5,10 @@ Runs embedded (``local[*]``) from ``logbuf analyze``, and unchanged on a cluster
 
     spark-submit --master spark://HOST:7077 src/logbuf/pipeline/job.py RECORDING OUT [options]
 
-Stages (each is one or a few Spark jobs; results small enough for the driver are collected as Arrow):
+Stages (each is one or a few Spark jobs; results small enough for the driver are collected as Arrow). With
+the direct reader (``--reader arrow``, the default for a local recording: :mod:`logbuf.pipeline.direct`) the
+tasks read their Parquet row groups with pyarrow and the pieces need no shuffle; with Spark's reader
+(``--reader spark``) the stages work on Spark DataFrames as described here:
 
     read       one scan of the packets into per-(feed, arrival bin) aggregates (kept for the time series and the
                freeze search), the sequence domain and per-feed counts from them, the handler's gap events
