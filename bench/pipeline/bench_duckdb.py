@@ -107,7 +107,7 @@ def main() -> int:
             duck = run_measured([duck_py, str(HERE / "duckdb_query.py"), str(recording), "--json", str(duck_json),
                                  "--window-ns", str(WINDOW_NS)], {**os.environ},
                                 data_dir / f"duckdb-{messages}-{run}.log")
-            entry = {"spark": spark, "duckdb": duck}
+            entry = {"spark": spark, "duckdb": duck, "spark_start_up_s": spark_start_up(env)}
             if spark["exit"] == 0 and duck["exit"] == 0:
                 figures = spark_figures(out)
                 entry["spark"]["stage_seconds"] = figures.pop("stage_seconds")
@@ -123,14 +123,19 @@ def main() -> int:
     return 0
 
 
+def _during(run: dict) -> str:
+    during = run.get("load_1m_during")
+    return f"{during[0]}/{during[1]}" if during else "-"
+
+
 def markdown(report: dict) -> str:
     lines = ["# logbuf analyze (PySpark, local) vs DuckDB, same recording, back to back", "",
              f"Command: `{report['command']}`. {report['cores']} vCPUs; Spark driver heap {report['driver_memory']}, "
              f"no plots. Spark's fixed start-up (session + one trivial job): {report['spark_start_up_s']} s. "
              "Peak memory: resident set of the whole process tree.", "",
              "| messages | spark s | spark peak GB | duckdb s | duckdb peak GB | spark / duckdb | load before "
-             "(spark, duckdb) | figures agree |",
-             "|---:|---:|---:|---:|---:|---:|---|---|"]
+             "(spark, duckdb) | load during, mean/max (spark; duckdb) | spark start-up s (after) | figures agree |",
+             "|---:|---:|---:|---:|---:|---:|---|---|---:|---|"]
     for size in report["sizes"]:
         for r in size["runs"]:
             s, d = r["spark"], r["duckdb"]
@@ -138,8 +143,8 @@ def markdown(report: dict) -> str:
             verdict = ("yes" if agree and all(agree.values()) else
                        "NO: " + ", ".join(k for k, v in agree.items() if not v) if agree else "-")
             lines.append(f"| {size['messages']:,} | {s['seconds']} | {s['peak_rss_gb']} | {d['seconds']} | "
-                         f"{d['peak_rss_gb']} | {s['seconds'] / d['seconds']:.1f}x | {s['load_1m_before']}, "
-                         f"{d['load_1m_before']} | {verdict} |")
+                         f"{d['peak_rss_gb']} | {s['seconds'] / d['seconds']:.2f}x | {s['load_1m_before']}, "
+                         f"{d['load_1m_before']} | {_during(s)}; {_during(d)} | {r.get('spark_start_up_s', '-')} | {verdict} |")
     last = report["sizes"][-1]["runs"][-1]["spark"].get("stage_seconds") if report["sizes"] else None
     if last:
         lines += ["", "Spark stage seconds (last run): " + ", ".join(f"{k} {v:.1f}" for k, v in last.items())]

@@ -71,12 +71,17 @@ def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> dict:
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         peak = 0
+        loads: list[float] = []
         stop = threading.Event()
 
         def sample() -> None:
             nonlocal peak
+            ticks = 0
             while not stop.wait(0.25):
                 peak = max(peak, tree_rss(proc.pid))
+                ticks += 1
+                if ticks % 20 == 0:  # the 1-minute load every 5 s: how busy the machine was meanwhile
+                    loads.append(os.getloadavg()[0])
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -88,7 +93,9 @@ def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> dict:
             if proc.poll() is None:
                 proc.kill()
     return {"seconds": round(time.perf_counter() - started, 2), "peak_rss_gb": round(peak / 2**30, 2),
-            "load_1m_before": round(load, 2), "exit": code, "log": str(log)}
+            "load_1m_before": round(load, 2),
+            "load_1m_during": [round(sum(loads) / len(loads), 1), round(max(loads), 1)] if loads else None,
+            "exit": code, "log": str(log)}
 
 
 def ensure_recording(data_dir: Path, messages: int, py: str, env: dict[str, str]) -> tuple[Path, float | None]:

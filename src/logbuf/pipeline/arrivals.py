@@ -194,6 +194,17 @@ class _Block:
         return self.arrival[B][both] - self.arrival[A][both]
 
 
+def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_counts=True)``; by counting instead of sorting when the values span a range
+    not much wider than their number (delays of a few hundred microseconds in nanoseconds usually do)."""
+    low, high = int(values.min()), int(values.max())
+    if high - low < 4 * values.size + 1024:
+        counts = np.bincount(values - low)
+        present = np.flatnonzero(counts)
+        return present + low, counts[present]
+    return np.unique(values, return_counts=True)
+
+
 def summarize(table: pa.Table, params: Params) -> list[pa.RecordBatch]:
     """The output rows (see module doc) of one partition's pieces."""
     if table.num_rows == 0:
@@ -217,7 +228,7 @@ def summarize(table: pa.Table, params: Params) -> list[pa.RecordBatch]:
     out: list[pa.RecordBatch] = []
     d = block.delays()
     if d.size:
-        values, counts = np.unique(d, return_counts=True)
+        values, counts = distinct(d)
         out.append(_rows(EXACT, -1, values, counts))
         # the histogram from the distinct values (sorted, so their bins are sorted too)
         bins = bin_of(values, params.precision_bits)

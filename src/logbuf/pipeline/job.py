@@ -5,7 +5,10 @@ Runs embedded (``local[*]``) from ``logbuf analyze``, and unchanged on a cluster
 
     spark-submit --master spark://HOST:7077 src/logbuf/pipeline/job.py RECORDING OUT [options]
 
-Stages (each is one or a few Spark jobs; results small enough for the driver are collected as Arrow):
+Stages (each is one or a few Spark jobs; results small enough for the driver are collected as Arrow). With
+the direct reader (``--reader arrow``, the default for a local recording: :mod:`logbuf.pipeline.direct`) the
+tasks read their Parquet row groups with pyarrow and the pieces need no shuffle; with Spark's reader
+(``--reader spark``) the stages work on Spark DataFrames as described here:
 
     read       one scan of the packets into per-(feed, arrival bin) aggregates (kept for the time series and the
                freeze search), the sequence domain and per-feed counts from them, the handler's gap events
@@ -47,7 +50,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logbuf.pipeline import arrivals
+from logbuf.pipeline import arrivals, direct
 from logbuf.pipeline.freezes import FeedPackets, Freeze, candidates, characterize, feed_bins
 from logbuf.pipeline.options import AnalyzeConfig, add_arguments, config_from_args
 from logbuf.pipeline.quantiles import exact_quantiles, quantiles_of_counts
@@ -196,17 +199,39 @@ def sequence_pieces(packets, bucket_size: int, partitions: int):
             .repartition(partitions, "bucket"))
 
 
-def _run_pieces(pieces, params: arrivals.Params):
-    """The per-message pass over ``pieces`` (a Spark DataFrame of its output rows), rows alike across partitions
-    merged in Spark (histogram bins and distinct delays summed: see :func:`arrivals.keyed`)."""
-    from pyspark.sql import functions as F
+def _pass_schema():
     from pyspark.sql.types import ByteType, LongType, StructField, StructType
 
-    out_schema = StructType([StructField("kind", ByteType()), StructField("feed", ByteType())]
-                            + [StructField(c, LongType()) for c in (*"abcde", arrivals.ROW_KEY)])
-    rows = pieces.mapInArrow(partial(arrivals.map_partition, params=params), out_schema)
+    return StructType([StructField("kind", ByteType()), StructField("feed", ByteType())]
+                      + [StructField(c, LongType()) for c in (*"abcde", arrivals.ROW_KEY)])
+
+
+def _merge_pass_rows(rows):
+    """Output rows of the per-message pass, rows alike across partitions merged in Spark (histogram bins and
+    distinct delays summed: see :func:`arrivals.keyed`)."""
+    from pyspark.sql import functions as F
+
     return (rows.groupBy("kind", "feed", arrivals.ROW_KEY, "a", "c", "d", "e")
             .agg(F.sum("b").alias("b")).select("kind", "feed", *"abcde"))
+
+
+def _run_pieces(pieces, params: arrivals.Params):
+    """The per-message pass over ``pieces`` (a Spark DataFrame of its output rows), merged across partitions."""
+    return _merge_pass_rows(pieces.mapInArrow(partial(arrivals.map_partition, params=params), _pass_schema()))
+
+
+def _direct_pass(spark, recording: Location, tasks: list, params: arrivals.Params):
+    """The per-message pass with the direct reader: task i reads its row groups and summarises its buckets."""
+    w = params.bucket_size
+
+    def body(index: int):
+        task = tasks[index]
+        table = direct.pieces(direct.read(recording, task.groups, direct.PIECE_COLUMNS), task, w)
+        if not table.num_rows:
+            return []
+        return arrivals.keyed(arrivals.summarize(table, params), index)
+
+    return _merge_pass_rows(direct.run_tasks(spark, tasks, body, arrivals.ROW_KEY_SCHEMA))
 
 
 def _kind(table: pa.Table, kind: int) -> dict[str, np.ndarray]:
@@ -309,6 +334,25 @@ class Analysis:
         self.summary: dict = {"session": self.session, "recording": self.recording.spark_uri}
         self.tables: dict[str, pd.DataFrame] = {}
         self.detail: dict = {}
+        # the direct reader (pipeline.direct): row groups read by pyarrow inside the Spark tasks
+        self.direct = config.reader == "arrow" or (config.reader == "auto" and self.recording.is_local)
+        self.summary["reader"] = "arrow" if self.direct else "spark"
+
+    def _task_rows(self, groups: list) -> int:
+        """Rows per task of the direct reader: two tasks per core at least, at most ~4 M rows each."""
+        total = sum(g.rows for g in groups)
+        cores = self.spark.sparkContext.defaultParallelism
+        return max(1, min(4_000_000, math.ceil(total / (2 * cores))))
+
+    def _direct_bins(self) -> pa.Table:
+        self.packet_groups = direct.row_groups(self.recording, schema.PACKETS, self.session, "sequence")
+        tasks = direct.batches(self.packet_groups, self._task_rows(self.packet_groups))
+        recording, t0, bin_ns = self.recording, self.t0, self.config.freeze.bin_ns
+
+        def body(index: int):
+            return [direct.bins(direct.read(recording, tasks[index], direct.PACKET_COLUMNS), t0, bin_ns)]
+
+        return direct.merge_bins(direct.collect_tasks(self.spark, tasks, body, direct.BIN_SCHEMA))
 
     # -- stages
 
@@ -325,11 +369,12 @@ class Analysis:
             # (50 M messages, 2 cores: read stage 42 s without, 144 s with).
             self.packets = project_packets(self.src.packets)
             cache = self.config.cache_packets
-            if cache is True or (cache is None and not self.recording.is_local):
+            if not self.direct and (cache is True or (cache is None and not self.recording.is_local)):
                 self.packets = self.packets.persist(StorageLevel.MEMORY_AND_DISK)
             # bounded by the recording's duration (one row per feed and bin_ns), not by its size
-            self.bins = _arrow(feed_bins(self.packets, self.t0, self.config.freeze)).to_pandas(
-                types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+            bins = self._direct_bins() if self.direct else _arrow(feed_bins(self.packets, self.t0,
+                                                                              self.config.freeze))
+            self.bins = bins.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
             self.domain = read_domain(self.bins)
             self.ended = ended_early(self.domain)
             self.handler_gaps = _arrow(self.src.gaps.drop(*schema.PARTITION_COLUMNS)).to_pandas(
@@ -369,10 +414,14 @@ class Analysis:
             partitions = math.ceil(partitions / cores) * cores
         live_end = tuple(self.ended.get(f, d.last) for f in schema.LIVE_FEEDS)
         self.params = arrivals.Params(self.config.bucket_size, d.first, d.last, live_end=live_end)
-        self.pieces = sequence_pieces(self.packets, self.config.bucket_size, partitions)
         # the per-message pass runs ONCE: its merged output (small rows plus one row per distinct delay) is
         # persisted, and the exact percentiles come from the distinct delays, not from another pass
-        self.merged = _run_pieces(self.pieces, self.params).persist(StorageLevel.MEMORY_AND_DISK)
+        if self.direct:
+            tasks = direct.plan_pieces(self.packet_groups, d.first, d.last, self.config.bucket_size, partitions)
+            passed = _direct_pass(self.spark, self.recording, tasks, self.params)
+        else:
+            passed = _run_pieces(sequence_pieces(self.packets, self.config.bucket_size, partitions), self.params)
+        self.merged = passed.persist(StorageLevel.MEMORY_AND_DISK)
         rows = _arrow(self.merged.where(F.col("kind") != arrivals.EXACT))
         self.distinct_delays = self.merged.where(F.col("kind") == arrivals.EXACT).count()
         hist = _kind(rows, arrivals.HIST)
@@ -468,9 +517,13 @@ class Analysis:
             hours = sorted({schema.hour_label(h * schema.NANOS_PER_HOUR) for r in rows
                             for h in range((r["silence_start"] - params.pre_ns) // schema.NANOS_PER_HOUR,
                                            (r["resume"] + params.post_ns) // schema.NANOS_PER_HOUR + 1)})
-            source = self.src.packets.where(F.col(schema.HOUR_COLUMN).isin(hours))
-            near = (_arrow(_data_packets(project_packets(source)).where(cond)
-                           .select("feed", "arrival_ns", "sequence", "count")).to_pandas())
+            if self.direct:
+                near = self._direct_near(np.array([(r["silence_start"] - params.pre_ns, r["resume"] + params.post_ns)
+                                                   for r in rows], np.int64))
+            else:
+                source = self.src.packets.where(F.col(schema.HOUR_COLUMN).isin(hours))
+                near = (_arrow(_data_packets(project_packets(source)).where(cond)
+                               .select("feed", "arrival_ns", "sequence", "count")).to_pandas())
             for r in sorted(rows, key=lambda r: r["silence_start"]):
                 lo, hi = r["silence_start"] - params.pre_ns, r["resume"] + params.post_ns
                 part = near[(near["arrival_ns"] >= lo) & (near["arrival_ns"] <= hi)]
@@ -492,10 +545,36 @@ class Analysis:
         self.tables["freezes"] = frame
         self.detail["freeze_windows"] = windows
 
+    def _direct_near(self, windows: np.ndarray) -> pd.DataFrame:
+        """The data packets inside the arrival windows, from the row groups whose arrivals overlap them."""
+        groups = [g for g in direct.row_groups(self.recording, schema.PACKETS, self.session, "arrival_ns")
+                  if any(g.overlaps(lo, hi) for lo, hi in windows.tolist())]
+        tasks = direct.batches(groups, self._task_rows(groups))
+        recording = self.recording
+
+        def body(index: int):
+            return [direct.near(direct.read(recording, tasks[index], direct.PIECE_COLUMNS), windows)]
+
+        return direct.collect_tasks(self.spark, tasks, body, direct.NEAR_SCHEMA).to_pandas()
+
+    def _direct_message_rows(self) -> pd.DataFrame:
+        groups = direct.row_groups(self.recording, schema.MESSAGES, self.session)
+        tasks = direct.batches(groups, self._task_rows(groups))
+        recording, t0, window_ns = self.recording, self.t0, self.window_ns
+
+        def body(index: int):
+            table = direct.read(recording, tasks[index], direct.MESSAGE_COLUMNS)
+            return [direct.message_counts(table, t0, window_ns)]
+
+        partials = direct.collect_tasks(self.spark, tasks, body, direct.MESSAGE_SCHEMA)
+        return direct.merge_message_counts(partials).to_pandas()
+
     def _messages(self) -> None:
         """Type mix, symbols and wins per window from ONE scan of the messages (GROUPING SETS)."""
-        from logbuf.marketdata import itch
 
+        if self.direct:
+            self._message_tables(self._direct_message_rows())
+            return
         view = f"logbuf_messages_{id(self)}"
         self.src.messages.createOrReplaceTempView(view)
         # every aggregate has a fixed-width buffer (a string max would force a slow sort-based aggregate):
@@ -510,6 +589,11 @@ class Analysis:
             GROUP BY GROUPING SETS ((type), (stock_locate, stock), (window, feed))""")
         rows = _arrow(grouped).to_pandas()
         self.spark.catalog.dropTempView(view)
+        self._message_tables(rows)
+
+    def _message_tables(self, rows: pd.DataFrame) -> None:
+        from logbuf.marketdata import itch
+
         # grouping_id: bit set = column aggregated away; (type, stock_locate, stock, window, feed) = bits 4..0
         by_type = rows[rows["gid"] == 0b01111]
         by_window = rows[rows["gid"] == 0b11100]

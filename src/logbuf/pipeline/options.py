@@ -14,7 +14,8 @@ from logbuf.pipeline.quantiles import DEFAULT_MAX_COLLECT
 from logbuf.units import NANOS_PER_MILLI, NANOS_PER_SECOND
 
 DEFAULT_PERCENTILES = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999, 1.0)
-DEFAULT_BUCKET_SIZE = 1 << 16  # sequences per bucket of the sequence space
+DEFAULT_BUCKET_SIZE = 1 << 16
+READERS = ("auto", "arrow", "spark")  # sequences per bucket of the sequence space
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class AnalyzeConfig:
     sequence_partitions: int | None = None  # None: ~4 M messages per partition, at least 2 per core
     plots: bool = True
     cache_packets: bool | None = None  # persist the projected packets; None: when the recording is remote
+    reader: str = "auto"  # arrow: row groups read by pyarrow in the tasks; spark: Spark's reader; auto: by path
     host_warnings: tuple[str, ...] = ()  # the producing processes ran late (pipeline.host): shown in the report
 
     def __post_init__(self) -> None:
@@ -36,6 +38,8 @@ class AnalyzeConfig:
             raise PipelineConfigError("window must be positive")
         if self.bucket_size < 1024:
             raise PipelineConfigError("bucket_size must be >= 1024")
+        if self.reader not in READERS:
+            raise PipelineConfigError(f"reader must be one of {', '.join(READERS)}")
         if self.top_symbols < 1:
             raise PipelineConfigError("top_symbols must be >= 1")
         for q in self.percentiles:
@@ -117,6 +121,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-packets", choices=("auto", "yes", "no"), default="auto",
                    help="persist the projected packets for the later stages: yes, no, or auto = only when the "
                         "recording is not on a local disk (default: %(default)s)")
+    p.add_argument("--reader", choices=READERS, default="auto",
+                   help="arrow: each Spark task reads its Parquet row groups itself with pyarrow (every worker "
+                        "must reach the files); spark: Spark's own Parquet reader (any filesystem Spark reads); "
+                        "auto = arrow for a local path, spark otherwise (default: %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="tables and report only (default: draw the plots)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no summary (default: off)")
 
@@ -129,6 +137,7 @@ def config_from_args(args: argparse.Namespace) -> AnalyzeConfig:
     return AnalyzeConfig(session=args.session, window_ns=args.window, freeze=freeze,
                          percentiles=args.percentiles or DEFAULT_PERCENTILES, top_symbols=args.top_symbols,
                          plots=not args.no_plots, host_warnings=tuple(warnings),
-                         cache_packets={"yes": True, "no": False}.get(getattr(args, "cache_packets", "auto")))
+                         cache_packets={"yes": True, "no": False}.get(getattr(args, "cache_packets", "auto")),
+                         reader=getattr(args, "reader", "auto"))
 
 

@@ -277,6 +277,46 @@ class _PendingGap:
     frames: list[bytes] = field(default_factory=list)  # the lost messages' framed bytes (to answer re-requests)
 
 
+class _BackgroundWriter:
+    """The recording's writes done by one thread of their own, in call order: Parquet encoding and compression
+    (a quarter of the generator's time) release the GIL, so they overlap the next segment's generation. At most
+    ``depth`` writes wait (memory stays bounded); a failed write is raised by the next call or by close()."""
+
+    def __init__(self, writer: RecordingWriter, depth: int = 4) -> None:
+        import queue
+        import threading
+
+        self._writer = writer
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="scenario-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is None:
+                try:
+                    self._writer.write(*item)
+                except BaseException as exc:  # kept for the generating thread
+                    self._error = exc
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def write(self, dataset: str, session: str, table: pa.Table) -> None:
+        self._check()
+        self._queue.put((dataset, session, table))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._check()
+
+
 class ScenarioGenerator:
     """Writes the recording of :class:`ScenarioConfig` to a directory and returns its :class:`ScenarioTruth`."""
 
@@ -392,12 +432,16 @@ class ScenarioGenerator:
 
         cfg = self.config
         show = sys.stderr.isatty() if progress is None else progress
-        with RecordingWriter(root) as writer, tqdm(total=cfg.messages, unit="msg", unit_scale=True,
-                                                    file=sys.stderr, disable=not show, desc="scenario") as bar:
-            for segment in self._segments():
-                self._segment(segment, writer)
-                bar.update(segment.size)
-            self._finish(writer)
+        with RecordingWriter(root) as files, tqdm(total=cfg.messages, unit="msg", unit_scale=True,
+                                                   file=sys.stderr, disable=not show, desc="scenario") as bar:
+            writer = _BackgroundWriter(files)
+            try:
+                for segment in self._segments():
+                    self._segment(segment, writer)
+                    bar.update(segment.size)
+                self._finish(writer)
+            finally:
+                writer.close()
         truth = self.truth
         truth.type_counts = {bytes([c]).decode(): int(n) for c, n in enumerate(self._type_counts) if n}
         for name, runs in self._feed_gap_runs.items():
@@ -408,7 +452,7 @@ class ScenarioGenerator:
         os.replace(tmp, Path(root) / TRUTH_FILE)
         return truth
 
-    def _segment(self, seg: _Segment, writer: RecordingWriter) -> None:
+    def _segment(self, seg: _Segment, writer: _BackgroundWriter) -> None:
         cfg = self.config
         n = seg.size
         seq0 = seg.first_sequence
@@ -484,7 +528,7 @@ class ScenarioGenerator:
                       first_arrival[where])
         self._resolve_gaps(writer)
 
-    def _deliver(self, writer: RecordingWriter, buf: np.ndarray, offsets: np.ndarray, sequences: np.ndarray,
+    def _deliver(self, writer: _BackgroundWriter, buf: np.ndarray, offsets: np.ndarray, sequences: np.ndarray,
                  feeds: np.ndarray, arrivals: np.ndarray) -> None:
         if not offsets.size:
             return
@@ -558,7 +602,7 @@ class ScenarioGenerator:
             if past.size:
                 gap.seen_after[feed] = int(arrival[past].min())
 
-    def _resolve_gaps(self, writer: RecordingWriter, final: bool = False) -> None:
+    def _resolve_gaps(self, writer: _BackgroundWriter, final: bool = False) -> None:
         cfg = self.config
         still = []
         for gap in self._pending:
@@ -584,7 +628,7 @@ class ScenarioGenerator:
             writer.write(schema.GAPS, cfg.session, table)
         self._pending = still
 
-    def _answer(self, writer: RecordingWriter, gap: _PendingGap, at_ns: int) -> int:
+    def _answer(self, writer: _BackgroundWriter, gap: _PendingGap, at_ns: int) -> int:
         """Re-request answers ('R' packets, one budget each, 1 us apart); returns the last one's arrival."""
         buf = np.frombuffer(b"".join(gap.frames), dtype=np.uint8)
         frame_len = np.array([len(f) for f in gap.frames], dtype=np.int64)
@@ -603,7 +647,7 @@ class ScenarioGenerator:
                       np.full(frame_len.size, _R), per_message)
         return int(arrival[-1])
 
-    def _finish(self, writer: RecordingWriter) -> None:
+    def _finish(self, writer: _BackgroundWriter) -> None:
         self._resolve_gaps(writer, final=True)
         eos = []
         for feed in (_A, _B):
