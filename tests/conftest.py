@@ -39,9 +39,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 settings.register_profile("logbuf", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("logbuf")
 
-# Parallel runs (pytest-xdist, ``--dist loadgroup``): the tests marked ``slow`` (multi-process stress tests, the
-# demo, the Spark cluster) run one after the other on one worker, and so do the tests of the shared SparkSession
-# (one JVM, started once, on that worker); every other test goes to whichever worker is free.  xdist's own ``xdist_group``
+# Parallel runs (pytest-xdist, ``--dist loadgroup``): the tests of the shared SparkSession run one after the other
+# on one worker (one JVM, and the shared analysis, made once), and so do the other tests marked ``slow``
+# (multi-process stress tests, the demo); every other test goes to whichever worker is free.  xdist's own ``xdist_group``
 # mark travels in the test's id, which pytest 9.2 no longer lets a plugin change: here each worker writes the
 # groups it collected to a file and the controller's scheduler reads them (``pytest_xdist_make_scheduler``).
 XDIST_GROUPS = (("slow", "slow"), ("spark", "spark"))  # (mark, group), the first that applies
@@ -50,13 +50,14 @@ _GROUPS_DIR_VARIABLE = "LOGBUF_TEST_GROUPS_DIR"
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
-    """The parallel-run group of ``item``: ``slow`` for a test marked so, ``spark`` for one marked ``spark`` or
-    using the shared session, else None (any worker)."""
+    """The parallel-run group of ``item``: ``spark`` for a test of the shared session (whatever its marks: the
+    session is started once per worker), else ``slow`` for a test marked so, ``spark`` for one marked
+    ``spark``, else None (any worker)."""
+    if SPARK_FIXTURE_NAMES & set(getattr(item, "fixturenames", ())):
+        return "spark"
     for marker, group in XDIST_GROUPS:
         if item.get_closest_marker(marker) is not None:
             return group
-    if SPARK_FIXTURE_NAMES & set(getattr(item, "fixturenames", ())):
-        return "spark"
     return None
 
 

@@ -81,5 +81,6 @@ def test_parallel_runs_keep_stress_tests_and_the_shared_spark_session_on_one_wor
     assert root_conftest.xdist_group_of(_Item(("spark", "slow"))) == "slow"
     assert root_conftest.xdist_group_of(_Item(("spark",))) == "spark"
     assert root_conftest.xdist_group_of(_Item((), ("tmp_path", "analysis"))) == "spark"
+    assert root_conftest.xdist_group_of(_Item(("spark", "slow"), ("analysis",))) == "spark"  # the cluster's
     assert root_conftest.xdist_group_of(_Item(("slow", "timeout"))) == "slow"
     assert root_conftest.xdist_group_of(_Item(("timeout",), ("tmp_path",))) is None
