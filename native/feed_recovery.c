@@ -5,10 +5,13 @@
  *
  *     gap declared -> start: the first round after initial_backoff x U(jitter) (splitmix64, seeded)
  *     poll(declared holes, now) -> answer-sized requests, head first, at most max_outstanding in flight,
- *         paced by a token bucket at rate_units / 1000 requests per second (under the server's per-client
- *         limit); an unanswered request is asked again after retry_interval
- *     expired -> a hole whose first message was requested give_up ago, or every hole once the server has
- *         answered nothing for give_up while requests were in flight
+ *         paced by a token bucket at rate / 1000 requests per second (AIMD: a request's first time-out while
+ *         the server answered others halves it, once per retry_interval, down to rate_units / 64; answers raise
+ *         it by rate_units / 16 per second of answers, up to rate_units); an unanswered request is asked again
+ *         after retry_interval
+ *     expired -> a hole still missing give_up after the latest of its first request, the last answer to a request
+ *         for it and the last congestion cut,
+ *         or every hole once the server has answered nothing for give_up while requests were in flight
  *
  * Until an answer shows how many messages one packet carries, requests ask for max_request_count and only
  * their first message counts as requested; afterwards each asks for one answer's worth. The times sequences
@@ -48,11 +51,15 @@ int32_t feed_rec_init(lbf_eng_t *e)
     r->out_ns = calloc((size_t)window, sizeof(int64_t));
     r->kept_seq = calloc((size_t)window, sizeof(uint64_t));
     r->kept_ns = calloc((size_t)window, sizeof(int64_t));
+    r->out_to = calloc((size_t)window, sizeof(uint8_t));
+    r->kept_to = calloc((size_t)window, sizeof(uint8_t));
     r->hole_first = calloc((size_t)window, sizeof(uint64_t));
     r->hole_last = calloc((size_t)window, sizeof(uint64_t));
-    if (!r->out_seq || !r->out_ns || !r->kept_seq || !r->kept_ns || !r->hole_first || !r->hole_last)
+    if (!r->out_seq || !r->out_ns || !r->kept_seq || !r->kept_ns || !r->out_to || !r->kept_to || !r->hole_first ||
+        !r->hole_last)
         return -ENOMEM;
     r->tokens = e->config.request_burst * LBF_REC_TOKEN;
+    r->rate = e->config.rate_units;
     r->rng = e->config.seed;
     e->last_answer_ns = INT64_MIN;
     return 0;
@@ -65,6 +72,8 @@ void feed_rec_destroy(lbf_eng_t *e)
     free(r->out_ns);
     free(r->kept_seq);
     free(r->kept_ns);
+    free(r->out_to);
+    free(r->kept_to);
     free(r->hole_first);
     free(r->hole_last);
     free(r->fa_start);
@@ -98,8 +107,13 @@ void feed_rec_stop(lbf_eng_t *e)
     r->paced = 0;
     r->has_quiet = 0;
     r->has_head = 0;
+    r->has_cut = 0;
     IMPL(e)->rec_touched = 1;
 }
+
+/* the lowest rate congestion cuts to (a 64th of request_rate), and the rise per second of answers (a 16th) */
+static int64_t floor_units(const lbf_eng_config_t *c) { return c->rate_units / 64 > 1 ? c->rate_units / 64 : 1; }
+static int64_t raise_units(const lbf_eng_config_t *c) { return c->rate_units / 16 > 1 ? c->rate_units / 16 : 1; }
 
 static int64_t find_sorted(const uint64_t *a, int64_t n, uint64_t v) /* index of v in sorted a, or -1 */
 {
@@ -122,6 +136,25 @@ static int64_t asked_find(const rec_t *r, uint64_t seq)
     return -1;
 }
 
+static int fa_answered(rec_t *r, uint64_t first, uint64_t last, int64_t now_ns);
+
+/* the token bucket up to now_ns at the rate now (exact integers: the same whenever it is refilled) */
+static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
+{
+    int64_t cap = c->request_burst * LBF_REC_TOKEN;
+    if (r->has_tokens_ns && now_ns > r->tokens_ns) {
+        int64_t elapsed = now_ns - r->tokens_ns, room = cap - r->tokens;
+        /* saturates at the burst without overflowing (elapsed x rate may pass int64) */
+        r->tokens = room <= 0 || elapsed > room / r->rate ? cap : r->tokens + elapsed * r->rate;
+        if (r->tokens > cap)
+            r->tokens = cap;
+    }
+    if (!r->has_tokens_ns || now_ns > r->tokens_ns) {
+        r->has_tokens_ns = 1;
+        r->tokens_ns = now_ns;
+    }
+}
+
 void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count)
 {
     rec_t *r = REC(e);
@@ -131,8 +164,20 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
     if (i >= 0) { /* the request it answers is no longer in flight */
         memmove(r->out_seq + i, r->out_seq + i + 1, (size_t)(r->out_n - i - 1) * sizeof(uint64_t));
         memmove(r->out_ns + i, r->out_ns + i + 1, (size_t)(r->out_n - i - 1) * sizeof(int64_t));
+        memmove(r->out_to + i, r->out_to + i + 1, (size_t)(r->out_n - i - 1) * sizeof(uint8_t));
         r->out_n--;
         e->requests_answered++;
+        /* additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket is
+         * filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran */
+        refill(r, &e->config, now_ns);
+        int64_t step = raise_units(&e->config) * 1000 / r->rate;
+        r->rate += step > 1 ? step : 1;
+        if (r->rate > e->config.rate_units)
+            r->rate = e->config.rate_units;
+        /* the server answers it: its give-up clock restarts (if the answer could not be kept, e.g. the queue is
+         * full behind a hole the server lacks, the hole stays and is asked again; it is not the server's loss) */
+        if (!fa_answered(r, first, first + (count < 1 ? 1 : count) - 1, now_ns))
+            IMPL(e)->oom = 1;
     }
     if (e->recovering) { /* the server is answering: the silence clock restarts */
         r->has_quiet = 1;
@@ -158,21 +203,6 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
     e->request_chunk = r->has_chunk ? r->chunk : 0;
 }
 
-static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
-{
-    int64_t cap = c->request_burst * LBF_REC_TOKEN;
-    if (r->has_tokens_ns && now_ns > r->tokens_ns) {
-        int64_t elapsed = now_ns - r->tokens_ns, room = cap - r->tokens;
-        /* saturates at the burst without overflowing (elapsed x rate may pass int64) */
-        r->tokens = room <= 0 || elapsed > room / c->rate_units ? cap : r->tokens + elapsed * c->rate_units;
-        if (r->tokens > cap)
-            r->tokens = cap;
-    }
-    if (!r->has_tokens_ns || now_ns > r->tokens_ns) {
-        r->has_tokens_ns = 1;
-        r->tokens_ns = now_ns;
-    }
-}
 
 /* the first-requested breakpoints: first i with fa_end[i] >= v */
 static int64_t fa_lower_end(const rec_t *r, uint64_t v) { return feed_lower_end(r->fa_end, r->fa_n, v); }
@@ -227,6 +257,36 @@ static int note_requested(rec_t *r, uint64_t first, uint64_t last, int64_t now_n
     return 1;
 }
 
+/* an answer to a request in flight came for [first, last]: what of it was requested counts as requested from
+ * now_ns (split out of its range; nothing that was not requested becomes requested) */
+static int fa_answered(rec_t *r, uint64_t first, uint64_t last, int64_t now_ns)
+{
+    uint64_t cur = first;
+    while (cur <= last) {
+        int64_t i = fa_lower_end(r, cur);
+        if (i >= r->fa_n || r->fa_start[i] > last)
+            break;
+        uint64_t lo = r->fa_start[i], hi = r->fa_end[i];
+        int64_t ns = r->fa_ns[i];
+        uint64_t a = lo > cur ? lo : cur, b = hi < last ? hi : last;
+        size_t tail = (size_t)(r->fa_n - i - 1);
+        memmove(r->fa_start + i, r->fa_start + i + 1, tail * sizeof(uint64_t));
+        memmove(r->fa_end + i, r->fa_end + i + 1, tail * sizeof(uint64_t));
+        memmove(r->fa_ns + i, r->fa_ns + i + 1, tail * sizeof(int64_t));
+        r->fa_n--;
+        if (b < hi && !fa_insert(r, i, b + 1, hi, ns))
+            return 0;
+        if (lo < a && !fa_insert(r, i, lo, a - 1, ns))
+            return 0;
+        if (!note_requested(r, a, b, now_ns))
+            return 0;
+        if (b >= last)
+            break;
+        cur = b + 1;
+    }
+    return 1;
+}
+
 static int first_requested_ns(const rec_t *r, uint64_t seq, int64_t *ns)
 {
     int64_t lo = 0, hi = r->fa_n; /* first i with fa_start[i] > seq */
@@ -244,6 +304,25 @@ static int first_requested_ns(const rec_t *r, uint64_t seq, int64_t *ns)
     return 1;
 }
 
+/* a request timed out while the server answered others: it drops what it cannot serve. The rate halves (down to
+ * the floor; once per retry interval) and every give-up clock restarts (a dropped request says nothing about
+ * whether the server has the data) */
+static void congested(const lbf_eng_config_t *c, rec_t *r, int64_t now_ns)
+{
+    if (!r->has_cut || now_ns - r->cut_ns >= c->retry_interval_ns) {
+        int64_t floor = floor_units(c);
+        r->rate = r->rate / 2 > floor ? r->rate / 2 : floor;
+        r->has_cut = 1;
+        r->cut_ns = now_ns;
+    }
+}
+
+/* where the give-up clock of a sequence first requested at requested_ns started: then, or at the last cut */
+static int64_t clock_ns(const rec_t *r, int64_t requested_ns)
+{
+    return r->has_cut && r->cut_ns >= requested_ns ? r->cut_ns : requested_ns;
+}
+
 static int server_silent(const lbf_eng_t *e, const rec_t *r, int64_t now_ns)
 {
     return r->has_quiet && r->out_n > 0 && now_ns - r->quiet_ns >= e->config.give_up_ns;
@@ -259,7 +338,7 @@ int64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     int64_t n = 0;
     for (int64_t h = 0; h < holes && r->fa_n; h++) {
         int64_t ns;
-        if (!first_requested_ns(r, r->hole_first[h], &ns) || now_ns - ns < e->config.give_up_ns)
+        if (!first_requested_ns(r, r->hole_first[h], &ns) || now_ns - clock_ns(r, ns) < e->config.give_up_ns)
             break;
         n++;
     }
@@ -329,12 +408,19 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                 old++;
             int found = old < r->out_n && r->out_seq[old] == seq;
             int64_t sent = found ? r->out_ns[old] : 0;
+            uint8_t to = found ? r->out_to[old] : 0;
+            if (found && !to && now_ns - sent >= c->retry_interval_ns) {
+                to = 1; /* its first time-out: the only one it signals */
+                if (e->last_answer_ns != INT64_MIN && e->last_answer_ns > sent)
+                    congested(c, r, now_ns); /* unanswered while the server answered others */
+            }
             if (!found || now_ns - sent >= c->retry_interval_ns) {
                 if (r->tokens < LBF_REC_TOKEN) { /* paced: the rest goes out as tokens come back */
                     r->paced = 1;
                     if (!found)
                         break;
                     r->kept_seq[kept] = seq;
+                    r->kept_to[kept] = to;
                     r->kept_ns[kept++] = sent;
                     seq += count;
                     continue;
@@ -347,6 +433,7 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                 sent = now_ns;
             }
             r->kept_seq[kept] = seq;
+            r->kept_to[kept] = to;
             r->kept_ns[kept++] = sent;
             seq += count;
         }
@@ -363,10 +450,13 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     }
     uint64_t *ts = r->out_seq;
     int64_t *tn = r->out_ns;
+    uint8_t *tt = r->out_to;
     r->out_seq = r->kept_seq;
     r->out_ns = r->kept_ns;
+    r->out_to = r->kept_to;
     r->kept_seq = ts;
     r->kept_ns = tn;
+    r->kept_to = tt;
     r->out_n = kept;
     if (r->asked_n > 4 * window) { /* answers that never came: keep the table bounded */
         int64_t n = 0;
@@ -397,15 +487,20 @@ int64_t feed_rec_next_deadline(lbf_eng_t *e)
         /* requests are waiting for a token: nothing due can go out before it is whole (retries included), but a
          * give-up falls due on time */
         int64_t missing = LBF_REC_TOKEN - r->tokens;
-        int64_t wait = missing > 0 ? (missing + c->rate_units - 1) / c->rate_units : -((-missing) / c->rate_units);
+        int64_t wait = missing > 0 ? (missing + r->rate - 1) / r->rate : -((-missing) / r->rate);
         d = r->tokens_ns + wait;
+        /* but a request's first time-out is due on time: it may signal congestion (a cut of the rate and of every
+         * give-up clock), which must not wait for the next token nor depend on when the next poll runs */
+        for (int64_t i = 0; i < r->out_n; i++)
+            if (!r->out_to[i] && r->out_ns[i] + c->retry_interval_ns < d)
+                d = r->out_ns[i] + c->retry_interval_ns;
     } else {
         for (int64_t i = 0; i < r->out_n; i++)
             if (r->out_ns[i] + c->retry_interval_ns < d)
                 d = r->out_ns[i] + c->retry_interval_ns;
     }
-    if (r->has_head && r->head_ns + c->give_up_ns < d)
-        d = r->head_ns + c->give_up_ns;
+    if (r->has_head && clock_ns(r, r->head_ns) + c->give_up_ns < d)
+        d = clock_ns(r, r->head_ns) + c->give_up_ns;
     if (r->has_quiet && r->out_n && r->quiet_ns + c->give_up_ns < d)
         d = r->quiet_ns + c->give_up_ns;
     return d;

@@ -47,7 +47,7 @@ typedef struct lb_publication {
     int32_t session_id;
     int32_t stream_id;
     int32_t max_payload_length;     /* mtu - 32 */
-    int32_t max_message_length;     /* min(term_length / 8, 16 MiB) */
+    int32_t max_message_length;     /* min(T / LB_MAX_MESSAGE_TERM_DIVISOR, LB_MAX_MESSAGE_LENGTH_CAP) */
     /* exclusive publications only: the writer's own copy of where it is */
     int32_t ex_term_offset;
     int32_t ex_term_id;

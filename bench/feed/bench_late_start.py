@@ -3,15 +3,20 @@ a per-client limit, at full rate, without sockets or a scheduler in the way.
 
     PYTHONPATH=src .venv/bin/python bench/feed/bench_late_start.py --rate 20000 --late-start 60
     PYTHONPATH=src .venv/bin/python bench/feed/bench_late_start.py --rate 2000 --late-start 10 --request-rate 800
+    PYTHONPATH=src .venv/bin/python bench/feed/bench_late_start.py --rate 20000 --late-start 60 --server-rate 5000
+    PYTHONPATH=src .venv/bin/python bench/feed/bench_late_start.py --rate 20000 --late-start 60 --server-lacks 100000
 
 A and B send ``--rate`` packets/s of ``--messages-per-packet`` messages each (B 1 ms behind A) from t = 0; the
 handler joins at ``--late-start`` s (``--join from-start``: everything before is re-requested). The server
 answers each request after ``--rtt-ms`` with one packet (at most ``--messages-per-packet`` of the asked
 messages), at most ``--server-rate`` answers per second (requests past it are dropped, as a rate-limited server
-does). The engine runs with the handler's defaults except ``--request-rate``/``--max-outstanding``/``--give-up``.
-Reports when the stream caught up with live (the next sequence within 100 ms of what A sent), whether anything
-was given up, and this process's CPU per datagram (building the packets included: an upper bound of the
-engine's). Arrivals reach the engine through its receive ring a millisecond at a time, each with its own time.
+does; ``--server-lacks N``: requests starting at or before sequence N are never answered, as a server that no
+longer has old data). The engine runs with the handler's defaults except ``--request-rate``,
+``--max-outstanding`` and ``--give-up``. Reports when the stream caught up with live (the next sequence within
+100 ms of what A sent), when it was complete (every message of the session delivered or given up), whether
+anything was given up and when first, and this process's CPU per datagram (building the packets included: an
+upper bound of the engine's). Arrivals reach the engine through its receive ring a millisecond at a time, each
+with its own time.
 """
 
 from __future__ import annotations
@@ -69,8 +74,10 @@ def run(args: argparse.Namespace) -> dict:
     k = first_live
     server_burst = args.server_rate / 10  # 100 ms worth
     server_tokens = server_burst
-    answers = dropped = processed = 0
+    answers = dropped = processed = unanswerable = 0
     caught_up_ns = None
+    complete_ns = None  # when every message of the session had been delivered or given up
+    first_give_up_ns = None  # when something was first given up (to 10 ms)
     cpu = time.process_time()
     now = late
     while True:
@@ -100,16 +107,22 @@ def run(args: argparse.Namespace) -> dict:
         server_tokens = min(server_burst, server_tokens + STEP_NS * args.server_rate / NS)
         for event in out:
             if isinstance(event, RecoveryRequest):
+                if event.seq <= args.server_lacks:  # the server no longer has it: never answered
+                    unanswerable += 1
+                    continue
                 if server_tokens < 1:  # over the server's limit: dropped (the pacing asks again)
                     dropped += 1
                     continue
                 server_tokens -= 1
                 heapq.heappush(answers_due, (end + int(args.rtt_ms * MS), event.seq, min(event.count, per)))
         now = end
+        if first_give_up_ns is None and (now // STEP_NS) % 10 == 0 and arb.counter_values()["messages_unrecoverable"]:
+            first_give_up_ns = now
         expected = arb.expected or 1
         if caught_up_ns is None and expected - 1 >= (now - LIVE_SLACK_NS) / period * per:
             caught_up_ns = now
         if k >= total and not answers_due and not arb.recovering:
+            complete_ns = now  # the whole session delivered or given up, nothing left to recover
             break
     cpu = time.process_time() - cpu
     counters = arb.counter_values()
@@ -118,8 +131,11 @@ def run(args: argparse.Namespace) -> dict:
         "past_packets": first_live, "request_rate": args.request_rate, "max_outstanding": args.max_outstanding,
         "server_rate": args.server_rate,
         "caught_up_after_start_s": None if caught_up_ns is None else round((caught_up_ns - late) / NS, 2),
+        "complete_after_start_s": None if complete_ns is None else round((complete_ns - late) / NS, 2),
         "delivered": (arb.expected or 1) - 1, "expected": total * per,
-        "unrecoverable": counters["messages_unrecoverable"], "requests": arb.requests_sent,
+        "unrecoverable": counters["messages_unrecoverable"],
+        "first_give_up_after_start_s": None if first_give_up_ns is None else round((first_give_up_ns - late) / NS, 2), "requests": arb.requests_sent,
+        "server_lacks": args.server_lacks, "requests_for_lacking_data": unanswerable,
         "requests_dropped_by_server": dropped, "answers": answers, "request_chunk": arb.request_chunk,
         "shed_packets": counters["shed_packets"], "queue_overflows": counters["queue_overflows"],
         "cpu_us_per_packet": round(cpu * 1e6 / max(1, processed), 2), "load": round(os.getloadavg()[0], 2),
@@ -137,6 +153,8 @@ def main() -> None:
     parser.add_argument("--max-outstanding", type=int, default=512, help="the handler's --max-outstanding")
     parser.add_argument("--give-up", type=float, default=10.0, help="the handler's --give-up (s)")
     parser.add_argument("--server-rate", type=float, default=50_000.0, help="answers per second the server allows")
+    parser.add_argument("--server-lacks", type=int, default=0,
+                        help="the server lacks the first N sequences (requests starting there are never answered)")
     parser.add_argument("--rtt-ms", type=float, default=1.0, help="request to answer")
     args = parser.parse_args()
     if not args.duration:

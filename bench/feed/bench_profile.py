@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -210,8 +211,10 @@ def _last_json(text: str | None) -> dict:
     return json.loads(lines[-1]) if lines else {}
 
 
-def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
-    """One run at ``rate`` packets/s per feed; the result line (also printed)."""
+def run_profile(args: argparse.Namespace, rate: float, work: Path, watch: Any = None) -> dict:
+    """One run at ``rate`` packets/s per feed; the result line (also printed). ``watch(directory)``, if given,
+    is called once the driver is up and returns something whose ``close()`` is called before the driver
+    closes (bench_late_real.py samples the handler's counters with it)."""
     import logbuf
     from logbuf.samples.ports import free_udp_ports
 
@@ -228,6 +231,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
     try:
         with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="bench-profile-") as tmp:
             driver = logbuf.MediaDriver.launch(Path(tmp) / "drv", ipc_term_length=args.term_mib << 20)
+            watcher = watch(driver.directory) if watch is not None else None
             env = dict(os.environ, LOGBUF_DIR=str(driver.directory))
             me = [sys.executable, __file__, "--dir", str(driver.directory)]
             procs: list[subprocess.Popen] = []
@@ -289,6 +293,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path) -> dict:
                     for stream in (proc.stdout, proc.stderr):
                         if stream is not None:
                             stream.close()
+                if watcher is not None:
+                    watcher.close()
                 driver.close()
     finally:
         day.unlink(missing_ok=True)

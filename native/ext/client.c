@@ -683,7 +683,8 @@ static PyObject *Publication_attach(Publication *self, PyObject *args)
     }
     LogMapping *m = (LogMapping *)log;
     if (m->closed) return closed_error("log buffer");
-    if (max_payload_length <= 0 || max_payload_length > m->term_length / 8 || max_message_length <= 0) {
+    if (max_payload_length <= 0 || max_payload_length > m->term_length / LB_MAX_MESSAGE_TERM_DIVISOR ||
+        max_message_length <= 0) {
         PyErr_SetString(PyExc_ValueError, "max payload / message length out of range");
         return NULL;
     }
@@ -696,7 +697,7 @@ static PyObject *Publication_attach(Publication *self, PyObject *args)
     p->limit = limit;
     p->term_length = m->term_length;
     p->position_bits = m->position_bits;
-    p->max_possible_position = (int64_t)m->term_length << 31;
+    p->max_possible_position = (int64_t)m->term_length << LB_POSITION_TERM_COUNT_BITS;
     p->initial_term_id = initial_term_id;
     p->session_id = session_id;
     p->stream_id = stream_id;
@@ -1735,6 +1736,9 @@ static PyObject *layout_table(void)
     L("LOG_DEFAULT_FRAME_HEADER_OFFSET", LB_META_DEFAULT_HEADER)
     L("LOG_WAITING_SUBSCRIBERS_OFFSET", LB_META_WAITING_SUBSCRIBERS)
     L("MAX_WAKE_POSTS", LB_MAX_WAKE_POSTS)
+    L("POSITION_TERM_COUNT_BITS", LB_POSITION_TERM_COUNT_BITS)
+    L("MAX_MESSAGE_TERM_DIVISOR", LB_MAX_MESSAGE_TERM_DIVISOR)
+    L("MAX_MESSAGE_LENGTH_CAP", LB_MAX_MESSAGE_LENGTH_CAP)
 #undef L
     return layout;
 fail:

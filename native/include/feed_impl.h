@@ -103,8 +103,10 @@ typedef struct rec {
     uint64_t *out_seq;          /* requests in flight: first sequence -> when sent, sorted by sequence */
     int64_t *out_ns;
     int64_t out_n;
+    uint8_t *out_to;            /* in flight and already timed out once (each request signals congestion once) */
     uint64_t *kept_seq;         /* poll's scratch (the next in-flight table); both hold max_outstanding */
     int64_t *kept_ns;
+    uint8_t *kept_to;
     uint64_t *fa_start, *fa_end; /* sequences first requested at fa_ns: disjoint ranges sorted by start */
     int64_t *fa_ns;
     int64_t fa_n, fa_cap;
@@ -115,6 +117,9 @@ typedef struct rec {
     uint32_t chunk;
     int32_t full_seen;          /* an answer came back shorter than asked: its packet was full */
     int64_t tokens;             /* the token bucket, LBF_REC_TOKEN per request */
+    int64_t rate;               /* the rate now (AIMD), in rate_units: halved on congestion, raised by answers */
+    int32_t has_cut;            /* the last congestion cut was at cut_ns: every give-up clock restarts there */
+    int64_t cut_ns;
     int32_t has_tokens_ns;
     int64_t tokens_ns;
     int32_t paced;              /* the last poll held requests back for want of tokens */

@@ -44,6 +44,13 @@
 #define LB_META_WAITING_SUBSCRIBERS 1024
 #define LB_TAIL_COUNTER_LENGTH 8
 
+/* a term count is an int32 that never goes negative: a log reaches at most T << LB_POSITION_TERM_COUNT_BITS */
+#define LB_POSITION_TERM_COUNT_BITS 31
+/* a message, and a frame's payload (an MTU), is at most T / LB_MAX_MESSAGE_TERM_DIVISOR; a message is also at
+ * most LB_MAX_MESSAGE_LENGTH_CAP */
+#define LB_MAX_MESSAGE_TERM_DIVISOR 8
+#define LB_MAX_MESSAGE_LENGTH_CAP (16 * 1024 * 1024)
+
 /* a publisher posts the wake-up semaphore at most this many times per append, whatever the count says */
 #define LB_MAX_WAKE_POSTS 64
 

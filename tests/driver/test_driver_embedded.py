@@ -98,23 +98,38 @@ def test_channel_uri_parsing() -> None:
             ChannelUri.parse(bad)
 
 
-def test_subscriber_joins_at_the_current_position(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_late_subscriber_joins_beside_the_slowest_one_or_at_the_current_position(client) -> None:  # type: ignore[no-untyped-def]
+    """As Aeron's IPC publication: a subscriber added to a running publication starts where the slowest
+    subscriber is (it reads what they all still may); beside subscribers that read everything, that is the
+    current position."""
     early = client.add_subscription("aeron:ipc", STREAM)
     pub = client.add_publication("aeron:ipc", STREAM)
     wait_until(lambda: pub.is_connected, what="connected")
-    for i in range(5):
-        assert pub.offer(b"old-%d" % i) > 0
-    late_images: list[logbuf.Image] = []
-    late = client.add_subscription("aeron:ipc", STREAM, on_available_image=late_images.append)
-    wait_until(lambda: late_images, what="late image")
-    assert late_images[0].join_position == pub.position
+    old = [b"old-%d" % i for i in range(5)]
+    for message in old:
+        assert pub.offer(message) > 0
+
+    def join() -> tuple[logbuf.Subscription, int]:
+        images: list[logbuf.Image] = []
+        sub = client.add_subscription("aeron:ipc", STREAM, on_available_image=images.append)
+        wait_until(lambda: images, what="the image")
+        return sub, images[0].join_position
+
+    def read(sub: logbuf.Subscription, count: int) -> list[bytes]:
+        got: list[bytes] = []
+        wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), 10) >= 0 and len(got) >= count,
+                   what="messages")
+        return got
+
+    late, late_join = join()
+    assert late_join == 0 < pub.position  # beside the early one, which read nothing
     assert pub.offer(b"new") > 0
-    got: list[bytes] = []
-    wait_until(lambda: late.poll(lambda b, h: got.append(bytes(b)), 10) or got, what="late data")
-    assert got == [b"new"]
-    early_got: list[bytes] = []
-    early.poll(lambda b, h: early_got.append(bytes(b)), 10)
-    assert early_got == [b"old-%d" % i for i in range(5)] + [b"new"]
+    assert read(late, 6) == [*old, b"new"]
+    assert read(early, 6) == [*old, b"new"]
+    latest, latest_join = join()
+    assert latest_join == pub.position  # both read everything
+    assert pub.offer(b"newer") > 0
+    assert read(latest, 1) == [b"newer"]
 
 
 def test_closed_publication_drains_then_the_image_goes_and_the_file_is_deleted(client) -> None:  # type: ignore[no-untyped-def]

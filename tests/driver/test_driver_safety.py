@@ -172,7 +172,7 @@ def test_a_setup_flood_on_a_small_tmpfs_leaves_the_driver_alive_and_a_valid_stre
     mount_point = tmp_path / "small"
     mount_point.mkdir()
     lines = _ok(_run("""
-        import socket, struct
+        import collections, socket, struct
         from logbuf.cnc import counters as c
         from logbuf.protocol import SetupFrame, encode_data_frame
         directory, port = sys.argv[1], int(sys.argv[2])
@@ -243,9 +243,18 @@ def test_a_setup_flood_on_a_small_tmpfs_leaves_the_driver_alive_and_a_valid_stre
                 for _ in range(200):  # after the flood
                     offer(seq)
                     seq += 1
-                wait_for(lambda: image.poll(on_fragment, 100) or len(got) + len(corrupt) >= seq, timeout=30,
-                         what="the valid stream's messages")
+                def drained():
+                    # every message offered has arrived: a poll that returns fragments is no sign of that (the
+                    # receiver may still be behind under load), so the count alone ends the wait
+                    image.poll(on_fragment, 100)
+                    return len(got) + len(corrupt) >= seq
+                wait_for(drained, timeout=30, what="the valid stream's messages")
                 print("valid", got == list(range(seq)), "corrupt", len(corrupt))
+                if got != list(range(seq)):  # what went wrong, for the assertion's message
+                    counts = collections.Counter(got)
+                    print("offered", seq, "got", len(got), "duplicated", sorted(k for k, v in counts.items() if v > 1)[:10],
+                          "missing", sorted(set(range(seq)) - set(counts))[:10],
+                          "out of order", [got[i] for i in range(1, len(got)) if got[i] < got[i - 1]][:10])
                 texts = [o.text for o in driver.cnc.error_log_reader()]
                 observations = sum(o.count for o in driver.cnc.error_log_reader())
                 print("storage refused", any("insufficient usable storage" in t for t in texts))

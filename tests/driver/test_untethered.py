@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from logbuf.driver.ipc_publication import IpcPublication, SubscriberLink, TetherState
+from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.position import Position
 
@@ -59,10 +60,12 @@ def test_an_idle_untethered_subscriber_lingers_rests_and_rejoins(publication: Ip
     publication.update()
     assert publication.duty.publisher_limit.get() == 2 * WINDOW  # only the tethered one counts now
 
+    publication.log.meta.put_i64_release(d.TERM_TAIL_COUNTERS_OFFSET, d.pack_tail(0, 2 * WINDOW))  # written
     fast.position.set(WINDOW + 4096)
     events = publication.check_untethered(2 * LIMIT_TIMEOUT + RESTING_TIMEOUT)
     assert [(e.link, e.available) for e in events] == [(idle, True)]
-    assert idle.tether_state == TetherState.ACTIVE and idle.position.get() == WINDOW + 4096  # the consumers'
+    # where a new subscriber would join: beside the slowest one that holds the publication back
+    assert idle.tether_state == TetherState.ACTIVE and idle.position.get() == WINDOW + 4096
     assert idle.join_position == WINDOW + 4096
 
 
@@ -82,3 +85,25 @@ def test_a_tethered_subscriber_is_never_dropped(publication: IpcPublication) -> 
     fast.position.set(WINDOW)
     assert publication.check_untethered(100 * LIMIT_TIMEOUT) == []
     assert slow.tether_state == TetherState.ACTIVE and slow.included_in_limit
+
+
+def test_a_new_subscriber_joins_beside_the_slowest_one_and_only_where_the_log_holds_frames(
+        publication: IpcPublication) -> None:
+    """Aeron's IPC join position: the slowest subscriber that holds the publication back, or with none left
+    the furthest one that left; a sub-pos a client wrote beyond the producer, or off a frame boundary, is no
+    place to join (the producer position instead)."""
+    publication.log.meta.put_i64_release(d.TERM_TAIL_COUNTERS_OFFSET, d.pack_tail(0, 4096))  # 4 KiB written
+    slow, fast = _link(publication, 10, tether=True), _link(publication, 11, tether=True)
+    slow.position.set(1024)
+    fast.position.set(2048)
+    assert publication.join_position() == 1024
+    slow.position.set(1000)  # not a frame boundary
+    assert publication.join_position() == 4096
+    slow.position.set(8192)  # beyond what was written
+    fast.position.set(8192)
+    assert publication.join_position() == 4096
+    slow.position.set(1024)
+    fast.position.set(2048)
+    publication.remove_subscriber(fast.subscription_id)
+    publication.remove_subscriber(slow.subscription_id)
+    assert publication.join_position() == 2048  # none left: where the furthest got to

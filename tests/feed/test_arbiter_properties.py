@@ -187,6 +187,33 @@ def test_queue_pressure_never_loses_what_the_server_still_holds(
     hypothesis.event("shed" if counts["shed_packets"] else "not shed")
 
 
+@PROFILE
+@given(n=st.integers(30, 300), a=feed_faults, b=feed_faults, seed=st.integers(0, 2**32),
+       rtt_ns=st.integers(MS, 20 * MS), server_rate=st.integers(1, 40), request_rate=st.integers(50, 4_000),
+       window=st.integers(1, 64), give_up_ms=st.integers(300, 3_000), lacks=st.integers(0, 20))
+def test_a_rate_limited_server_the_same_aimd_and_give_ups_in_both(
+        n: int, a: FeedFaults, b: FeedFaults, seed: int, rtt_ns: int, server_rate: int, request_rate: int,
+        window: int, give_up_ms: int, lacks: int) -> None:
+    """A server that drops requests past its rate (and maybe lacks the first messages): the pacing's congestion
+    cuts, additive increases, restarted give-up clocks and give-ups are the same in C and in the spec."""
+    rng = random.Random(seed)
+    messages = make_messages(n, rng)
+    arrivals = feed_arrivals(Feed.A, messages, a, rng) + feed_arrivals(Feed.B, messages, b, rng)
+    pacing = RecoveryConfig(request_rate=float(request_rate), request_burst=16, max_outstanding=window,
+                            give_up_ns=give_up_ms * MS)
+    runs = []
+    for arbiter in (SpecArbiter(ArbiterConfig(), Recovery(pacing, rng=Jitter(seed))),
+                    Arbiter(ArbiterConfig(), pacing, seed=seed)):
+        server = RetransmitStub(S1, messages, missing=range(1, lacks + 1), rate=float(server_rate))
+        runs.append((arbiter, *run(arbiter, arrivals, server, rtt_ns)))
+    (spec, _, spec_ordered), (arbiter, result, ordered) = runs
+    assert ordered == spec_ordered
+    assert arbiter.counter_values() == spec.counter_values()
+    check_contract(result, ordered)
+    hypothesis.event("given up" if result.of_type(GapUnrecoverable) else "nothing given up")
+    hypothesis.event("the server dropped requests" if server.dropped else "the server dropped nothing")
+
+
 @st.composite
 def missing_range(draw: st.DrawFn) -> tuple[int, range]:
     n = draw(st.integers(10, 300))

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from logbuf.feed.arbiter import Arbiter, ArbiterConfig, DeliverRun
@@ -242,6 +242,8 @@ def test_the_engine_gives_the_results_of_the_specification(seed: int, n: int, mo
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 200), batch=st.integers(1, 16),
        queue=st.sampled_from([4, 16_384]), queue_bytes=st.sampled_from([3_000, 1 << 20]),
        per_answer=st.integers(1, 6), forge=st.booleans(), resume=st.sampled_from([None, 1, 40, 10**6]))
+# a paced request timed out (congestion: the rate halves) between two tokens, before any deadline but seen by a poll
+@example(seed=6537, n=127, batch=7, queue=4, queue_bytes=3_000, per_answer=1, forge=False, resume=None)
 def test_the_engine_with_recovery_gives_the_results_of_the_specification(
         seed: int, n: int, batch: int, queue: int, queue_bytes: int, per_answer: int, forge: bool,
         resume: int | None) -> None:

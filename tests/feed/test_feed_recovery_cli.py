@@ -246,9 +246,14 @@ def run_session(rig: Rig, sender: Sender, server: Server, *handler_args: str, st
         proc = rig.start(*args)
     assert proc is not None
     if kill_after is not None:
-        while time.monotonic() - began < kill_after:
-            rig.reader.poll()
-        assert rig.reader.sequences(), "nothing was published before the kill"
+        # killed once ``kill_after`` has passed and the first run has published something (a starved machine
+        # may take longer than ``kill_after`` to publish the first message: the wait is for that, bounded)
+        deadline = began + kill_after + 30
+        while time.monotonic() - began < kill_after or not rig.reader.sequences():
+            assert time.monotonic() < deadline, "nothing was published before the kill"
+            assert proc.poll() is None, f"logbuf feed exited with {proc.returncode} before the kill"
+            if not rig.reader.poll():
+                time.sleep(0.002)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         while rig.reader.poll():  # what the first run published, read before the second run publishes

@@ -318,3 +318,185 @@ def test_the_engine_runs_the_same_pacing_with_the_same_seed() -> None:
     reference.start(100 * MS)
     assert first_request_at(7) == first_request_at(7) == reference.next_deadline_ns()
     assert first_request_at(8) != first_request_at(7)
+
+
+# -- a server slower than the pacing, and a server that lacks old data (AIMD and the give-up clock) ---------------
+
+
+def test_a_timeout_while_the_server_answers_others_halves_the_rate_once_per_retry_interval_down_to_a_floor() -> None:
+    cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=6_400.0)
+    r = learned(cfg, 10)
+    assert r.rate_units == 6_400_000
+    assert r.poll([(100, 109), (200, 209), (300, 309)], 0) == [(100, 10), (200, 10), (300, 10)]
+    r.on_answer(200, 1 * MS)  # the server answers another request: the rest were dropped
+    rate = r.rate_units  # (the answer raised it: it was at request_rate already)
+    r.poll([(100, 109), (300, 309)], 200 * MS)  # they time out: congestion, one cut for both
+    assert r.rate_units == rate // 2
+    r.poll([(100, 109), (300, 309)], 399 * MS)  # the retries are in flight; nothing new
+    r.on_answer(500, 450 * MS)  # (the server still answers something else)
+    r.poll([(100, 109), (300, 309)], 600 * MS)  # the retries time out: a request signals once only
+    assert r.rate_units == rate // 2
+    rates = []
+    for k in range(1, 12):  # a new request each round, dropped while the server answers others
+        hole, t = (1_000 * k, 1_000 * k + 9), 600 * MS + 200 * MS * k
+        r.poll([(1_000 * (k - 1), 1_000 * (k - 1) + 9), hole], t)  # (the round before's times out)
+        r.on_answer(10**9 + k, t + MS)
+        rates.append(r.rate_units)
+    assert rates[1:6] == [rate // 2 // 2 ** k for k in range(1, 6)]  # halved each retry interval...
+    assert rates[-1] == 6_400_000 // 64  # ...down to the floor, a 64th of request_rate
+
+
+def test_answers_raise_the_rate_back_to_request_rate_by_a_sixteenth_of_it_per_second() -> None:
+    cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=1_600.0, request_burst=1_000, max_outstanding=1_000)
+    r = learned(cfg, 10)
+    holes = [(s, s + 9) for s in range(100, 10_000_000, 100)]
+    r.poll(holes[:10], 0)
+    r.on_answer(100, MS, count=10)
+    r.poll(holes[1:10], 200 * MS)  # timed out while answered: halved
+    assert r.rate_units == 800_000
+    now, answered = 200 * MS, 0
+    while r.rate_units < 1_600_000:  # answer everything asked, 1 ms later
+        for seq, count in r.poll(holes[10 + answered:], now):
+            r.on_answer(seq, now + MS // 2, count=count)
+            answered += 1
+        now += MS
+    # 800 requests/s back at 100 requests/s per second of answers: about 8 s (the answers come at the rate)
+    assert 6_000 * MS <= now - 200 * MS <= 9_000 * MS
+
+
+def test_a_request_that_was_dropped_restarts_every_give_up_clock_and_a_retry_signals_nothing() -> None:
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
+    r = learned(cfg, 10)
+    assert r.poll([(10, 19), (30, 39)], 0) == [(10, 10), (30, 10)]
+    r.on_answer(30, MS, count=10)  # answered the second, not the first (dropped, or the server lacks it)
+    r.poll([(10, 19)], 200 * MS)  # its first time-out: a congestion cut restarts the clock at 200 ms
+    assert r.expired([(10, 19)], 1_000 * MS) == 0
+    r.on_answer(50, 300 * MS)  # (the server answers something else)
+    r.poll([(10, 19)], 400 * MS)  # the retry times out: no new signal, the clock keeps running
+    assert r.expired([(10, 19)], 1_200 * MS - 1) == 0
+    assert r.expired([(10, 19)], 1_200 * MS) == 1
+
+
+def test_a_server_slower_than_the_pacing_loses_nothing_while_it_answers() -> None:
+    """A late start 4 s into 2,000 packets/s: 8,000 packets to fetch from a server that answers 500 per second
+    (it drops what is past that) while the pacing may ask 8,000/s with 256 in flight, give-up 2 s. A fixed rate
+    had the head's requests dropped again and again and gave 12,370 messages up; AIMD halves the rate on each
+    congestion signal, and a dropped request restarts the give-up clock: nothing is given up."""
+    messages, arrivals = session(2_000, 8, first_s=4)
+    server = RetransmitStub(S1, messages, budget=ONE_PACKET, rate=500.0)
+    config = RecoveryConfig(give_up_ns=2_000 * MS, request_rate=8_000.0, max_outstanding=256)
+    arb = Arbiter(ArbiterConfig(), config, seed=5)
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert server.dropped > 100  # the server really was over its limit
+    assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
+    assert result.sequences() == list(range(1, len(messages) + 1))
+
+
+class Timed:
+    """The arbiter, noting when each request and give-up came out (simulated time)."""
+
+    def __init__(self, arb: Arbiter) -> None:
+        self.arb = arb
+        self.requests: list[tuple[int, RecoveryRequest]] = []
+        self.give_ups: list[tuple[int, GapUnrecoverable]] = []
+
+    def _note(self, events: list, now: int) -> list:
+        self.requests += [(now, e) for e in events if isinstance(e, RecoveryRequest)]
+        self.give_ups += [(now, e) for e in events if isinstance(e, GapUnrecoverable)]
+        return events
+
+    def next_deadline_ns(self) -> int | None:
+        return self.arb.next_deadline_ns()
+
+    def on_tick(self, now: int) -> list:
+        return self._note(self.arb.on_tick(now), now)
+
+    def on_packet(self, feed: Feed, data: bytes, now: int) -> list:
+        return self._note(self.arb.on_packet(feed, data, now), now)
+
+
+def test_a_server_that_lacks_old_data_leads_to_a_give_up_within_give_up_and_a_retry_interval() -> None:
+    """Both feeds dark twice, for 100 ms at 1.0 s and again at 1.5 s (2,000 packets/s of 10 messages): the server
+    no longer has the first hole (20,001..22,000) but answers for the second. The first is given up between
+    give_up (2 s) and give_up + retry_interval after it was first requested (its own first time-out while the
+    server answered the other hole is one congestion cut, which restarts the clock once); all else is delivered."""
+    messages, arrivals = session(2_000, 3)
+    arrivals = [a for a in arrivals if not (1.0 <= a.time_ns / 1e9 < 1.1 or 1.5 <= a.time_ns / 1e9 < 1.6)]
+    server = RetransmitStub(S1, messages, missing=range(20_001, 22_001), budget=ONE_PACKET)
+    timed = Timed(Arbiter(ArbiterConfig(), RecoveryConfig(give_up_ns=2_000 * MS), seed=6))
+    result = simulate(timed, arrivals, server, rtt_ns=MS, process=lambda t, a: t.on_packet(a.feed, a.data,
+                                                                                           a.time_ns))
+    first_asked = min(t for t, r in timed.requests if r.seq == 20_001)
+    [(_, lost)] = timed.give_ups  # the hole both feeds missed (B runs 1 ms late), all of it lacking
+    assert lost.first == 20_001 and 21_900 < lost.last <= 22_000
+    given_up_after = timed.give_ups[0][0] - first_asked
+    assert 2_000 * MS <= given_up_after <= 2_000 * MS + 200 * MS + MS
+    assert server.requests and any(seq > 30_000 for seq, _ in server.requests)  # the other hole was asked for
+    assert result.sequences() == [s for s in range(1, len(messages) + 1) if not lost.first <= s <= lost.last]
+
+
+def test_a_paced_requests_first_time_out_is_a_deadline_and_cuts_the_rate_on_time() -> None:
+    """Requests wait for tokens, so the next deadline is the next token; a request in flight times out before
+    that while the server answered something else. Its time-out is congestion: the deadline is the time-out (not
+    the token), so the rate and every give-up clock are cut then, whenever the next input comes."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=4.0, request_burst=1, retry_interval_ns=200 * MS)
+    r = learned(cfg, 10)  # (the probe took the only token at 0)
+    assert r.poll([(100, 109), (200, 209)], 250 * MS) == [(100, 10)]  # one token; 200.. waits for the next
+    r.on_answer(5_000, 300 * MS)  # the server answers something else
+    assert r.next_deadline_ns() == 450 * MS  # 100's first time-out, before the next token (500 ms)
+    assert r.poll([(100, 109), (200, 209)], 450 * MS) == []  # no token yet (0.8 of one)
+    assert r.rate_units == 2_000  # halved at the time-out
+    assert r.next_deadline_ns() == 550 * MS  # the rest of the token at 2 requests/s
+
+
+def drive(config: RecoveryConfig, poll_every_ms: bool) -> list[tuple[int, int, int]]:
+    """Recovery of 300 packets of 10 from a server that answers one request per 10 ms (5 ms later) and drops the
+    rest: polled as the engine polls it (an answer came or a deadline passed), or also every millisecond.
+    Returns (time, request, rate) for every request sent."""
+    r = learned(config, 10)
+    missing = set(range(100, 3_100, 10))
+    answers: list[tuple[int, int]] = []
+    sent: list[tuple[int, int, int]] = []
+    server_free_ns, deadline = 0, 0
+    for t in range(0, 4_000 * MS, MS):
+        dirty = False
+        for due, seq in [a for a in answers if a[0] <= t]:
+            answers.remove((due, seq))
+            missing.discard(seq)
+            r.on_answer(seq, t, count=10)
+            dirty = True
+        if not (dirty or poll_every_ms or deadline is not None and t >= deadline):
+            continue
+        holes = [(s, s + 9) for s in sorted(missing)]
+        for seq, _count in r.poll(holes, t):
+            sent.append((t, seq, r.rate_units))
+            if t >= server_free_ns:  # the server's limit: the rest is dropped
+                server_free_ns = t + 10 * MS
+                answers.append((t + 5 * MS, seq))
+        deadline = r.next_deadline_ns()
+    assert not missing
+    return sent
+
+
+def test_polls_between_deadlines_change_nothing() -> None:
+    """The engine runs the pacing only when an answer came, the holes changed or its deadline passed; the
+    specification polls at every input. Both must send the same requests at the same rates: time-outs fall due
+    on deadlines, and an answer's rate increase applies from the answer on, whenever the bucket is refilled."""
+    config = RecoveryConfig(initial_backoff_ns=0, request_rate=400.0, request_burst=4, max_outstanding=8,
+                            retry_interval_ns=30 * MS, give_up_ns=10_000 * MS)
+    engine_like = drive(config, poll_every_ms=False)
+    assert len({rate for _, _, rate in engine_like}) > 3  # the rate adapted both ways
+    assert engine_like == drive(config, poll_every_ms=True)
+
+
+def test_an_answer_the_handler_could_not_keep_restarts_the_give_up_clock_of_what_it_answered() -> None:
+    """The server answered, but the hole stays (the answer was shed: the queue is full behind a hole the server
+    lacks): that is the server answering, so the answered part's clock restarts; what it did not answer keeps
+    its clock."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
+    r = learned(cfg, 10)
+    assert r.poll([(10, 19), (30, 39)], 0) == [(10, 10), (30, 10)]
+    r.on_answer(30, 900 * MS, count=10)  # answered; the hole stays
+    assert r.expired([(10, 19), (30, 39)], 1_000 * MS) == 1  # 10..19 was never answered: given up on time
+    assert r.expired([(30, 39)], 1_000 * MS) == 0  # 30..39 was: its clock restarted at 900 ms
+    assert r.expired([(30, 39)], 1_900 * MS) == 1

@@ -29,6 +29,7 @@ from logbuf.cnc.messages import (
     CorrelatedMessage,
     DestinationByIdMessage,
     DestinationMessage,
+    ErrorCode,
     PublicationMessage,
     RejectImageMessage,
     StaticCounterMessage,
@@ -182,6 +183,43 @@ def untethered_subscriber(directory: Path) -> Observation:
         window = 32 * 1024
         return {"events": [kind for kind, _ in events[:3]],
                 "rejoined more than a window on": events[2][1] > events[0][1] + window}
+
+
+def untethered_rejoin_position(directory: Path) -> Observation:
+    """An untethered subscriber that rested rejoins where a new subscriber would: beside the slower of two
+    tethered ones (one kept reading after it went, one stopped)."""
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication(
+            "aeron:ipc?term-length=64k|untethered-window-limit-timeout=200ms|untethered-resting-timeout=300ms", STREAM)
+        fast, slow = (client.add_subscription("aeron:ipc", STREAM) for _ in range(2))
+        events: list[tuple[str, int]] = []
+        client.add_subscription("aeron:ipc?tether=false", STREAM,
+                                on_available_image=lambda i: events.append(("available", i.join_position)),
+                                on_unavailable_image=lambda i: events.append(("unavailable", 0)))
+        wait_until(lambda: pub.is_connected and fast.images and slow.images and events, what="the images")
+        got: list[bytes] = []
+
+        def step() -> bool:
+            pub.offer(bytes(500))
+            _poll(fast, got)
+            _poll(slow, got)
+            return len(events) >= 2
+
+        wait_until(step, timeout=30, what="the untethered subscriber going")
+        moved = 0
+
+        def move_fast() -> bool:  # once the untethered one rests, only the slow one holds the publisher
+            nonlocal moved
+            moved += pub.offer(bytes(500)) > 0
+            _poll(fast, got)
+            return moved >= 10
+
+        wait_until(move_fast, timeout=10, what="the fast subscriber moving on")
+        fast_position, slow_position = fast.images[0].position, slow.images[0].position
+        wait_until(lambda: len(events) >= 3, timeout=10, what="the untethered subscriber rejoining")
+        rejoin = events[2][1]
+        return {"fast ahead": fast_position > slow_position, "rejoined beside the slow": rejoin == slow_position,
+                "rejoined beside the fast": rejoin == fast_position}
 
 
 def interface_forms(directory: Path) -> Observation:
@@ -586,6 +624,59 @@ def spies_outlast_their_publication(directory: Path) -> Observation:
         return {"spies with an image": with_image, "gone while unread": unread_gone, "spy read all": spied == sent}
 
 
+def ipc_join_positions(directory: Path) -> Observation:
+    """Where a subscriber added to a running aeron:ipc publication starts: behind a subscriber that read
+    nothing, behind two that read part and all, beside subscribers that read everything, and with none left."""
+    with logbuf.connect(directory) as client:
+        pub = client.add_publication("aeron:ipc?term-length=64k", STREAM)
+        first = client.add_subscription("aeron:ipc", STREAM)
+        wait_until(lambda: pub.is_connected and first.images, what="the first image")
+        _offer(pub, 10)
+        joins: Observation = {"produced": pub.position}
+
+        def join(what: str) -> logbuf.Subscription:
+            images: list[logbuf.Image] = []
+            sub = client.add_subscription("aeron:ipc", STREAM, on_available_image=images.append)
+            wait_until(lambda: bool(images), what=f"the image {what}")
+            joins[what] = images[0].join_position
+            return sub
+
+        def read(sub: logbuf.Subscription, count: int) -> None:
+            got: list[bytes] = []
+            wait_until(lambda: sub.poll(lambda b, h: got.append(bytes(b)), count - len(got)) >= 0
+                       and len(got) >= count, what="messages")
+
+        second = join("behind one that read nothing")
+        read(second, 10 - joins["behind one that read nothing"] // 64)
+        read(first, 5)
+        time.sleep(0.2)  # nothing to await but the driver's duty cycle taking the new positions
+        third = join("behind one that read half, one all")
+        read(first, 5)
+        read(third, 10 - joins["behind one that read half, one all"] // 64)
+        time.sleep(0.2)
+        join("beside ones that read all").close()
+        for sub in (first, second, third):
+            sub.close()
+        time.sleep(0.2)
+        join("with none left")
+
+        # none left, the one that read half gone before the one that read nothing: where the furthest got to
+        other = client.add_publication("aeron:ipc?term-length=64k", STREAM + 1)
+        reader, idle = (client.add_subscription("aeron:ipc", STREAM + 1) for _ in range(2))
+        wait_until(lambda: other.is_connected and reader.images and idle.images, what="the other images")
+        _offer(other, 10)
+        read(reader, 5)
+        for sub in (reader, idle):
+            time.sleep(0.2)  # the driver's duty cycle takes the positions
+            sub.close()
+        time.sleep(0.2)
+        images: list[logbuf.Image] = []
+        client.add_subscription("aeron:ipc", STREAM + 1, on_available_image=images.append)
+        wait_until(lambda: bool(images), what="the image with none left")
+        joins["none left, the furthest had read half"] = images[0].join_position
+        return joins
+
+
 def ipc_subscriber_outlasts_its_publication(directory: Path) -> Observation:
     """A closed aeron:ipc publication whose subscriber has not polled: still there after twice the linger (1 s
     here), gone once the subscriber read to the end of stream; a claim a publisher left open when it closed,
@@ -644,6 +735,30 @@ def c_samples_spy(directory: Path) -> Observation:
     lines = log.read_text().splitlines()
     return {"spy got messages": any("from session 778" in line for line in lines),
             "image source": sorted({line.split(" from ")[-1] for line in lines if line.startswith("Available image")})}
+
+
+def busy_port(directory: Path) -> Observation:
+    """A port another socket holds, as a subscription's endpoint, a publication's control address and its
+    local interface: the code each is refused with and the OS error its message begins with."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken, logbuf.connect(directory) as client:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        observed: Observation = {}
+        for what, channel in (
+            ("subscription", f"aeron:udp?endpoint=127.0.0.1:{port}"),
+            ("publication control", f"aeron:udp?control=127.0.0.1:{port}|control-mode=dynamic"),
+            ("publication interface", f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}|interface=127.0.0.1:{port}"),
+        ):
+            add = client.add_subscription if what == "subscription" else client.add_publication
+            try:
+                add(channel, STREAM)
+                observed[what] = "ok"
+            except logbuf.RegistrationError as exc:
+                os_error = re.search(r"\(\d+\) [^\n]*", str(exc))
+                observed[what] = (exc.code, os_error.group(0) if os_error else str(exc))
+        return observed
+
+
 def _received_all(subs: list[logbuf.Subscription], sent: list[bytes]) -> list[bool]:
     """Polls every subscription until each has ``sent`` (or 10 s went by): whether each got exactly that."""
     got: list[list[bytes]] = [[] for _ in subs]
@@ -772,6 +887,7 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "pub-wnd": publication_window,
     "term-length and mtu": term_length_and_mtu,
     "tether=false with untethered timeouts": untethered_subscriber,
+    "tether=false: where a rested subscriber rejoins": untethered_rejoin_position,
     "Aeron's commands": aeron_commands,
     "publication log metadata": publication_metadata,
     "interface forms, cc, alias and defaults said aloud": interface_forms,
@@ -787,10 +903,12 @@ SCENARIOS: dict[str, Callable[[Path], Observation]] = {
     "aeron-spy: outlasting the publication, 70 spies": spies_outlast_their_publication,
     "C samples, aeron-spy:": c_samples_spy,
     "aeron:ipc subscriber outlasting its publication": ipc_subscriber_outlasts_its_publication,
+    "aeron:ipc join positions": ipc_join_positions,
     "MDC, manual destinations": mdc_manual,
     "MDC, dynamic destinations": mdc_dynamic,
     "fc=tagged with g:/gtag, max-resend": tagged_flow_control,
     "C samples, dynamic MDC with fc=tagged": c_samples_mdc_tagged,
+    "a busy port": busy_port,
 }
 
 
@@ -803,6 +921,8 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "pub-wnd": lambda o: o["16k"] == 16 * 1024,
     "term-length and mtu": lambda o: o["term length"] == 128 * 1024,
     "tether=false with untethered timeouts": lambda o: o["events"] == ["available", "unavailable", "available"],
+    "tether=false: where a rested subscriber rejoins": lambda o: o == {
+        "fast ahead": True, "rejoined beside the slow": True, "rejoined beside the fast": False},
     "Aeron's commands": lambda o: o["same static counter"] and o["another static counter"],
     "publication log metadata": lambda o: o["ipc, every setting"]["linger"] == 250_000_000,
     "interface forms, cc, alias and defaults said aloud": lambda o: all(o.values()),
@@ -821,6 +941,9 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "aeron-spy: outlasting the publication, 70 spies": lambda o: o["spy read all"] and not o["gone while unread"]
     and o["spies with an image"] == 70,
     "C samples, aeron-spy:": lambda o: o["spy got messages"],
+    "aeron:ipc join positions": lambda o: o["produced"] == 640 and o["behind one that read nothing"] == 0
+    and o["behind one that read half, one all"] == 320 and o["beside ones that read all"] == 640
+    and o["none left, the furthest had read half"] == 320,
     "aeron:ipc subscriber outlasting its publication": lambda o: o["read all"] and not o["gone while unread"]
     and o["read past the open claim"] and o["then gone"],
     "MDC, manual destinations": lambda o: o["both got everything"] == [True, True] and o["the removed one got"] == [],
@@ -829,6 +952,7 @@ GROUND_TRUTH: dict[str, Callable[[Observation], bool]] = {
     "fc=tagged with g:/gtag, max-resend": lambda o: not o["connected with one tagged of two"]
     and o["tagged got everything"] == [True, True],
     "C samples, dynamic MDC with fc=tagged": lambda o: o == [True, True],
+    "a busy port": lambda o: set(o.values()) == {(ErrorCode.GENERIC_ERROR, "(98) Address already in use")},
 }
 
 

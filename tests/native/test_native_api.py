@@ -41,6 +41,8 @@ def test_native_layout_equals_the_python_constants() -> None:
     for name, value in client.LAYOUT.items():
         assert getattr(f, name, getattr(d, name, None)) == value, name
     check_layout(f, vars(d))  # what descriptor runs at import
+    # the limits a native publication applies are among the checked constants, not figures of its own
+    assert {"POSITION_TERM_COUNT_BITS", "MAX_MESSAGE_TERM_DIVISOR", "MAX_MESSAGE_LENGTH_CAP"} <= set(client.LAYOUT)
 
 
 def test_layout_check_refuses_a_disagreeing_build() -> None:

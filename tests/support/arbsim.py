@@ -74,19 +74,33 @@ def packetise(session: str | bytes, first_sequence: int, messages: Sequence[byte
 
 
 class RetransmitStub:
-    """Answers MoldUDP64 re-requests from ``messages`` (sequence 1 onwards) except the ``missing`` sequences."""
+    """Answers MoldUDP64 re-requests from ``messages`` (sequence 1 onwards) except the ``missing`` sequences;
+    with ``rate`` (answers per second), requests past a token bucket of that rate (a tenth of a second's burst,
+    at least one) are dropped, as a rate-limited server does."""
 
     def __init__(self, session: str | bytes, messages: Sequence[bytes], missing: Iterable[int] = (),
-                 budget: int = DEFAULT_PAYLOAD_BUDGET) -> None:
+                 budget: int = DEFAULT_PAYLOAD_BUDGET, rate: float | None = None) -> None:
         self.session = moldudp64.encode_session(session)
         self.messages = messages
         self.missing = set(missing)
         self.budget = budget
         self.requests: list[tuple[int, int]] = []
+        self.rate = rate
+        self.dropped = 0
+        self._burst = 0.0 if rate is None else max(1.0, rate / 10)
+        self._tokens = self._burst
+        self._tokens_ns = 0
 
-    def answer(self, request: bytes) -> bytes | None:
+    def answer(self, request: bytes, now_ns: int = 0) -> bytes | None:
         req = moldudp64.decode_request(request)
         self.requests.append((req.sequence, req.count))
+        if self.rate is not None:
+            self._tokens = min(self._burst, self._tokens + (now_ns - self._tokens_ns) * self.rate / 1e9)
+            self._tokens_ns = max(self._tokens_ns, now_ns)
+            if self._tokens < 1:
+                self.dropped += 1
+                return None
+            self._tokens -= 1
         first = req.sequence
         if req.session != self.session or first in self.missing or first > len(self.messages):
             return None
@@ -144,7 +158,7 @@ def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server
                 result.ordered.append(event)
                 result.events.append(event)
                 if isinstance(event, RecoveryRequest) and server is not None:
-                    answer = server.answer(event.encode())
+                    answer = server.answer(event.encode(), now)
                     if answer is not None:
                         heapq.heappush(queue, (now + rtt_ns, next(order), Arrival(now + rtt_ns, Feed.RETRANSMIT,
                                                                                   answer)))

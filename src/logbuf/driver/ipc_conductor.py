@@ -226,7 +226,9 @@ class IpcConductor:
 
     def _new_link(self, subscription: SubscriptionLink, publication: IpcPublication) -> SubscriberLink:
         """A subscriber link with its sub-pos counter at the join position (not yet attached)."""
-        join = publication.join_position()
+        native = self.native
+        consumer = native.consumer_position(publication.registration_id) if native is not None else None
+        join = publication.join_position(consumer, self._clean_position(publication))
         wanted = subscription.resume.get(publication.session_id)
         if wanted is not None:
             # still in the log and not cleaned (a dead consumer's sub-pos holds cleaning until it times out);
@@ -313,7 +315,8 @@ class IpcConductor:
     def _check_untethered(self, publication: IpcPublication) -> int:
         native = self.native
         consumer = native.consumer_position(publication.registration_id) if native is not None else None
-        events = publication.check_untethered(self.now_ns, consumer)
+        events = publication.check_untethered(self.now_ns, consumer,
+                                              self._clean_position(publication) if native is not None else None)
         for event in events:
             link = event.link
             if native is not None:

@@ -24,6 +24,7 @@ from logbuf.driver.windows import (
     trip_gain,
     untethered_window_limit,
 )
+from logbuf.logbuffer.frame import FRAME_ALIGNMENT
 from logbuf.logbuffer.log_buffers import LogBuffers
 from logbuf.logbuffer.term_cleaner import LogCleaner
 from logbuf.logbuffer.term_unblocker import unblock
@@ -127,7 +128,8 @@ class TetherState(enum.Enum):
     """Where an untethered subscriber stands (Aeron's IPC publication): ``active`` holds the publication back
     like any subscriber; one that stayed more than a window behind for the window-limit timeout is told its
     image is gone and ``linger``s (still counted) for another such timeout, then ``rest``s (not counted) for the
-    resting timeout, then rejoins at the consumer position with the same sub-pos counter."""
+    resting timeout, then rejoins where its publication lets a new subscriber join, with the same sub-pos
+    counter."""
 
     ACTIVE = "active"
     LINGER = "linger"
@@ -246,6 +248,9 @@ class IpcPublication(PublicationLifecycle):
         self.subscribers: dict[int, SubscriberLink] = {}
         self._positions: tuple[Position, ...] = ()
         self._untethered: tuple[SubscriberLink, ...] = ()
+        # the furthest position a subscriber that left had read to: where the next one joins if none is left
+        # (Aeron's consumer position is the fastest subscriber's)
+        self._furthest_departed = 0
         self.publishers: dict[int, int] = {}  # publication link registration id -> client id
         self.drain_deadline_ns = 0
         # set by a conductor whose native duty runs this publication (it stops unblocking a draining one)
@@ -268,6 +273,8 @@ class IpcPublication(PublicationLifecycle):
 
     def remove_subscriber(self, subscription_id: int) -> SubscriberLink | None:
         link = self.subscribers.pop(subscription_id, None)
+        if link is not None and link.included_in_limit:
+            self._furthest_departed = max(self._furthest_departed, link.position.get())
         self._refresh_positions()
         return link
 
@@ -289,10 +296,12 @@ class IpcPublication(PublicationLifecycle):
     def has_untethered(self) -> bool:
         return bool(self._untethered)
 
-    def check_untethered(self, now_ns: int, consumer_position: int | None = None) -> list[UntetheredEvent]:
+    def check_untethered(self, now_ns: int, consumer_position: int | None = None,
+                         clean_position: int | None = None) -> list[UntetheredEvent]:
         """Moves untethered subscribers through active -> linger -> resting -> active (see
-        :class:`TetherState`); returns what the conductor must announce or hand to the native duty.
-        ``consumer_position``: the publication's consumer position where the native duty keeps it."""
+        :class:`TetherState`); returns what the conductor must announce or hand to the native duty.  One that
+        rests rejoins where a new subscriber would join (:meth:`join_position`), as Aeron's.
+        ``consumer_position`` and ``clean_position``: the publication's, where the native duty keeps them."""
         events: list[UntetheredEvent] = []
         untethered = self._untethered
         if not untethered:
@@ -300,15 +309,30 @@ class IpcPublication(PublicationLifecycle):
         included = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
         consumer = max([*included, self.duty.consumer_position if consumer_position is None else consumer_position])
         window_limit = untethered_window_limit(consumer, self.window_length)
-        events = advance_untethered(untethered, now_ns, window_limit, consumer,
+        rejoin = self.join_position(consumer_position, clean_position)
+        events = advance_untethered(untethered, now_ns, window_limit, rejoin,
                                     self.untethered_window_limit_timeout_ns, self.untethered_resting_timeout_ns)
         if any(event.available is not False for event in events):  # whether a link counts changed
             self._refresh_positions()
         return events
 
-    def join_position(self) -> int:
-        """Where a new subscriber starts: the current producer position (live data only)."""
-        return self.log.producer_position()
+    def join_position(self, consumer_position: int | None = None, clean_position: int | None = None) -> int:
+        """Where a new subscriber starts, as Aeron's IPC publication has it: beside the slowest subscriber that
+        holds the publication back (it reads what they all still may), or, with none, where the furthest
+        subscriber got to (the producer position before any).  ``consumer_position`` and ``clean_position``:
+        the publication's, where the native duty keeps them."""
+        producer = self.log.producer_position()
+        positions = [s.position.get() for s in self.subscribers.values() if s.included_in_limit]
+        if positions:
+            join = min(positions)
+        else:
+            consumer = self.duty.consumer_position if consumer_position is None else consumer_position
+            join = max(consumer, self._furthest_departed)
+        # sub-pos counters are written by clients: a join is a frame boundary the log still holds, or live
+        clean = self.duty.cleaner.clean_position if clean_position is None else clean_position
+        if not clean <= join <= producer or join % FRAME_ALIGNMENT:
+            return producer
+        return join
 
     # -- duty cycle ------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import random
 import time
@@ -82,6 +83,15 @@ CHANNEL_STATUS_ACTIVE = 1
 CHANNEL_STATUS_CLOSING = 2
 SETUP_GROUP_FLAG = 0x40  # a SETUP's flag: the sender asks its receivers for group semantics
 MAX_REJECT_REASON_LENGTH = 1023  # bytes of an ERR frame's text (Aeron's limit for a rejection's reason)
+
+
+def errno_text(number: int | None) -> str:
+    """An OS error as aeronmd's message begins: ``(98) Address already in use``.
+
+    A socket the driver cannot open answers the command with GENERIC_ERROR and this, as aeronmd does: Aeron's
+    clients take CHANNEL_ENDPOINT_ERROR for an endpoint that failed later (its id is a status counter's), never
+    as the answer to the registration they await."""
+    return f"({number}) {os.strerror(number)}" if number else "(0) unknown OS error"
 
 
 def treat_as_multicast(group: str, channel_is_multicast: bool, setup_flags: int) -> bool:
@@ -230,7 +240,8 @@ class NetworkConductor:
             return UdpTransport(channel, role, options)
         except OSError as exc:
             raise CommandError(
-                ErrorCode.CHANNEL_ENDPOINT_ERROR, f"channel {channel}: cannot open its {role.value} socket: {exc}"
+                ErrorCode.GENERIC_ERROR,
+                f"{errno_text(exc.errno)}\nchannel {channel}: cannot open its {role.value} socket: {exc.strerror or exc}",
             ) from None
 
     def _status_counters(self, type_id: int, name: str, sockaddr_name: str, channel: str, address: str,
@@ -374,8 +385,8 @@ class NetworkConductor:
         deadline = time.monotonic() + timeout_s
         while endpoint.endpoint_id in self._endpoints_by_id:
             if time.monotonic() > deadline:
-                raise CommandError(ErrorCode.CHANNEL_ENDPOINT_ERROR,
-                                   f"channel {endpoint.key}: its previous socket is still in use")
+                raise CommandError(ErrorCode.GENERIC_ERROR, f"{errno_text(errno.EADDRINUSE)}\n"
+                                   f"channel {endpoint.key}: its previous socket is still open")
             if self.receiver.runs_inline:
                 self.receiver.do_work(time.monotonic_ns())
             else:

@@ -141,6 +141,13 @@ def _ring_bits(text: str) -> int:
     return value
 
 
+def _rcvbuf(text: str) -> int:
+    value = _non_negative_int(text)
+    if not 4_096 <= value <= 1 << 30:
+        raise argparse.ArgumentTypeError(f"receive buffer {value} bytes must be within 4096..{1 << 30}")
+    return value
+
+
 def _budget(text: str) -> int:
     from logbuf.exchange.retransmit.core import MAX_UDP_PAYLOAD
 
@@ -255,7 +262,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if args.retransmit is not None:  # binds the port now: a busy port fails before anything starts
             retransmit = RetransmitProcess(args.file, *args.retransmit, session=args.session, budget=args.budget,
                                            ring_bits=args.ring_bits, rate=args.rate, burst=args.burst,
-                                           queue=args.queue)
+                                           queue=args.queue, rcvbuf=args.rcvbuf)
         retransmit_stats = None
         with stop_on_signals() as stop:
             try:
@@ -314,7 +321,7 @@ def _cmd_retransmit(args: argparse.Namespace) -> int:
             ring.publish(ring.next_sequence, block.frames)
         host, port = args.listen
         server = make_server(args.session, ring, reader.buffer, budget=args.budget, rate=args.rate,
-                             burst=args.burst, queue=args.queue, host=host, port=port)
+                             burst=args.burst, queue=args.queue, host=host, port=port, rcvbuf=args.rcvbuf)
         if not args.quiet:
             print(f"retransmit: {ring.next_sequence - 1} messages (ring keeps {ring.capacity}), listening on "
                   f"{_endpoint_text(server.address)}", file=sys.stderr, flush=True)
@@ -335,6 +342,7 @@ def _add_retransmit_options(p: argparse.ArgumentParser) -> None:
     from logbuf.exchange.retransmit.fair import DEFAULT_QUEUE
     from logbuf.exchange.retransmit.rate import DEFAULT_BURST, DEFAULT_RATE
     from logbuf.exchange.retransmit.ring import DEFAULT_RING_BITS
+    from logbuf.exchange.retransmit.server import DEFAULT_RCVBUF
 
     p.add_argument("--budget", type=_budget, default=moldudp64.DEFAULT_PAYLOAD_BUDGET,
                    help="UDP payload bytes of a packet or an answer, header included (default: %(default)s)")
@@ -346,6 +354,9 @@ def _add_retransmit_options(p: argparse.ArgumentParser) -> None:
                    help="token bucket depth per client, in requests (default: %(default)s)")
     p.add_argument("--queue", type=count, default=DEFAULT_QUEUE,
                    help="admitted requests waiting per client; more are dropped (default: %(default)s)")
+    p.add_argument("--rcvbuf", type=_rcvbuf, default=DEFAULT_RCVBUF,
+                   help="receive buffer of the server's socket in bytes: requests queued while it answers "
+                        "(default: %(default)s)")
 
 
 def _hidden_alias(p: argparse.ArgumentParser, old: str, dest: str, kind: Callable[[str], object]) -> None:

@@ -18,7 +18,8 @@ ranges inside ``[next expected, highest seen]``, head first) and the time, and a
                        │       no request in flight, so the next poll asks for it without waiting
                        │       (an answer is one packet: "clients re-request the rest")
                        ├─ no answer for retry_interval ─► asked again         (default 200 ms)
-                       └─ give_up without an answer ─► expired() > 0          (default 10 s)
+                       │       (its first time-out while the server answered others: congestion, the rate halves)
+                       └─ give_up without an answer nor a congestion cut ─► expired() > 0   (default 10 s)
     stop() when caught up (no hole left).
 
 **Answer-sized requests.** A MoldUDP64 server answers a request with one packet (as many of the asked messages
@@ -29,12 +30,22 @@ was asked for), up to ``max_outstanding`` in flight, paced
 by a token bucket at ``request_rate`` (under the 1,000 requests/s per client retransmission servers commonly
 allow). Recovery then fetches ``request_rate`` packets per second whatever the size of the hole.
 
+**The rate adapts to the server (AIMD).** A server over its capacity drops requests. A request that times out
+for the first time while the server answered something since it was sent signals congestion: the rate halves
+(at most once per ``retry_interval``, down to a 64th of ``request_rate``). Each answer to a request in flight
+raises it by ``request_rate / 16 / (rate now)`` requests/s, i.e. a 16th of ``request_rate`` per second of
+answers, up to ``request_rate``. Rates are integers in thousandths of a request per second, as the bucket's.
+
 **Give-up counts only what was really asked.** A sequence counts as requested only once a request that one
 answer would have covered was sent (the answer-sized prefix of a request; before the size is known, its first
 sequence).
-``expired`` gives a hole up when its first message was requested ``give_up_ns`` ago and is still missing, or
-when the server has answered nothing for ``give_up_ns`` while requests were in flight (it stopped answering:
-every declared hole is given up). A hole the pacing has not reached yet is never given up while the server
+``expired`` gives a hole up when it is still missing ``give_up_ns`` after the latest of its first message's
+first request, the last answer to a request for it (an answer that could not be kept is still the server
+answering) and the last congestion cut (a dropped request says nothing about whether the server has the
+data: a slow server restarts every give-up clock while it drops), or when the server has answered nothing for
+``give_up_ns`` while requests were in flight (it stopped answering: every declared hole is given up). A server
+that lacks old data cuts no more once the lacking requests timed out once (a request signals once): their
+hole is given up at most ``give_up`` + ``retry_interval`` after the last first time-out. A hole the pacing has not reached yet is never given up while the server
 answers. Because requests go out head first, the time a sequence was first requested never decreases along
 the stream, so a list of ``(sequence, time)`` breakpoints records it in O(rounds) memory.
 """
@@ -58,6 +69,16 @@ _TOKEN = NANOS_PER_SECOND * _MILLI  # one request in the bucket's units (rate_un
 _U64 = (1 << 64) - 1
 
 Hole = tuple[int, int]  # inclusive (first, last) sequence range
+
+
+def _floor_units(cfg: RecoveryConfig) -> int:
+    """The lowest rate congestion cuts to: a 64th of ``request_rate`` (thousandths of a request per second)."""
+    return max(1, cfg.rate_units // 64)
+
+
+def _raise_units(cfg: RecoveryConfig) -> int:
+    """How much the rate rises per second of answers: a 16th of ``request_rate`` (thousandths per second)."""
+    return max(1, cfg.rate_units // 16)
 
 
 class Jitter:
@@ -87,7 +108,7 @@ class Recovery:
 
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
-                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns")
+                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns", "_timed_out", "_cut_ns")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | Jitter | None = None) -> None:
         self.config = config or RecoveryConfig()
@@ -115,6 +136,8 @@ class Recovery:
         self.requests_paced = 0  # polls that held requests back to stay under request_rate
         self._quiet_ns: int | None = None  # requests in flight and no answer since then (None: nothing in flight)
         self._head_ns: int | None = None  # when the first hole of the last poll was first requested (None: not)
+        self._timed_out: set[int] = set()  # in-flight requests that already timed out once (each signals once)
+        self._cut_ns: int | None = None  # the last congestion cut of the rate: every give-up clock restarts there
 
     @property
     def rng(self) -> random.Random | Jitter:
@@ -143,6 +166,8 @@ class Recovery:
         self._paced = False
         self._quiet_ns = None
         self._head_ns = None
+        self._timed_out.clear()
+        self._cut_ns = None
 
     # -- inputs -----------------------------------------------------------------------------------------------
 
@@ -154,6 +179,15 @@ class Recovery:
         self.last_answer_ns = now_ns
         if self._outstanding.pop(first, None) is not None:
             self.answers += 1
+            self._timed_out.discard(first)
+            # additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket
+            # is filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran
+            self._refill(now_ns)
+            rate = self._rate_units
+            self._rate_units = min(self.config.rate_units, rate + max(1, _raise_units(self.config) * _MILLI // rate))
+            # the server answers it: its give-up clock restarts (if the answer could not be kept, e.g. the queue is
+            # full behind a hole the server lacks, the hole stays and is asked again; it is not the server's loss)
+            self._answered(first, first + (count if count is not None and count >= 1 else 1) - 1, now_ns)
         if self.active:  # the server is answering: the silence clock restarts
             self._quiet_ns = now_ns
         asked = self._asked.pop(first, None)
@@ -183,6 +217,7 @@ class Recovery:
         self._paced = False
         old = self._outstanding
         kept: dict[int, int] = {}
+        timed_out: set[int] = set()
         out: list[tuple[int, int]] = []
         for first, last in holes:
             seq = first
@@ -191,12 +226,18 @@ class Recovery:
                     break
                 count = min(request, last - seq + 1)
                 sent = old.get(seq)
+                if sent is not None and now_ns - sent >= cfg.retry_interval_ns and seq not in self._timed_out:
+                    self._timed_out.add(seq)  # its first time-out: the only one it signals
+                    if self.last_answer_ns is not None and self.last_answer_ns > sent:
+                        self._congested(now_ns)  # unanswered while the server answered others
                 if sent is None or now_ns - sent >= cfg.retry_interval_ns:
                     if self._tokens < _TOKEN:  # paced: the rest goes out as tokens come back
                         self._paced = True
                         if sent is None:
                             break
                         kept[seq] = sent
+                        if seq in self._timed_out:
+                            timed_out.add(seq)
                         seq += count
                         continue
                     self._tokens -= _TOKEN
@@ -206,6 +247,8 @@ class Recovery:
                     # requested: what one answer to it would have carried
                     self._note_requested(seq, seq + min(count, answerable) - 1, now_ns)
                 kept[seq] = sent
+                if seq in self._timed_out:
+                    timed_out.add(seq)
                 seq += count
             if self._paced and seq <= last:
                 break
@@ -218,6 +261,7 @@ class Recovery:
         elif not kept:
             self._quiet_ns = None
         self._outstanding = kept
+        self._timed_out = timed_out
         if len(self._asked) > 4 * cfg.max_outstanding:  # answers that never came: keep the table bounded
             self._asked = {seq: n for seq, n in self._asked.items() if seq in kept}
         self.requests_sent += len(out)
@@ -247,7 +291,7 @@ class Recovery:
         n = 0
         for first, _last in holes:
             requested_ns = self._first_requested_ns(first)
-            if requested_ns is None or now_ns - requested_ns < self.config.give_up_ns:
+            if requested_ns is None or now_ns - self._clock_ns(requested_ns) < self.config.give_up_ns:
                 break
             n += 1
         return n
@@ -260,13 +304,18 @@ class Recovery:
             return self._ready_ns
         candidates = []
         if self._head_ns is not None:
-            candidates.append(self._head_ns + self.config.give_up_ns)
+            candidates.append(self._clock_ns(self._head_ns) + self.config.give_up_ns)
         if self._quiet_ns is not None and self._outstanding:
             candidates.append(self._quiet_ns + self.config.give_up_ns)
         if self._paced and self._tokens_ns is not None:
             # requests are waiting for a token: nothing due can go out before it is whole (retries included),
             # but a give-up falls due on time
             candidates.append(self._tokens_ns + -(-(_TOKEN - self._tokens) // self._rate_units))
+            # but a request's first time-out is due on time: it may signal congestion (a cut of the rate and of
+            # every give-up clock), which must not wait for the next token nor depend on when the next poll runs
+            fresh = [sent for seq, sent in self._outstanding.items() if seq not in self._timed_out]
+            if fresh:
+                candidates.append(min(fresh) + self.config.retry_interval_ns)
         elif self._outstanding:
             candidates.append(min(self._outstanding.values()) + self.config.retry_interval_ns)
         return min(candidates) if candidates else None
@@ -280,6 +329,27 @@ class Recovery:
             del self._req_ns[:i]
 
     # -- internals --------------------------------------------------------------------------------------------
+
+    def _congested(self, now_ns: int) -> None:
+        """A request timed out while the server answered others: it is dropping what it cannot serve. The rate
+        halves (down to a floor; once per retry interval: one loss shows in every request sent meanwhile) and
+        every give-up clock restarts: a request the server dropped says nothing about whether it has the data."""
+        cfg = self.config
+        if self._cut_ns is None or now_ns - self._cut_ns >= cfg.retry_interval_ns:
+            self._rate_units = max(_floor_units(cfg), self._rate_units // 2)
+            self._cut_ns = now_ns
+
+    def _clock_ns(self, requested_ns: int) -> int:
+        """Where a give-up clock started for a sequence first requested at ``requested_ns``: then, or at the last
+        congestion cut if later."""
+        cut = self._cut_ns
+        return requested_ns if cut is None or cut < requested_ns else cut
+
+    @property
+    def rate_units(self) -> int:
+        """The request rate the pacing runs at now, in thousandths of a request per second (AIMD: halved on
+        congestion down to ``request_rate / 64``, raised back to ``request_rate`` as answers come)."""
+        return self._rate_units
 
     def _server_silent(self, now_ns: int) -> bool:
         quiet = self._quiet_ns
@@ -304,6 +374,29 @@ class Recovery:
                 times.insert(i, now_ns)
                 i += 1
             cur = end + 1
+
+    def _answered(self, first: int, last: int, now_ns: int) -> None:
+        """An answer to a request in flight came for [first, last]: what of it was requested counts as requested
+        from ``now_ns`` (split out of its range; nothing that was not requested becomes requested)."""
+        starts, ends, times = self._req_starts, self._req_ends, self._req_ns
+        cur = first
+        while cur <= last:
+            i = bisect.bisect_left(ends, cur)
+            if i >= len(starts) or starts[i] > last:
+                break
+            lo, hi, ns = starts[i], ends[i], times[i]
+            a, b = max(lo, cur), min(hi, last)
+            del starts[i], ends[i], times[i]
+            if b < hi:
+                starts.insert(i, b + 1)
+                ends.insert(i, hi)
+                times.insert(i, ns)
+            if lo < a:
+                starts.insert(i, lo)
+                ends.insert(i, a - 1)
+                times.insert(i, ns)
+            self._note_requested(a, b, now_ns)
+            cur = b + 1
 
     def _first_requested_ns(self, seq: int) -> int | None:
         i = bisect.bisect_right(self._req_starts, seq) - 1

@@ -104,6 +104,11 @@ LOG_WAITING_SUBSCRIBERS_OFFSET = 1024
 MAX_WAKE_POSTS = 64
 
 INT64_MAX = (1 << 63) - 1
+#: a term count is an int32 that never goes negative: a log reaches at most ``T << POSITION_TERM_COUNT_BITS``
+POSITION_TERM_COUNT_BITS = 31
+#: a message, and a frame's payload (an MTU), is at most ``T / MAX_MESSAGE_TERM_DIVISOR``
+MAX_MESSAGE_TERM_DIVISOR = 8
+#: and a message is at most this long, whatever the term length
 MAX_MESSAGE_LENGTH_CAP = 16 * 1024 * 1024
 
 DEFAULT_IPC_TERM_LENGTH = 64 * 1024 * 1024
@@ -135,7 +140,7 @@ def check_mtu(mtu: int, term_length: int) -> None:
     """Raises ValueError unless ``mtu`` is a frame-aligned size that fits the term."""
     from logbuf.logbuffer.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 
-    if mtu <= HEADER_LENGTH or mtu % FRAME_ALIGNMENT or mtu > MAX_MTU or mtu > term_length // 8:
+    if mtu <= HEADER_LENGTH or mtu % FRAME_ALIGNMENT or mtu > MAX_MTU or mtu > term_length // MAX_MESSAGE_TERM_DIVISOR:
         raise ValueError(f"mtu {mtu} must be a multiple of {FRAME_ALIGNMENT} in ({HEADER_LENGTH}, min({MAX_MTU}, T/8)]")
 
 
@@ -192,12 +197,12 @@ def index_by_term_count(term_count: int) -> int:
 
 def max_possible_position(term_length: int) -> int:
     """The largest position a log can reach: ``T * 2^31`` (then MAX_POSITION_EXCEEDED, never a wrap)."""
-    return term_length * (1 << 31)
+    return term_length << POSITION_TERM_COUNT_BITS
 
 
 def compute_max_message_length(term_length: int) -> int:
     """The longest message a log of this term length takes: T/8, at most 16 MiB."""
-    return min(term_length // 8, MAX_MESSAGE_LENGTH_CAP)
+    return min(term_length // MAX_MESSAGE_TERM_DIVISOR, MAX_MESSAGE_LENGTH_CAP)
 
 
 def pack_tail(term_id: int, term_offset: int) -> int:

@@ -2,11 +2,16 @@
 
 Invalid requests -- wrong size, wrong session, count 0 or 0xFFFF, a first sequence in the future (2**63 and
 beyond included) or no longer in the ring, a message larger than the answer cap -- get no answer, only a counter.
-One answer per request, never longer than the payload budget; the client re-requests the rest."""
+One answer per request, never longer than the payload budget; the client re-requests the rest.
+
+:meth:`RetransmitCore.answer_spec` is the specification of an answer's extent, one message at a time in Python;
+:meth:`RetransmitCore.answer` walks the same extent in C (``native/rtx_serve.c``, a property test compares
+them), so a 40-message answer costs about a microsecond instead of tens."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +25,7 @@ from logbuf.marketdata.moldudp64 import (
     MAX_MESSAGE_COUNT,
     REQUEST_LENGTH,
 )
+from logbuf.native import ffi, lib
 
 MAX_UDP_PAYLOAD = 65_507  # IPv4: 65535 - 20 (IP) - 8 (UDP)
 
@@ -64,6 +70,64 @@ class RetransmitCore:
         self.budget = budget
         self.limiter = limiter
         self.stats = RetransmitStats()
+        # C views of the ring and the file (each cdata keeps its buffer exported, so alive, while the core is)
+        self._c_seq = ffi.cast("const int64_t *", ffi.from_buffer(ring.seq_array))
+        self._c_offset = ffi.cast("const int64_t *", ffi.from_buffer(ring.offset_array))
+        self._c_buffer = ffi.from_buffer("uint8_t[]", self.view) if len(self.view) else ffi.new("uint8_t[]", 1)
+        self._c_next = ffi.cast("const int64_t *", ffi.from_buffer(ring.next_word))
+        self._c_session = ffi.new("uint8_t[]", self.session)
+        self._c_keep = (ring.seq_array, ring.offset_array, ring.next_word)
+        self._c_extent = ffi.new("int64_t[2]")
+
+    def extent(self, first: int, count: int) -> tuple[int, int, int]:
+        """(messages, start, end) of the answer to an already checked request, walked in C: messages >= 1 and
+        the file's slice ``[start, end)`` they span, or an ``RTX_*`` code (<= 0) and zeros."""
+        ring = self.ring
+        extent = self._c_extent
+        sent = lib.rtx_answer_extent(self._c_seq, self._c_offset, ring.mask, ring.next_sequence, self._c_buffer,
+                                     len(self.view), first, count, self.budget - HEADER_LENGTH, extent,
+                                     extent + 1)
+        return (sent, extent[0], extent[1]) if sent > 0 else (sent, 0, 0)
+
+    def answer(self, first: int, count: int) -> bytes | None:
+        """The answer to an already checked request: as many messages from ``first`` as fit the budget (the
+        extent walked in C; :meth:`answer_spec` is its specification)."""
+        sent, start, end = self.extent(first, count)
+        if sent <= 0:
+            self._count_refusal(sent)
+            return None
+        stats = self.stats
+        stats.answers += 1
+        stats.messages += sent
+        return moldudp64.HEADER.pack(self.session, first, sent) + self.view[start:end]
+
+    def answer_batch(self, fd: int, firsts: Any, counts: Any, addresses: Any, address_slot: int,
+                     address_lengths: Any, count: int, results: Any, went: Any) -> int:
+        """Answers ``count`` checked requests and sends them from socket ``fd`` with one sendmmsg (cffi arrays:
+        see ``rtx_answer_batch`` in ``native/rtx.h``), counting every outcome; how many answers went."""
+        sent = lib.rtx_answer_batch(fd, self._c_seq, self._c_offset, self.ring.mask, self._c_next, self._c_buffer,
+                                    len(self.view), self.budget - HEADER_LENGTH, self._c_session, firsts, counts,
+                                    addresses, address_slot, address_lengths, count, results, went)
+        stats = self.stats
+        for i in range(count):
+            messages = results[i]
+            if messages > 0:
+                stats.answers += 1
+                stats.messages += messages
+                if not went[i]:
+                    stats.send_failed += 1
+            else:
+                self._count_refusal(messages)
+        return int(sent)
+
+    def _count_refusal(self, code: int) -> None:
+        stats = self.stats
+        if code == lib.RTX_NOT_RETAINED:
+            stats.not_retained += 1
+        elif code == lib.RTX_BAD_OFFSET:
+            stats.bad_offset += 1
+        elif code == lib.RTX_TOO_LARGE:
+            stats.too_large += 1
 
     def check(self, request: bytes | memoryview) -> tuple[int, int] | None:
         """(first sequence, count) of a well-formed request for something already sent, else None (counted)."""
@@ -83,8 +147,9 @@ class RetransmitCore:
             return None
         return first, count
 
-    def answer(self, first: int, count: int) -> bytes | None:
-        """The answer to an already checked request: as many messages from ``first`` as fit the budget."""
+    def answer_spec(self, first: int, count: int) -> bytes | None:
+        """The specification of :meth:`answer`, one message at a time: as many messages from ``first`` as fit
+        the budget, each still in the ring, starting where the previous one ended, inside the file."""
         stats = self.stats
         ring = self.ring
         upper = ring.next_sequence  # read once: the writer may move it meanwhile

@@ -69,8 +69,9 @@ class FairService(Generic[ClientT]):
         queue.append(checked)
         return True
 
-    def next_answer(self) -> tuple[ClientT, bytes | None] | None:
-        """(client, answer or None when the request turned out unanswerable) of the next client in turn."""
+    def next_request(self) -> tuple[ClientT, int, int] | None:
+        """(client, first sequence, count) of the next client's oldest admitted request, in turn; the caller
+        answers it (the server does so in batches, in C)."""
         if not self._turns:
             return None
         client = self._turns.popleft()
@@ -80,4 +81,12 @@ class FairService(Generic[ClientT]):
             self._turns.append(client)
         else:
             del self._queues[client]
+        return client, first, count
+
+    def next_answer(self) -> tuple[ClientT, bytes | None] | None:
+        """(client, answer or None when the request turned out unanswerable) of the next client in turn."""
+        turn = self.next_request()
+        if turn is None:
+            return None
+        client, first, count = turn
         return client, self.core.answer(first, count)

@@ -31,7 +31,7 @@ from logbuf.exchange.retransmit.ring import (
     RetransmitError,
     ring_bytes,
 )
-from logbuf.exchange.retransmit.server import bind_server_socket, make_server
+from logbuf.exchange.retransmit.server import DEFAULT_RCVBUF, bind_server_socket, make_server
 from logbuf.marketdata import moldudp64
 from logbuf.marketdata.moldudp64 import DEFAULT_PAYLOAD_BUDGET
 
@@ -51,7 +51,8 @@ class RetransmitProcess:
 
     def __init__(self, day_file: str | os.PathLike[str], host: str, port: int, *, session: str | bytes,
                  budget: int = DEFAULT_PAYLOAD_BUDGET, ring_bits: int = DEFAULT_RING_BITS,
-                 rate: float = DEFAULT_RATE, burst: float = DEFAULT_BURST, queue: int = DEFAULT_QUEUE) -> None:
+                 rate: float = DEFAULT_RATE, burst: float = DEFAULT_BURST, queue: int = DEFAULT_QUEUE,
+                 rcvbuf: int = DEFAULT_RCVBUF) -> None:
         RetransmitCore(session, MessageRing(MIN_RING_BITS), b"", budget)  # validate before anything is created
         RateLimiter(rate, burst)
         if not MIN_RING_BITS <= ring_bits <= MAX_RING_BITS:
@@ -65,7 +66,7 @@ class RetransmitProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.stats: RetransmitStats | None = None
         self._control_w: int | None = None
-        self.sock = bind_server_socket(host, port)
+        self.sock = bind_server_socket(host, port, rcvbuf)
         try:
             self.address = self.sock.getsockname()[:2]
             self._ring_fd = os.memfd_create("logbuf-retransmit-ring")

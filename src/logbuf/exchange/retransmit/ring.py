@@ -65,6 +65,21 @@ class MessageRing:
         self._offset = self._words[RING_HEADER_WORDS + self.capacity :]
 
     @property
+    def seq_array(self) -> np.ndarray:
+        """The slots' sequences (int64, ``capacity`` of them): what a reader in C confirms each offset with."""
+        return self._seq
+
+    @property
+    def offset_array(self) -> np.ndarray:
+        """The slots' frame offsets (int64, ``capacity`` of them)."""
+        return self._offset
+
+    @property
+    def next_word(self) -> np.ndarray:
+        """The one int64 word holding the next sequence (a view: a reader in C loads it with acquire)."""
+        return self._words[_NEXT_WORD : _NEXT_WORD + 1]
+
+    @property
     def next_sequence(self) -> int:
         """One past the highest published sequence (as read from the ring: a reader must not trust it)."""
         return int(self._words[_NEXT_WORD])
