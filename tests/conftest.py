@@ -41,9 +41,10 @@ settings.load_profile("logbuf")
 
 # Parallel runs (pytest-xdist, ``--dist loadgroup``): the tests of the shared SparkSession run one after the other
 # on one worker (one JVM, and the shared analysis, made once), and so do the other tests marked ``slow``
-# (multi-process stress tests, the demo); every other test goes to whichever worker is free.  xdist's own ``xdist_group``
-# mark travels in the test's id, which pytest 9.2 no longer lets a plugin change: here each worker writes the
-# groups it collected to a file and the controller's scheduler reads them (``pytest_xdist_make_scheduler``).
+# (multi-process stress tests, the demo); every other test goes to whichever worker is free.  xdist's own
+# ``xdist_group`` mark travels in the test's id, which pytest 9.2 no longer lets a plugin change: here each worker
+# writes the groups it collected to a file and the controller's scheduler reads them
+# (``pytest_xdist_make_scheduler``).
 XDIST_GROUPS = (("slow", "slow"), ("spark", "spark"))  # (mark, group), the first that applies
 SPARK_FIXTURE_NAMES = frozenset({"spark", "analysis"})
 _GROUPS_DIR_VARIABLE = "LOGBUF_TEST_GROUPS_DIR"
@@ -188,8 +189,7 @@ _SEMAPHORES_AT_START = _wake_semaphores()
 def no_leftover_wake_semaphores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Drivers the tests SIGKILL cannot unlink their stream semaphores: remove those of the directories this
     session created (pytest's temporary tree, declared ones, ``logbuf-*`` made in /dev/shm since the start),
-    never another driver's.  (At the very end the session reports any leftover: see
-    ``pytest_terminal_summary``.)"""
+    never another driver's.  (At the very end the session checks for leftovers: ``pytest_sessionfinish``.)"""
     yield
     new = _wake_semaphores() - _SEMAPHORES_AT_START
     if not new:
