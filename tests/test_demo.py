@@ -25,6 +25,7 @@ def test_bad_arguments_fail_at_once_with_one_error_line(args: list[str], tmp_pat
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")

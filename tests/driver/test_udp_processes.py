@@ -182,6 +182,7 @@ class PerPublisher:
         return all(len(seqs) >= count for seqs in self.got.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threading_mode", THREADING_MODES, indirect=True)
 def test_several_publisher_processes_exactly_once_through_a_lossy_network(tmp_path: Path,
                                                                         threading_mode: str) -> None:

@@ -28,6 +28,7 @@ DROP_BOTH = (50_000, 50_099)
 U64 = 1 << 64
 
 
+@pytest.mark.slow
 def test_loss_freezes_and_a_busy_core_lose_nothing(tmp_path: Path) -> None:
     day = tmp_path / "day.itch"
     subprocess.run([*LOGBUF, "synth", str(day), "--messages", str(MESSAGES), "--seed", "3", "-q"], check=True,
