@@ -118,8 +118,14 @@ typedef struct rec {
     int32_t full_seen;          /* an answer came back shorter than asked: its packet was full */
     int64_t tokens;             /* the token bucket, LBF_REC_TOKEN per request */
     int64_t rate;               /* the rate now (AIMD), in rate_units: halved on congestion, raised by answers */
-    int32_t has_cut;            /* the last congestion cut was at cut_ns: every give-up clock restarts there */
+    int32_t has_cut;            /* the last congestion cut of the rate was at cut_ns */
     int64_t cut_ns;
+    int32_t has_restart;        /* the last cut or handler stall was at restart_ns: every give-up clock restarts there */
+    int64_t restart_ns;
+    int32_t has_answered_sent;  /* answered_sent_ns: the latest send time of a request answered while in flight */
+    int64_t answered_sent_ns;
+    int32_t has_seen;           /* seen_ns: the latest time the pacing was told (an answer, a poll, an expiry check) */
+    int64_t seen_ns;
     int32_t has_tokens_ns;
     int64_t tokens_ns;
     int32_t paced;              /* the last poll held requests back for want of tokens */
