@@ -29,6 +29,8 @@
 #include "feed_impl.h"
 
 #define REC(e) (&IMPL(e)->rec)
+#define REC_TIMED_OUT 1 /* out_to: timed out once already (each request signals congestion once) */
+#define REC_HELD 2      /* out_to: answered, held in flight for a retry interval (out_ns: when answered) */
 
 static uint64_t splitmix64(uint64_t *state)
 {
@@ -191,15 +193,16 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
     resume(e, r, now_ns, 0);
     e->last_answer_ns = now_ns;
     int64_t i = find_sorted(r->out_seq, r->out_n, first);
-    if (i >= 0) { /* the request it answers is no longer in flight */
+    if (i >= 0 && !(r->out_to[i] & REC_HELD)) { /* the request it answers is answered */
         if (!r->has_answered_sent || r->out_ns[i] > r->answered_sent_ns) {
             r->has_answered_sent = 1;
             r->answered_sent_ns = r->out_ns[i];
         }
-        memmove(r->out_seq + i, r->out_seq + i + 1, (size_t)(r->out_n - i - 1) * sizeof(uint64_t));
-        memmove(r->out_ns + i, r->out_ns + i + 1, (size_t)(r->out_n - i - 1) * sizeof(int64_t));
-        memmove(r->out_to + i, r->out_to + i + 1, (size_t)(r->out_n - i - 1) * sizeof(uint8_t));
-        r->out_n--;
+        /* held in flight for a retry interval: if the answer was kept the hole moves on and the next poll forgets
+         * it; if it could not be (the queue is full behind a hole), the same chunk is not asked again at once, so
+         * the tokens go to the other holes instead of to answers that cannot be kept. Its wait signals nothing */
+        r->out_ns[i] = now_ns;
+        r->out_to[i] = REC_TIMED_OUT | REC_HELD;
         e->requests_answered++;
         /* additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket is
          * filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran */
@@ -449,7 +452,7 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
             int64_t sent = found ? r->out_ns[old] : 0;
             uint8_t to = found ? r->out_to[old] : 0;
             if (found && !to && now_ns - sent >= c->retry_interval_ns) {
-                to = 1; /* its first time-out: the only one it signals */
+                to = REC_TIMED_OUT; /* its first time-out: the only one it signals */
                 if (r->has_answered_sent && r->answered_sent_ns > sent)
                     congested(c, r, now_ns); /* unanswered while a request sent after it was answered */
             }
@@ -465,6 +468,8 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                     continue;
                 }
                 r->tokens -= LBF_REC_TOKEN;
+                if (to & REC_HELD) /* asked again after its hold: a fresh request */
+                    to = 0;
                 if (!send_request(e, r, seq, count, answerable, now_ns)) {
                     im->oom = 1;
                     return;

@@ -103,7 +103,7 @@ typedef struct rec {
     uint64_t *out_seq;          /* requests in flight: first sequence -> when sent, sorted by sequence */
     int64_t *out_ns;
     int64_t out_n;
-    uint8_t *out_to;            /* in flight and already timed out once (each request signals congestion once) */
+    uint8_t *out_to;            /* REC_TIMED_OUT: timed out once already; REC_HELD: answered, held (feed_recovery.c) */
     uint64_t *kept_seq;         /* poll's scratch (the next in-flight table); both hold max_outstanding */
     int64_t *kept_ns;
     uint8_t *kept_to;

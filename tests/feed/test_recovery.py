@@ -576,3 +576,31 @@ def test_a_stall_of_the_handler_longer_than_give_up_gives_nothing_up() -> None:
     assert follow(r, holes, stall_end + cfg.give_up_ns) == [(100, 10), (200, 10)] * 4
     assert r.expired(holes, stall_end + cfg.give_up_ns - 1) == 0
     assert r.expired(holes, stall_end + cfg.give_up_ns) == 2  # the server stays silent: given up then
+
+
+def test_an_answer_that_could_not_be_kept_is_not_asked_again_for_a_retry_interval() -> None:
+    """The queue is full behind a hole: an answer cannot be kept and its hole still starts where it did. Asking
+    again at once would spend the tokens on answers that cannot be kept either; the answered request stays in
+    flight for a retry interval (the tokens go to other holes), and a second copy of its answer counts nothing."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, max_outstanding=3)
+    r = learned(cfg, 10)
+    holes = [(10, 19), (30, 39), (50, 59)]
+    assert r.poll(holes[:2], 0) == [(10, 10), (30, 10)]
+    r.on_answer(30, 5 * MS, count=10)  # answered, not kept: the hole stays
+    answers = r.answers
+    assert r.poll(holes, 6 * MS) == [(50, 10)]  # the next hole, not 30 again
+    r.on_answer(30, 7 * MS, count=10)  # a duplicate of the answer
+    assert r.answers == answers
+    assert follow(r, holes, 205 * MS) == [(10, 10)]  # 10's retry; 30 is held
+    assert r.poll(holes, 205 * MS) == [(30, 10)]  # a retry interval after its answer: asked again
+    rate = r.rate_units
+    r.poll(holes, 300 * MS)
+    assert r.rate_units == rate  # its hold signals no congestion
+
+
+def test_an_answer_that_was_kept_lets_the_rest_of_its_hole_be_asked_at_once() -> None:
+    cfg = RecoveryConfig(initial_backoff_ns=0, max_outstanding=2)
+    r = learned(cfg, 10)
+    assert r.poll([(10, 29)], 0) == [(10, 10), (20, 10)]
+    r.on_answer(10, 5 * MS, count=10)  # kept: the hole now starts at 20
+    assert r.poll([(20, 29), (40, 49)], 6 * MS) == [(40, 10)]  # the window's freed slot goes out at once

@@ -115,7 +115,7 @@ class Recovery:
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
                  "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns", "_timed_out", "_cut_ns",
-                 "_restart_ns", "_answered_sent_ns", "_seen_ns")
+                 "_restart_ns", "_answered_sent_ns", "_seen_ns", "_held")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | Jitter | None = None) -> None:
         self.config = config or RecoveryConfig()
@@ -144,6 +144,9 @@ class Recovery:
         self._quiet_ns: int | None = None  # requests in flight and no answer since then (None: nothing in flight)
         self._head_ns: int | None = None  # when the first hole of the last poll was first requested (None: not)
         self._timed_out: set[int] = set()  # in-flight requests that already timed out once (each signals once)
+        # answered requests held in flight (since the answer, in _outstanding) for a retry interval: asked again only
+        # then if their chunk still starts a hole (the answer could not be kept); never a congestion signal
+        self._held: set[int] = set()
         self._cut_ns: int | None = None  # the last congestion cut of the rate
         self._restart_ns: int | None = None  # the last cut or handler stall: every give-up clock restarts there
         self._answered_sent_ns: int | None = None  # the latest send time of a request answered while in flight
@@ -177,6 +180,7 @@ class Recovery:
         self._quiet_ns = None
         self._head_ns = None
         self._timed_out.clear()
+        self._held.clear()
         self._cut_ns = None
         self._restart_ns = None
 
@@ -189,12 +193,17 @@ class Recovery:
         requests go out per hole instead of one request per answer."""
         self._resume(now_ns, due=False)
         self.last_answer_ns = now_ns
-        sent = self._outstanding.pop(first, None)
-        if sent is not None:
+        sent = self._outstanding.get(first)
+        if sent is not None and first not in self._held:
             self.answers += 1
             if self._answered_sent_ns is None or sent > self._answered_sent_ns:
                 self._answered_sent_ns = sent
-            self._timed_out.discard(first)
+            # held in flight for a retry interval: if the answer was kept the hole moves on and the next poll
+            # forgets it; if it could not be (the queue is full behind a hole), the same chunk is not asked again
+            # at once, so the tokens go to the other holes instead of to answers that cannot be kept
+            self._outstanding[first] = now_ns
+            self._held.add(first)
+            self._timed_out.add(first)  # (its wait after an answer signals nothing)
             # additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket
             # is filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran
             self._refill(now_ns)
@@ -234,6 +243,7 @@ class Recovery:
         old = self._outstanding
         kept: dict[int, int] = {}
         timed_out: set[int] = set()
+        held: set[int] = set()
         out: list[tuple[int, int]] = []
         for first, last in holes:
             seq = first
@@ -254,9 +264,14 @@ class Recovery:
                         kept[seq] = sent
                         if seq in self._timed_out:
                             timed_out.add(seq)
+                        if seq in self._held:
+                            held.add(seq)
                         seq += count
                         continue
                     self._tokens -= _TOKEN
+                    if seq in self._held:  # asked again after its hold: a fresh request
+                        self._held.discard(seq)
+                        self._timed_out.discard(seq)
                     self._asked[seq] = count
                     out.append((seq, count))
                     sent = now_ns
@@ -265,6 +280,8 @@ class Recovery:
                 kept[seq] = sent
                 if seq in self._timed_out:
                     timed_out.add(seq)
+                if seq in self._held:
+                    held.add(seq)
                 seq += count
             if self._paced and seq <= last:
                 break
@@ -278,6 +295,7 @@ class Recovery:
             self._quiet_ns = None
         self._outstanding = kept
         self._timed_out = timed_out
+        self._held = held
         if len(self._asked) > 4 * cfg.max_outstanding:  # answers that never came: keep the table bounded
             self._asked = {seq: n for seq, n in self._asked.items() if seq in kept}
         self.requests_sent += len(out)
