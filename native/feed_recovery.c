@@ -30,7 +30,7 @@
 
 #define REC(e) (&IMPL(e)->rec)
 #define REC_TIMED_OUT 1 /* out_to: timed out once already (each request signals congestion once) */
-#define REC_HELD 2      /* out_to: answered, held in flight for a retry interval (out_ns: when answered) */
+#define REC_HELD 2      /* out_to: answered; held until the stream moves or a retry interval passes (out_ns: when) */
 
 static uint64_t splitmix64(uint64_t *state)
 {
@@ -198,9 +198,10 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
             r->has_answered_sent = 1;
             r->answered_sent_ns = r->out_ns[i];
         }
-        /* held in flight for a retry interval: if the answer was kept the hole moves on and the next poll forgets
-         * it; if it could not be (the queue is full behind a hole), the same chunk is not asked again at once, so
-         * the tokens go to the other holes instead of to answers that cannot be kept. Its wait signals nothing */
+        /* held in flight: if the answer was kept the hole moves on and the next poll forgets it; if it could not be
+         * (the queue is full behind a hole the stream waits at), the same chunk is asked again only once the
+         * stream moved (room may have come free) or a retry interval passed, so the tokens go to the other holes'
+         * retries instead of to answers that cannot be kept either. Its wait signals nothing */
         r->out_ns[i] = now_ns;
         r->out_to[i] = REC_TIMED_OUT | REC_HELD;
         e->requests_answered++;
@@ -433,6 +434,11 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
         r->has_ready = 0;
     }
     const int64_t window = c->max_outstanding;
+    if (holes > 0 && (!r->has_head_first || r->hole_first[0] != r->head_first)) { /* the stream moved */
+        r->has_head_first = 1;
+        r->head_first = r->hole_first[0];
+        r->head_moved_ns = now_ns;
+    }
     /* until an answer shows what one packet carries, requests ask for as much as they may (only their first
      * message counts as requested: one answer surely brings that back) */
     const uint64_t request = r->has_chunk ? r->chunk : (uint64_t)c->max_request_count;
@@ -451,12 +457,14 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
             int found = old < r->out_n && r->out_seq[old] == seq;
             int64_t sent = found ? r->out_ns[old] : 0;
             uint8_t to = found ? r->out_to[old] : 0;
+            /* an answered request whose chunk still starts a hole is due again once the stream moved */
+            int moved = found && (to & REC_HELD) && r->has_head_first && r->head_moved_ns >= sent;
             if (found && !to && now_ns - sent >= c->retry_interval_ns) {
                 to = REC_TIMED_OUT; /* its first time-out: the only one it signals */
                 if (r->has_answered_sent && r->answered_sent_ns > sent)
                     congested(c, r, now_ns); /* unanswered while a request sent after it was answered */
             }
-            if (!found || now_ns - sent >= c->retry_interval_ns) {
+            if (!found || moved || now_ns - sent >= c->retry_interval_ns) {
                 if (r->tokens < LBF_REC_TOKEN) { /* paced: the rest goes out as tokens come back */
                     r->paced = 1;
                     if (!found)

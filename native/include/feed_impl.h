@@ -135,6 +135,9 @@ typedef struct rec {
     int64_t head_ns;
     uint64_t rng;               /* splitmix64 state (the back-off jitter) */
     uint64_t *hole_first, *hole_last; /* the declared holes the pacing works on (max_outstanding of them) */
+    int32_t has_head_first;     /* head_first: the first hole's first sequence at the last poll */
+    uint64_t head_first;
+    int64_t head_moved_ns;      /* when head_first last changed (the stream moved) */
 } rec_t;
 
 typedef struct eng_impl {

@@ -598,6 +598,18 @@ def test_an_answer_that_could_not_be_kept_is_not_asked_again_for_a_retry_interva
     assert r.rate_units == rate  # its hold signals no congestion
 
 
+def test_an_answer_that_could_not_be_kept_is_asked_again_once_the_stream_moves() -> None:
+    """Room may have come free behind the head once the stream moved: the held chunk is asked again at once."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, max_outstanding=3)
+    r = learned(cfg, 10)
+    holes = [(10, 19), (30, 39), (50, 59)]
+    assert r.poll(holes, 0) == [(10, 10), (30, 10), (50, 10)]
+    r.on_answer(30, 5 * MS, count=10)  # answered, not kept: the hole stays
+    assert r.poll(holes, 6 * MS) == []  # held: the stream waits at 10
+    r.on_answer(10, 7 * MS, count=10)  # the head is filled: the stream moves to 30
+    assert r.poll(holes[1:], 8 * MS) == [(30, 10)]
+
+
 def test_an_answer_that_was_kept_lets_the_rest_of_its_hole_be_asked_at_once() -> None:
     cfg = RecoveryConfig(initial_backoff_ns=0, max_outstanding=2)
     r = learned(cfg, 10)

@@ -115,7 +115,8 @@ class Recovery:
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
                  "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns", "_timed_out", "_cut_ns",
-                 "_restart_ns", "_answered_sent_ns", "_seen_ns", "_held")
+                 "_restart_ns", "_answered_sent_ns", "_seen_ns", "_held", "_head_first",
+                 "_head_moved_ns")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | Jitter | None = None) -> None:
         self.config = config or RecoveryConfig()
@@ -147,6 +148,8 @@ class Recovery:
         # answered requests held in flight (since the answer, in _outstanding) for a retry interval: asked again only
         # then if their chunk still starts a hole (the answer could not be kept); never a congestion signal
         self._held: set[int] = set()
+        self._head_first: int | None = None  # the first hole's first sequence at the last poll
+        self._head_moved_ns: int | None = None  # when it last changed (the stream moved)
         self._cut_ns: int | None = None  # the last congestion cut of the rate
         self._restart_ns: int | None = None  # the last cut or handler stall: every give-up clock restarts there
         self._answered_sent_ns: int | None = None  # the latest send time of a request answered while in flight
@@ -198,9 +201,10 @@ class Recovery:
             self.answers += 1
             if self._answered_sent_ns is None or sent > self._answered_sent_ns:
                 self._answered_sent_ns = sent
-            # held in flight for a retry interval: if the answer was kept the hole moves on and the next poll
-            # forgets it; if it could not be (the queue is full behind a hole), the same chunk is not asked again
-            # at once, so the tokens go to the other holes instead of to answers that cannot be kept
+            # held in flight: if the answer was kept the hole moves on and the next poll forgets it; if it could not
+            # be (the queue is full behind a hole the stream waits at), the same chunk is asked again only once
+            # the stream moved (room may have come free) or a retry interval passed, so the tokens go to the other
+            # holes' retries instead of to answers that cannot be kept either
             self._outstanding[first] = now_ns
             self._held.add(first)
             self._timed_out.add(first)  # (its wait after an answer signals nothing)
@@ -233,6 +237,9 @@ class Recovery:
             self._ready_ns = None
         cfg = self.config
         chunk = self._chunk
+        if holes and holes[0][0] != self._head_first:  # the stream moved
+            self._head_first = holes[0][0]
+            self._head_moved_ns = now_ns
         # until an answer shows what one packet carries, requests ask for as much as they may (only their first
         # message counts as requested: one answer surely brings that back)
         window = cfg.max_outstanding
@@ -252,11 +259,14 @@ class Recovery:
                     break
                 count = min(request, last - seq + 1)
                 sent = old.get(seq)
+                # an answered request whose chunk still starts a hole is due again once the stream moved
+                moved = (sent is not None and seq in self._held and self._head_moved_ns is not None
+                         and self._head_moved_ns >= sent)
                 if sent is not None and now_ns - sent >= cfg.retry_interval_ns and seq not in self._timed_out:
                     self._timed_out.add(seq)  # its first time-out: the only one it signals
                     if self._answered_sent_ns is not None and self._answered_sent_ns > sent:
                         self._congested(now_ns)  # unanswered while a request sent after it was answered
-                if sent is None or now_ns - sent >= cfg.retry_interval_ns:
+                if sent is None or moved or now_ns - sent >= cfg.retry_interval_ns:
                     if self._tokens < _TOKEN:  # paced: the rest goes out as tokens come back
                         self._paced = True
                         if sent is None:
