@@ -37,6 +37,11 @@ skipping ours): the rate halves (at most once per ``retry_interval``, down to a 
 raises it by ``request_rate / 16 / (rate now)`` requests/s, i.e. a 16th of ``request_rate`` per second of
 answers, up to ``request_rate``. Rates are integers in thousandths of a request per second, as the bucket's.
 
+**An answer holds its request.** An answered request stays in flight until the stream moves (the first hole
+starts elsewhere) or ``retry_interval`` has passed since the answer: when its answer could not be kept (the
+queue is full behind a hole the stream waits at) the same chunk is not asked again round after round, taking
+the tokens the other holes' retries need.
+
 **A stall of the handler is not the server's.** While requests are in flight the pacing asks to be consulted at
 least every half ``retry_interval``; when it is not consulted for more than a whole one (a starved machine, time
 jumps, answers queue unread), the requests in flight wait a whole retry interval again from then, the silence
