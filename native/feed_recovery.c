@@ -5,13 +5,15 @@
  *
  *     gap declared -> start: the first round after initial_backoff x U(jitter) (splitmix64, seeded)
  *     poll(declared holes, now) -> answer-sized requests, head first, at most max_outstanding in flight,
- *         paced by a token bucket at rate / 1000 requests per second (AIMD: a request's first time-out while
- *         the server answered others halves it, once per retry_interval, down to rate_units / 64; answers raise
+ *         paced by a token bucket at rate / 1000 requests per second (AIMD: a request's first time-out while a
+ *         request sent after it was answered halves it, once per retry_interval, down to rate_units / 64; answers raise
  *         it by rate_units / 16 per second of answers, up to rate_units); an unanswered request is asked again
  *         after retry_interval
  *     expired -> a hole still missing give_up after the latest of its first request, the last answer to a request
  *         for it and the last congestion cut,
  *         or every hole once the server has answered nothing for give_up while requests were in flight
+ *     a stall of the handler (not consulted for more than retry_interval with requests in flight) restarts the
+ *         requests' timers, the silence clock and every give-up clock, and leaves the rate alone
  *
  * Until an answer shows how many messages one packet carries, requests ask for max_request_count and only
  * their first message counts as requested; afterwards each asks for one answer's worth. The times sequences
@@ -27,6 +29,8 @@
 #include "feed_impl.h"
 
 #define REC(e) (&IMPL(e)->rec)
+#define REC_TIMED_OUT 1 /* out_to: timed out once already (each request signals congestion once) */
+#define REC_HELD 2      /* out_to: answered; held until the stream moves or a retry interval passes (out_ns: when) */
 
 static uint64_t splitmix64(uint64_t *state)
 {
@@ -108,7 +112,34 @@ void feed_rec_stop(lbf_eng_t *e)
     r->has_quiet = 0;
     r->has_head = 0;
     r->has_cut = 0;
+    r->has_restart = 0;
     IMPL(e)->rec_touched = 1;
+}
+
+/* the pacing is told the time: if it was not consulted for longer than retry_interval while requests were in
+ * flight, the handler stalled (answers may be queued unread), which is not the server's doing: the requests in
+ * flight wait a whole retry interval again from now, the silence clock and every give-up clock restart now, and
+ * the rate is left alone. Polls and expiry checks tell the time only once the pacing's deadline has passed */
+static void resume(lbf_eng_t *e, rec_t *r, int64_t now_ns, int due)
+{
+    if (due && r->out_n > 0) { /* an early call changes nothing (nothing in flight: the time is simply taken) */
+        int64_t d = feed_rec_next_deadline(e);
+        if (d != INT64_MAX && now_ns < d)
+            return;
+    }
+    if (r->has_seen && now_ns - r->seen_ns > e->config.retry_interval_ns && r->out_n > 0) {
+        for (int64_t i = 0; i < r->out_n; i++)
+            r->out_ns[i] = now_ns;
+        if (r->has_quiet)
+            r->quiet_ns = now_ns;
+        r->has_restart = 1;
+        r->restart_ns = now_ns;
+    }
+    if (!r->has_seen || now_ns > r->seen_ns) {
+        r->has_seen = 1;
+        r->seen_ns = now_ns;
+        IMPL(e)->rec_touched = 1;
+    }
 }
 
 /* the lowest rate congestion cuts to (a 64th of request_rate), and the rise per second of answers (a 16th) */
@@ -159,13 +190,20 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
 {
     rec_t *r = REC(e);
     IMPL(e)->rec_touched = 1;
+    resume(e, r, now_ns, 0);
     e->last_answer_ns = now_ns;
     int64_t i = find_sorted(r->out_seq, r->out_n, first);
-    if (i >= 0) { /* the request it answers is no longer in flight */
-        memmove(r->out_seq + i, r->out_seq + i + 1, (size_t)(r->out_n - i - 1) * sizeof(uint64_t));
-        memmove(r->out_ns + i, r->out_ns + i + 1, (size_t)(r->out_n - i - 1) * sizeof(int64_t));
-        memmove(r->out_to + i, r->out_to + i + 1, (size_t)(r->out_n - i - 1) * sizeof(uint8_t));
-        r->out_n--;
+    if (i >= 0 && !(r->out_to[i] & REC_HELD)) { /* the request it answers is answered */
+        if (!r->has_answered_sent || r->out_ns[i] > r->answered_sent_ns) {
+            r->has_answered_sent = 1;
+            r->answered_sent_ns = r->out_ns[i];
+        }
+        /* held in flight: if the answer was kept the hole moves on and the next poll forgets it; if it could not be
+         * (the queue is full behind a hole the stream waits at), the same chunk is asked again only once the
+         * stream moved (room may have come free) or a retry interval passed, so the tokens go to the other holes'
+         * retries instead of to answers that cannot be kept either. Its wait signals nothing */
+        r->out_ns[i] = now_ns;
+        r->out_to[i] = REC_TIMED_OUT | REC_HELD;
         e->requests_answered++;
         /* additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket is
          * filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran */
@@ -304,9 +342,9 @@ static int first_requested_ns(const rec_t *r, uint64_t seq, int64_t *ns)
     return 1;
 }
 
-/* a request timed out while the server answered others: it drops what it cannot serve. The rate halves (down to
- * the floor; once per retry interval) and every give-up clock restarts (a dropped request says nothing about
- * whether the server has the data) */
+/* a request timed out while one sent after it was answered: the server drops what it cannot serve. The rate
+ * halves (down to the floor; once per retry interval) and every give-up clock restarts (a dropped request says
+ * nothing about whether the server has the data) */
 static void congested(const lbf_eng_config_t *c, rec_t *r, int64_t now_ns)
 {
     if (!r->has_cut || now_ns - r->cut_ns >= c->retry_interval_ns) {
@@ -314,13 +352,16 @@ static void congested(const lbf_eng_config_t *c, rec_t *r, int64_t now_ns)
         r->rate = r->rate / 2 > floor ? r->rate / 2 : floor;
         r->has_cut = 1;
         r->cut_ns = now_ns;
+        r->has_restart = 1;
+        r->restart_ns = now_ns;
     }
 }
 
-/* where the give-up clock of a sequence first requested at requested_ns started: then, or at the last cut */
+/* where the give-up clock of a sequence first requested at requested_ns started: then, or at the last cut or
+ * handler stall */
 static int64_t clock_ns(const rec_t *r, int64_t requested_ns)
 {
-    return r->has_cut && r->cut_ns >= requested_ns ? r->cut_ns : requested_ns;
+    return r->has_restart && r->restart_ns >= requested_ns ? r->restart_ns : requested_ns;
 }
 
 static int server_silent(const lbf_eng_t *e, const rec_t *r, int64_t now_ns)
@@ -333,6 +374,7 @@ int64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     rec_t *r = REC(e);
     if (!e->recovering)
         return 0;
+    resume(e, r, now_ns, 1);
     if (server_silent(e, r, now_ns))
         return holes;
     int64_t n = 0;
@@ -385,12 +427,18 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     if (!e->recovering)
         return;
     im->rec_touched = 1;
+    resume(e, r, now_ns, 1);
     if (r->has_ready) {
         if (now_ns < r->ready_ns)
             return;
         r->has_ready = 0;
     }
     const int64_t window = c->max_outstanding;
+    if (holes > 0 && (!r->has_head_first || r->hole_first[0] != r->head_first)) { /* the stream moved */
+        r->has_head_first = 1;
+        r->head_first = r->hole_first[0];
+        r->head_moved_ns = now_ns;
+    }
     /* until an answer shows what one packet carries, requests ask for as much as they may (only their first
      * message counts as requested: one answer surely brings that back) */
     const uint64_t request = r->has_chunk ? r->chunk : (uint64_t)c->max_request_count;
@@ -409,12 +457,14 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
             int found = old < r->out_n && r->out_seq[old] == seq;
             int64_t sent = found ? r->out_ns[old] : 0;
             uint8_t to = found ? r->out_to[old] : 0;
+            /* an answered request whose chunk still starts a hole is due again once the stream moved */
+            int moved = found && (to & REC_HELD) && r->has_head_first && r->head_moved_ns >= sent;
             if (found && !to && now_ns - sent >= c->retry_interval_ns) {
-                to = 1; /* its first time-out: the only one it signals */
-                if (e->last_answer_ns != INT64_MIN && e->last_answer_ns > sent)
-                    congested(c, r, now_ns); /* unanswered while the server answered others */
+                to = REC_TIMED_OUT; /* its first time-out: the only one it signals */
+                if (r->has_answered_sent && r->answered_sent_ns > sent)
+                    congested(c, r, now_ns); /* unanswered while a request sent after it was answered */
             }
-            if (!found || now_ns - sent >= c->retry_interval_ns) {
+            if (!found || moved || now_ns - sent >= c->retry_interval_ns) {
                 if (r->tokens < LBF_REC_TOKEN) { /* paced: the rest goes out as tokens come back */
                     r->paced = 1;
                     if (!found)
@@ -426,6 +476,8 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                     continue;
                 }
                 r->tokens -= LBF_REC_TOKEN;
+                if (to & REC_HELD) /* asked again after its hold: a fresh request */
+                    to = 0;
                 if (!send_request(e, r, seq, count, answerable, now_ns)) {
                     im->oom = 1;
                     return;
@@ -503,6 +555,10 @@ int64_t feed_rec_next_deadline(lbf_eng_t *e)
         d = clock_ns(r, r->head_ns) + c->give_up_ns;
     if (r->has_quiet && r->out_n && r->quiet_ns + c->give_up_ns < d)
         d = r->quiet_ns + c->give_up_ns;
+    /* while requests are in flight the pacing is consulted at least every half retry interval, so a gap of more
+     * than a whole one is the handler's own stall (see resume), never the pacing's choice */
+    if (r->out_n && r->has_seen && r->seen_ns + c->retry_interval_ns / 2 < d)
+        d = r->seen_ns + c->retry_interval_ns / 2;
     return d;
 }
 

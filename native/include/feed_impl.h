@@ -103,7 +103,7 @@ typedef struct rec {
     uint64_t *out_seq;          /* requests in flight: first sequence -> when sent, sorted by sequence */
     int64_t *out_ns;
     int64_t out_n;
-    uint8_t *out_to;            /* in flight and already timed out once (each request signals congestion once) */
+    uint8_t *out_to;            /* REC_TIMED_OUT: timed out once already; REC_HELD: answered, held (feed_recovery.c) */
     uint64_t *kept_seq;         /* poll's scratch (the next in-flight table); both hold max_outstanding */
     int64_t *kept_ns;
     uint8_t *kept_to;
@@ -118,8 +118,14 @@ typedef struct rec {
     int32_t full_seen;          /* an answer came back shorter than asked: its packet was full */
     int64_t tokens;             /* the token bucket, LBF_REC_TOKEN per request */
     int64_t rate;               /* the rate now (AIMD), in rate_units: halved on congestion, raised by answers */
-    int32_t has_cut;            /* the last congestion cut was at cut_ns: every give-up clock restarts there */
+    int32_t has_cut;            /* the last congestion cut of the rate was at cut_ns */
     int64_t cut_ns;
+    int32_t has_restart;        /* the last cut or handler stall was at restart_ns: every give-up clock restarts there */
+    int64_t restart_ns;
+    int32_t has_answered_sent;  /* answered_sent_ns: the latest send time of a request answered while in flight */
+    int64_t answered_sent_ns;
+    int32_t has_seen;           /* seen_ns: the latest time the pacing was told (an answer, a poll, an expiry check) */
+    int64_t seen_ns;
     int32_t has_tokens_ns;
     int64_t tokens_ns;
     int32_t paced;              /* the last poll held requests back for want of tokens */
@@ -129,6 +135,9 @@ typedef struct rec {
     int64_t head_ns;
     uint64_t rng;               /* splitmix64 state (the back-off jitter) */
     uint64_t *hole_first, *hole_last; /* the declared holes the pacing works on (max_outstanding of them) */
+    int32_t has_head_first;     /* head_first: the first hole's first sequence at the last poll */
+    uint64_t head_first;
+    int64_t head_moved_ns;      /* when head_first last changed (the stream moved) */
 } rec_t;
 
 typedef struct eng_impl {

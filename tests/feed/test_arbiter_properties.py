@@ -262,3 +262,34 @@ def test_recovery_off_names_exactly_the_range_lost_on_both_feeds(
     assert [(g.first, g.last) for g in result.of_type(GapUnrecoverable)] == [(gone.start, gone.stop - 1)]
     assert [d.seq for d in result.delivered] == [s for s in range(1, n + 1) if s not in gone]
     check_contract(result, ordered)
+
+
+@PROFILE
+@given(n=st.integers(30, 300), a=feed_faults, b=feed_faults, seed=st.integers(0, 2**32),
+       rtt_ns=st.integers(MS, 20 * MS), window=st.integers(1, 64), lacks=st.integers(0, 20),
+       stalls=st.lists(st.tuples(st.integers(0, 400 * MS), st.sampled_from([100, 300, 450, 1_500, 4_000])),
+                       max_size=3))
+def test_stalls_of_the_handler_give_nothing_up_the_server_has_and_agree_in_both(
+        n: int, a: FeedFaults, b: FeedFaults, seed: int, rtt_ns: int, window: int, lacks: int,
+        stalls: list[tuple[int, int]]) -> None:
+    """The handler stalls (from a moment, for some milliseconds: shorter or longer than the retry interval and
+    than give_up) while answers and packets queue: C and the spec agree, and from a server that holds everything
+    nothing is given up (a stall is not the server's silence nor its time-outs)."""
+    rng = random.Random(seed)
+    messages = make_messages(n, rng)
+    arrivals = feed_arrivals(Feed.A, messages, a, rng) + feed_arrivals(Feed.B, messages, b, rng)
+    pacing = RecoveryConfig(request_rate=800.0, request_burst=16, max_outstanding=window, give_up_ns=1_000 * MS)
+    windows = [(start, start + length * MS) for start, length in stalls]
+    runs = []
+    for arbiter in (SpecArbiter(ArbiterConfig(), Recovery(pacing, rng=Jitter(seed))),
+                    Arbiter(ArbiterConfig(), pacing, seed=seed)):
+        server = RetransmitStub(S1, messages, missing=range(1, lacks + 1))
+        result = simulate(arbiter, arrivals, server, rtt_ns=rtt_ns, stalls=windows)
+        runs.append((arbiter, result, result.ordered))
+    (spec, _, spec_ordered), (arbiter, result, ordered) = runs
+    assert ordered == spec_ordered
+    assert arbiter.counter_values() == spec.counter_values()
+    check_contract(result, ordered)
+    if not lacks:  # (a server that lacks the head may look silent to a small window: every hole goes then)
+        assert not result.of_type(GapUnrecoverable), "given up although the server holds everything"
+    hypothesis.event("given up" if result.of_type(GapUnrecoverable) else "nothing given up")

@@ -38,6 +38,15 @@ def first_round_ns(r: Recovery, holes: list[tuple[int, int]], step: int = 100_00
     return t
 
 
+def follow(r: Recovery, holes: list[tuple[int, int]], until: int) -> list[tuple[int, int]]:
+    """Poll at every deadline before ``until``, as the engine does while time passes (a handler that is not
+    consulted for longer than a retry interval with requests in flight has stalled). Returns the requests sent."""
+    sent: list[tuple[int, int]] = []
+    while (due := r.next_deadline_ns()) is not None and due < until:
+        sent += r.poll(holes, due)
+    return sent
+
+
 def test_initial_backoff_is_randomised_within_seed_001_bounds_and_seeded() -> None:
     times = [first_round_ns(started(seed=seed), [(10, 12)]) for seed in range(40)]
     assert all(25 * MS <= t <= 75 * MS + 100_000 for t in times)  # 50 ms x U(0.5, 1.5), polled every 0.1 ms
@@ -80,7 +89,9 @@ def test_requests_are_chunked_to_the_moldudp64_count_limit() -> None:
 def test_before_the_answer_size_is_known_only_the_first_message_of_a_request_counts_as_requested() -> None:
     r = started(RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS))
     r.poll([(1, 200_000)], 0)
+    follow(r, [(1, 200_000)], 500 * MS)
     r.on_answer(65535, 500 * MS, count=40)  # the server answers (one packet of 40 messages)
+    follow(r, [(1, 200_000)], 1_000 * MS)
     # 1 was requested at 0 and is still missing; 2.. were never asked for in a way one answer brings back
     assert r.expired([(1, 1)], 1_000 * MS) == 1
     assert r.expired([(2, 65534)], 1_400 * MS) == 0
@@ -98,12 +109,16 @@ def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=10_000 * MS)
     r = learned(cfg, 10)
     r.poll([(10, 19)], 0)  # first hole requested at t=0
+    follow(r, [(10, 19)], 3_000 * MS)
     r.poll([(10, 19), (30, 39)], 3_000 * MS)  # a later hole first requested at 3 s
+    follow(r, [(10, 19), (30, 39)], 5_000 * MS)
     r.on_answer(40, 5_000 * MS, count=10)  # the server answers other requests: it has not stopped
+    follow(r, [(10, 19), (30, 39)], 10_000 * MS - 1)
     assert r.expired([(10, 19), (30, 39)], 10_000 * MS - 1) == 0
     assert r.expired([(10, 19), (30, 39)], 10_000 * MS) == 1
     r.forget_below(30)  # the stream gave 10..19 up and moved on
     assert r.expired([(30, 39)], 10_000 * MS) == 0
+    follow(r, [(30, 39)], 13_000 * MS)
     assert r.expired([(30, 39)], 13_000 * MS) == 1
 
 
@@ -112,8 +127,8 @@ def test_a_server_silent_for_give_up_loses_every_declared_hole_even_those_not_as
     r = learned(cfg, 10)
     holes = [(100, 109), (200, 209), (300, 309)]
     assert r.poll(holes, 0) == [(100, 10), (200, 10)]  # two in flight; the third waits
-    assert r.next_deadline_ns() == 200 * MS
-    r.poll(holes, 600 * MS)  # retried, still nothing
+    assert r.next_deadline_ns() == 100 * MS  # (consulted every half retry interval while requests fly)
+    assert follow(r, holes, 999 * MS) == [(100, 10), (200, 10)] * 4  # retried every 200 ms, still nothing
     assert r.expired(holes, 999 * MS) == 0
     assert r.expired(holes, 1_000 * MS) == 3
 
@@ -323,36 +338,47 @@ def test_the_engine_runs_the_same_pacing_with_the_same_seed() -> None:
 # -- a server slower than the pacing, and a server that lacks old data (AIMD and the give-up clock) ---------------
 
 
-def test_a_timeout_while_the_server_answers_others_halves_the_rate_once_per_retry_interval_down_to_a_floor() -> None:
+def test_a_timeout_while_a_later_request_was_answered_halves_the_rate_once_per_retry_interval_down_to_a_floor(
+) -> None:
     cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=6_400.0)
     r = learned(cfg, 10)
     assert r.rate_units == 6_400_000
-    assert r.poll([(100, 109), (200, 209), (300, 309)], 0) == [(100, 10), (200, 10), (300, 10)]
-    r.on_answer(200, 1 * MS)  # the server answers another request: the rest were dropped
+    assert r.poll([(100, 109), (300, 309)], 0) == [(100, 10), (300, 10)]
+    assert r.poll([(100, 109), (200, 209), (300, 309)], MS) == [(200, 10)]  # a hole found later
+    r.on_answer(200, 2 * MS)  # the server answers a request sent after them: they were dropped
     rate = r.rate_units  # (the answer raised it: it was at request_rate already)
+    r.poll([(100, 109), (300, 309)], 100 * MS)  # (consulted on time)
     r.poll([(100, 109), (300, 309)], 200 * MS)  # they time out: congestion, one cut for both
     assert r.rate_units == rate // 2
-    r.poll([(100, 109), (300, 309)], 399 * MS)  # the retries are in flight; nothing new
-    r.on_answer(500, 450 * MS)  # (the server still answers something else)
-    r.poll([(100, 109), (300, 309)], 600 * MS)  # the retries time out: a request signals once only
-    assert r.rate_units == rate // 2
+    r.poll([(100, 109), (300, 309), (500, 509)], 201 * MS)  # a request sent after the retries...
+    r.on_answer(500, 250 * MS)  # ...is answered
+    rate = r.rate_units  # (raised a little by that answer)
+    r.poll([(100, 109), (300, 309)], 300 * MS)
+    r.poll([(100, 109), (300, 309)], 400 * MS)  # the retries time out: a request signals once only
+    assert r.rate_units == rate
     rates = []
-    for k in range(1, 12):  # a new request each round, dropped while the server answers others
-        hole, t = (1_000 * k, 1_000 * k + 9), 600 * MS + 200 * MS * k
-        r.poll([(1_000 * (k - 1), 1_000 * (k - 1) + 9), hole], t)  # (the round before's times out)
-        r.on_answer(10**9 + k, t + MS)
-        rates.append(r.rate_units)
-    assert rates[1:6] == [rate // 2 // 2 ** k for k in range(1, 6)]  # halved each retry interval...
-    assert rates[-1] == 6_400_000 // 64  # ...down to the floor, a 64th of request_rate
+    for k in range(1, 12):  # a new request each round, dropped while one sent after it is answered
+        hole, t = (1_000 * k, 1_000 * k + 9), 400 * MS + 200 * MS * k
+        prev = (1_000 * (k - 1), 1_000 * (k - 1) + 9)
+        before = r.rate_units
+        r.poll([prev, hole], t)  # (the round before's times out)
+        rates.append((before, r.rate_units))
+        r.poll([prev, hole, (10**9 + k, 10**9 + k)], t + MS)
+        r.on_answer(10**9 + k, t + 2 * MS)  # (an answer raises the rate a little)
+        r.poll([hole], t + 100 * MS)
+    assert all(after == max(6_400_000 // 64, before // 2) for before, after in rates[1:])  # halved each interval
+    assert rates[-1][1] == 6_400_000 // 64  # ...down to the floor, a 64th of request_rate
 
 
 def test_answers_raise_the_rate_back_to_request_rate_by_a_sixteenth_of_it_per_second() -> None:
     cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=1_600.0, request_burst=1_000, max_outstanding=1_000)
     r = learned(cfg, 10)
     holes = [(s, s + 9) for s in range(100, 10_000_000, 100)]
-    r.poll(holes[:10], 0)
-    r.on_answer(100, MS, count=10)
-    r.poll(holes[1:10], 200 * MS)  # timed out while answered: halved
+    r.poll(holes[1:10], 0)
+    r.poll(holes[:10], MS)  # a request sent after them...
+    r.on_answer(100, 2 * MS, count=10)  # ...is answered
+    r.poll(holes[1:10], 100 * MS)
+    r.poll(holes[1:10], 200 * MS)  # they timed out while a later one was answered: halved
     assert r.rate_units == 800_000
     now, answered = 200 * MS, 0
     while r.rate_units < 1_600_000:  # answer everything asked, 1 ms later
@@ -367,12 +393,17 @@ def test_answers_raise_the_rate_back_to_request_rate_by_a_sixteenth_of_it_per_se
 def test_a_request_that_was_dropped_restarts_every_give_up_clock_and_a_retry_signals_nothing() -> None:
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
     r = learned(cfg, 10)
-    assert r.poll([(10, 19), (30, 39)], 0) == [(10, 10), (30, 10)]
-    r.on_answer(30, MS, count=10)  # answered the second, not the first (dropped, or the server lacks it)
+    assert r.poll([(10, 19)], 0) == [(10, 10)]
+    assert r.poll([(10, 19), (30, 39)], MS) == [(30, 10)]
+    r.on_answer(30, 2 * MS, count=10)  # answered the later, not the first (dropped, or the server lacks it)
+    r.poll([(10, 19)], 100 * MS)
     r.poll([(10, 19)], 200 * MS)  # its first time-out: a congestion cut restarts the clock at 200 ms
+    assert r.expired([(10, 19)], 200 * MS) == 0
+    assert r.poll([(10, 19), (50, 59)], 201 * MS) == [(50, 10)]  # a request sent after the retry...
+    r.on_answer(50, 300 * MS)  # ...is answered
+    follow(r, [(10, 19)], 1_000 * MS)  # the retries time out: no new signal, the clock keeps running
     assert r.expired([(10, 19)], 1_000 * MS) == 0
-    r.on_answer(50, 300 * MS)  # (the server answers something else)
-    r.poll([(10, 19)], 400 * MS)  # the retry times out: no new signal, the clock keeps running
+    follow(r, [(10, 19)], 1_200 * MS - 1)
     assert r.expired([(10, 19)], 1_200 * MS - 1) == 0
     assert r.expired([(10, 19)], 1_200 * MS) == 1
 
@@ -437,14 +468,18 @@ def test_a_server_that_lacks_old_data_leads_to_a_give_up_within_give_up_and_a_re
 
 def test_a_paced_requests_first_time_out_is_a_deadline_and_cuts_the_rate_on_time() -> None:
     """Requests wait for tokens, so the next deadline is the next token; a request in flight times out before
-    that while the server answered something else. Its time-out is congestion: the deadline is the time-out (not
+    that while one sent after it was answered. Its time-out is congestion: the deadline is the time-out (not
     the token), so the rate and every give-up clock are cut then, whenever the next input comes."""
-    cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=4.0, request_burst=1, retry_interval_ns=200 * MS)
-    r = learned(cfg, 10)  # (the probe took the only token at 0)
-    assert r.poll([(100, 109), (200, 209)], 250 * MS) == [(100, 10)]  # one token; 200.. waits for the next
-    r.on_answer(5_000, 300 * MS)  # the server answers something else
+    cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=4.0, request_burst=2, retry_interval_ns=200 * MS)
+    r = learned(cfg, 10)  # (the probe took one of the two tokens at 0)
+    holes = [(100, 109), (200, 209), (300, 309)]
+    assert r.poll(holes[:1], 250 * MS) == [(100, 10)]  # the bucket was full again: one token left
+    assert r.poll(holes, 260 * MS) == [(200, 10)]  # the last token; 300.. waits for the next
+    r.on_answer(200, 300 * MS)  # the server answers the later request
+    assert r.next_deadline_ns() == 400 * MS  # (consulted every half retry interval while requests fly)
+    assert r.poll(holes, 400 * MS) == []
     assert r.next_deadline_ns() == 450 * MS  # 100's first time-out, before the next token (500 ms)
-    assert r.poll([(100, 109), (200, 209)], 450 * MS) == []  # no token yet (0.8 of one)
+    assert r.poll(holes, 450 * MS) == []  # no token yet (0.8 of one)
     assert r.rate_units == 2_000  # halved at the time-out
     assert r.next_deadline_ns() == 550 * MS  # the rest of the token at 2 requests/s
 
@@ -495,8 +530,89 @@ def test_an_answer_the_handler_could_not_keep_restarts_the_give_up_clock_of_what
     its clock."""
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
     r = learned(cfg, 10)
-    assert r.poll([(10, 19), (30, 39)], 0) == [(10, 10), (30, 10)]
+    holes = [(10, 19), (30, 39)]
+    assert r.poll(holes, 0) == [(10, 10), (30, 10)]
+    follow(r, holes, 900 * MS)
     r.on_answer(30, 900 * MS, count=10)  # answered; the hole stays
-    assert r.expired([(10, 19), (30, 39)], 1_000 * MS) == 1  # 10..19 was never answered: given up on time
+    follow(r, holes, 1_000 * MS)
+    assert r.expired(holes, 1_000 * MS) == 1  # 10..19 was never answered: given up on time
     assert r.expired([(30, 39)], 1_000 * MS) == 0  # 30..39 was: its clock restarted at 900 ms
+    follow(r, [(30, 39)], 1_900 * MS)
     assert r.expired([(30, 39)], 1_900 * MS) == 1
+
+
+def test_a_stall_of_the_handler_with_answers_queued_is_not_the_servers_time_out() -> None:
+    """The handler is not consulted for twice the retry interval (a starved machine) while the answers to its
+    requests wait unread: when it runs again nothing has timed out, nothing is asked again, the rate is not cut,
+    and the answers it then reads count as answers."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, request_rate=6_400.0, give_up_ns=1_000 * MS)
+    r = learned(cfg, 10)
+    rate = r.rate_units
+    holes = [(100, 109), (200, 209), (300, 309)]
+    assert r.poll([holes[0], holes[2]], 0) == [(100, 10), (300, 10)]
+    assert r.poll(holes, MS) == [(200, 10)]  # sent after the two others
+    stall_end = MS + 2 * cfg.retry_interval_ns
+    assert r.poll(holes, stall_end) == []  # the handler runs again before reading the answers: no retry
+    assert r.rate_units == rate
+    r.on_answer(200, stall_end + MS, count=10)  # the queued answers, the later request's first
+    r.on_answer(100, stall_end + MS, count=10)
+    assert r.poll([holes[2]], stall_end + 2 * MS) == []  # 300's answer is still queued: not a time-out
+    assert r.rate_units >= rate  # not cut (the answers raised it, up to request_rate)
+    assert r.answers == 3  # (the probe's and two)
+    r.on_answer(300, stall_end + 3 * MS, count=10)
+    assert r.answers == 4
+
+
+def test_a_stall_of_the_handler_longer_than_give_up_gives_nothing_up() -> None:
+    """A stall past give_up is not the server's silence: every clock restarts when the handler runs again."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
+    r = learned(cfg, 10)
+    holes = [(100, 109), (200, 209)]
+    assert r.poll(holes, 0) == [(100, 10), (200, 10)]
+    follow(r, holes, 500 * MS)
+    stall_end = 500 * MS + 2 * cfg.give_up_ns
+    assert r.expired(holes, stall_end) == 0
+    assert r.poll(holes, stall_end) == []  # the requests in flight wait a whole retry interval again
+    assert follow(r, holes, stall_end + cfg.give_up_ns) == [(100, 10), (200, 10)] * 4
+    assert r.expired(holes, stall_end + cfg.give_up_ns - 1) == 0
+    assert r.expired(holes, stall_end + cfg.give_up_ns) == 2  # the server stays silent: given up then
+
+
+def test_an_answer_that_could_not_be_kept_is_not_asked_again_for_a_retry_interval() -> None:
+    """The queue is full behind a hole: an answer cannot be kept and its hole still starts where it did. Asking
+    again at once would spend the tokens on answers that cannot be kept either; the answered request stays in
+    flight for a retry interval (the tokens go to other holes), and a second copy of its answer counts nothing."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, max_outstanding=3)
+    r = learned(cfg, 10)
+    holes = [(10, 19), (30, 39), (50, 59)]
+    assert r.poll(holes[:2], 0) == [(10, 10), (30, 10)]
+    r.on_answer(30, 5 * MS, count=10)  # answered, not kept: the hole stays
+    answers = r.answers
+    assert r.poll(holes, 6 * MS) == [(50, 10)]  # the next hole, not 30 again
+    r.on_answer(30, 7 * MS, count=10)  # a duplicate of the answer
+    assert r.answers == answers
+    assert follow(r, holes, 205 * MS) == [(10, 10)]  # 10's retry; 30 is held
+    assert r.poll(holes, 205 * MS) == [(30, 10)]  # a retry interval after its answer: asked again
+    rate = r.rate_units
+    r.poll(holes, 300 * MS)
+    assert r.rate_units == rate  # its hold signals no congestion
+
+
+def test_an_answer_that_could_not_be_kept_is_asked_again_once_the_stream_moves() -> None:
+    """Room may have come free behind the head once the stream moved: the held chunk is asked again at once."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, max_outstanding=3)
+    r = learned(cfg, 10)
+    holes = [(10, 19), (30, 39), (50, 59)]
+    assert r.poll(holes, 0) == [(10, 10), (30, 10), (50, 10)]
+    r.on_answer(30, 5 * MS, count=10)  # answered, not kept: the hole stays
+    assert r.poll(holes, 6 * MS) == []  # held: the stream waits at 10
+    r.on_answer(10, 7 * MS, count=10)  # the head is filled: the stream moves to 30
+    assert r.poll(holes[1:], 8 * MS) == [(30, 10)]
+
+
+def test_an_answer_that_was_kept_lets_the_rest_of_its_hole_be_asked_at_once() -> None:
+    cfg = RecoveryConfig(initial_backoff_ns=0, max_outstanding=2)
+    r = learned(cfg, 10)
+    assert r.poll([(10, 29)], 0) == [(10, 10), (20, 10)]
+    r.on_answer(10, 5 * MS, count=10)  # kept: the hole now starts at 20
+    assert r.poll([(20, 29), (40, 49)], 6 * MS) == [(40, 10)]  # the window's freed slot goes out at once

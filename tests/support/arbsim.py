@@ -11,6 +11,7 @@ held.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Sequence
@@ -133,12 +134,15 @@ class SimResult:
 
 def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server: RetransmitStub | None = None,
              rtt_ns: int = 200_000, until_ns: int | None = None,
-             process: Callable[[Arbiter | SpecArbiter, Arrival], list[Event]] | None = None) -> SimResult:
+             process: Callable[[Arbiter | SpecArbiter, Arrival], list[Event]] | None = None,
+             stalls: Sequence[tuple[int, int]] = ()) -> SimResult:
     """Run ``arrivals`` (any order; sorted by time, ties in the given order) through ``arbiter``.
 
     Between arrivals the arbiter is ticked at its ``next_deadline_ns``; requests it emits are answered by
     ``server`` ``rtt_ns`` later (as feed RETRANSMIT). Stops when nothing is left to happen or at ``until_ns``.
-    ``process`` replaces ``arbiter.on_packet`` (e.g. to go through a receive ring)."""
+    ``process`` replaces ``arbiter.on_packet`` (e.g. to go through a receive ring). ``stalls`` are
+    ``[start, end)`` windows in which the handler does not run (a starved machine): what falls due or arrives
+    inside one is handled at its end, datagrams first and stamped with that time (read late, no kernel stamps)."""
     order = itertools.count()
     queue: list[tuple[int, int, Arrival]] = [(a.time_ns, next(order), a) for a in arrivals]
     heapq.heapify(queue)
@@ -163,6 +167,13 @@ def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server
                         heapq.heappush(queue, (now + rtt_ns, next(order), Arrival(now + rtt_ns, Feed.RETRANSMIT,
                                                                                   answer)))
 
+    def awake(t: int) -> int:
+        """When the handler runs for something due at ``t``."""
+        for start, end in stalls:
+            if start <= t < end:
+                return end
+        return t
+
     now = 0
     last_tick: int | None = None
     while True:
@@ -170,7 +181,8 @@ def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server
         next_arrival = queue[0][0] if queue else None
         if next_arrival is None and deadline is None:
             break
-        if deadline is not None and (next_arrival is None or deadline < next_arrival):
+        if deadline is not None and (next_arrival is None or awake(deadline) < awake(next_arrival)):
+            deadline = awake(deadline)
             if last_tick is not None and deadline <= last_tick:
                 raise RuntimeError(f"arbiter deadline {deadline} does not advance past its tick at {last_tick}")
             now = max(now, deadline)
@@ -180,10 +192,12 @@ def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server
             last_tick = now
             continue
         assert next_arrival is not None  # with no arrival queued, the deadline branch above ran
-        now = max(now, next_arrival)
+        now = max(now, awake(next_arrival))
         if until_ns is not None and now > until_ns:
             break
         _, _, arrival = heapq.heappop(queue)
+        if arrival.time_ns != now:  # read late, after a stall
+            arrival = dataclasses.replace(arrival, time_ns=now)
         collect(handle(arbiter, arrival), now)
     result.end_ns = now
     return result

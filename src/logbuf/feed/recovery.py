@@ -18,7 +18,8 @@ ranges inside ``[next expected, highest seen]``, head first) and the time, and a
                        │       no request in flight, so the next poll asks for it without waiting
                        │       (an answer is one packet: "clients re-request the rest")
                        ├─ no answer for retry_interval ─► asked again         (default 200 ms)
-                       │       (its first time-out while the server answered others: congestion, the rate halves)
+                       │       (its first time-out while a request sent after it was answered: congestion, the
+                       │        rate halves)
                        └─ give_up without an answer nor a congestion cut ─► expired() > 0   (default 10 s)
     stop() when caught up (no hole left).
 
@@ -31,10 +32,20 @@ by a token bucket at ``request_rate`` (under the 1,000 requests/s per client ret
 allow). Recovery then fetches ``request_rate`` packets per second whatever the size of the hole.
 
 **The rate adapts to the server (AIMD).** A server over its capacity drops requests. A request that times out
-for the first time while the server answered something since it was sent signals congestion: the rate halves
-(at most once per ``retry_interval``, down to a 64th of ``request_rate``). Each answer to a request in flight
+for the first time while a request sent after it has been answered signals congestion (the server is alive and
+skipping ours): the rate halves (at most once per ``retry_interval``, down to a 64th of ``request_rate``). Each answer to a request in flight
 raises it by ``request_rate / 16 / (rate now)`` requests/s, i.e. a 16th of ``request_rate`` per second of
 answers, up to ``request_rate``. Rates are integers in thousandths of a request per second, as the bucket's.
+
+**An answer holds its request.** An answered request stays in flight until the stream moves (the first hole
+starts elsewhere) or ``retry_interval`` has passed since the answer: when its answer could not be kept (the
+queue is full behind a hole the stream waits at) the same chunk is not asked again round after round, taking
+the tokens the other holes' retries need.
+
+**A stall of the handler is not the server's.** While requests are in flight the pacing asks to be consulted at
+least every half ``retry_interval``; when it is not consulted for more than a whole one (a starved machine, time
+jumps, answers queue unread), the requests in flight wait a whole retry interval again from then, the silence
+and give-up clocks restart then, and the rate is left alone.
 
 **Give-up counts only what was really asked.** A sequence counts as requested only once a request that one
 answer would have covered was sent (the answer-sized prefix of a request; before the size is known, its first
@@ -108,7 +119,9 @@ class Recovery:
 
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
-                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns", "_timed_out", "_cut_ns")
+                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns", "_timed_out", "_cut_ns",
+                 "_restart_ns", "_answered_sent_ns", "_seen_ns", "_held", "_head_first",
+                 "_head_moved_ns")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | Jitter | None = None) -> None:
         self.config = config or RecoveryConfig()
@@ -137,7 +150,15 @@ class Recovery:
         self._quiet_ns: int | None = None  # requests in flight and no answer since then (None: nothing in flight)
         self._head_ns: int | None = None  # when the first hole of the last poll was first requested (None: not)
         self._timed_out: set[int] = set()  # in-flight requests that already timed out once (each signals once)
-        self._cut_ns: int | None = None  # the last congestion cut of the rate: every give-up clock restarts there
+        # answered requests held in flight (since the answer, in _outstanding) for a retry interval: asked again only
+        # then if their chunk still starts a hole (the answer could not be kept); never a congestion signal
+        self._held: set[int] = set()
+        self._head_first: int | None = None  # the first hole's first sequence at the last poll
+        self._head_moved_ns: int | None = None  # when it last changed (the stream moved)
+        self._cut_ns: int | None = None  # the last congestion cut of the rate
+        self._restart_ns: int | None = None  # the last cut or handler stall: every give-up clock restarts there
+        self._answered_sent_ns: int | None = None  # the latest send time of a request answered while in flight
+        self._seen_ns: int | None = None  # the latest time the pacing was told (an answer, a poll, an expiry check)
 
     @property
     def rng(self) -> random.Random | Jitter:
@@ -167,7 +188,9 @@ class Recovery:
         self._quiet_ns = None
         self._head_ns = None
         self._timed_out.clear()
+        self._held.clear()
         self._cut_ns = None
+        self._restart_ns = None
 
     # -- inputs -----------------------------------------------------------------------------------------------
 
@@ -176,10 +199,20 @@ class Recovery:
         no longer in flight (counted in ``answers``; what is still missing is asked for by the next
         :meth:`poll`). An answer is one packet, so its size is what later requests ask for: several answer-sized
         requests go out per hole instead of one request per answer."""
+        self._resume(now_ns, due=False)
         self.last_answer_ns = now_ns
-        if self._outstanding.pop(first, None) is not None:
+        sent = self._outstanding.get(first)
+        if sent is not None and first not in self._held:
             self.answers += 1
-            self._timed_out.discard(first)
+            if self._answered_sent_ns is None or sent > self._answered_sent_ns:
+                self._answered_sent_ns = sent
+            # held in flight: if the answer was kept the hole moves on and the next poll forgets it; if it could not
+            # be (the queue is full behind a hole the stream waits at), the same chunk is asked again only once
+            # the stream moved (room may have come free) or a retry interval passed, so the tokens go to the other
+            # holes' retries instead of to answers that cannot be kept either
+            self._outstanding[first] = now_ns
+            self._held.add(first)
+            self._timed_out.add(first)  # (its wait after an answer signals nothing)
             # additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket
             # is filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran
             self._refill(now_ns)
@@ -202,12 +235,16 @@ class Recovery:
         """The ``(seq, count)`` requests to send now for ``holes`` (head first, inclusive ranges)."""
         if not self.active:
             return []
+        self._resume(now_ns, due=True)
         if self._ready_ns is not None:
             if now_ns < self._ready_ns:
                 return []
             self._ready_ns = None
         cfg = self.config
         chunk = self._chunk
+        if holes and holes[0][0] != self._head_first:  # the stream moved
+            self._head_first = holes[0][0]
+            self._head_moved_ns = now_ns
         # until an answer shows what one packet carries, requests ask for as much as they may (only their first
         # message counts as requested: one answer surely brings that back)
         window = cfg.max_outstanding
@@ -218,6 +255,7 @@ class Recovery:
         old = self._outstanding
         kept: dict[int, int] = {}
         timed_out: set[int] = set()
+        held: set[int] = set()
         out: list[tuple[int, int]] = []
         for first, last in holes:
             seq = first
@@ -226,11 +264,14 @@ class Recovery:
                     break
                 count = min(request, last - seq + 1)
                 sent = old.get(seq)
+                # an answered request whose chunk still starts a hole is due again once the stream moved
+                moved = (sent is not None and seq in self._held and self._head_moved_ns is not None
+                         and self._head_moved_ns >= sent)
                 if sent is not None and now_ns - sent >= cfg.retry_interval_ns and seq not in self._timed_out:
                     self._timed_out.add(seq)  # its first time-out: the only one it signals
-                    if self.last_answer_ns is not None and self.last_answer_ns > sent:
-                        self._congested(now_ns)  # unanswered while the server answered others
-                if sent is None or now_ns - sent >= cfg.retry_interval_ns:
+                    if self._answered_sent_ns is not None and self._answered_sent_ns > sent:
+                        self._congested(now_ns)  # unanswered while a request sent after it was answered
+                if sent is None or moved or now_ns - sent >= cfg.retry_interval_ns:
                     if self._tokens < _TOKEN:  # paced: the rest goes out as tokens come back
                         self._paced = True
                         if sent is None:
@@ -238,9 +279,14 @@ class Recovery:
                         kept[seq] = sent
                         if seq in self._timed_out:
                             timed_out.add(seq)
+                        if seq in self._held:
+                            held.add(seq)
                         seq += count
                         continue
                     self._tokens -= _TOKEN
+                    if seq in self._held:  # asked again after its hold: a fresh request
+                        self._held.discard(seq)
+                        self._timed_out.discard(seq)
                     self._asked[seq] = count
                     out.append((seq, count))
                     sent = now_ns
@@ -249,6 +295,8 @@ class Recovery:
                 kept[seq] = sent
                 if seq in self._timed_out:
                     timed_out.add(seq)
+                if seq in self._held:
+                    held.add(seq)
                 seq += count
             if self._paced and seq <= last:
                 break
@@ -262,6 +310,7 @@ class Recovery:
             self._quiet_ns = None
         self._outstanding = kept
         self._timed_out = timed_out
+        self._held = held
         if len(self._asked) > 4 * cfg.max_outstanding:  # answers that never came: keep the table bounded
             self._asked = {seq: n for seq, n in self._asked.items() if seq in kept}
         self.requests_sent += len(out)
@@ -284,6 +333,7 @@ class Recovery:
         requests were in flight."""
         if not self.active:
             return 0
+        self._resume(now_ns, due=True)
         if self._server_silent(now_ns):
             return len(holes)
         if not self._req_starts:
@@ -318,6 +368,10 @@ class Recovery:
                 candidates.append(min(fresh) + self.config.retry_interval_ns)
         elif self._outstanding:
             candidates.append(min(self._outstanding.values()) + self.config.retry_interval_ns)
+        if self._outstanding and self._seen_ns is not None:
+            # while requests are in flight the pacing is consulted at least every half retry interval, so a gap of
+            # more than a whole one is the handler's own stall (see _resume), never the pacing's choice
+            candidates.append(self._seen_ns + self.config.retry_interval_ns // 2)
         return min(candidates) if candidates else None
 
     def forget_below(self, seq: int) -> None:
@@ -330,19 +384,41 @@ class Recovery:
 
     # -- internals --------------------------------------------------------------------------------------------
 
+    def _resume(self, now_ns: int, *, due: bool) -> None:
+        """The pacing is told the time (by an answer; by a poll or an expiry check only once
+        :meth:`next_deadline_ns` has passed or while it has none, so calls made early change nothing): if it was not consulted for
+        longer than ``retry_interval`` while requests were in flight, the handler stalled (a starved machine;
+        answers may be queued unread), which is not the server's doing. The requests in flight wait a whole retry
+        interval again from now, the silence clock and every give-up clock restart now, and the rate is left
+        alone."""
+        if due and self._outstanding:  # (nothing in flight: nothing can have waited, the time is simply taken)
+            deadline = self.next_deadline_ns()
+            if deadline is not None and now_ns < deadline:
+                return
+        seen = self._seen_ns
+        if seen is not None and now_ns - seen > self.config.retry_interval_ns and self._outstanding:
+            for seq in self._outstanding:
+                self._outstanding[seq] = now_ns
+            if self._quiet_ns is not None:
+                self._quiet_ns = now_ns
+            self._restart_ns = now_ns
+        if seen is None or now_ns > seen:
+            self._seen_ns = now_ns
+
     def _congested(self, now_ns: int) -> None:
-        """A request timed out while the server answered others: it is dropping what it cannot serve. The rate
+        """A request timed out while one sent after it was answered: the server drops what it cannot serve. The rate
         halves (down to a floor; once per retry interval: one loss shows in every request sent meanwhile) and
         every give-up clock restarts: a request the server dropped says nothing about whether it has the data."""
         cfg = self.config
         if self._cut_ns is None or now_ns - self._cut_ns >= cfg.retry_interval_ns:
             self._rate_units = max(_floor_units(cfg), self._rate_units // 2)
             self._cut_ns = now_ns
+            self._restart_ns = now_ns
 
     def _clock_ns(self, requested_ns: int) -> int:
         """Where a give-up clock started for a sequence first requested at ``requested_ns``: then, or at the last
-        congestion cut if later."""
-        cut = self._cut_ns
+        congestion cut or handler stall if later."""
+        cut = self._restart_ns
         return requested_ns if cut is None or cut < requested_ns else cut
 
     @property
