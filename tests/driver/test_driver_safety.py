@@ -376,6 +376,27 @@ def test_the_driver_itself_closes_a_stream_whose_log_was_truncated(tmp_path: Pat
     assert lines == ["publication [1]", "network publication [1]", "image [1]", "other fine True", "exit clean"], lines
 
 
+def test_a_client_that_slept_through_the_truncation_still_closes_its_publication(tmp_path: Path) -> None:
+    """The driver may close the publication and delete its shrunk log before the client's conductor runs (a
+    starved thread): the name is gone, so the client learns it from the publisher-limit counter the driver freed."""
+    lines = _ok(_run("""
+        directory = sys.argv[1]
+        errors = []
+        with MediaDriver.launch(directory, ipc_term_length=64 * 1024) as driver:
+            # no conductor thread: this client does no work until the test says so, as a starved one would not
+            with logbuf.connect(directory, conductor_thread=False, error_handler=errors.append) as client:
+                pub = client.add_publication("aeron:ipc", 7)
+                log = next(p.log.path for p in driver.conductor.ipc.publications
+                           if p.registration_id == pub.registration_id)
+                os.truncate(log, 4096)
+                wait_for(lambda: not os.path.exists(log), timeout=60, what="the driver to close and delete the log")
+                print("open before work", not pub.is_closed)
+                wait_for(lambda: client.do_work() >= 0 and pub.is_closed, timeout=60, what="the client to close it")
+                print("closed", pub.offer(b"x") == -4, [type(e).__name__ for e in errors])
+    """, str(tmp_path / "drv")))
+    assert lines == ["open before work True", "closed True ['InvalidLogBufferError']"], lines
+
+
 def test_truncating_cnc_dat_loses_the_driver_for_its_clients_without_killing_anyone(tmp_path: Path) -> None:
     lines = _ok(_run("""
         directory = sys.argv[1]

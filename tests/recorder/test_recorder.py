@@ -349,22 +349,29 @@ def test_the_record_help_shows_every_default_and_the_common_spellings() -> None:
     assert "--messages-stream" not in text
 
 
+@pytest.mark.timeout(240)
 def test_the_command_line_stops_cleanly_on_sigterm(tmp_path: Path, day: Day) -> None:
     script = make_script(day, [("TERM", 3_000)], end_of_session=False)
-    with launch_driver(tmp_path / "drv"), logbuf.connect(tmp_path / "drv") as client:
+    # 4 MiB terms: the 3000 messages stay below the hold threshold (half the window), so no commit comes due
+    # however the reads are batched (a starved recorder reads a whole window at once and would commit it), and
+    # the interval is ten minutes away: what the stop must complete is every message
+    with logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=4 << 20, timer_interval_ns=50_000_000,
+                                   client_liveness_timeout_ns=10_000_000_000), \
+            logbuf.connect(tmp_path / "drv") as client:
         process = subprocess.Popen([sys.executable, "-m", "logbuf.cli", "record", str(tmp_path / "rec"), "--dir",
-                                    str(tmp_path / "drv"), "--commit-interval", "60"],
+                                    str(tmp_path / "drv"), "--commit-interval", "600"],
                                    stderr=subprocess.PIPE, text=True)
         try:
             publisher = FeedPublisher(client)
-            publisher.wait_connected()
+            publisher.wait_connected(timeout=120)  # a starved machine starts the recorder's process slowly
             publisher.play(day, script.steps)
-            # the recorder has read every message (nothing lags) but committed none (the interval is a minute away)
+            # the recorder has read every message (nothing lags) but committed none
             def all_read_none_committed() -> bool:
                 counters = recorder_counters(client)
-                return counters.get("recorder: held bytes", 0) > 0 and counters.get("recorder: lag bytes") == 0
+                return (counters.get("recorder: held bytes", 0) > 0 and counters.get("recorder: lag bytes") == 0
+                        and counters.get("recorder: commits") == 0)
 
-            wait_until(all_read_none_committed, what="the recorder to read every message")
+            support.wait_until(all_read_none_committed, 120, what="the recorder to read every message")
             process.terminate()
             _, stderr = process.communicate(timeout=30)
         finally:

@@ -159,6 +159,9 @@ class ClientConductor:
         # the log file each publication (by registration id) and image (by subscription registration id and
         # correlation id: an IPC image's correlation id is its publication's registration id) maps
         self._publication_logs: dict[int, str] = {}
+        # each publication's publisher-limit counter and the registration id the driver gave it there: the
+        # driver frees that counter when it lets go of the publication
+        self._publication_limits: dict[int, tuple[int, int]] = {}
         self._image_logs: dict[tuple[int, int], str] = {}
         self._heartbeat_counter_id: int | None = None
         self._last_keepalive_ms = 0
@@ -302,6 +305,12 @@ class ClientConductor:
         """Closes the publications and images of a log whose file was truncated under its mapping (before
         they touch a page past its end, or after the SIGBUS guard recovered one), with one error each."""
         damaged = {name: why for name, entry in self._logs.items() if (why := entry.log.check_truncated())}
+        # the driver closed a publication whose log shrank and may have deleted the file before this check saw
+        # it shrink (this thread starved meanwhile): then the freed publisher-limit counter tells
+        released = self._released_publications()
+        if released:
+            for name in {self._publication_logs[r] for r in released} - damaged.keys():
+                damaged[name] = f"log buffer {name} was closed by the driver (its publisher-limit counter was freed)"
         if not damaged:
             return
         publications = [p for r, name in self._publication_logs.items()
@@ -318,6 +327,21 @@ class ClientConductor:
         for why in damaged.values():
             with contextlib.suppress(Exception):
                 self.error_handler(InvalidLogBufferError(f"{why}: its stream is closed in this client"))
+
+    def _released_publications(self) -> list[int]:
+        """The open publications (registration ids) whose publisher-limit counter the driver has freed or given
+        to another stream: the driver let go of them."""
+        assert self._counters is not None
+        released = []
+        for registration_id, (counter_id, driver_registration_id) in self._publication_limits.items():
+            try:
+                alive = (self._counters.counter_state(counter_id) == c.RECORD_ALLOCATED
+                         and self._counters.counter_registration_id(counter_id) == driver_registration_id)
+            except c.CounterStateError:
+                continue  # not a counter of this file: no evidence either way
+            if not alive:
+                released.append(registration_id)
+        return released
 
     def _keepalive(self, now_ms: int) -> None:
         assert self._counters is not None
@@ -560,6 +584,7 @@ class ClientConductor:
                 raise
             self._publications[registration_id] = publication
             self._publication_logs[registration_id] = ready.log_file_name
+            self._publication_limits[registration_id] = (ready.position_limit_counter_id, ready.registration_id)
         return publication
 
     def _destination(self, registration_id: int, add: bool, channel: str) -> None:
@@ -581,6 +606,7 @@ class ClientConductor:
             if self._publications.pop(registration_id, None) is None:
                 return
             self._release_log_of(self._publication_logs, registration_id)
+            self._publication_limits.pop(registration_id, None)
         self._remove(ControlCommand.REMOVE_PUBLICATION, registration_id, f"remove publication {registration_id}")
 
     # -- subscriptions ---------------------------------------------------------------------------------
@@ -713,6 +739,7 @@ class ClientConductor:
             self._counter_objects.clear()
             self._logs.clear()
             self._publication_logs.clear()
+            self._publication_limits.clear()
             self._image_logs.clear()
             self._responses.clear()
             # no munmap here: positions and counters handed out point into cnc.dat and keep it mapped
