@@ -61,6 +61,13 @@ def _offer(pub: logbuf.Publication, count: int, prefix: bytes = b"m") -> list[by
         wait_until(lambda message=message: pub.offer(message) > 0, what="offer")
     return sent
 
+def _gone_within_two_lingers(goings: list[logbuf.Image]) -> bool:
+    """Whether an image went within two lingers (2 s) of its publication's close: nothing to await but time."""
+    closed = time.monotonic()
+    wait_until(lambda: bool(goings) or time.monotonic() > closed + 2.0, what="two lingers")
+    return bool(goings)
+
+
 
 def _code(add: Callable[[], object]) -> int | str:
     """The error code a registration is refused with, or "ok"."""
@@ -616,9 +623,7 @@ def spies_outlast_their_publication(directory: Path) -> Observation:
         for other in more:
             other.close()
         pub.close()
-        closed = time.monotonic()  # nothing to await but time: two lingers with the spy unread
-        wait_until(lambda: bool(goings) or time.monotonic() > closed + 2.0, what="two lingers")
-        unread_gone = bool(goings)
+        unread_gone = _gone_within_two_lingers(goings)  # the spy unread
         spied: list[bytes] = []
         wait_until(lambda: _poll(spy, spied) >= 0 and bool(goings), timeout=30, what="the spy's image going")
         return {"spies with an image": with_image, "gone while unread": unread_gone, "spy read all": spied == sent}
@@ -688,9 +693,7 @@ def ipc_subscriber_outlasts_its_publication(directory: Path) -> Observation:
         wait_until(lambda: pub.is_connected and sub.images, what="the image")
         sent = _offer(pub, 5)
         pub.close()
-        closed = time.monotonic()  # nothing to await but time: two lingers with the subscriber unread
-        wait_until(lambda: bool(goings) or time.monotonic() > closed + 2.0, what="two lingers")
-        unread_gone = bool(goings)
+        unread_gone = _gone_within_two_lingers(goings)  # the subscriber unread
         got: list[bytes] = []
         wait_until(lambda: _poll(sub, got) >= 0 and bool(goings), timeout=30, what="the image going")
 
