@@ -186,9 +186,10 @@ class Rig:
 
     def start(self, *args: str) -> subprocess.Popen:
         a, b, r = self.ports
+        server = [] if "--no-recovery" in args else ["--retransmit", f"127.0.0.1:{r}"]
         proc = subprocess.Popen(
-            [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}", "-q",
-             "--retransmit", f"127.0.0.1:{r}", "--summary-json", str(self.tmp / "feed.json"), *args],
+            [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{a}", "--feed-b", f"127.0.0.1:{b}", "-q", *server,
+             "--summary-json", str(self.tmp / "feed.json"), *args],
             env=dict(os.environ, LOGBUF_DIR=str(self.driver.directory)), stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         return proc

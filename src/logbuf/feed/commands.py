@@ -15,12 +15,10 @@ import os
 import sys
 import threading
 
-from logbuf.channel import parse_endpoint
 from logbuf.cli_args import (
     DefaultsHelpFormatter,
     StopSignal,
     add_driver_dir,
-    off_or,
     stop_on_signals,
     stopped_status,
     traceback_wanted,
@@ -29,18 +27,6 @@ from logbuf.cli_args import (
 from logbuf.errors import LogbufError, UsageError
 from logbuf.units import NANOS_PER_MILLI as _NANOS_PER_MILLI
 from logbuf.units import NANOS_PER_SECOND as _NANOS_PER_SECOND
-
-
-def _ipv4_endpoint(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` for the handler's sockets, which are IPv4 (an IPv6 address is refused by name, not left
-    to fail at bind time)."""
-    host, port = parse_endpoint(text)
-    if ":" in host:
-        raise ValueError(f"{text}: the feed handler speaks IPv4 only")
-    return host, port
-
-
-_host_port = off_or(_ipv4_endpoint)  # HOST:PORT or off
 
 
 def _stop_on_signals() -> contextlib.AbstractContextManager[StopSignal]:
@@ -52,25 +38,18 @@ def _stop_on_signals() -> contextlib.AbstractContextManager[StopSignal]:
 
 
 def _cmd_feed(args: argparse.Namespace) -> int:
-    from logbuf.feed.config import ArbiterConfig, RecoveryConfig
-    from logbuf.feed.events import FeedMode
+    from logbuf.feed.config import MODE_CHOICES, ArbiterConfig, RecoveryConfig
     from logbuf.feed.handler import FeedHandler, FeedHandlerConfig
 
-    mode = {"ab": FeedMode.A_AND_B, "a": FeedMode.A_ONLY, "b": FeedMode.B_ONLY}[args.mode]
-    for name in ("lost_packet_wait_ms", "initial_backoff_ms", "retry_interval_ms", "give_up", "request_rate"):
-        if getattr(args, name) <= 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be > 0")
-    if args.wait_for_subscriber < 0:
-        raise UsageError("--wait-for-subscriber must be >= 0")
-    if not 0 <= args.batch_wait_us <= _MAX_BATCH_WAIT_US:
-        raise UsageError(f"--batch-wait-us must be within 0..{_MAX_BATCH_WAIT_US}")
-    if args.queue_bytes < 3000 or args.queue_packets < 2:
-        raise UsageError("--queue-bytes must be >= 3000 and --queue-packets >= 2")
+    mode = MODE_CHOICES[args.mode]
+    _refuse_what_is_not_honoured(args)
     checkpoint = args.checkpoint
     if checkpoint is None:  # beside the driver's files: a restart on the same driver resumes
         from logbuf.directory import resolve_directory
 
         checkpoint = os.path.join(str(resolve_directory(args.dir)), f"feed-{args.stream}.checkpoint")
+    if os.path.isdir(checkpoint):
+        raise UsageError(f"--checkpoint {checkpoint} is a directory (name a file, or off)")
     config = FeedHandlerConfig(
         feed_a=args.feed_a,
         feed_b=args.feed_b,
@@ -155,7 +134,44 @@ def _cmd_feed(args: argparse.Namespace) -> int:
     return status
 
 
-_MAX_BATCH_WAIT_US = 100_000
+def _refuse_what_is_not_honoured(args: argparse.Namespace) -> None:
+    """Settings the rest of the command line makes meaningless are refused by name, never silently ignored;
+    so are publications that would share a stream and outputs that could not be written at the end."""
+    from logbuf.feed.config import EXPLICIT, RECOVERY_ONLY
+
+    given: frozenset[str] = getattr(args, EXPLICIT, frozenset())
+
+    def flag(dest: str) -> str:
+        return "--" + dest.replace("_", "-")
+
+    if args.no_recovery and "retransmit" in given:
+        raise UsageError("--retransmit and --no-recovery contradict each other (give one)")
+    if args.no_recovery or args.retransmit is None:
+        ignored = [flag(dest) for dest in RECOVERY_ONLY if dest in given]
+        if ignored:
+            why = "--no-recovery" if args.no_recovery else "no --retransmit server"
+            raise UsageError(f"{', '.join(ignored)}: recovery is off ({why}), so "
+                             f"{'these settings are' if len(ignored) > 1 else 'this setting is'} not used")
+    for feed, others in (("a", "feed_b"), ("b", "feed_a")):
+        if args.mode == feed and others in given and getattr(args, others) is not None:
+            raise UsageError(f"{flag(others)} is not read with --mode {feed} (give {flag(others)} off or leave it "
+                             "out)")
+    if "capture_stream" in given and not args.capture:
+        raise UsageError("--capture-stream is only used with --capture")
+    streams = {"--stream": args.stream, "--events-stream": args.events_stream}
+    if args.capture:
+        streams["--capture-stream"] = args.capture_stream
+    seen: dict[int, str] = {}
+    for name, stream_id in streams.items():
+        if stream_id in seen:
+            raise UsageError(f"{seen[stream_id]} and {name} are both {stream_id}: each stream needs its own id")
+        seen[stream_id] = name
+    if args.summary_json is not None:
+        folder = os.path.dirname(os.path.abspath(args.summary_json))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--summary-json {args.summary_json}: no directory {folder}")
+        if os.path.isdir(args.summary_json):
+            raise UsageError(f"--summary-json {args.summary_json} is a directory")
 
 
 def _write_json_atomically(path: str, value: object) -> None:
@@ -174,26 +190,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         description="Receives the A and B MoldUDP64 feeds, arbitrates them per message, detects gaps, recovers "
         "them from a retransmission server, and publishes every ITCH message in sequence order into a logbuf "
         "publication (reserved value = sequence); gap and session events go on the events stream.")
-    p.add_argument("--feed-a", type=_host_port, default=("127.0.0.1", 30001), metavar="HOST:PORT|off",
-                   help="feed A address to bind (a multicast group joins it on --interface) (default: 127.0.0.1:30001)")
-    p.add_argument("--feed-b", type=_host_port, default=("127.0.0.1", 30002), metavar="HOST:PORT|off",
-                   help="feed B address to bind (default: 127.0.0.1:30002)")
-    p.add_argument("--interface", default="0.0.0.0", help="interface address for multicast joins")
-    p.add_argument("--mode", choices=("ab", "a", "b"), default="ab", help="arbitrate A+B, A only or B only")
-    p.add_argument("--retransmit", type=_host_port, default=None, metavar="HOST:PORT",
-                   help="retransmission server (recovery is off without one)")
-    p.add_argument("--no-recovery", action="store_true", help="declare gaps lost at once")
     add_driver_dir(p)
-    p.add_argument("--channel", default="aeron:ipc", help="channel of the publications")
-    p.add_argument("--stream", type=int, default=1001, help="messages stream id")
-    p.add_argument("--events-stream", type=int, default=1002, help="gap/session events stream id")
-    p.add_argument("--capture", action="store_true", help="publish packet/delivery capture rows for the recorder")
-    p.add_argument("--capture-stream", type=int, default=1003, help="capture stream id")
-    add_feed_options(p)  # every tuning setting, its default and help: logbuf.feed.config
-    p.add_argument("--seed", type=int, default=None, help="seed of the re-request back-off jitter")
-    p.add_argument("--until-end-of-session", action="store_true",
-                   help="exit after the session's end, once every hole of it is recovered or given up")
-    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--summary-json", default=None, metavar="PATH", help="write the final counters as JSON")
+    add_feed_options(p)  # every setting, its default and help: logbuf.feed.config
     p.add_argument("--quiet", "-q", action="store_true", help="no start line and no summary")
     p.set_defaults(func=value_errors_as_usage(_cmd_feed))

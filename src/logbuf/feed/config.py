@@ -9,9 +9,12 @@ below; ``logbuf feed``'s options and their ``--help`` are generated from :data:`
 from __future__ import annotations
 
 import argparse
+import math
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from logbuf.feed import published as out
 from logbuf.feed.events import FeedMode
 from logbuf.marketdata import moldudp64
 from logbuf.marketdata.moldudp64 import MAX_MESSAGE_COUNT, MAX_SEQUENCE
@@ -128,10 +131,33 @@ class RecoveryConfig:
 
 # -- the command line ------------------------------------------------------------------------------------------
 
+# Where the handler listens and publishes by default (the library's FeedHandlerConfig and the CLI share them).
+DEFAULT_FEED_A = ("127.0.0.1", 30001)
+DEFAULT_FEED_B = ("127.0.0.1", 30002)
+DEFAULT_INTERFACE = "0.0.0.0"
+DEFAULT_CHANNEL = "aeron:ipc"
+MODE_CHOICES = {"ab": FeedMode.A_AND_B, "a": FeedMode.A_ONLY, "b": FeedMode.B_ONLY}
+DEFAULT_MODE = "ab"
+# Upper bounds of the command line's numbers: each fits the engine's integer fields (ns in int64, counts in
+# int32/int64) with room to spare, so a value past them is a typo, refused by name instead of overflowing.
+MAX_WAIT_MS = 3_600_000.0  # an hour
+MAX_GIVE_UP_S = 86_400.0  # a day
+MAX_BATCH_WAIT_US = 100_000.0
+MAX_OUT_OF_ORDER_MAX_INTERVAL = 1_000_000
+MAX_QUEUE_BYTES = 1 << 40
+MAX_QUEUE_PACKETS = 1 << 32
+MAX_OUTSTANDING = 1 << 20
+MAX_RCVBUF = (1 << 31) - 1  # setsockopt's int
+# The options that only the re-request pacing reads: refused by name while recovery is off.
+RECOVERY_ONLY = ("request_rate", "max_outstanding", "initial_backoff_ms", "retry_interval_ms", "give_up", "seed")
+# Set on the parsed namespace: the dests given on the command line (not left at their defaults).
+EXPLICIT = "feed_explicit"
+
 
 @dataclass(frozen=True)
 class Option:
-    """One ``logbuf feed`` option: its flag, type, default and help (the default is shown by --help)."""
+    """One ``logbuf feed`` option: its flag, type, default and help (the default is shown by --help); ``flag``
+    options take no value (on when given)."""
 
     flag: str
     type: Callable[[str], object] | None
@@ -139,19 +165,127 @@ class Option:
     help: str
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
+    switch: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
 
 
-def _count(text: str) -> int:
-    from logbuf.cli_args import count
+def _count(low: int = 1, high: int | None = None) -> Callable[[str], int]:
+    """A whole number (``5000``, ``50k``, ``2M``) within ``low..high``."""
 
-    return count(text)
+    def parse(text: str) -> int:
+        from logbuf.cli_args import count
+
+        value = count(text)
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{text!r} must be within {low:,}..{high:,}" if high is not None
+                                             else f"{text!r} must be >= {low:,}")
+        return value
+
+    return parse
+
+
+def _number(low: float, high: float, unit: str, *, low_open: bool = True) -> Callable[[str], float]:
+    """A finite number within ``(low, high]`` (``[low, high]`` when not ``low_open``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and (value > low if low_open else value >= low) and value <= high):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be within {'(' if low_open else '['}{low:g}, {high:g}] {unit}".rstrip())
+        return value
+
+    return parse
+
+
+def _ipv4_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` for the handler's sockets, which are IPv4 (an IPv6 address is refused by name, not left
+    to fail at bind time)."""
+    from logbuf.channel import parse_endpoint
+
+    host, port = parse_endpoint(text)
+    if ":" in host:
+        raise ValueError(f"{text}: the feed handler speaks IPv4 only")
+    return host, port
+
+
+def _endpoint_or_off(text: str) -> tuple[str, int] | None:
+    if text.lower() == "off":
+        return None
+    try:
+        return _ipv4_endpoint(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    try:
+        return _ipv4_endpoint(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _interface(text: str) -> str:
+    try:
+        socket.inet_aton(text)
+    except OSError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IPv4 address") from None
+    if text.count(".") != 3:  # inet_aton also takes '10.1' and '10': an address is written in full
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IPv4 address (a.b.c.d)")
+    return text
+
+
+def _stream_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a stream id") from None
+    if not -(1 << 31) <= value < 1 << 31:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a 32-bit signed int")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 1 << 64:
+        raise argparse.ArgumentTypeError(f"{text!r} must be within 0..2**64-1")
+    return value
 
 
 def _checkpoint(text: str) -> str | None:
     return None if text.lower() == "off" else text
 
 
+def _show(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
 FEED_OPTIONS: tuple[Option, ...] = (
+    # -- where: feeds, server, publications
+    Option("--feed-a", _endpoint_or_off, DEFAULT_FEED_A, "feed A address to bind (a multicast group joins it on "
+           f"--interface; off: none) (default: {_show(DEFAULT_FEED_A)})", metavar="HOST:PORT|off"),
+    Option("--feed-b", _endpoint_or_off, DEFAULT_FEED_B,
+           f"feed B address to bind (off: none) (default: {_show(DEFAULT_FEED_B)})", metavar="HOST:PORT|off"),
+    Option("--interface", _interface, DEFAULT_INTERFACE, "interface address for multicast joins"),
+    Option("--mode", None, DEFAULT_MODE, "arbitrate A+B, A only or B only (the other feed must then be off or "
+           "left at its default)", choices=tuple(MODE_CHOICES)),
+    Option("--retransmit", _endpoint, None, "retransmission server (recovery is off without one)",
+           metavar="HOST:PORT"),
+    Option("--no-recovery", None, False, "declare gaps lost at once (no --retransmit then)", switch=True),
+    Option("--channel", None, DEFAULT_CHANNEL, "channel of the publications"),
+    Option("--stream", _stream_id, out.MESSAGES_STREAM, "messages stream id"),
+    Option("--events-stream", _stream_id, out.EVENTS_STREAM, "gap/session events stream id"),
+    Option("--capture", None, False, "publish packet/delivery capture rows for the recorder", switch=True),
+    Option("--capture-stream", _stream_id, out.CAPTURE_STREAM, "capture stream id (with --capture)"),
+    # -- joining and restarts
     Option("--join", None, DEFAULT_JOIN, "from-start: recover the session from sequence 1 (everything "
            "missed before the first packet is re-requested); live: start at the first packet seen (the past is "
            "skipped: one SESSION_CHANGED names where the stream starts). A restart resumes from the checkpoint "
@@ -161,40 +295,65 @@ FEED_OPTIONS: tuple[Option, ...] = (
            "the same session right after it, so subscribers see no duplicate (default: feed-STREAM.checkpoint in "
            "the driver directory; off: none)",
            metavar="PATH|off"),
-    Option("--out-of-order-max-interval", _count, DEFAULT_OUT_OF_ORDER_MAX_INTERVAL,
-           "packets per feed past a hole that declare it a gap"),
-    Option("--lost-packet-wait-ms", float, float(DEFAULT_LOST_PACKET_WAIT_MS),
+    # -- gap detection, the queue, trust
+    Option("--out-of-order-max-interval", _count(1, MAX_OUT_OF_ORDER_MAX_INTERVAL),
+           DEFAULT_OUT_OF_ORDER_MAX_INTERVAL, "packets per feed past a hole that declare it a gap"),
+    Option("--lost-packet-wait-ms", _number(0, MAX_WAIT_MS, "ms"), float(DEFAULT_LOST_PACKET_WAIT_MS),
            "arrival time past a hole that declares it a gap"),
-    Option("--queue-bytes", _count, DEFAULT_MAX_QUEUE_BYTES,
+    Option("--queue-bytes", _count(3000, MAX_QUEUE_BYTES), DEFAULT_MAX_QUEUE_BYTES,
            "out-of-order queue bound (datagram bytes; > 5 s of the busiest open); past it packets are shed and "
            "re-requested (--no-recovery: the oldest holes are given up)"),
-    Option("--queue-packets", _count, DEFAULT_MAX_QUEUE_PACKETS, "out-of-order queue bound (datagrams)"),
-    Option("--max-jump", _count, DEFAULT_MAX_JUMP,
+    Option("--queue-packets", _count(2, MAX_QUEUE_PACKETS), DEFAULT_MAX_QUEUE_PACKETS,
+           "out-of-order queue bound (datagrams)"),
+    Option("--max-jump", _count(1, MAX_SEQUENCE), DEFAULT_MAX_JUMP,
            "a packet this many messages past everything known waits for a confirmation: the other feed's copy "
            "or the same feed continuing after it"),
-    Option("--rcvbuf", _count, DEFAULT_RCVBUF, "receive buffer of each socket, the answers' included (bytes)"),
-    Option("--batch-wait-us", float, float(DEFAULT_BATCH_WAIT_US),
+    # -- sockets and rounds
+    Option("--rcvbuf", _count(1, MAX_RCVBUF), DEFAULT_RCVBUF,
+           "receive buffer of each socket, the answers' included (bytes)"),
+    Option("--batch-wait-us", _number(0, MAX_BATCH_WAIT_US, "us", low_open=False), float(DEFAULT_BATCH_WAIT_US),
            "while traffic flows, one sleep this long per round (fewer, larger rounds: less CPU, more latency)"),
-    Option("--request-rate", float, DEFAULT_REQUEST_RATE,
+    # -- recovery (refused while recovery is off)
+    Option("--request-rate", _number(0, MAX_REQUEST_RATE, "requests/s"), DEFAULT_REQUEST_RATE,
            "re-requests per second at most (stay under the server's per-client limit)"),
-    Option("--max-outstanding", _count, DEFAULT_MAX_OUTSTANDING,
+    Option("--max-outstanding", _count(1, MAX_OUTSTANDING), DEFAULT_MAX_OUTSTANDING,
            "answer-sized re-requests in flight at most"),
-    Option("--initial-backoff-ms", float, float(DEFAULT_INITIAL_BACKOFF_MS), "first re-request after a gap "
-           "(x 0.5..1.5, randomised)"),
-    Option("--retry-interval-ms", float, float(DEFAULT_RETRY_INTERVAL_MS), "re-request again after no answer"),
-    Option("--give-up", float, float(DEFAULT_GIVE_UP_S),
+    Option("--initial-backoff-ms", _number(0, MAX_WAIT_MS, "ms"), float(DEFAULT_INITIAL_BACKOFF_MS),
+           "first re-request after a gap (x 0.5..1.5, randomised)"),
+    Option("--retry-interval-ms", _number(0, MAX_WAIT_MS, "ms"), float(DEFAULT_RETRY_INTERVAL_MS),
+           "re-request again after no answer"),
+    Option("--give-up", _number(0, MAX_GIVE_UP_S, "s"), float(DEFAULT_GIVE_UP_S),
            "seconds a requested message may stay unanswered (or the server silent) before its gap is lost"),
-    Option("--wait-for-subscriber", float, DEFAULT_WAIT_FOR_SUBSCRIBER_S,
+    Option("--seed", _seed, None, "seed of the re-request back-off jitter (default: random)"),
+    # -- the run
+    Option("--wait-for-subscriber", _number(0, MAX_GIVE_UP_S, "s", low_open=False), DEFAULT_WAIT_FOR_SUBSCRIBER_S,
            "before reading the feeds, wait up to this many seconds for a subscriber of the messages stream and "
            "exit with an error if none came; 0: publish regardless (a warning and exit status 1 if any message "
            "was not published)", metavar="SECONDS"),
+    Option("--until-end-of-session", None, False,
+           "exit after the session's end, once every hole of it is recovered or given up", switch=True),
+    Option("--duration", _number(0, float(1 << 40), "s"), None, "stop after this many seconds"),
+    Option("--summary-json", None, None, "write the final counters as JSON", metavar="PATH"),
 )
 
 
+class _Store(argparse.Action):
+    """Stores the value and notes the option as given (:data:`EXPLICIT`), so a setting that the rest of the
+    command line makes meaningless is refused by name instead of ignored."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+        setattr(namespace, EXPLICIT, frozenset(getattr(namespace, EXPLICIT, frozenset())) | {self.dest})
+
+
 def add_feed_options(parser: argparse.ArgumentParser) -> None:
-    """Add :data:`FEED_OPTIONS` to ``parser``."""
+    """Add :data:`FEED_OPTIONS` to ``parser`` (each noted in the namespace's :data:`EXPLICIT` when given)."""
+    parser.set_defaults(**{EXPLICIT: frozenset()})
     for option in FEED_OPTIONS:
-        kwargs: dict[str, object] = {"default": option.default, "help": option.help}
+        kwargs: dict[str, object] = {"default": option.default, "help": option.help, "action": _Store}
+        if option.switch:
+            kwargs["nargs"] = 0
         if option.type is not None:
             kwargs["type"] = option.type
         if option.metavar is not None:

@@ -46,6 +46,10 @@ from logbuf.feed import published as out
 from logbuf.feed.arbiter import Arbiter
 from logbuf.feed.config import (
     DEFAULT_BATCH_WAIT_US,
+    DEFAULT_CHANNEL,
+    DEFAULT_FEED_A,
+    DEFAULT_FEED_B,
+    DEFAULT_INTERFACE,
     DEFAULT_JOIN,
     DEFAULT_RCVBUF,
     JOIN_CHOICES,
@@ -136,12 +140,12 @@ def reserved_value(seq: int) -> int:
 
 @dataclass
 class FeedHandlerConfig:
-    feed_a: tuple[str, int] | None = ("127.0.0.1", 30001)
-    feed_b: tuple[str, int] | None = ("127.0.0.1", 30002)
-    interface: str = "0.0.0.0"  # multicast: the interface address to join on
+    feed_a: tuple[str, int] | None = DEFAULT_FEED_A
+    feed_b: tuple[str, int] | None = DEFAULT_FEED_B
+    interface: str = DEFAULT_INTERFACE  # multicast: the interface address to join on
     retransmit: tuple[str, int] | None = None  # recovery server; None = recovery off
     driver_directory: str | None = None
-    channel: str = "aeron:ipc"
+    channel: str = DEFAULT_CHANNEL
     messages_stream: int = out.MESSAGES_STREAM
     events_stream: int = out.EVENTS_STREAM
     capture_stream: int | None = None  # set to capture packets and deliveries for the recorder
