@@ -17,7 +17,8 @@ stream (published before the jump), so subscribers always know.
     +------+---------+--------------+--------------+--------------+-------------+
 
 kinds: 1 GAP_DETECTED, 2 GAP_RECOVERED, 3 GAP_UNRECOVERABLE, 4 SESSION_CHANGED (first = next sequence),
-5 END_OF_SESSION (first = next sequence), 6 QUEUE_OVERFLOW (first = queued packets, last = capacity).
+5 END_OF_SESSION (first = next sequence), 6 QUEUE_OVERFLOW (first = queued packets, last = the packet bound,
+``--queue-packets``; the byte bound ``--queue-bytes`` may be the one that was reached).
 The reserved value of an events frame is the sequence of the next message on the messages stream after the
 record (the records stay in stream order with the messages): for GAP_UNRECOVERABLE ``last + 1``, for
 SESSION_CHANGED and END_OF_SESSION their next sequence, else the stream's next expected sequence then — so a
