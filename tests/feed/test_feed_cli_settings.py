@@ -76,7 +76,7 @@ SERVER = ("--retransmit", "127.0.0.1:9")
     ("--wait-for-subscriber", "nan"),  # was: accepted (never waited)
     ("--duration", "nan"),  # was: accepted, ran forever
     ("--duration", "-1"),  # was: accepted, stopped at once
-    ("--interface", "bogus"),  # was: "illegal IP address string passed to inet_aton", status 1
+    ("--feed-a", "239.1.1.1:30001", "--interface", "bogus"),  # was: "illegal IP address string ...", status 1
     ("--stream", "1e3"),
 ])
 def test_a_value_out_of_range_is_one_usage_line_naming_the_option(feed: Callable[..., Ran],
@@ -95,6 +95,7 @@ def test_a_value_out_of_range_is_one_usage_line_naming_the_option(feed: Callable
     (("--mode", "a", "--feed-b", "127.0.0.1:30009"), "--feed-b is not read with --mode a"),
     (("--mode", "b", "--feed-a", "127.0.0.1:30009"), "--feed-a is not read with --mode b"),
     (("--capture-stream", "7"), "--capture-stream is only used with --capture"),
+    (("--interface", "10.0.0.5"), "--interface is only used to join multicast groups"),
     (("--events-stream", "1001"), "--stream and --events-stream are both 1001"),
     (("--capture", "--capture-stream", "1002"), "--events-stream and --capture-stream are both 1002"),
     (("--summary-json", "/nonexistent-dir/feed.json"), "--summary-json /nonexistent-dir/feed.json: no directory"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import os
 import sys
@@ -134,6 +135,13 @@ def _cmd_feed(args: argparse.Namespace) -> int:
     return status
 
 
+def _is_multicast(address: tuple[str, int] | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address[0]).is_multicast
+    except ValueError:  # a host name: bound as given, never joined as a group
+        return False
+
+
 def _refuse_what_is_not_honoured(args: argparse.Namespace) -> None:
     """Settings the rest of the command line makes meaningless are refused by name, never silently ignored;
     so are publications that would share a stream and outputs that could not be written at the end."""
@@ -156,6 +164,8 @@ def _refuse_what_is_not_honoured(args: argparse.Namespace) -> None:
         if args.mode == feed and others in given and getattr(args, others) is not None:
             raise UsageError(f"{flag(others)} is not read with --mode {feed} (give {flag(others)} off or leave it "
                              "out)")
+    if "interface" in given and not any(_is_multicast(address) for address in (args.feed_a, args.feed_b)):
+        raise UsageError("--interface is only used to join multicast groups (neither --feed-a nor --feed-b is one)")
     if "capture_stream" in given and not args.capture:
         raise UsageError("--capture-stream is only used with --capture")
     streams = {"--stream": args.stream, "--events-stream": args.events_stream}
