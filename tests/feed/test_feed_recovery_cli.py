@@ -492,5 +492,7 @@ def test_join_live_starts_at_the_first_packet_with_one_session_event_and_no_gap(
         assert [(record.kind, reserved) for record, reserved in rig.reader.seen] == [
             (out.SESSION_CHANGED, 5001), (out.END_OF_SESSION, 6001)]
         assert summary["recovery_requests"] == 0 and server.requests == 0
+        # recovery was on: the answers' counters are in the summary although all are 0
+        assert summary["RETRANSMIT.packets"] == summary["RETRANSMIT.kernel_drops"] == 0
     finally:
         server.stop()

@@ -116,7 +116,9 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         values = handler.counter_values()
         latency = handler.latency_percentiles_ns()
         stop.set()  # ends the watcher thread (signum stays None unless a signal came)
-    summary: dict[str, float] = {k: v for k, v in values.items() if not k.startswith("RETRANSMIT.") or v}
+    # the answers' counters are there whenever recovery is on (zeros included: a monitor reads fixed keys)
+    summary: dict[str, float] = {k: v for k, v in values.items()
+                                 if not k.startswith("RETRANSMIT.") or config.retransmit is not None}
     summary.update({f"wire_to_log_{k}_ns": v for k, v in latency.items()})
     received = sum(values.get(f"{feed}.packets", 0) for feed in ("A", "B", "RETRANSMIT"))
     summary["cpu_ns_per_packet"] = round(values["cpu_us"] * 1_000 / received, 1) if received else 0.0
