@@ -48,6 +48,8 @@ MAX_REQUEST_BURST = 1_000_000
 DEFAULT_RCVBUF = 32 << 20  # bytes per socket: ~1 s of the busiest open (20k packets/s x 1.4 kB)
 DEFAULT_BATCH_WAIT_US = 1000  # rounds of ~50 packets at the open's rate: each sleep costs ~20 us of CPU on a VM
 DEFAULT_WAIT_FOR_SUBSCRIBER_S = 60.0
+DEFAULT_RING_SLOTS = 256  # receive slots per round (A and B share fairly): a catch-up burst in few rounds
+DEFAULT_MAX_BLOCK_S = 0.01  # longest ppoll(2) sleep when idle (a stop request is noticed within this)
 JOIN_CHOICES = ("from-start", "live")
 DEFAULT_JOIN = "from-start"
 

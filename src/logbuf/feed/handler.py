@@ -51,7 +51,9 @@ from logbuf.feed.config import (
     DEFAULT_FEED_B,
     DEFAULT_INTERFACE,
     DEFAULT_JOIN,
+    DEFAULT_MAX_BLOCK_S,
     DEFAULT_RCVBUF,
+    DEFAULT_RING_SLOTS,
     JOIN_CHOICES,
     ArbiterConfig,
     RecoveryConfig,
@@ -153,8 +155,8 @@ class FeedHandlerConfig:
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     seed: int | None = None  # recovery back-off jitter (None: random)
     rcvbuf: int = DEFAULT_RCVBUF
-    ring_slots: int = 256  # receive slots per round (A and B share fairly): a catch-up burst in few rounds
-    max_block_s: float = 0.01  # longest ppoll(2) sleep when idle (a stop request is noticed within this)
+    ring_slots: int = DEFAULT_RING_SLOTS  # receive slots per round (A and B share fairly)
+    max_block_s: float = DEFAULT_MAX_BLOCK_S  # longest ppoll(2) sleep when idle
     batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # while traffic flows, one sleep this long per round (0: none)
     kernel_timestamps: bool = True
     stop_at_end_of_session: bool = False
