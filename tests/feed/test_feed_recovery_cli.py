@@ -305,6 +305,11 @@ def test_a_handler_killed_and_restarted_mid_session_publishes_no_duplicate_and_l
             if not images or images[-1] != image:
                 images.append(image)
         assert len(images) == 2  # the first run's publication, then the restarted one's
+        # each run's events start with a SESSION_CHANGED naming where its messages start (the second: the resume)
+        resumed_at = next(seq for image, seq, _ in rig.reader.got if image == images[1])
+        changes = [(record.first, reserved) for record, reserved in rig.reader.seen
+                   if record.kind == out.SESSION_CHANGED]
+        assert changes == [(1, 1), (resumed_at, resumed_at)]
         # the session was published to its end: nothing is left to resume
         checkpoint = rig.driver.directory / "feed-1001.checkpoint"
         assert checkpoint.exists() and read_checkpoint(str(checkpoint)) is None
