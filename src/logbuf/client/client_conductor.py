@@ -504,6 +504,11 @@ class ClientConductor:
                     self._receive()
                     answer = self._responses.pop(correlation_id, None)
                     if answer is None:
+                        # a driver slow to answer (creating a large log on a loaded machine) must not time
+                        # this client out meanwhile: the wait keeps the keepalive going
+                        now_ms = epoch_ms()
+                        if now_ms - self._last_keepalive_ms >= KEEPALIVE_INTERVAL_MS:
+                            self._keepalive(now_ms)
                         self._check_driver_alive()
                         self.raise_if_failed()
                 if answer is not None:
