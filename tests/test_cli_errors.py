@@ -145,7 +145,7 @@ def test_the_installed_entry_point_says_the_same() -> None:
         (["synth", "/no/such/dir/day.itch"], "no such directory: /no/such/dir"),
         (["replay", "/no/such/day.itch"], "no such file: /no/such/day.itch"),
         (["retransmit", "day.itch", "--ring-bits", "99"], "argument --ring-bits: ring bits must be within"),
-        (["feed", "--batch-wait-us", "-5"], "--batch-wait-us must be within 0..100000"),
+        (["feed", "--batch-wait-us", "-5"], "argument --batch-wait-us: '-5' must be within [0, 100000] us"),
         (["book", "--interval", "0"], "--interval and --duration must be > 0"),
         (["record", "out", "--duration", "1", "--until-end-of-session"], "not allowed with argument"),
         (["demo", "--speed", "max"], "speed 'max' must be a positive number"),
