@@ -9,9 +9,10 @@
  *         request sent after it was answered halves it, once per retry_interval, down to rate_units / 64; answers raise
  *         it by rate_units / 16 per second of answers, up to rate_units); an unanswered request is asked again
  *         after retry_interval
- *     expired -> a hole still missing give_up after the latest of its first request, the last answer to a request
- *         for it and the last congestion cut,
- *         or every hole once the server has answered nothing for give_up while requests were in flight
+ *     expired -> up to the last sequence of the leading run still missing give_up after the latest of its first
+ *         request, the last answer to a request for it and the last congestion cut, or once the server has answered
+ *         nothing for give_up while requests were in flight, of the leading run asked by requests that timed out
+ *         unanswered: never a part of a hole not asked for yet
  *     a stall of the handler (not consulted for more than retry_interval with requests in flight) restarts the
  *         requests' timers, the silence clock and every give-up clock, and leaves the rate alone
  *
@@ -62,6 +63,7 @@ int32_t feed_rec_init(lbf_eng_t *e)
     if (!r->out_seq || !r->out_ns || !r->kept_seq || !r->kept_ns || !r->out_to || !r->kept_to || !r->hole_first ||
         !r->hole_last)
         return -ENOMEM;
+    r->table_cap = window;
     r->tokens = e->config.request_burst * LBF_REC_TOKEN;
     r->rate = e->config.rate_units;
     r->rng = e->config.seed;
@@ -369,22 +371,60 @@ static int server_silent(const lbf_eng_t *e, const rec_t *r, int64_t now_ns)
     return r->has_quiet && r->out_n > 0 && now_ns - r->quiet_ns >= e->config.give_up_ns;
 }
 
-int64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
+/* the server stopped answering: the last sequence of the leading run of the holes covered by requests in flight
+ * that timed out unanswered (each counts what it asked for), 0 if none (recovery.py _silent_upto) */
+static uint64_t silent_upto(lbf_eng_t *e, rec_t *r, int64_t holes, int64_t now_ns)
+{
+    uint64_t upto = 0;
+    int64_t i = 0;
+    for (int64_t h = 0; h < holes; h++) {
+        uint64_t cur = r->hole_first[h], last = r->hole_last[h];
+        while (cur <= last) {
+            while (i < r->out_n && r->out_seq[i] < cur) /* both ascend */
+                i++;
+            if (i >= r->out_n || r->out_seq[i] != cur || (r->out_to[i] & REC_HELD) ||
+                (!(r->out_to[i] & REC_TIMED_OUT) && now_ns - r->out_ns[i] < e->config.retry_interval_ns))
+                return upto;
+            int64_t k = asked_find(r, cur);
+            uint64_t count = k >= 0 && r->asked_count[k] >= 1 ? r->asked_count[k] : 1;
+            upto = count - 1 < last - cur ? cur + count - 1 : last;
+            if (upto == UINT64_MAX)
+                return upto;
+            cur = upto + 1;
+        }
+    }
+    return upto;
+}
+
+/* the last sequence to give up (0: none), from the first of the leading holes: the longest run from there whose
+ * every sequence was requested give_up ago (since its give-up clock started) without being filled, or once the
+ * server has answered nothing for give_up while requests were in flight, the longest run covered by requests that
+ * timed out unanswered. A part of a hole never asked for is never given up: it is asked for first */
+uint64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
 {
     rec_t *r = REC(e);
     if (!e->recovering)
         return 0;
     resume(e, r, now_ns, 1);
     if (server_silent(e, r, now_ns))
-        return holes;
-    int64_t n = 0;
-    for (int64_t h = 0; h < holes && r->fa_n; h++) {
-        int64_t ns;
-        if (!first_requested_ns(r, r->hole_first[h], &ns) || now_ns - clock_ns(r, ns) < e->config.give_up_ns)
-            break;
-        n++;
+        return silent_upto(e, r, holes, now_ns);
+    uint64_t upto = 0;
+    for (int64_t h = 0; h < holes; h++) {
+        uint64_t cur = r->hole_first[h], last = r->hole_last[h];
+        while (cur <= last) {
+            int64_t ns, i = fa_lower_end(r, cur); /* the first range ending at or after cur */
+            if (i >= r->fa_n || r->fa_start[i] > cur)
+                return upto;
+            ns = r->fa_ns[i];
+            if (now_ns - clock_ns(r, ns) < e->config.give_up_ns)
+                return upto;
+            upto = r->fa_end[i] < last ? r->fa_end[i] : last;
+            if (upto == UINT64_MAX)
+                return upto;
+            cur = upto + 1;
+        }
     }
-    return n;
+    return upto;
 }
 
 static int asked_set(rec_t *r, uint64_t seq, uint32_t count)
@@ -419,6 +459,28 @@ static int send_request(lbf_eng_t *e, rec_t *r, uint64_t seq, uint64_t count, ui
     return note_requested(r, seq, seq + (count < answerable ? count : answerable) - 1, now_ns);
 }
 
+/* room for n entries in the in-flight table and its scratch (both grow together: they are swapped) */
+static int table_room(rec_t *r, int64_t n)
+{
+    if (n <= r->table_cap)
+        return 1;
+    int64_t c = r->table_cap;
+    int ok = feed_grow((void **)&r->out_seq, &c, n, sizeof(uint64_t));
+    c = r->table_cap;
+    ok = ok && feed_grow((void **)&r->out_ns, &c, n, sizeof(int64_t));
+    c = r->table_cap;
+    ok = ok && feed_grow((void **)&r->out_to, &c, n, sizeof(uint8_t));
+    c = r->table_cap;
+    ok = ok && feed_grow((void **)&r->kept_seq, &c, n, sizeof(uint64_t));
+    c = r->table_cap;
+    ok = ok && feed_grow((void **)&r->kept_ns, &c, n, sizeof(int64_t));
+    c = r->table_cap;
+    ok = ok && feed_grow((void **)&r->kept_to, &c, n, sizeof(uint8_t));
+    if (ok)
+        r->table_cap = c;
+    return ok;
+}
+
 void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
 {
     rec_t *r = REC(e);
@@ -446,10 +508,15 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     refill(r, c, now_ns);
     r->paced = 0;
     int64_t kept = 0, old = 0;
-    for (int64_t h = 0; h < holes && kept < window; h++) {
+    /* the window counts the requests the server may still answer: one that timed out unanswered stays in flight
+     * (asked again every retry interval) outside it, so a range the server lacks does not take the whole window
+     * and hide that later requests are answered (up to give_up / retry_interval + 1 windows of them) */
+    int64_t fresh = 0, stale = 0;
+    const int64_t stale_cap = window * (c->give_up_ns / c->retry_interval_ns + 1);
+    for (int64_t h = 0; h < holes && fresh < window && stale < stale_cap; h++) {
         uint64_t seq = r->hole_first[h], last = r->hole_last[h];
         while (seq <= last) {
-            if (kept >= window)
+            if (fresh >= window || stale >= stale_cap)
                 break;
             uint64_t count = last - seq + 1 < request ? last - seq + 1 : request;
             while (old < r->out_n && r->out_seq[old] < seq) /* both ascend: one pass over the old table */
@@ -469,24 +536,28 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                     r->paced = 1;
                     if (!found)
                         break;
-                    r->kept_seq[kept] = seq;
-                    r->kept_to[kept] = to;
-                    r->kept_ns[kept++] = sent;
-                    seq += count;
-                    continue;
+                } else {
+                    r->tokens -= LBF_REC_TOKEN;
+                    if (to & REC_HELD) /* asked again after its hold: a fresh request */
+                        to = 0;
+                    if (!send_request(e, r, seq, count, answerable, now_ns)) {
+                        im->oom = 1;
+                        return;
+                    }
+                    sent = now_ns;
                 }
-                r->tokens -= LBF_REC_TOKEN;
-                if (to & REC_HELD) /* asked again after its hold: a fresh request */
-                    to = 0;
-                if (!send_request(e, r, seq, count, answerable, now_ns)) {
-                    im->oom = 1;
-                    return;
-                }
-                sent = now_ns;
+            }
+            if (!table_room(r, kept + 1)) {
+                im->oom = 1;
+                return;
             }
             r->kept_seq[kept] = seq;
             r->kept_to[kept] = to;
             r->kept_ns[kept++] = sent;
+            if ((to & REC_TIMED_OUT) && !(to & REC_HELD))
+                stale++;
+            else
+                fresh++;
             seq += count;
         }
         if (r->paced && seq <= last)
@@ -510,7 +581,7 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     r->kept_ns = tn;
     r->kept_to = tt;
     r->out_n = kept;
-    if (r->asked_n > 4 * window) { /* answers that never came: keep the table bounded */
+    if (r->asked_n > 4 * window + 2 * r->out_n) { /* answers that never came: keep the table bounded */
         int64_t n = 0;
         for (int64_t k = 0; k < r->asked_n; k++) {
             if (find_sorted(r->out_seq, r->out_n, r->asked_seq[k]) >= 0) {
@@ -553,7 +624,10 @@ int64_t feed_rec_next_deadline(lbf_eng_t *e)
     }
     if (r->has_head && clock_ns(r, r->head_ns) + c->give_up_ns < d)
         d = clock_ns(r, r->head_ns) + c->give_up_ns;
-    if (r->has_quiet && r->out_n && r->quiet_ns + c->give_up_ns < d)
+    /* the server falls silent then; once a check has seen it silent, what it gives up next falls due as requests
+     * time out (their deadlines above) */
+    if (r->has_quiet && r->out_n && r->quiet_ns + c->give_up_ns < d &&
+        (!r->has_seen || r->quiet_ns + c->give_up_ns > r->seen_ns))
         d = r->quiet_ns + c->give_up_ns;
     /* while requests are in flight the pacing is consulted at least every half retry interval, so a gap of more
      * than a whole one is the handler's own stall (see resume), never the pacing's choice */

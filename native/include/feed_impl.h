@@ -104,9 +104,11 @@ typedef struct rec {
     int64_t *out_ns;
     int64_t out_n;
     uint8_t *out_to;            /* REC_TIMED_OUT: timed out once already; REC_HELD: answered, held (feed_recovery.c) */
-    uint64_t *kept_seq;         /* poll's scratch (the next in-flight table); both hold max_outstanding */
+    uint64_t *kept_seq;         /* poll's scratch (the next in-flight table) */
     int64_t *kept_ns;
     uint8_t *kept_to;
+    int64_t table_cap;          /* what the in-flight table and its scratch hold (max_outstanding, grown for the
+                                   requests that timed out unanswered, which stay outside the window) */
     uint64_t *fa_start, *fa_end; /* sequences first requested at fa_ns: disjoint ranges sorted by start */
     int64_t *fa_ns;
     int64_t fa_n, fa_cap;
@@ -210,7 +212,7 @@ void feed_rec_destroy(lbf_eng_t *e);
 void feed_rec_start(lbf_eng_t *e, int64_t now_ns);
 void feed_rec_stop(lbf_eng_t *e);
 void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count);
-int64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns);
+uint64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns);
 void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns);
 int64_t feed_rec_next_deadline(lbf_eng_t *e);
 void feed_rec_forget_below(lbf_eng_t *e, uint64_t seq);

@@ -93,7 +93,7 @@ def test_before_the_answer_size_is_known_only_the_first_message_of_a_request_cou
     r.on_answer(65535, 500 * MS, count=40)  # the server answers (one packet of 40 messages)
     follow(r, [(1, 200_000)], 1_000 * MS)
     # 1 was requested at 0 and is still missing; 2.. were never asked for in a way one answer brings back
-    assert r.expired([(1, 1)], 1_000 * MS) == 1
+    assert r.expired([(1, 1)], 1_000 * MS) == 1  # (the last sequence to give up)
     assert r.expired([(2, 65534)], 1_400 * MS) == 0
 
 
@@ -115,22 +115,42 @@ def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:
     r.on_answer(40, 5_000 * MS, count=10)  # the server answers other requests: it has not stopped
     follow(r, [(10, 19), (30, 39)], 10_000 * MS - 1)
     assert r.expired([(10, 19), (30, 39)], 10_000 * MS - 1) == 0
-    assert r.expired([(10, 19), (30, 39)], 10_000 * MS) == 1
+    assert r.expired([(10, 19), (30, 39)], 10_000 * MS) == 19  # the first hole, up to its last sequence
     r.forget_below(30)  # the stream gave 10..19 up and moved on
     assert r.expired([(30, 39)], 10_000 * MS) == 0
     follow(r, [(30, 39)], 13_000 * MS)
-    assert r.expired([(30, 39)], 13_000 * MS) == 1
+    assert r.expired([(30, 39)], 13_000 * MS) == 39
 
 
-def test_a_server_silent_for_give_up_loses_every_declared_hole_even_those_not_asked_for_yet() -> None:
+def test_a_server_silent_for_give_up_loses_what_was_asked_and_then_asks_for_the_rest() -> None:
+    """A server silent for give_up while requests were in flight has stopped answering: what those requests
+    asked (and timed out) is given up; a hole the window had not reached is never given up with it but asked
+    for, and given up once its own request timed out unanswered (a retry interval later)."""
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS, max_outstanding=2)
     r = learned(cfg, 10)
     holes = [(100, 109), (200, 209), (300, 309)]
     assert r.poll(holes, 0) == [(100, 10), (200, 10)]  # two in flight; the third waits
     assert r.next_deadline_ns() == 100 * MS  # (consulted every half retry interval while requests fly)
-    assert follow(r, holes, 999 * MS) == [(100, 10), (200, 10)] * 4  # retried every 200 ms, still nothing
+    # retried every 200 ms; past its first time-out a request is outside the window, so 300.. goes out too
+    assert follow(r, holes, 999 * MS) == [(100, 10), (200, 10), (300, 10)] + [(100, 10), (200, 10), (300, 10)] * 3
     assert r.expired(holes, 999 * MS) == 0
-    assert r.expired(holes, 1_000 * MS) == 3
+    assert r.expired(holes, 1_000 * MS) == 309  # all three were asked and timed out
+
+
+def test_a_server_silent_for_give_up_loses_nothing_the_window_had_not_reached() -> None:
+    """The window full of requests that never timed out yet (a slow retry interval): at give_up of silence only
+    the timed-out ones are given up; the hole the pacing has not reached is asked for, and given up only once
+    its request timed out unanswered in turn."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS, retry_interval_ns=600 * MS,
+                         max_outstanding=2)
+    r = learned(cfg, 10)
+    holes = [(100, 109), (200, 209), (300, 309)]
+    assert r.poll(holes, 0) == [(100, 10), (200, 10)]
+    assert r.poll(holes, 600 * MS) == [(100, 10), (200, 10), (300, 10)]  # timed out: 300.. goes in flight
+    assert r.expired(holes, 1_000 * MS) == 209  # silent: 100.. and 200.. timed out; 300.. has not yet
+    assert r.expired([(300, 309)], 1_199 * MS) == 0
+    assert r.poll([(300, 309)], 1_200 * MS) == [(300, 10)]  # its time-out (still silent): asked again...
+    assert r.expired([(300, 309)], 1_200 * MS) == 309  # ...and given up
 
 
 def test_a_hole_the_pacing_has_not_reached_is_never_given_up_while_the_server_answers() -> None:
@@ -405,7 +425,7 @@ def test_a_request_that_was_dropped_restarts_every_give_up_clock_and_a_retry_sig
     assert r.expired([(10, 19)], 1_000 * MS) == 0
     follow(r, [(10, 19)], 1_200 * MS - 1)
     assert r.expired([(10, 19)], 1_200 * MS - 1) == 0
-    assert r.expired([(10, 19)], 1_200 * MS) == 1
+    assert r.expired([(10, 19)], 1_200 * MS) == 19
 
 
 def test_a_server_slower_than_the_pacing_loses_nothing_while_it_answers() -> None:
@@ -446,11 +466,11 @@ class Timed:
         return self._note(self.arb.on_packet(feed, data, now), now)
 
 
-def test_a_server_that_lacks_old_data_leads_to_a_give_up_within_give_up_and_a_retry_interval() -> None:
+def test_a_server_that_lacks_old_data_leads_to_a_give_up_of_exactly_that_after_give_up() -> None:
     """Both feeds dark twice, for 100 ms at 1.0 s and again at 1.5 s (2,000 packets/s of 10 messages): the server
-    no longer has the first hole (20,001..22,000) but answers for the second. The first is given up between
-    give_up (2 s) and give_up + retry_interval after it was first requested (its own first time-out while the
-    server answered the other hole is one congestion cut, which restarts the clock once); all else is delivered."""
+    no longer has the first hole (20,001..22,000) but answers for the second. Exactly the first hole is given
+    up, each part no earlier than give_up (2 s) after a request first asked for it, and all of it within a few
+    give_ups (a congestion cut restarts the clocks); all else is delivered."""
     messages, arrivals = session(2_000, 3)
     arrivals = [a for a in arrivals if not (1.0 <= a.time_ns / 1e9 < 1.1 or 1.5 <= a.time_ns / 1e9 < 1.6)]
     server = RetransmitStub(S1, messages, missing=range(20_001, 22_001), budget=ONE_PACKET)
@@ -458,12 +478,15 @@ def test_a_server_that_lacks_old_data_leads_to_a_give_up_within_give_up_and_a_re
     result = simulate(timed, arrivals, server, rtt_ns=MS, process=lambda t, a: t.on_packet(a.feed, a.data,
                                                                                            a.time_ns))
     first_asked = min(t for t, r in timed.requests if r.seq == 20_001)
-    [(_, lost)] = timed.give_ups  # the hole both feeds missed (B runs 1 ms late), all of it lacking
-    assert lost.first == 20_001 and 21_900 < lost.last <= 22_000
-    given_up_after = timed.give_ups[0][0] - first_asked
-    assert 2_000 * MS <= given_up_after <= 2_000 * MS + 200 * MS + MS
+    lost = [s for _, g in timed.give_ups for s in range(g.first, g.last + 1)]
+    # the hole both feeds missed (B runs 1 ms late), all of it lacking, given up in order and once
+    assert lost == list(range(20_001, lost[-1] + 1)) and 21_900 < lost[-1] <= 22_000
+    for at, g in timed.give_ups:  # each part was asked for give_up before (by a request starting in it or before)
+        asked = min(t for t, r in timed.requests if r.seq <= g.first < r.seq + r.count)
+        assert at - asked >= 2_000 * MS
+    assert timed.give_ups[-1][0] - first_asked <= 3 * 2_000 * MS
     assert server.requests and any(seq > 30_000 for seq, _ in server.requests)  # the other hole was asked for
-    assert result.sequences() == [s for s in range(1, len(messages) + 1) if not lost.first <= s <= lost.last]
+    assert result.sequences() == [s for s in range(1, len(messages) + 1) if s not in set(lost)]
 
 
 def test_a_paced_requests_first_time_out_is_a_deadline_and_cuts_the_rate_on_time() -> None:
@@ -535,10 +558,10 @@ def test_an_answer_the_handler_could_not_keep_restarts_the_give_up_clock_of_what
     follow(r, holes, 900 * MS)
     r.on_answer(30, 900 * MS, count=10)  # answered; the hole stays
     follow(r, holes, 1_000 * MS)
-    assert r.expired(holes, 1_000 * MS) == 1  # 10..19 was never answered: given up on time
+    assert r.expired(holes, 1_000 * MS) == 19  # 10..19 was never answered: given up on time
     assert r.expired([(30, 39)], 1_000 * MS) == 0  # 30..39 was: its clock restarted at 900 ms
     follow(r, [(30, 39)], 1_900 * MS)
-    assert r.expired([(30, 39)], 1_900 * MS) == 1
+    assert r.expired([(30, 39)], 1_900 * MS) == 39
 
 
 def test_a_stall_of_the_handler_with_answers_queued_is_not_the_servers_time_out() -> None:
@@ -575,7 +598,7 @@ def test_a_stall_of_the_handler_longer_than_give_up_gives_nothing_up() -> None:
     assert r.poll(holes, stall_end) == []  # the requests in flight wait a whole retry interval again
     assert follow(r, holes, stall_end + cfg.give_up_ns) == [(100, 10), (200, 10)] * 4
     assert r.expired(holes, stall_end + cfg.give_up_ns - 1) == 0
-    assert r.expired(holes, stall_end + cfg.give_up_ns) == 2  # the server stays silent: given up then
+    assert r.expired(holes, stall_end + cfg.give_up_ns) == 209  # the server stays silent: given up then
 
 
 def test_an_answer_that_could_not_be_kept_is_not_asked_again_for_a_retry_interval() -> None:

@@ -257,10 +257,15 @@ class Recovery:
         timed_out: set[int] = set()
         held: set[int] = set()
         out: list[tuple[int, int]] = []
+        # the window counts the requests the server may still answer: one that timed out unanswered stays in flight
+        # (asked again every retry interval) outside it, so a range the server lacks does not take the whole window
+        # and hide that later requests are answered (up to give_up / retry_interval + 1 windows of them)
+        fresh = stale = 0
+        stale_cap = window * (cfg.give_up_ns // cfg.retry_interval_ns + 1)
         for first, last in holes:
             seq = first
             while seq <= last:
-                if len(kept) >= window:
+                if fresh >= window or stale >= stale_cap:
                     break
                 count = min(request, last - seq + 1)
                 sent = old.get(seq)
@@ -276,31 +281,29 @@ class Recovery:
                         self._paced = True
                         if sent is None:
                             break
-                        kept[seq] = sent
-                        if seq in self._timed_out:
-                            timed_out.add(seq)
-                        if seq in self._held:
-                            held.add(seq)
-                        seq += count
-                        continue
-                    self._tokens -= _TOKEN
-                    if seq in self._held:  # asked again after its hold: a fresh request
-                        self._held.discard(seq)
-                        self._timed_out.discard(seq)
-                    self._asked[seq] = count
-                    out.append((seq, count))
-                    sent = now_ns
-                    # requested: what one answer to it would have carried
-                    self._note_requested(seq, seq + min(count, answerable) - 1, now_ns)
+                    else:
+                        self._tokens -= _TOKEN
+                        if seq in self._held:  # asked again after its hold: a fresh request
+                            self._held.discard(seq)
+                            self._timed_out.discard(seq)
+                        self._asked[seq] = count
+                        out.append((seq, count))
+                        sent = now_ns
+                        # requested: what one answer to it would have carried
+                        self._note_requested(seq, seq + min(count, answerable) - 1, now_ns)
                 kept[seq] = sent
                 if seq in self._timed_out:
                     timed_out.add(seq)
                 if seq in self._held:
                     held.add(seq)
+                if seq in self._timed_out and seq not in self._held:
+                    stale += 1
+                else:
+                    fresh += 1
                 seq += count
             if self._paced and seq <= last:
                 break
-            if len(kept) >= window:
+            if fresh >= window or stale >= stale_cap:
                 break
         # requests for chunks that no longer start a hole (filled meanwhile) are forgotten: an answer to them
         # still fills the stream, and a retry would only ask for data already here
@@ -311,7 +314,7 @@ class Recovery:
         self._outstanding = kept
         self._timed_out = timed_out
         self._held = held
-        if len(self._asked) > 4 * cfg.max_outstanding:  # answers that never came: keep the table bounded
+        if len(self._asked) > 4 * cfg.max_outstanding + 2 * len(kept):  # answers that never came: keep it bounded
             self._asked = {seq: n for seq, n in self._asked.items() if seq in kept}
         self.requests_sent += len(out)
         if self._paced:
@@ -328,23 +331,44 @@ class Recovery:
             self._tokens_ns = now_ns
 
     def expired(self, holes: Sequence[Hole], now_ns: int) -> int:
-        """How many of the leading ``holes`` to give up: those whose first message was requested ``give_up_ns``
-        ago without being filled, or all of them once the server has answered nothing for ``give_up_ns`` while
-        requests were in flight."""
+        """The last sequence to give up (0: none), from the first of the leading ``holes``: the longest run from
+        there whose every sequence was requested ``give_up_ns`` ago (since its give-up clock started) without
+        being filled; once the server has answered nothing for ``give_up_ns`` while requests were in flight, the
+        longest run covered by requests that timed out unanswered (what was asked). A part of a hole never asked
+        for is never given up: it is asked for first."""
         if not self.active:
             return 0
         self._resume(now_ns, due=True)
         if self._server_silent(now_ns):
-            return len(holes)
-        if not self._req_starts:
-            return 0
-        n = 0
-        for first, _last in holes:
-            requested_ns = self._first_requested_ns(first)
-            if requested_ns is None or now_ns - self._clock_ns(requested_ns) < self.config.give_up_ns:
-                break
-            n += 1
-        return n
+            return self._silent_upto(holes, now_ns)
+        starts, ends, times = self._req_starts, self._req_ends, self._req_ns
+        give_up = self.config.give_up_ns
+        upto = 0
+        for first, last in holes:
+            cur = first
+            while cur <= last:
+                i = bisect.bisect_right(starts, cur) - 1
+                if i < 0 or ends[i] < cur or now_ns - self._clock_ns(times[i]) < give_up:
+                    return upto
+                upto = min(ends[i], last)
+                cur = upto + 1
+        return upto
+
+    def _silent_upto(self, holes: Sequence[Hole], now_ns: int) -> int:
+        """The server stopped answering: the last sequence of the leading run of ``holes`` covered by requests in
+        flight that timed out unanswered (each counts what it asked for), 0 if none."""
+        retry = self.config.retry_interval_ns
+        upto = 0
+        for first, last in holes:
+            cur = first
+            while cur <= last:
+                sent = self._outstanding.get(cur)
+                if (sent is None or cur in self._held
+                        or (cur not in self._timed_out and now_ns - sent < retry)):
+                    return upto
+                upto = min(cur + max(1, self._asked.get(cur, 1)) - 1, last)
+                cur = upto + 1
+        return upto
 
     def next_deadline_ns(self) -> int | None:
         """The earliest time :meth:`poll` or :meth:`expired` may have something new to say (None: idle)."""
@@ -356,7 +380,11 @@ class Recovery:
         if self._head_ns is not None:
             candidates.append(self._clock_ns(self._head_ns) + self.config.give_up_ns)
         if self._quiet_ns is not None and self._outstanding:
-            candidates.append(self._quiet_ns + self.config.give_up_ns)
+            # the server falls silent then; once a check has seen it silent, what it gives up next falls due as
+            # requests time out (their deadlines below)
+            silent_ns = self._quiet_ns + self.config.give_up_ns
+            if self._seen_ns is None or silent_ns > self._seen_ns:
+                candidates.append(silent_ns)
         if self._paced and self._tokens_ns is not None:
             # requests are waiting for a token: nothing due can go out before it is whole (retries included),
             # but a give-up falls due on time
