@@ -16,6 +16,9 @@
  *     a stall of the handler (not consulted for more than retry_interval with requests in flight) restarts the
  *         requests' timers, the silence clock and every give-up clock, and leaves the rate alone
  *
+ * A request that timed out unanswered stays in flight outside the max_outstanding window (up to give_up /
+ * retry_interval + 1 windows of them): a range the server lacks does not fill the window.
+ *
  * Until an answer shows how many messages one packet carries, requests ask for max_request_count and only
  * their first message counts as requested; afterwards each asks for one answer's worth. The times sequences
  * were first requested are kept as (range, time) breakpoints; the in-flight table is sorted by sequence (poll
@@ -512,7 +515,8 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
      * (asked again every retry interval) outside it, so a range the server lacks does not take the whole window
      * and hide that later requests are answered (up to give_up / retry_interval + 1 windows of them) */
     int64_t fresh = 0, stale = 0;
-    const int64_t stale_cap = window * (c->give_up_ns / c->retry_interval_ns + 1);
+    const int64_t per = c->give_up_ns / c->retry_interval_ns + 1;
+    const int64_t stale_cap = per > INT64_MAX / window ? INT64_MAX : window * per;
     for (int64_t h = 0; h < holes && fresh < window && stale < stale_cap; h++) {
         uint64_t seq = r->hole_first[h], last = r->hole_last[h];
         while (seq <= last) {

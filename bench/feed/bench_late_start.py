@@ -11,8 +11,8 @@ handler joins at ``--late-start`` s (``--join from-start``: everything before is
 answers each request after ``--rtt-ms`` with one packet (at most ``--messages-per-packet`` of the asked
 messages), at most ``--server-rate`` answers per second (requests past it are dropped, as a rate-limited server
 does). ``--server-lacks N`` (or ``FIRST:LAST``): the server lacks sequences 1..N (FIRST..LAST): requests starting
-there are answered from the first sequence past the range it asked for (nothing if none), as a server that no
-longer has old data, and an answer stops before the range.
+there are answered from the first sequence past the range it asked for (nothing if none; ``--server-strict``:
+never answered), as a server that no longer has old data, and an answer stops before the range.
 ``--server-answers-every K``: only every K-th request is answered (the others dropped). ``--server-silent-at T
 --server-silent-for D``: the server answers nothing from T s after the handler started, for D s. The report
 counts what was given up that the server had (``given_up_but_server_had``: must be 0). The engine runs with the handler's defaults except ``--request-rate``,
@@ -122,9 +122,9 @@ def run(args: argparse.Namespace) -> dict:
             if isinstance(event, RecoveryRequest):
                 start, stop = event.seq, event.seq + event.count  # what it asked: [start, stop)
                 if lack_first <= start <= lack_last:  # the server no longer has the first: it answers from what
-                    unanswerable += 1  # it has of the rest, if anything
+                    unanswerable += 1  # it has of the rest, if anything (--server-strict: nothing)
                     start = lack_last + 1
-                    if start >= stop:
+                    if start >= stop or args.server_strict:
                         continue
                 received += 1
                 if silent_from <= end < silent_until:  # the server answers nothing for a while
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> dict:
         "given_up_but_server_had": given_up_had,
         "last_give_up_after_start_s": None if last_give_up_ns is None else round((last_give_up_ns - late) / NS, 2),
         "server_lacks": args.server_lacks, "requests_for_lacking_data": unanswerable,
-        "server_answers_every": args.server_answers_every, "requests_during_silence": silenced,
+        "server_strict": args.server_strict, "server_answers_every": args.server_answers_every, "requests_during_silence": silenced,
         "requests_dropped_by_server": dropped, "answers": answers, "request_chunk": arb.request_chunk,
         "shed_packets": counters["shed_packets"], "queue_overflows": counters["queue_overflows"],
         "cpu_us_per_packet": round(cpu * 1e6 / max(1, processed), 2), "load": round(os.getloadavg()[0], 2),
@@ -185,6 +185,8 @@ def main() -> None:
     parser.add_argument("--server-lacks", default="0",
                         help="N: the server lacks sequences 1..N; FIRST:LAST: it lacks FIRST..LAST (requests starting "
                         "there are never answered)")
+    parser.add_argument("--server-strict", action="store_true",
+                        help="a request starting where the server lacks data is not answered at all")
     parser.add_argument("--server-answers-every", type=int, default=1,
                         help="the server answers only every K-th request it receives")
     parser.add_argument("--server-silent-at", type=float, default=0.0,

@@ -639,3 +639,70 @@ def test_an_answer_that_was_kept_lets_the_rest_of_its_hole_be_asked_at_once() ->
     assert r.poll([(10, 29)], 0) == [(10, 10), (20, 10)]
     r.on_answer(10, 5 * MS, count=10)  # kept: the hole now starts at 20
     assert r.poll([(20, 29), (40, 49)], 6 * MS) == [(40, 10)]  # the window's freed slot goes out at once
+
+
+class FlakyServer(RetransmitStub):
+    """A retransmission server that answers nothing during ``silent`` (from, until) and only every ``every``-th
+    request it receives."""
+
+    def __init__(self, *args: object, silent: tuple[int, int] = (0, 0), every: int = 1, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.silent = silent
+        self.every = every
+        self.received = 0
+        self.ignored = 0
+
+    def answer(self, request: bytes, now_ns: int = 0) -> bytes | None:
+        self.received += 1
+        if self.silent[0] <= now_ns < self.silent[1] or self.received % self.every:
+            req = m.decode_request(request)
+            self.requests.append((req.sequence, req.count))
+            self.ignored += 1
+            return None
+        return super().answer(request, now_ns)
+
+
+def test_a_server_silent_for_less_than_give_up_then_back_loses_nothing() -> None:
+    """A late start 2 s into 2,000 packets/s: the server goes silent 0.5 s into the recovery for 2 s, under the
+    3 s give-up. Requests time out meanwhile (asked again every 200 ms), the server answers them when it is back,
+    and nothing is given up."""
+    messages, arrivals = session(2_000, 5, first_s=2)
+    start = arrivals[0].time_ns
+    server = FlakyServer(S1, messages, budget=ONE_PACKET, silent=(start + 500 * MS, start + 2_500 * MS))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(give_up_ns=3_000 * MS), seed=3)
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert server.ignored > 0  # the server really was silent while requests were in flight
+    assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
+    assert result.sequences() == list(range(1, len(messages) + 1))
+
+
+def test_a_server_that_answers_every_other_request_loses_nothing() -> None:
+    """Half of the requests are dropped (every other one the server receives): the pacing asks again, the server
+    is answering, and nothing is given up (slowly: each drop of a request sent before an answered one reads as
+    congestion, so the rate stays near its floor)."""
+    messages, arrivals = session(2_000, 4, first_s=1)
+    server = FlakyServer(S1, messages, budget=ONE_PACKET, every=2)
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(give_up_ns=2_000 * MS), seed=4)
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert server.ignored > 1_000
+    assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
+    assert result.sequences() == list(range(1, len(messages) + 1))
+
+
+def test_a_server_that_stops_answering_loses_only_what_was_asked_and_the_give_up_stays_bounded() -> None:
+    """A late start 1 s into 2,000 packets/s (2,000 packets of the past), the server silent for good 0.3 s into
+    the recovery, give-up 1 s: each part is given up only after a request asked for it and timed out
+    unanswered (never a part no request asked for), and the whole past is given up within seconds."""
+    messages, arrivals = session(2_000, 2, first_s=1)
+    start = arrivals[0].time_ns
+    server = FlakyServer(S1, messages, budget=ONE_PACKET, silent=(start + 300 * MS, 10**15))
+    timed = Timed(Arbiter(ArbiterConfig(), RecoveryConfig(give_up_ns=1_000 * MS), seed=5))
+    result = simulate(timed, arrivals, server, rtt_ns=MS, process=lambda t, a: t.on_packet(a.feed, a.data,
+                                                                                           a.time_ns))
+    assert timed.give_ups
+    for at, g in timed.give_ups:  # every part was asked by a request that timed out before the give-up
+        for s in (g.first, g.last):
+            assert any(r.seq <= s < r.seq + r.count and t + 200 * MS <= at for t, r in timed.requests)
+    lost = {s for _, g in timed.give_ups for s in range(g.first, g.last + 1)}
+    assert result.sequences() == [s for s in range(1, len(messages) + 1) if s not in lost]
+    assert timed.give_ups[-1][0] - start < 10_000 * MS  # bounded: the window's worth each retry interval

@@ -20,7 +20,8 @@ ranges inside ``[next expected, highest seen]``, head first) and the time, and a
                        ├─ no answer for retry_interval ─► asked again         (default 200 ms)
                        │       (its first time-out while a request sent after it was answered: congestion, the
                        │        rate halves)
-                       └─ give_up without an answer nor a congestion cut ─► expired() > 0   (default 10 s)
+                       └─ give_up without an answer nor a congestion cut ─► expired(): the last sequence of
+                              the leading run asked and not answered (default 10 s)
     stop() when caught up (no hole left).
 
 **Answer-sized requests.** A MoldUDP64 server answers a request with one packet (as many of the asked messages
@@ -50,15 +51,21 @@ and give-up clocks restart then, and the rate is left alone.
 **Give-up counts only what was really asked.** A sequence counts as requested only once a request that one
 answer would have covered was sent (the answer-sized prefix of a request; before the size is known, its first
 sequence).
-``expired`` gives a hole up when it is still missing ``give_up_ns`` after the latest of its first message's
-first request, the last answer to a request for it (an answer that could not be kept is still the server
-answering) and the last congestion cut (a dropped request says nothing about whether the server has the
-data: a slow server restarts every give-up clock while it drops), or when the server has answered nothing for
-``give_up_ns`` while requests were in flight (it stopped answering: every declared hole is given up). A server
-that lacks old data cuts no more once the lacking requests timed out once (a request signals once): their
-hole is given up at most ``give_up`` + ``retry_interval`` after the last first time-out. A hole the pacing has not reached yet is never given up while the server
-answers. Because requests go out head first, the time a sequence was first requested never decreases along
-the stream, so a list of ``(sequence, time)`` breakpoints records it in O(rounds) memory.
+``expired`` names the last sequence to give up: the leading run (from the first hole on) of sequences still
+missing ``give_up_ns`` after the latest of their first request, the last answer to a request for them (an
+answer that could not be kept is still the server answering) and the last congestion cut (a dropped request
+says nothing about whether the server has the data: a slow server restarts every give-up clock while it
+drops). When the server has answered nothing for ``give_up_ns`` while requests were in flight (it stopped
+answering), it is the leading run covered by requests that timed out unanswered (what they asked); the rest
+is asked for and given up in turn as its requests time out. A part of a hole no request asked for is never
+given up: a hole may go in several parts.
+
+**A range the server lacks does not take the window.** A request that timed out unanswered stays in flight
+(asked again every ``retry_interval``) outside the ``max_outstanding`` window (up to ``give_up /
+retry_interval + 1`` windows of them), so a range the server lacks does not fill the window and make a server
+that answers everything else look silent. Because requests go out head first, the time a sequence was first
+requested never decreases along the stream, so a list of ``(sequence, time)`` breakpoints records it in
+O(rounds) memory.
 """
 
 from __future__ import annotations
