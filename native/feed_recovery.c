@@ -166,7 +166,9 @@ static int64_t find_sorted(const uint64_t *a, int64_t n, uint64_t v) /* index of
 
 static int64_t asked_find(const rec_t *r, uint64_t seq)
 {
-    for (int64_t i = 0; i < r->asked_n; i++)
+    /* newest first: answers mostly come for recent requests, and requests for data the server lacks (never
+     * answered) sit at the front */
+    for (int64_t i = r->asked_n - 1; i >= 0; i--)
         if (r->asked_seq[i] == seq)
             return i;
     return -1;
@@ -235,13 +237,22 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
     r->asked_n--;
     if (count < 1)
         return;
-    if (count < asked) { /* the answer packet was full: that is what one request brings back */
-        r->has_chunk = 1;
-        r->chunk = count;
+    if (count < asked) { /* the answer packet was full: that is what one request brings back... */
+        if (!r->full_seen || !r->has_chunk || count >= r->chunk || r->shorter) {
+            r->has_chunk = 1;
+            r->chunk = count;
+            r->shorter = 0;
+        } else { /* ...or the server's data ended there (it lacks what follows): one such answer sets nothing, a
+                  * second in a row does (the packets really carry fewer now) */
+            r->shorter = 1;
+        }
         r->full_seen = 1;
-    } else if (r->has_chunk && count == asked && asked == r->chunk && !r->full_seen) { /* maybe more fits */
-        uint32_t grown = r->chunk + r->chunk / 4 + 1;
-        r->chunk = grown < (uint32_t)e->config.max_request_count ? grown : (uint32_t)e->config.max_request_count;
+    } else {
+        r->shorter = 0;
+        if (r->has_chunk && count == asked && asked == r->chunk && !r->full_seen) { /* maybe more fits */
+            uint32_t grown = r->chunk + r->chunk / 4 + 1;
+            r->chunk = grown < (uint32_t)e->config.max_request_count ? grown : (uint32_t)e->config.max_request_count;
+        }
     }
     e->request_chunk = r->has_chunk ? r->chunk : 0;
 }

@@ -118,6 +118,7 @@ typedef struct rec {
     int32_t has_chunk;          /* chunk: the messages one answer carries, learned from the answers */
     uint32_t chunk;
     int32_t full_seen;          /* an answer came back shorter than asked: its packet was full */
+    int32_t shorter;            /* the last answer came back shorter than the answer size learned */
     int64_t tokens;             /* the token bucket, LBF_REC_TOKEN per request */
     int64_t rate;               /* the rate now (AIMD), in rate_units: halved on congestion, raised by answers */
     int32_t has_cut;            /* the last congestion cut of the rate was at cut_ns */

@@ -105,6 +105,19 @@ def learned(config: RecoveryConfig, chunk: int) -> Recovery:
     return r
 
 
+def test_one_answer_cut_short_where_the_server_lacks_what_follows_does_not_shrink_the_requests() -> None:
+    """An answer shorter than the size learned may be the server's data ending (it lacks what follows): alone it
+    changes nothing; two in a row mean the packets really carry fewer messages now."""
+    r = learned(RecoveryConfig(initial_backoff_ns=0), 40)
+    assert r.poll([(1001, 1120)], MS) == [(1001, 40), (1041, 40), (1081, 40)]
+    r.on_answer(1001, 2 * MS, count=11)  # cut short: the server lacks 1012..
+    r.on_answer(1041, 2 * MS, count=40)
+    assert r.poll([(5001, 5100)], 3 * MS)[0] == (5001, 40)
+    r.on_answer(5001, 4 * MS, count=25)
+    r.on_answer(5041, 4 * MS, count=25)  # a second in a row: the packets carry 25 now
+    assert r.poll([(6001, 6100)], 5 * MS)[0] == (6001, 25)
+
+
 def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=10_000 * MS)
     r = learned(cfg, 10)

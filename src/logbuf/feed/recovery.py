@@ -126,7 +126,7 @@ class Recovery:
 
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
-                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns", "_timed_out", "_cut_ns",
+                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_shorter", "_head_ns", "_timed_out", "_cut_ns",
                  "_restart_ns", "_answered_sent_ns", "_seen_ns", "_held", "_head_first",
                  "_head_moved_ns")
 
@@ -145,6 +145,7 @@ class Recovery:
         self.answers = 0
         self._chunk: int | None = None  # messages one answer carries: learned from the answers (None: unknown)
         self._full_seen = False  # an answer came back shorter than asked: its packet was full
+        self._shorter = False  # the last answer came back shorter than the answer size learned
         self._asked: dict[int, int] = {}  # first sequence of a request sent -> the count it asked for
         # the token bucket in exact integer units (_TOKEN per request; _rate_units added per ns): where it stands
         # at a given time does not depend on when it was last refilled, so neither does the next deadline
@@ -232,11 +233,18 @@ class Recovery:
             self._quiet_ns = now_ns
         asked = self._asked.pop(first, None)
         if asked is not None and count is not None and count >= 1:
-            if count < asked:  # the answer packet was full: that is what one request brings back
-                self._chunk = count
+            if count < asked:  # the answer packet was full: that is what one request brings back...
+                chunk = self._chunk
+                if not self._full_seen or chunk is None or count >= chunk or self._shorter:
+                    self._chunk = count
+                    self._shorter = False
+                else:  # ...or the server's data ended there (it lacks what follows): one such answer sets nothing,
+                    self._shorter = True  # a second in a row does (the packets really carry fewer now)
                 self._full_seen = True
-            elif count == asked == self._chunk and not self._full_seen:  # never full yet: maybe more fits
-                self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
+            else:
+                self._shorter = False
+                if count == asked == self._chunk and not self._full_seen:  # never full yet: maybe more fits
+                    self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
 
     def poll(self, holes: Sequence[Hole], now_ns: int) -> list[tuple[int, int]]:
         """The ``(seq, count)`` requests to send now for ``holes`` (head first, inclusive ranges)."""
