@@ -16,9 +16,6 @@
  *     a stall of the handler (not consulted for more than retry_interval with requests in flight) restarts the
  *         requests' timers, the silence clock and every give-up clock, and leaves the rate alone
  *
- * A request that timed out unanswered stays in flight outside the max_outstanding window (up to give_up /
- * retry_interval + 1 windows of them): a range the server lacks does not fill the window.
- *
  * Until an answer shows how many messages one packet carries, requests ask for max_request_count and only
  * their first message counts as requested; afterwards each asks for one answer's worth. The times sequences
  * were first requested are kept as (range, time) breakpoints; the in-flight table is sorted by sequence (poll
@@ -66,7 +63,6 @@ int32_t feed_rec_init(lbf_eng_t *e)
     if (!r->out_seq || !r->out_ns || !r->kept_seq || !r->kept_ns || !r->out_to || !r->kept_to || !r->hole_first ||
         !r->hole_last)
         return -ENOMEM;
-    r->table_cap = window;
     r->tokens = e->config.request_burst * LBF_REC_TOKEN;
     r->rate = e->config.rate_units;
     r->rng = e->config.seed;
@@ -473,28 +469,6 @@ static int send_request(lbf_eng_t *e, rec_t *r, uint64_t seq, uint64_t count, ui
     return note_requested(r, seq, seq + (count < answerable ? count : answerable) - 1, now_ns);
 }
 
-/* room for n entries in the in-flight table and its scratch (both grow together: they are swapped) */
-static int table_room(rec_t *r, int64_t n)
-{
-    if (n <= r->table_cap)
-        return 1;
-    int64_t c = r->table_cap;
-    int ok = feed_grow((void **)&r->out_seq, &c, n, sizeof(uint64_t));
-    c = r->table_cap;
-    ok = ok && feed_grow((void **)&r->out_ns, &c, n, sizeof(int64_t));
-    c = r->table_cap;
-    ok = ok && feed_grow((void **)&r->out_to, &c, n, sizeof(uint8_t));
-    c = r->table_cap;
-    ok = ok && feed_grow((void **)&r->kept_seq, &c, n, sizeof(uint64_t));
-    c = r->table_cap;
-    ok = ok && feed_grow((void **)&r->kept_ns, &c, n, sizeof(int64_t));
-    c = r->table_cap;
-    ok = ok && feed_grow((void **)&r->kept_to, &c, n, sizeof(uint8_t));
-    if (ok)
-        r->table_cap = c;
-    return ok;
-}
-
 void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
 {
     rec_t *r = REC(e);
@@ -522,16 +496,10 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     refill(r, c, now_ns);
     r->paced = 0;
     int64_t kept = 0, old = 0;
-    /* the window counts the requests the server may still answer: one that timed out unanswered stays in flight
-     * (asked again every retry interval) outside it, so a range the server lacks does not take the whole window
-     * and hide that later requests are answered (up to give_up / retry_interval + 1 windows of them) */
-    int64_t fresh = 0, stale = 0;
-    const int64_t per = c->give_up_ns / c->retry_interval_ns + 1;
-    const int64_t stale_cap = per > INT64_MAX / window ? INT64_MAX : window * per;
-    for (int64_t h = 0; h < holes && fresh < window && stale < stale_cap; h++) {
+    for (int64_t h = 0; h < holes && kept < window; h++) {
         uint64_t seq = r->hole_first[h], last = r->hole_last[h];
         while (seq <= last) {
-            if (fresh >= window || stale >= stale_cap)
+            if (kept >= window)
                 break;
             uint64_t count = last - seq + 1 < request ? last - seq + 1 : request;
             while (old < r->out_n && r->out_seq[old] < seq) /* both ascend: one pass over the old table */
@@ -551,28 +519,24 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                     r->paced = 1;
                     if (!found)
                         break;
-                } else {
-                    r->tokens -= LBF_REC_TOKEN;
-                    if (to & REC_HELD) /* asked again after its hold: a fresh request */
-                        to = 0;
-                    if (!send_request(e, r, seq, count, answerable, now_ns)) {
-                        im->oom = 1;
-                        return;
-                    }
-                    sent = now_ns;
+                    r->kept_seq[kept] = seq;
+                    r->kept_to[kept] = to;
+                    r->kept_ns[kept++] = sent;
+                    seq += count;
+                    continue;
                 }
-            }
-            if (!table_room(r, kept + 1)) {
-                im->oom = 1;
-                return;
+                r->tokens -= LBF_REC_TOKEN;
+                if (to & REC_HELD) /* asked again after its hold: a fresh request */
+                    to = 0;
+                if (!send_request(e, r, seq, count, answerable, now_ns)) {
+                    im->oom = 1;
+                    return;
+                }
+                sent = now_ns;
             }
             r->kept_seq[kept] = seq;
             r->kept_to[kept] = to;
             r->kept_ns[kept++] = sent;
-            if ((to & REC_TIMED_OUT) && !(to & REC_HELD))
-                stale++;
-            else
-                fresh++;
             seq += count;
         }
         if (r->paced && seq <= last)
@@ -596,7 +560,7 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     r->kept_ns = tn;
     r->kept_to = tt;
     r->out_n = kept;
-    if (r->asked_n > 4 * window + 2 * r->out_n) { /* answers that never came: keep the table bounded */
+    if (r->asked_n > 4 * window) { /* answers that never came: keep the table bounded */
         int64_t n = 0;
         for (int64_t k = 0; k < r->asked_n; k++) {
             if (find_sorted(r->out_seq, r->out_n, r->asked_seq[k]) >= 0) {

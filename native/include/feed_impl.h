@@ -104,11 +104,9 @@ typedef struct rec {
     int64_t *out_ns;
     int64_t out_n;
     uint8_t *out_to;            /* REC_TIMED_OUT: timed out once already; REC_HELD: answered, held (feed_recovery.c) */
-    uint64_t *kept_seq;         /* poll's scratch (the next in-flight table) */
+    uint64_t *kept_seq;         /* poll's scratch (the next in-flight table); both hold max_outstanding */
     int64_t *kept_ns;
     uint8_t *kept_to;
-    int64_t table_cap;          /* what the in-flight table and its scratch hold (max_outstanding, grown for the
-                                   requests that timed out unanswered, which stay outside the window) */
     uint64_t *fa_start, *fa_end; /* sequences first requested at fa_ns: disjoint ranges sorted by start */
     int64_t *fa_ns;
     int64_t fa_n, fa_cap;

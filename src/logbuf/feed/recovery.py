@@ -58,14 +58,11 @@ says nothing about whether the server has the data: a slow server restarts every
 drops). When the server has answered nothing for ``give_up_ns`` while requests were in flight (it stopped
 answering), it is the leading run covered by requests that timed out unanswered (what they asked); the rest
 is asked for and given up in turn as its requests time out. A part of a hole no request asked for is never
-given up: a hole may go in several parts.
-
-**A range the server lacks does not take the window.** A request that timed out unanswered stays in flight
-(asked again every ``retry_interval``) outside the ``max_outstanding`` window (up to ``give_up /
-retry_interval + 1`` windows of them), so a range the server lacks does not fill the window and make a server
-that answers everything else look silent. Because requests go out head first, the time a sequence was first
-requested never decreases along the stream, so a list of ``(sequence, time)`` breakpoints records it in
-O(rounds) memory.
+given up: a hole may go in several parts. (A range the server lacks that is wider than the window fills it
+with requests nobody answers, which is what a server that stopped answering looks like: what they asked is
+given up after ``give_up``, then the rest of the range a window at a time as it is asked and times out.)
+Because requests go out head first, the time a sequence was first requested never decreases along the
+stream, so a list of ``(sequence, time)`` breakpoints records it in O(rounds) memory.
 """
 
 from __future__ import annotations
@@ -272,15 +269,10 @@ class Recovery:
         timed_out: set[int] = set()
         held: set[int] = set()
         out: list[tuple[int, int]] = []
-        # the window counts the requests the server may still answer: one that timed out unanswered stays in flight
-        # (asked again every retry interval) outside it, so a range the server lacks does not take the whole window
-        # and hide that later requests are answered (up to give_up / retry_interval + 1 windows of them)
-        fresh = stale = 0
-        stale_cap = window * (cfg.give_up_ns // cfg.retry_interval_ns + 1)
         for first, last in holes:
             seq = first
             while seq <= last:
-                if fresh >= window or stale >= stale_cap:
+                if len(kept) >= window:
                     break
                 count = min(request, last - seq + 1)
                 sent = old.get(seq)
@@ -296,29 +288,31 @@ class Recovery:
                         self._paced = True
                         if sent is None:
                             break
-                    else:
-                        self._tokens -= _TOKEN
-                        if seq in self._held:  # asked again after its hold: a fresh request
-                            self._held.discard(seq)
-                            self._timed_out.discard(seq)
-                        self._asked[seq] = count
-                        out.append((seq, count))
-                        sent = now_ns
-                        # requested: what one answer to it would have carried
-                        self._note_requested(seq, seq + min(count, answerable) - 1, now_ns)
+                        kept[seq] = sent
+                        if seq in self._timed_out:
+                            timed_out.add(seq)
+                        if seq in self._held:
+                            held.add(seq)
+                        seq += count
+                        continue
+                    self._tokens -= _TOKEN
+                    if seq in self._held:  # asked again after its hold: a fresh request
+                        self._held.discard(seq)
+                        self._timed_out.discard(seq)
+                    self._asked[seq] = count
+                    out.append((seq, count))
+                    sent = now_ns
+                    # requested: what one answer to it would have carried
+                    self._note_requested(seq, seq + min(count, answerable) - 1, now_ns)
                 kept[seq] = sent
                 if seq in self._timed_out:
                     timed_out.add(seq)
                 if seq in self._held:
                     held.add(seq)
-                if seq in self._timed_out and seq not in self._held:
-                    stale += 1
-                else:
-                    fresh += 1
                 seq += count
             if self._paced and seq <= last:
                 break
-            if fresh >= window or stale >= stale_cap:
+            if len(kept) >= window:
                 break
         # requests for chunks that no longer start a hole (filled meanwhile) are forgotten: an answer to them
         # still fills the stream, and a retry would only ask for data already here
@@ -329,7 +323,7 @@ class Recovery:
         self._outstanding = kept
         self._timed_out = timed_out
         self._held = held
-        if len(self._asked) > 4 * cfg.max_outstanding + 2 * len(kept):  # answers that never came: keep it bounded
+        if len(self._asked) > 4 * cfg.max_outstanding:  # answers that never came: keep the table bounded
             self._asked = {seq: n for seq, n in self._asked.items() if seq in kept}
         self.requests_sent += len(out)
         if self._paced:
