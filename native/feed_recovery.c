@@ -189,13 +189,35 @@ static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
     }
 }
 
+/* the request in flight an answer starting at first answers (its index): the one starting there, else the one whose
+ * range holds it (a server that lacks the start of what was asked answers from what it has), else -1 */
+static int64_t answered_request(const rec_t *r, uint64_t first)
+{
+    int64_t lo = 0, hi = r->out_n; /* the first index with out_seq > first */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (r->out_seq[mid] <= first)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int64_t i = lo - 1;
+    if (i < 0)
+        return -1;
+    if (r->out_seq[i] == first)
+        return i;
+    int64_t k = asked_find(r, r->out_seq[i]);
+    uint64_t asked = k >= 0 ? r->asked_count[k] : 1;
+    return first - r->out_seq[i] < asked ? i : -1;
+}
+
 void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count)
 {
     rec_t *r = REC(e);
     IMPL(e)->rec_touched = 1;
     resume(e, r, now_ns, 0);
     e->last_answer_ns = now_ns;
-    int64_t i = find_sorted(r->out_seq, r->out_n, first);
+    int64_t i = answered_request(r, first);
     if (i >= 0 && !(r->out_to[i] & REC_HELD)) { /* the request it answers is answered */
         if (!r->has_answered_sent || r->out_ns[i] > r->answered_sent_ns) {
             r->has_answered_sent = 1;

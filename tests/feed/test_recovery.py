@@ -118,6 +118,22 @@ def test_one_answer_cut_short_where_the_server_lacks_what_follows_does_not_shrin
     assert r.poll([(6001, 6100)], 5 * MS)[0] == (6001, 25)
 
 
+def test_an_answer_from_inside_a_request_answers_it_and_restarts_only_what_it_brought() -> None:
+    """A server that lacks the start of what was asked answers from what it has: that is the request's answer
+    (held, not asked again at once); what it brought gets a new give-up clock, what it lacks keeps its own."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
+    r = learned(cfg, 10)
+    assert r.poll([(100, 119)], 0) == [(100, 10), (110, 10)]
+    follow(r, [(100, 119)], 500 * MS)  # (retried every 200 ms)
+    answers = r.answers
+    r.on_answer(105, 500 * MS, count=5)  # 100..104 lacking; 105..109 answered (and, say, not kept)
+    assert r.answers == answers + 1
+    assert r.poll([(100, 119)], 500 * MS) == []  # held: not asked again at once
+    follow(r, [(100, 119)], 1_000 * MS)
+    assert r.expired([(100, 119)], 1_000 * MS) == 104  # 100..104 was never answered: given up on time
+    assert r.expired([(105, 109), (110, 119)], 1_000 * MS) == 0  # 105..109 was: its clock restarted at 500 ms
+
+
 def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=10_000 * MS)
     r = learned(cfg, 10)

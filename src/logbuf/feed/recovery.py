@@ -206,8 +206,9 @@ class Recovery:
         requests go out per hole instead of one request per answer."""
         self._resume(now_ns, due=False)
         self.last_answer_ns = now_ns
-        sent = self._outstanding.get(first)
-        if sent is not None and first not in self._held:
+        request = self._answered_request(first)
+        sent = None if request is None else self._outstanding[request]
+        if request is not None and sent is not None and request not in self._held:
             self.answers += 1
             if self._answered_sent_ns is None or sent > self._answered_sent_ns:
                 self._answered_sent_ns = sent
@@ -215,9 +216,9 @@ class Recovery:
             # be (the queue is full behind a hole the stream waits at), the same chunk is asked again only once
             # the stream moved (room may have come free) or a retry interval passed, so the tokens go to the other
             # holes' retries instead of to answers that cannot be kept either
-            self._outstanding[first] = now_ns
-            self._held.add(first)
-            self._timed_out.add(first)  # (its wait after an answer signals nothing)
+            self._outstanding[request] = now_ns
+            self._held.add(request)
+            self._timed_out.add(request)  # (its wait after an answer signals nothing)
             # additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket
             # is filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran
             self._refill(now_ns)
@@ -242,6 +243,17 @@ class Recovery:
                 self._shorter = False
                 if count == asked == self._chunk and not self._full_seen:  # never full yet: maybe more fits
                     self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
+
+    def _answered_request(self, first: int) -> int | None:
+        """The request in flight an answer starting at ``first`` answers: the one starting there, else the one whose
+        range holds it (a server that lacks the start of what was asked answers from what it has), else None."""
+        if first in self._outstanding:
+            return first
+        starts = [seq for seq in self._outstanding if seq < first]
+        if not starts:
+            return None
+        seq = max(starts)
+        return seq if first < seq + self._asked.get(seq, 1) else None
 
     def poll(self, holes: Sequence[Hole], now_ns: int) -> list[tuple[int, int]]:
         """The ``(seq, count)`` requests to send now for ``holes`` (head first, inclusive ranges)."""
