@@ -277,7 +277,8 @@ static void close_gaps(lbf_eng_t *e)
         im->gap_head = 0;
 }
 
-static void eng_abandon(lbf_eng_t *e, int64_t n, int32_t reason, int64_t now_ns)
+/* give up the first n holes, no further than sequence upto (a hole reaching past it stays one after it) */
+static void eng_abandon_upto(lbf_eng_t *e, int64_t n, uint64_t upto, int32_t reason, int64_t now_ns)
 {
     eng_impl_t *im = IMPL(e);
     if (n <= 0)
@@ -292,7 +293,9 @@ static void eng_abandon(lbf_eng_t *e, int64_t n, int32_t reason, int64_t now_ns)
     int64_t count;
     eng_holes(e, hf, hl, n, &count);
     for (int64_t k = 0; k < count; k++) {
-        uint64_t first = hf[k], last = hl[k];
+        uint64_t first = hf[k], last = hl[k] < upto ? hl[k] : upto;
+        if (first > upto)
+            break;
         close_gaps(e);
         for (int64_t g = 0; g < im->gap_n; g++) {
             gap_t *gap = &im->gaps[im->gap_head + g];
@@ -314,6 +317,11 @@ static void eng_abandon(lbf_eng_t *e, int64_t n, int32_t reason, int64_t now_ns)
     close_gaps(e);
     if (e->recovering)
         im->recovery_dirty = 1;
+}
+
+static void eng_abandon(lbf_eng_t *e, int64_t n, int32_t reason, int64_t now_ns)
+{
+    eng_abandon_upto(e, n, UINT64_MAX, reason, now_ns);
 }
 
 static void declare(lbf_eng_t *e, int32_t reason, int64_t now_ns)
@@ -857,9 +865,9 @@ int32_t lbf_eng_settle(lbf_eng_t *e, int64_t now_ns)
         /* the pacing has nothing new to say unless the holes changed, an answer came or its deadline passed */
         if (e->recovering && !im->oom && (im->recovery_dirty || now_ns >= e->recovery_deadline_ns)) {
             int64_t n = declared_holes(e, e->config.max_outstanding);
-            int64_t expired = feed_rec_expired(e, n, now_ns);
-            if (expired) {
-                eng_abandon(e, expired, LBF_REASON_GIVE_UP, now_ns);
+            uint64_t upto = feed_rec_expired(e, n, now_ns);
+            if (upto) { /* what was asked and not answered, up to upto: never a hole the pacing has not reached */
+                eng_abandon_upto(e, n, upto, LBF_REASON_GIVE_UP, now_ns);
                 continue;
             }
             feed_rec_poll(e, n, now_ns);

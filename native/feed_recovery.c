@@ -9,9 +9,10 @@
  *         request sent after it was answered halves it, once per retry_interval, down to rate_units / 64; answers raise
  *         it by rate_units / 16 per second of answers, up to rate_units); an unanswered request is asked again
  *         after retry_interval
- *     expired -> a hole still missing give_up after the latest of its first request, the last answer to a request
- *         for it and the last congestion cut,
- *         or every hole once the server has answered nothing for give_up while requests were in flight
+ *     expired -> up to the last sequence of the leading run still missing give_up after the latest of its first
+ *         request, the last answer to a request for it and the last congestion cut, or once the server has answered
+ *         nothing for give_up while requests were in flight, of the leading run asked by requests that timed out
+ *         unanswered: never a part of a hole not asked for yet
  *     a stall of the handler (not consulted for more than retry_interval with requests in flight) restarts the
  *         requests' timers, the silence clock and every give-up clock, and leaves the rate alone
  *
@@ -161,7 +162,9 @@ static int64_t find_sorted(const uint64_t *a, int64_t n, uint64_t v) /* index of
 
 static int64_t asked_find(const rec_t *r, uint64_t seq)
 {
-    for (int64_t i = 0; i < r->asked_n; i++)
+    /* newest first: answers mostly come for recent requests, and requests for data the server lacks (never
+     * answered) sit at the front */
+    for (int64_t i = r->asked_n - 1; i >= 0; i--)
         if (r->asked_seq[i] == seq)
             return i;
     return -1;
@@ -186,13 +189,35 @@ static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
     }
 }
 
+/* the request in flight an answer starting at first answers (its index): the one starting there, else the one whose
+ * range holds it (a server that lacks the start of what was asked answers from what it has), else -1 */
+static int64_t answered_request(const rec_t *r, uint64_t first)
+{
+    int64_t lo = 0, hi = r->out_n; /* the first index with out_seq > first */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (r->out_seq[mid] <= first)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int64_t i = lo - 1;
+    if (i < 0)
+        return -1;
+    if (r->out_seq[i] == first)
+        return i;
+    int64_t k = asked_find(r, r->out_seq[i]);
+    uint64_t asked = k >= 0 ? r->asked_count[k] : 1;
+    return first - r->out_seq[i] < asked ? i : -1;
+}
+
 void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count)
 {
     rec_t *r = REC(e);
     IMPL(e)->rec_touched = 1;
     resume(e, r, now_ns, 0);
     e->last_answer_ns = now_ns;
-    int64_t i = find_sorted(r->out_seq, r->out_n, first);
+    int64_t i = answered_request(r, first);
     if (i >= 0 && !(r->out_to[i] & REC_HELD)) { /* the request it answers is answered */
         if (!r->has_answered_sent || r->out_ns[i] > r->answered_sent_ns) {
             r->has_answered_sent = 1;
@@ -230,13 +255,22 @@ void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t c
     r->asked_n--;
     if (count < 1)
         return;
-    if (count < asked) { /* the answer packet was full: that is what one request brings back */
-        r->has_chunk = 1;
-        r->chunk = count;
+    if (count < asked) { /* the answer packet was full: that is what one request brings back... */
+        if (!r->full_seen || !r->has_chunk || count >= r->chunk || r->shorter) {
+            r->has_chunk = 1;
+            r->chunk = count;
+            r->shorter = 0;
+        } else { /* ...or the server's data ended there (it lacks what follows): one such answer sets nothing, a
+                  * second in a row does (the packets really carry fewer now) */
+            r->shorter = 1;
+        }
         r->full_seen = 1;
-    } else if (r->has_chunk && count == asked && asked == r->chunk && !r->full_seen) { /* maybe more fits */
-        uint32_t grown = r->chunk + r->chunk / 4 + 1;
-        r->chunk = grown < (uint32_t)e->config.max_request_count ? grown : (uint32_t)e->config.max_request_count;
+    } else {
+        r->shorter = 0;
+        if (r->has_chunk && count == asked && asked == r->chunk && !r->full_seen) { /* maybe more fits */
+            uint32_t grown = r->chunk + r->chunk / 4 + 1;
+            r->chunk = grown < (uint32_t)e->config.max_request_count ? grown : (uint32_t)e->config.max_request_count;
+        }
     }
     e->request_chunk = r->has_chunk ? r->chunk : 0;
 }
@@ -369,22 +403,60 @@ static int server_silent(const lbf_eng_t *e, const rec_t *r, int64_t now_ns)
     return r->has_quiet && r->out_n > 0 && now_ns - r->quiet_ns >= e->config.give_up_ns;
 }
 
-int64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
+/* the server stopped answering: the last sequence of the leading run of the holes covered by requests in flight
+ * that timed out unanswered (each counts what it asked for), 0 if none (recovery.py _silent_upto) */
+static uint64_t silent_upto(lbf_eng_t *e, rec_t *r, int64_t holes, int64_t now_ns)
+{
+    uint64_t upto = 0;
+    int64_t i = 0;
+    for (int64_t h = 0; h < holes; h++) {
+        uint64_t cur = r->hole_first[h], last = r->hole_last[h];
+        while (cur <= last) {
+            while (i < r->out_n && r->out_seq[i] < cur) /* both ascend */
+                i++;
+            if (i >= r->out_n || r->out_seq[i] != cur || (r->out_to[i] & REC_HELD) ||
+                (!(r->out_to[i] & REC_TIMED_OUT) && now_ns - r->out_ns[i] < e->config.retry_interval_ns))
+                return upto;
+            int64_t k = asked_find(r, cur);
+            uint64_t count = k >= 0 && r->asked_count[k] >= 1 ? r->asked_count[k] : 1;
+            upto = count - 1 < last - cur ? cur + count - 1 : last;
+            if (upto == UINT64_MAX)
+                return upto;
+            cur = upto + 1;
+        }
+    }
+    return upto;
+}
+
+/* the last sequence to give up (0: none), from the first of the leading holes: the longest run from there whose
+ * every sequence was requested give_up ago (since its give-up clock started) without being filled, or once the
+ * server has answered nothing for give_up while requests were in flight, the longest run covered by requests that
+ * timed out unanswered. A part of a hole never asked for is never given up: it is asked for first */
+uint64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
 {
     rec_t *r = REC(e);
     if (!e->recovering)
         return 0;
     resume(e, r, now_ns, 1);
     if (server_silent(e, r, now_ns))
-        return holes;
-    int64_t n = 0;
-    for (int64_t h = 0; h < holes && r->fa_n; h++) {
-        int64_t ns;
-        if (!first_requested_ns(r, r->hole_first[h], &ns) || now_ns - clock_ns(r, ns) < e->config.give_up_ns)
-            break;
-        n++;
+        return silent_upto(e, r, holes, now_ns);
+    uint64_t upto = 0;
+    for (int64_t h = 0; h < holes; h++) {
+        uint64_t cur = r->hole_first[h], last = r->hole_last[h];
+        while (cur <= last) {
+            int64_t ns, i = fa_lower_end(r, cur); /* the first range ending at or after cur */
+            if (i >= r->fa_n || r->fa_start[i] > cur)
+                return upto;
+            ns = r->fa_ns[i];
+            if (now_ns - clock_ns(r, ns) < e->config.give_up_ns)
+                return upto;
+            upto = r->fa_end[i] < last ? r->fa_end[i] : last;
+            if (upto == UINT64_MAX)
+                return upto;
+            cur = upto + 1;
+        }
     }
-    return n;
+    return upto;
 }
 
 static int asked_set(rec_t *r, uint64_t seq, uint32_t count)
@@ -553,7 +625,10 @@ int64_t feed_rec_next_deadline(lbf_eng_t *e)
     }
     if (r->has_head && clock_ns(r, r->head_ns) + c->give_up_ns < d)
         d = clock_ns(r, r->head_ns) + c->give_up_ns;
-    if (r->has_quiet && r->out_n && r->quiet_ns + c->give_up_ns < d)
+    /* the server falls silent then; once a check has seen it silent, what it gives up next falls due as requests
+     * time out (their deadlines above) */
+    if (r->has_quiet && r->out_n && r->quiet_ns + c->give_up_ns < d &&
+        (!r->has_seen || r->quiet_ns + c->give_up_ns > r->seen_ns))
         d = r->quiet_ns + c->give_up_ns;
     /* while requests are in flight the pacing is consulted at least every half retry interval, so a gap of more
      * than a whole one is the handler's own stall (see resume), never the pacing's choice */

@@ -10,8 +10,12 @@ A and B send ``--rate`` packets/s of ``--messages-per-packet`` messages each (B 
 handler joins at ``--late-start`` s (``--join from-start``: everything before is re-requested). The server
 answers each request after ``--rtt-ms`` with one packet (at most ``--messages-per-packet`` of the asked
 messages), at most ``--server-rate`` answers per second (requests past it are dropped, as a rate-limited server
-does; ``--server-lacks N``: requests starting at or before sequence N are never answered, as a server that no
-longer has old data). The engine runs with the handler's defaults except ``--request-rate``,
+does). ``--server-lacks N`` (or ``FIRST:LAST``): the server lacks sequences 1..N (FIRST..LAST): requests starting
+there are answered from the first sequence past the range it asked for (nothing if none; ``--server-strict``:
+never answered), as a server that no longer has old data, and an answer stops before the range.
+``--server-answers-every K``: only every K-th request is answered (the others dropped). ``--server-silent-at T
+--server-silent-for D``: the server answers nothing from T s after the handler started, for D s. The report
+counts what was given up that the server had (``given_up_but_server_had``: must be 0). The engine runs with the handler's defaults except ``--request-rate``,
 ``--max-outstanding`` and ``--give-up``. Reports when the stream caught up with live (the next sequence within
 100 ms of what A sent), when it was complete (every message of the session delivered or given up), whether
 anything was given up and when first, and this process's CPU per datagram (building the packets included: an
@@ -32,7 +36,7 @@ import numpy as np
 
 from logbuf.feed.arbiter import Arbiter
 from logbuf.feed.config import ArbiterConfig, RecoveryConfig
-from logbuf.feed.events import Feed, RecoveryRequest
+from logbuf.feed.events import Feed, GapUnrecoverable, RecoveryRequest
 from logbuf.feed.feed_native import RecvRing
 from logbuf.marketdata import moldudp64 as m
 
@@ -74,7 +78,12 @@ def run(args: argparse.Namespace) -> dict:
     k = first_live
     server_burst = args.server_rate / 10  # 100 ms worth
     server_tokens = server_burst
-    answers = dropped = processed = unanswerable = 0
+    answers = dropped = processed = unanswerable = received = silenced = 0
+    lack_first, lack_last = args.lacks
+    silent_from = late + int(args.server_silent_at * NS)
+    silent_until = silent_from + int(args.server_silent_for * NS)
+    given_up_had = 0  # messages given up that the server had
+    last_give_up_ns = None
     caught_up_ns = None
     complete_ns = None  # when every message of the session had been delivered or given up
     first_give_up_ns = None  # when something was first given up (to 10 ms)
@@ -106,15 +115,32 @@ def run(args: argparse.Namespace) -> dict:
         out += arb.on_tick(end)
         server_tokens = min(server_burst, server_tokens + STEP_NS * args.server_rate / NS)
         for event in out:
+            if isinstance(event, GapUnrecoverable):
+                lacked = max(0, min(event.last, lack_last) - max(event.first, lack_first) + 1)
+                given_up_had += event.last - event.first + 1 - lacked
+                last_give_up_ns = now
             if isinstance(event, RecoveryRequest):
-                if event.seq <= args.server_lacks:  # the server no longer has it: never answered
-                    unanswerable += 1
+                start, stop = event.seq, event.seq + event.count  # what it asked: [start, stop)
+                if lack_first <= start <= lack_last:  # the server no longer has the first: it answers from what
+                    unanswerable += 1  # it has of the rest, if anything (--server-strict: nothing)
+                    start = lack_last + 1
+                    if start >= stop or args.server_strict:
+                        continue
+                received += 1
+                if silent_from <= end < silent_until:  # the server answers nothing for a while
+                    silenced += 1
+                    continue
+                if args.server_answers_every > 1 and received % args.server_answers_every:
+                    dropped += 1  # the server answers only every K-th request
                     continue
                 if server_tokens < 1:  # over the server's limit: dropped (the pacing asks again)
                     dropped += 1
                     continue
                 server_tokens -= 1
-                heapq.heappush(answers_due, (end + int(args.rtt_ms * MS), event.seq, min(event.count, per)))
+                count = min(stop - start, per)
+                if start < lack_first:  # an answer stops before what the server lacks
+                    count = min(count, lack_first - start)
+                heapq.heappush(answers_due, (end + int(args.rtt_ms * MS), start, count))
         now = end
         if first_give_up_ns is None and (now // STEP_NS) % 10 == 0 and arb.counter_values()["messages_unrecoverable"]:
             first_give_up_ns = now
@@ -135,7 +161,10 @@ def run(args: argparse.Namespace) -> dict:
         "delivered": (arb.expected or 1) - 1, "expected": total * per,
         "unrecoverable": counters["messages_unrecoverable"],
         "first_give_up_after_start_s": None if first_give_up_ns is None else round((first_give_up_ns - late) / NS, 2), "requests": arb.requests_sent,
+        "given_up_but_server_had": given_up_had,
+        "last_give_up_after_start_s": None if last_give_up_ns is None else round((last_give_up_ns - late) / NS, 2),
         "server_lacks": args.server_lacks, "requests_for_lacking_data": unanswerable,
+        "server_strict": args.server_strict, "server_answers_every": args.server_answers_every, "requests_during_silence": silenced,
         "requests_dropped_by_server": dropped, "answers": answers, "request_chunk": arb.request_chunk,
         "shed_packets": counters["shed_packets"], "queue_overflows": counters["queue_overflows"],
         "cpu_us_per_packet": round(cpu * 1e6 / max(1, processed), 2), "load": round(os.getloadavg()[0], 2),
@@ -153,10 +182,20 @@ def main() -> None:
     parser.add_argument("--max-outstanding", type=int, default=512, help="the handler's --max-outstanding")
     parser.add_argument("--give-up", type=float, default=10.0, help="the handler's --give-up (s)")
     parser.add_argument("--server-rate", type=float, default=50_000.0, help="answers per second the server allows")
-    parser.add_argument("--server-lacks", type=int, default=0,
-                        help="the server lacks the first N sequences (requests starting there are never answered)")
+    parser.add_argument("--server-lacks", default="0",
+                        help="N: the server lacks sequences 1..N; FIRST:LAST: it lacks FIRST..LAST (requests starting "
+                        "there are never answered)")
+    parser.add_argument("--server-strict", action="store_true",
+                        help="a request starting where the server lacks data is not answered at all")
+    parser.add_argument("--server-answers-every", type=int, default=1,
+                        help="the server answers only every K-th request it receives")
+    parser.add_argument("--server-silent-at", type=float, default=0.0,
+                        help="seconds after the handler's start the server goes silent (with --server-silent-for)")
+    parser.add_argument("--server-silent-for", type=float, default=0.0, help="seconds the server answers nothing")
     parser.add_argument("--rtt-ms", type=float, default=1.0, help="request to answer")
     args = parser.parse_args()
+    first, _, last = args.server_lacks.partition(":")
+    args.lacks = (int(first), int(last)) if last else (1, int(first))
     if not args.duration:
         args.duration = args.late_start * 3 + 10
     print(json.dumps(run(args)), flush=True)

@@ -116,6 +116,7 @@ typedef struct rec {
     int32_t has_chunk;          /* chunk: the messages one answer carries, learned from the answers */
     uint32_t chunk;
     int32_t full_seen;          /* an answer came back shorter than asked: its packet was full */
+    int32_t shorter;            /* the last answer came back shorter than the answer size learned */
     int64_t tokens;             /* the token bucket, LBF_REC_TOKEN per request */
     int64_t rate;               /* the rate now (AIMD), in rate_units: halved on congestion, raised by answers */
     int32_t has_cut;            /* the last congestion cut of the rate was at cut_ns */
@@ -210,7 +211,7 @@ void feed_rec_destroy(lbf_eng_t *e);
 void feed_rec_start(lbf_eng_t *e, int64_t now_ns);
 void feed_rec_stop(lbf_eng_t *e);
 void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count);
-int64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns);
+uint64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns);
 void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns);
 int64_t feed_rec_next_deadline(lbf_eng_t *e);
 void feed_rec_forget_below(lbf_eng_t *e, uint64_t seq);

@@ -93,7 +93,7 @@ def test_before_the_answer_size_is_known_only_the_first_message_of_a_request_cou
     r.on_answer(65535, 500 * MS, count=40)  # the server answers (one packet of 40 messages)
     follow(r, [(1, 200_000)], 1_000 * MS)
     # 1 was requested at 0 and is still missing; 2.. were never asked for in a way one answer brings back
-    assert r.expired([(1, 1)], 1_000 * MS) == 1
+    assert r.expired([(1, 1)], 1_000 * MS) == 1  # (the last sequence to give up)
     assert r.expired([(2, 65534)], 1_400 * MS) == 0
 
 
@@ -103,6 +103,35 @@ def learned(config: RecoveryConfig, chunk: int) -> Recovery:
     assert r.poll([(1, config.max_request_count)], 0) == [(1, config.max_request_count)]
     r.on_answer(1, 0, count=chunk)
     return r
+
+
+def test_one_answer_cut_short_where_the_server_lacks_what_follows_does_not_shrink_the_requests() -> None:
+    """An answer shorter than the size learned may be the server's data ending (it lacks what follows): alone it
+    changes nothing; two in a row mean the packets really carry fewer messages now."""
+    r = learned(RecoveryConfig(initial_backoff_ns=0), 40)
+    assert r.poll([(1001, 1120)], MS) == [(1001, 40), (1041, 40), (1081, 40)]
+    r.on_answer(1001, 2 * MS, count=11)  # cut short: the server lacks 1012..
+    r.on_answer(1041, 2 * MS, count=40)
+    assert r.poll([(5001, 5100)], 3 * MS)[0] == (5001, 40)
+    r.on_answer(5001, 4 * MS, count=25)
+    r.on_answer(5041, 4 * MS, count=25)  # a second in a row: the packets carry 25 now
+    assert r.poll([(6001, 6100)], 5 * MS)[0] == (6001, 25)
+
+
+def test_an_answer_from_inside_a_request_answers_it_and_restarts_only_what_it_brought() -> None:
+    """A server that lacks the start of what was asked answers from what it has: that is the request's answer
+    (held, not asked again at once); what it brought gets a new give-up clock, what it lacks keeps its own."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
+    r = learned(cfg, 10)
+    assert r.poll([(100, 119)], 0) == [(100, 10), (110, 10)]
+    follow(r, [(100, 119)], 500 * MS)  # (retried every 200 ms)
+    answers = r.answers
+    r.on_answer(105, 500 * MS, count=5)  # 100..104 lacking; 105..109 answered (and, say, not kept)
+    assert r.answers == answers + 1
+    assert r.poll([(100, 119)], 500 * MS) == []  # held: not asked again at once
+    follow(r, [(100, 119)], 1_000 * MS)
+    assert r.expired([(100, 119)], 1_000 * MS) == 104  # 100..104 was never answered: given up on time
+    assert r.expired([(105, 109), (110, 119)], 1_000 * MS) == 0  # 105..109 was: its clock restarted at 500 ms
 
 
 def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:
@@ -115,14 +144,17 @@ def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:
     r.on_answer(40, 5_000 * MS, count=10)  # the server answers other requests: it has not stopped
     follow(r, [(10, 19), (30, 39)], 10_000 * MS - 1)
     assert r.expired([(10, 19), (30, 39)], 10_000 * MS - 1) == 0
-    assert r.expired([(10, 19), (30, 39)], 10_000 * MS) == 1
+    assert r.expired([(10, 19), (30, 39)], 10_000 * MS) == 19  # the first hole, up to its last sequence
     r.forget_below(30)  # the stream gave 10..19 up and moved on
     assert r.expired([(30, 39)], 10_000 * MS) == 0
     follow(r, [(30, 39)], 13_000 * MS)
-    assert r.expired([(30, 39)], 13_000 * MS) == 1
+    assert r.expired([(30, 39)], 13_000 * MS) == 39
 
 
-def test_a_server_silent_for_give_up_loses_every_declared_hole_even_those_not_asked_for_yet() -> None:
+def test_a_server_silent_for_give_up_loses_what_was_asked_and_then_asks_for_the_rest() -> None:
+    """A server silent for give_up while requests were in flight has stopped answering: what those requests
+    asked (and timed out) is given up; a hole the window had not reached is never given up with them but asked
+    for next, and given up once its own request timed out unanswered (a retry interval later)."""
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS, max_outstanding=2)
     r = learned(cfg, 10)
     holes = [(100, 109), (200, 209), (300, 309)]
@@ -130,7 +162,11 @@ def test_a_server_silent_for_give_up_loses_every_declared_hole_even_those_not_as
     assert r.next_deadline_ns() == 100 * MS  # (consulted every half retry interval while requests fly)
     assert follow(r, holes, 999 * MS) == [(100, 10), (200, 10)] * 4  # retried every 200 ms, still nothing
     assert r.expired(holes, 999 * MS) == 0
-    assert r.expired(holes, 1_000 * MS) == 3
+    assert r.expired(holes, 1_000 * MS) == 209  # what was asked: 100.. and 200.., not 300..
+    assert r.poll([(300, 309)], 1_000 * MS) == [(300, 10)]  # the rest is asked for...
+    assert r.expired([(300, 309)], 1_199 * MS) == 0  # ...and not given up before its request timed out
+    assert r.poll([(300, 309)], 1_200 * MS) == [(300, 10)]
+    assert r.expired([(300, 309)], 1_200 * MS) == 309  # the server is still silent: given up
 
 
 def test_a_hole_the_pacing_has_not_reached_is_never_given_up_while_the_server_answers() -> None:
@@ -405,7 +441,7 @@ def test_a_request_that_was_dropped_restarts_every_give_up_clock_and_a_retry_sig
     assert r.expired([(10, 19)], 1_000 * MS) == 0
     follow(r, [(10, 19)], 1_200 * MS - 1)
     assert r.expired([(10, 19)], 1_200 * MS - 1) == 0
-    assert r.expired([(10, 19)], 1_200 * MS) == 1
+    assert r.expired([(10, 19)], 1_200 * MS) == 19
 
 
 def test_a_server_slower_than_the_pacing_loses_nothing_while_it_answers() -> None:
@@ -446,11 +482,11 @@ class Timed:
         return self._note(self.arb.on_packet(feed, data, now), now)
 
 
-def test_a_server_that_lacks_old_data_leads_to_a_give_up_within_give_up_and_a_retry_interval() -> None:
+def test_a_server_that_lacks_old_data_leads_to_a_give_up_of_exactly_that_after_give_up() -> None:
     """Both feeds dark twice, for 100 ms at 1.0 s and again at 1.5 s (2,000 packets/s of 10 messages): the server
-    no longer has the first hole (20,001..22,000) but answers for the second. The first is given up between
-    give_up (2 s) and give_up + retry_interval after it was first requested (its own first time-out while the
-    server answered the other hole is one congestion cut, which restarts the clock once); all else is delivered."""
+    no longer has the first hole (20,001..22,000) but answers for the second. Exactly the first hole is given
+    up, each part no earlier than give_up (2 s) after a request first asked for it, and all of it within a few
+    give_ups (a congestion cut restarts the clocks); all else is delivered."""
     messages, arrivals = session(2_000, 3)
     arrivals = [a for a in arrivals if not (1.0 <= a.time_ns / 1e9 < 1.1 or 1.5 <= a.time_ns / 1e9 < 1.6)]
     server = RetransmitStub(S1, messages, missing=range(20_001, 22_001), budget=ONE_PACKET)
@@ -458,12 +494,15 @@ def test_a_server_that_lacks_old_data_leads_to_a_give_up_within_give_up_and_a_re
     result = simulate(timed, arrivals, server, rtt_ns=MS, process=lambda t, a: t.on_packet(a.feed, a.data,
                                                                                            a.time_ns))
     first_asked = min(t for t, r in timed.requests if r.seq == 20_001)
-    [(_, lost)] = timed.give_ups  # the hole both feeds missed (B runs 1 ms late), all of it lacking
-    assert lost.first == 20_001 and 21_900 < lost.last <= 22_000
-    given_up_after = timed.give_ups[0][0] - first_asked
-    assert 2_000 * MS <= given_up_after <= 2_000 * MS + 200 * MS + MS
+    lost = [s for _, g in timed.give_ups for s in range(g.first, g.last + 1)]
+    # the hole both feeds missed (B runs 1 ms late), all of it lacking, given up in order and once
+    assert lost == list(range(20_001, lost[-1] + 1)) and 21_900 < lost[-1] <= 22_000
+    for at, g in timed.give_ups:  # each part was asked for give_up before (by a request starting in it or before)
+        asked = min(t for t, r in timed.requests if r.seq <= g.first < r.seq + r.count)
+        assert at - asked >= 2_000 * MS
+    assert timed.give_ups[-1][0] - first_asked <= 3 * 2_000 * MS
     assert server.requests and any(seq > 30_000 for seq, _ in server.requests)  # the other hole was asked for
-    assert result.sequences() == [s for s in range(1, len(messages) + 1) if not lost.first <= s <= lost.last]
+    assert result.sequences() == [s for s in range(1, len(messages) + 1) if s not in set(lost)]
 
 
 def test_a_paced_requests_first_time_out_is_a_deadline_and_cuts_the_rate_on_time() -> None:
@@ -535,10 +574,10 @@ def test_an_answer_the_handler_could_not_keep_restarts_the_give_up_clock_of_what
     follow(r, holes, 900 * MS)
     r.on_answer(30, 900 * MS, count=10)  # answered; the hole stays
     follow(r, holes, 1_000 * MS)
-    assert r.expired(holes, 1_000 * MS) == 1  # 10..19 was never answered: given up on time
+    assert r.expired(holes, 1_000 * MS) == 19  # 10..19 was never answered: given up on time
     assert r.expired([(30, 39)], 1_000 * MS) == 0  # 30..39 was: its clock restarted at 900 ms
     follow(r, [(30, 39)], 1_900 * MS)
-    assert r.expired([(30, 39)], 1_900 * MS) == 1
+    assert r.expired([(30, 39)], 1_900 * MS) == 39
 
 
 def test_a_stall_of_the_handler_with_answers_queued_is_not_the_servers_time_out() -> None:
@@ -575,7 +614,7 @@ def test_a_stall_of_the_handler_longer_than_give_up_gives_nothing_up() -> None:
     assert r.poll(holes, stall_end) == []  # the requests in flight wait a whole retry interval again
     assert follow(r, holes, stall_end + cfg.give_up_ns) == [(100, 10), (200, 10)] * 4
     assert r.expired(holes, stall_end + cfg.give_up_ns - 1) == 0
-    assert r.expired(holes, stall_end + cfg.give_up_ns) == 2  # the server stays silent: given up then
+    assert r.expired(holes, stall_end + cfg.give_up_ns) == 209  # the server stays silent: given up then
 
 
 def test_an_answer_that_could_not_be_kept_is_not_asked_again_for_a_retry_interval() -> None:
@@ -616,3 +655,70 @@ def test_an_answer_that_was_kept_lets_the_rest_of_its_hole_be_asked_at_once() ->
     assert r.poll([(10, 29)], 0) == [(10, 10), (20, 10)]
     r.on_answer(10, 5 * MS, count=10)  # kept: the hole now starts at 20
     assert r.poll([(20, 29), (40, 49)], 6 * MS) == [(40, 10)]  # the window's freed slot goes out at once
+
+
+class FlakyServer(RetransmitStub):
+    """A retransmission server that answers nothing during ``silent`` (from, until) and only every ``every``-th
+    request it receives."""
+
+    def __init__(self, *args: object, silent: tuple[int, int] = (0, 0), every: int = 1, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.silent = silent
+        self.every = every
+        self.received = 0
+        self.ignored = 0
+
+    def answer(self, request: bytes, now_ns: int = 0) -> bytes | None:
+        self.received += 1
+        if self.silent[0] <= now_ns < self.silent[1] or self.received % self.every:
+            req = m.decode_request(request)
+            self.requests.append((req.sequence, req.count))
+            self.ignored += 1
+            return None
+        return super().answer(request, now_ns)
+
+
+def test_a_server_silent_for_less_than_give_up_then_back_loses_nothing() -> None:
+    """A late start 2 s into 2,000 packets/s: the server goes silent 0.5 s into the recovery for 2 s, under the
+    3 s give-up. Requests time out meanwhile (asked again every 200 ms), the server answers them when it is back,
+    and nothing is given up."""
+    messages, arrivals = session(2_000, 5, first_s=2)
+    start = arrivals[0].time_ns
+    server = FlakyServer(S1, messages, budget=ONE_PACKET, silent=(start + 500 * MS, start + 2_500 * MS))
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(give_up_ns=3_000 * MS), seed=3)
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert server.ignored > 0  # the server really was silent while requests were in flight
+    assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
+    assert result.sequences() == list(range(1, len(messages) + 1))
+
+
+def test_a_server_that_answers_every_other_request_loses_nothing() -> None:
+    """Half of the requests are dropped (every other one the server receives): the pacing asks again, the server
+    is answering, and nothing is given up (slowly: each drop of a request sent before an answered one reads as
+    congestion, so the rate stays near its floor)."""
+    messages, arrivals = session(2_000, 4, first_s=1)
+    server = FlakyServer(S1, messages, budget=ONE_PACKET, every=2)
+    arb = Arbiter(ArbiterConfig(), RecoveryConfig(give_up_ns=2_000 * MS), seed=4)
+    result = simulate(arb, arrivals, server, rtt_ns=MS)
+    assert server.ignored > 1_000
+    assert arb.counters.messages_unrecoverable == 0 and result.of_type(GapUnrecoverable) == []
+    assert result.sequences() == list(range(1, len(messages) + 1))
+
+
+def test_a_server_that_stops_answering_loses_only_what_was_asked_and_the_give_up_stays_bounded() -> None:
+    """A late start 1 s into 2,000 packets/s (2,000 packets of the past), the server silent for good 0.3 s into
+    the recovery, give-up 1 s: each part is given up only after a request asked for it and timed out
+    unanswered (never a part no request asked for), and the whole past is given up within seconds."""
+    messages, arrivals = session(2_000, 2, first_s=1)
+    start = arrivals[0].time_ns
+    server = FlakyServer(S1, messages, budget=ONE_PACKET, silent=(start + 300 * MS, 10**15))
+    timed = Timed(Arbiter(ArbiterConfig(), RecoveryConfig(give_up_ns=1_000 * MS), seed=5))
+    result = simulate(timed, arrivals, server, rtt_ns=MS, process=lambda t, a: t.on_packet(a.feed, a.data,
+                                                                                           a.time_ns))
+    assert timed.give_ups
+    for at, g in timed.give_ups:  # every part was asked by a request that timed out before the give-up
+        for s in (g.first, g.last):
+            assert any(r.seq <= s < r.seq + r.count and t + 200 * MS <= at for t, r in timed.requests)
+    lost = {s for _, g in timed.give_ups for s in range(g.first, g.last + 1)}
+    assert result.sequences() == [s for s in range(1, len(messages) + 1) if s not in lost]
+    assert timed.give_ups[-1][0] - start < 10_000 * MS  # bounded: the window's worth each retry interval

@@ -20,7 +20,8 @@ ranges inside ``[next expected, highest seen]``, head first) and the time, and a
                        ├─ no answer for retry_interval ─► asked again         (default 200 ms)
                        │       (its first time-out while a request sent after it was answered: congestion, the
                        │        rate halves)
-                       └─ give_up without an answer nor a congestion cut ─► expired() > 0   (default 10 s)
+                       └─ give_up without an answer nor a congestion cut ─► expired(): the last sequence of
+                              the leading run asked and not answered (default 10 s)
     stop() when caught up (no hole left).
 
 **Answer-sized requests.** A MoldUDP64 server answers a request with one packet (as many of the asked messages
@@ -50,15 +51,18 @@ and give-up clocks restart then, and the rate is left alone.
 **Give-up counts only what was really asked.** A sequence counts as requested only once a request that one
 answer would have covered was sent (the answer-sized prefix of a request; before the size is known, its first
 sequence).
-``expired`` gives a hole up when it is still missing ``give_up_ns`` after the latest of its first message's
-first request, the last answer to a request for it (an answer that could not be kept is still the server
-answering) and the last congestion cut (a dropped request says nothing about whether the server has the
-data: a slow server restarts every give-up clock while it drops), or when the server has answered nothing for
-``give_up_ns`` while requests were in flight (it stopped answering: every declared hole is given up). A server
-that lacks old data cuts no more once the lacking requests timed out once (a request signals once): their
-hole is given up at most ``give_up`` + ``retry_interval`` after the last first time-out. A hole the pacing has not reached yet is never given up while the server
-answers. Because requests go out head first, the time a sequence was first requested never decreases along
-the stream, so a list of ``(sequence, time)`` breakpoints records it in O(rounds) memory.
+``expired`` names the last sequence to give up: the leading run (from the first hole on) of sequences still
+missing ``give_up_ns`` after the latest of their first request, the last answer to a request for them (an
+answer that could not be kept is still the server answering) and the last congestion cut (a dropped request
+says nothing about whether the server has the data: a slow server restarts every give-up clock while it
+drops). When the server has answered nothing for ``give_up_ns`` while requests were in flight (it stopped
+answering), it is the leading run covered by requests that timed out unanswered (what they asked); the rest
+is asked for and given up in turn as its requests time out. A part of a hole no request asked for is never
+given up: a hole may go in several parts. (A range the server lacks that is wider than the window fills it
+with requests nobody answers, which is what a server that stopped answering looks like: what they asked is
+given up after ``give_up``, then the rest of the range a window at a time as it is asked and times out.)
+Because requests go out head first, the time a sequence was first requested never decreases along the
+stream, so a list of ``(sequence, time)`` breakpoints records it in O(rounds) memory.
 """
 
 from __future__ import annotations
@@ -119,7 +123,7 @@ class Recovery:
 
     __slots__ = ("config", "_rng", "active", "_ready_ns", "_outstanding", "_req_starts", "_req_ends", "_req_ns",
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
-                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_head_ns", "_timed_out", "_cut_ns",
+                 "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_shorter", "_head_ns", "_timed_out", "_cut_ns",
                  "_restart_ns", "_answered_sent_ns", "_seen_ns", "_held", "_head_first",
                  "_head_moved_ns")
 
@@ -138,6 +142,7 @@ class Recovery:
         self.answers = 0
         self._chunk: int | None = None  # messages one answer carries: learned from the answers (None: unknown)
         self._full_seen = False  # an answer came back shorter than asked: its packet was full
+        self._shorter = False  # the last answer came back shorter than the answer size learned
         self._asked: dict[int, int] = {}  # first sequence of a request sent -> the count it asked for
         # the token bucket in exact integer units (_TOKEN per request; _rate_units added per ns): where it stands
         # at a given time does not depend on when it was last refilled, so neither does the next deadline
@@ -201,8 +206,9 @@ class Recovery:
         requests go out per hole instead of one request per answer."""
         self._resume(now_ns, due=False)
         self.last_answer_ns = now_ns
-        sent = self._outstanding.get(first)
-        if sent is not None and first not in self._held:
+        request = self._answered_request(first)
+        sent = None if request is None else self._outstanding[request]
+        if request is not None and sent is not None and request not in self._held:
             self.answers += 1
             if self._answered_sent_ns is None or sent > self._answered_sent_ns:
                 self._answered_sent_ns = sent
@@ -210,9 +216,9 @@ class Recovery:
             # be (the queue is full behind a hole the stream waits at), the same chunk is asked again only once
             # the stream moved (room may have come free) or a retry interval passed, so the tokens go to the other
             # holes' retries instead of to answers that cannot be kept either
-            self._outstanding[first] = now_ns
-            self._held.add(first)
-            self._timed_out.add(first)  # (its wait after an answer signals nothing)
+            self._outstanding[request] = now_ns
+            self._held.add(request)
+            self._timed_out.add(request)  # (its wait after an answer signals nothing)
             # additive increase: back towards request_rate by a sixteenth of it per second of answers. The bucket
             # is filled up to now at the old rate first, so the tokens at any time do not depend on when polls ran
             self._refill(now_ns)
@@ -225,11 +231,29 @@ class Recovery:
             self._quiet_ns = now_ns
         asked = self._asked.pop(first, None)
         if asked is not None and count is not None and count >= 1:
-            if count < asked:  # the answer packet was full: that is what one request brings back
-                self._chunk = count
+            if count < asked:  # the answer packet was full: that is what one request brings back...
+                chunk = self._chunk
+                if not self._full_seen or chunk is None or count >= chunk or self._shorter:
+                    self._chunk = count
+                    self._shorter = False
+                else:  # ...or the server's data ended there (it lacks what follows): one such answer sets nothing,
+                    self._shorter = True  # a second in a row does (the packets really carry fewer now)
                 self._full_seen = True
-            elif count == asked == self._chunk and not self._full_seen:  # never full yet: maybe more fits
-                self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
+            else:
+                self._shorter = False
+                if count == asked == self._chunk and not self._full_seen:  # never full yet: maybe more fits
+                    self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
+
+    def _answered_request(self, first: int) -> int | None:
+        """The request in flight an answer starting at ``first`` answers: the one starting there, else the one whose
+        range holds it (a server that lacks the start of what was asked answers from what it has), else None."""
+        if first in self._outstanding:
+            return first
+        starts = [seq for seq in self._outstanding if seq < first]
+        if not starts:
+            return None
+        seq = max(starts)
+        return seq if first < seq + self._asked.get(seq, 1) else None
 
     def poll(self, holes: Sequence[Hole], now_ns: int) -> list[tuple[int, int]]:
         """The ``(seq, count)`` requests to send now for ``holes`` (head first, inclusive ranges)."""
@@ -328,23 +352,44 @@ class Recovery:
             self._tokens_ns = now_ns
 
     def expired(self, holes: Sequence[Hole], now_ns: int) -> int:
-        """How many of the leading ``holes`` to give up: those whose first message was requested ``give_up_ns``
-        ago without being filled, or all of them once the server has answered nothing for ``give_up_ns`` while
-        requests were in flight."""
+        """The last sequence to give up (0: none), from the first of the leading ``holes``: the longest run from
+        there whose every sequence was requested ``give_up_ns`` ago (since its give-up clock started) without
+        being filled; once the server has answered nothing for ``give_up_ns`` while requests were in flight, the
+        longest run covered by requests that timed out unanswered (what was asked). A part of a hole never asked
+        for is never given up: it is asked for first."""
         if not self.active:
             return 0
         self._resume(now_ns, due=True)
         if self._server_silent(now_ns):
-            return len(holes)
-        if not self._req_starts:
-            return 0
-        n = 0
-        for first, _last in holes:
-            requested_ns = self._first_requested_ns(first)
-            if requested_ns is None or now_ns - self._clock_ns(requested_ns) < self.config.give_up_ns:
-                break
-            n += 1
-        return n
+            return self._silent_upto(holes, now_ns)
+        starts, ends, times = self._req_starts, self._req_ends, self._req_ns
+        give_up = self.config.give_up_ns
+        upto = 0
+        for first, last in holes:
+            cur = first
+            while cur <= last:
+                i = bisect.bisect_right(starts, cur) - 1
+                if i < 0 or ends[i] < cur or now_ns - self._clock_ns(times[i]) < give_up:
+                    return upto
+                upto = min(ends[i], last)
+                cur = upto + 1
+        return upto
+
+    def _silent_upto(self, holes: Sequence[Hole], now_ns: int) -> int:
+        """The server stopped answering: the last sequence of the leading run of ``holes`` covered by requests in
+        flight that timed out unanswered (each counts what it asked for), 0 if none."""
+        retry = self.config.retry_interval_ns
+        upto = 0
+        for first, last in holes:
+            cur = first
+            while cur <= last:
+                sent = self._outstanding.get(cur)
+                if (sent is None or cur in self._held
+                        or (cur not in self._timed_out and now_ns - sent < retry)):
+                    return upto
+                upto = min(cur + max(1, self._asked.get(cur, 1)) - 1, last)
+                cur = upto + 1
+        return upto
 
     def next_deadline_ns(self) -> int | None:
         """The earliest time :meth:`poll` or :meth:`expired` may have something new to say (None: idle)."""
@@ -356,7 +401,11 @@ class Recovery:
         if self._head_ns is not None:
             candidates.append(self._clock_ns(self._head_ns) + self.config.give_up_ns)
         if self._quiet_ns is not None and self._outstanding:
-            candidates.append(self._quiet_ns + self.config.give_up_ns)
+            # the server falls silent then; once a check has seen it silent, what it gives up next falls due as
+            # requests time out (their deadlines below)
+            silent_ns = self._quiet_ns + self.config.give_up_ns
+            if self._seen_ns is None or silent_ns > self._seen_ns:
+                candidates.append(silent_ns)
         if self._paced and self._tokens_ns is not None:
             # requests are waiting for a token: nothing due can go out before it is whole (retries included),
             # but a give-up falls due on time

@@ -32,8 +32,8 @@ dropped and the run is delivered::
 *Recovery on* (:class:`~logbuf.feed.recovery.Recovery`) — nothing received is dropped. Every hole of
 ``[expected, highest seen]`` not declared yet is declared (one ``GapDetected`` per hole: [1001], [1003, 1004],
 [1006] above) and re-requested; answers, fed in as feed ``RETRANSMIT``, fill the stream in order and a filled
-gap gets its ``GapRecovered``. A hole the server does not answer for ``give_up`` becomes a ``GapUnrecoverable``
-and everything received after it is still delivered. Holes that appear meanwhile wait for the criteria like the
+gap gets its ``GapRecovered``. What was asked of a hole and not answered for ``give_up`` becomes a
+``GapUnrecoverable`` (the rest of the hole stays one, asked for next) and everything received after it is still delivered. Holes that appear meanwhile wait for the criteria like the
 first one. The stream stays in recovery until it has caught up (no hole left).
 
 **Heartbeats and end of session** carry the next sequence: a value past ``expected`` reveals tail loss (it joins
@@ -133,6 +133,7 @@ from logbuf.marketdata.moldudp64 import (
 )
 
 _HEADER = struct.Struct(">10sQH")
+_U64 = (1 << 64) - 1
 
 
 class _Queued:
@@ -667,10 +668,14 @@ class SpecArbiter:
             return []
         return self._coverage.holes(self.expected, min(self.highest, self._declared_upto), limit)
 
-    def _abandon(self, n: int, reason: GapReason, now_ns: int, out: list[Event]) -> None:
-        """Give up the first ``n`` holes: each becomes a GapUnrecoverable (declared first if it was not) and the
+    def _abandon(self, n: int, reason: GapReason, now_ns: int, out: list[Event], upto: int = _U64) -> None:
+        """Give up the first ``n`` holes, no further than sequence ``upto`` (a hole reaching past it is given up up
+        to it and stays a hole after it): each becomes a GapUnrecoverable (declared first if it was not) and the
         stream moves past it, delivering everything queued in between."""
         for first, last in self.holes(n):
+            if first > upto:
+                break
+            last = min(last, upto)
             self._close_gaps(out)
             for gap in self._gaps:
                 if gap.first > last:
@@ -710,9 +715,10 @@ class SpecArbiter:
             if self.recovering:
                 recovery = self._recovery
                 limit = recovery.config.max_outstanding
-                expired = recovery.expired(self._declared_holes(limit), now_ns)
-                if expired:
-                    self._abandon(expired, GapReason.GIVE_UP, now_ns, out)
+                holes = self._declared_holes(limit)
+                upto = recovery.expired(holes, now_ns)
+                if upto:  # what was asked and not answered, up to ``upto``: never a hole the pacing has not reached
+                    self._abandon(len(holes), GapReason.GIVE_UP, now_ns, out, upto)
                     continue
                 requests = recovery.poll(self._declared_holes(limit), now_ns)
                 self.note_requests(requests)
