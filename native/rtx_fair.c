@@ -336,10 +336,9 @@ int32_t rtx_service_drain(rtx_service_t *s, int32_t fd, int32_t limit, int64_t n
             continue;
         }
         read += n;
-        if (!rtx_service_receive(s, s->rx_slots, RTX_REQUEST + 1, s->rx_lengths, s->rx_addresses, LBN_ADDRESS_SLOT,
-                                 s->rx_address_lengths, n, now_ns, s->rx_flags))
-            continue;
-        for (int32_t i = 0; i < n && over < max_over; i++) {  /* the distinct clients over their rate */
+        int32_t over_rate = rtx_service_receive(s, s->rx_slots, RTX_REQUEST + 1, s->rx_lengths, s->rx_addresses,
+                                                LBN_ADDRESS_SLOT, s->rx_address_lengths, n, now_ns, s->rx_flags);
+        for (int32_t i = 0; over_rate && i < n && over < max_over; i++) {  /* the distinct clients over rate */
             if (!(s->rx_flags[i] & RTX_OVER_RATE)) continue;
             const uint8_t *address = s->rx_addresses + (size_t)i * LBN_ADDRESS_SLOT;
             int32_t length = s->rx_address_lengths[i];
@@ -351,6 +350,7 @@ int32_t rtx_service_drain(rtx_service_t *s, int32_t fd, int32_t limit, int64_t n
             memcpy(over_addresses + (size_t)over * RTX_ADDRESS_SLOT, address, (size_t)length);
             over_lengths[over++] = length;
         }
+        if (n < want) break;  /* the socket had fewer than asked: drained (what came since, the next poll sees) */
     }
     *over_count = over;
     return read;
