@@ -8,8 +8,9 @@ queues.
     PYTHONPATH=src .venv/bin/python bench/feed/bench_late_real.py                       # 60 s late, 100 s session
 
 Reported (one JSON line, then a short summary): messages delivered / sent, unrecoverable, when the handler
-caught up with live (the subscriber within 100 ms of the live edge; null when not before the session ended)
-and when the subscriber had every message, counted from the handler's start, the server's
+caught up with live (``caught_up_live_s``, below; ``caught_up_after_start_s`` is bench_profile.py's first
+moment the subscriber was within 100 ms of the live edge) and when the subscriber had every message, counted
+from the handler's start, the server's
 answers per second (the handler's ``requests_answered`` counter sampled every 0.2 s: the mean from the first
 answer until 95 % of them had come, and the best second), the peak of the handler's out-of-order queue
 (``queued_packets`` × the datagram size), and the load average before and after. The handler's pacing is set for the server's measured
@@ -44,7 +45,8 @@ import bench_profile  # noqa: E402
 
 FEED_COUNTER_TYPE = bench_profile.HANDLER_COUNTER_TYPE
 DATAGRAM_BYTES = bench_profile.BUDGET  # every packet of the profile carries 40 messages: 1,540 bytes
-SAMPLED = (b"queued_packets", b"requests_answered", b"recovery_requests", b"published")
+SAMPLED = (b"queued_packets", b"requests_answered", b"recovery_requests", b"published", b"shed_packets",
+           b"back_pressure_waits", b"A.kernel_drops", b"B.kernel_drops", b"cpu_us")
 
 
 ROLES = ("handler", "server", "sender", "subscriber", "driver", "busy", "other")
@@ -243,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--handler-arg", action="append", default=[], metavar="ARG",
                         help="more arguments for logbuf feed (repeat)")
     parser.add_argument("--work-dir", default=None, help="where the day file goes (default: a temporary directory)")
+    parser.add_argument("--trace", default=None, metavar="FILE",
+                        help="write the samples (counters every 0.2 s, CPU per process every second) as JSON")
     parser.add_argument("--live-within", type=float, default=0.5,
                         help="caught up: the expected sequence within this many seconds of the live edge (0.5)")
     args = parser.parse_args(argv)
@@ -276,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         result.update(live)
         until = (handler_start + live["caught_up_live_s"] if live.get("caught_up_live_s") is not None
                  else session_end)
+        if args.trace:  # times from the session's first packet
+            Path(args.trace).write_text(json.dumps({
+                "late_start_s": result["late_start_s"], "rate": args.rate, "duration": args.duration,
+                "counters": [(round(t - started_at, 2), c) for t, c in sampler.samples],
+                "cpu": [(round(t - started_at, 2), {k: round(v, 2) for k, v in c.items()}) for t, c in sampler.cpu]}))
         result["cpu"] = {"until_caught_up_or_session_end": cpu_table(sampler.cpu, handler_start, until),
                          "until_run_end": cpu_table(sampler.cpu, handler_start, sampler.cpu[-1][0]
                                                     if sampler.cpu else handler_start)}

@@ -227,7 +227,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path, watch: Any = 
     started_at = late_started = caught_up_s = 0.0
     sent: dict = {}
     summary: dict = {}
-    timeout = args.duration + 120
+    timeout = args.duration + 120 + args.linger  # the subscriber waits for what the handler may still fetch
     try:
         with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="bench-profile-") as tmp:
             driver = logbuf.MediaDriver.launch(Path(tmp) / "drv", ipc_term_length=args.term_mib << 20)
