@@ -35,12 +35,13 @@ def _day(bits: int = 5) -> tuple[bytes, MessageRing]:
 
 
 def _pair(rate: float, burst: float, limiter_clients: int, queue: int, max_clients: int,
-          budget: int = 200) -> tuple[FairService, NativeFairService]:
+          budget: int = 200, limited: bool = True) -> tuple[FairService, NativeFairService]:
+    """The specification and the C service over one ring (``limited=False``: no rate limit at all)."""
     buf, ring = _day()
     spec = FairService(RetransmitCore(SESSION, ring, buf, budget=budget),
-                       RateLimiter(rate, burst, limiter_clients), queue, max_clients)
+                       RateLimiter(rate, burst, limiter_clients) if limited else None, queue, max_clients)
     native = NativeFairService(RetransmitCore(SESSION, ring, buf, budget=budget),
-                               RateLimiter(rate, burst, limiter_clients), queue, max_clients)
+                               RateLimiter(rate, burst, limiter_clients) if limited else None, queue, max_clients)
     return spec, native
 
 
@@ -83,18 +84,18 @@ def _batch(spec: FairService, native: NativeFairService, batch: list[tuple[bytes
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.floats(1e-3, 10.0), st.floats(1e-3, 1e7)), st.one_of(st.floats(1.0, 3.0), st.floats(1.0, 20.0)),
-       st.integers(1, 4), st.integers(1, 5), st.integers(1, 4),
+       st.integers(1, 4), st.integers(1, 5), st.integers(1, 4), st.booleans(),
        st.lists(st.one_of(
            st.tuples(st.just("receive"), st.lists(st.tuples(requests, clients), max_size=12),
                      st.one_of(st.integers(0, 2_000_000_000), st.integers(-1_000, 0))),
            st.tuples(st.just("pop"), st.integers(1, 8), st.just(0))), max_size=25))
 def test_c_service_matches_the_specification(rate: float, burst: float, limiter_clients: int, queue: int,
-                                             max_clients: int, steps: list) -> None:
+                                             max_clients: int, limited: bool, steps: list) -> None:
     """Random batches of hostile requests from a few clients, with the clock moving (now and then backwards),
     interleaved with turns: the C service admits, flags, serves in the same order and counts exactly as the
     specification (token buckets to the last bit of floating point, buckets forgotten least recently seen
-    first, per-client queues bounded, at most max_clients clients queued)."""
-    spec, native = _pair(rate, burst, limiter_clients, queue, max_clients)
+    first, per-client queues bounded, at most max_clients clients queued; or no rate limit at all)."""
+    spec, native = _pair(rate, burst, limiter_clients, queue, max_clients, limited=limited)
     now = 10**12
     for kind, arg, step in steps:
         if kind == "receive":
