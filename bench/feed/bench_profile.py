@@ -227,7 +227,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path, watch: Any = 
     started_at = late_started = caught_up_s = 0.0
     sent: dict = {}
     summary: dict = {}
-    timeout = args.duration + 120
+    timeout = args.duration + 120 + args.linger  # the subscriber waits for what the handler may still fetch
     try:
         with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="bench-profile-") as tmp:
             driver = logbuf.MediaDriver.launch(Path(tmp) / "drv", ipc_term_length=args.term_mib << 20)
@@ -321,6 +321,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path, watch: Any = 
         "replay_late_share": round(sent.get("late_packets", 0) / sender_packets, 4),
         "replay_max_late_ms": round(sent.get("max_late_ms", 0.0), 1),
         "retransmit_answers": sent.get("retransmit", {}).get("answers", 0),
+        "retransmit_server": {k: v for k, v in sent.get("retransmit", {}).items() if v},  # every outcome counter
         "handler_cpu_share": round(summary.get("cpu_us", 0) / 1e6 / sending, 2),
         "subscriber_cpu_share": round(received.get("cpu_seconds", 0.0) / sending, 2),
         "driver_cpu_share": round(driver_cpu / sending, 2),
@@ -331,6 +332,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path, watch: Any = 
         "busy_cores": args.busy_cores,
     }
     if args.late_start:  # when the handler started, when it caught up with live, when the subscriber had it all
+        result["started_at_monotonic"] = started_at  # the session's first packet (bench_late_real.py's live edge)
         result["late_start_s"] = round(late_started, 1)
         result["caught_up_after_start_s"] = _caught_up(received.get("timeline", []), started_at, late_started,
                                                        rate)

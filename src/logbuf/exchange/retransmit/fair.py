@@ -1,4 +1,7 @@
-"""Fair service (sans-IO): admitted requests in one bounded queue per client, answered round-robin."""
+"""Fair service (sans-IO): admitted requests in one bounded queue per client, answered round-robin.
+
+The specification of the server's C service (:class:`~.service.NativeFairService`, ``native/rtx_fair.c``): a
+property test drives both with the same requests, clients and clock readings and compares every outcome."""
 
 from __future__ import annotations
 

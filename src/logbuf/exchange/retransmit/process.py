@@ -197,9 +197,10 @@ def _child_main(argv: list[str] | None = None) -> int:
         sys.stdout.buffer.write(_READY + b"\n")
         sys.stdout.flush()
         try:
-            stats = server.run(stopping.is_set, wake_fd=args.control_fd)
+            server.run(stopping.is_set, wake_fd=args.control_fd)
         finally:
             server.close()
+        stats = server.stats  # after close: the sockets' kernel drops are in
         del server
     with contextlib.suppress(OSError):
         sys.stdout.write(json.dumps({f.name: getattr(stats, f.name) for f in fields(stats)}) + "\n")

@@ -1,4 +1,6 @@
-"""Per-client rate limits: a token bucket per client address (sans-IO: the clock is an argument)."""
+"""Per-client rate limits: a token bucket per client address (sans-IO: the clock is an argument).
+
+The specification of the buckets in ``native/rtx_fair.c`` (the same arithmetic, in the same order)."""
 
 from __future__ import annotations
 

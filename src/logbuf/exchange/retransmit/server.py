@@ -1,7 +1,7 @@
-"""The retransmission server's socket loop: each cycle drains the socket (up to a bound, 64 datagrams per
-recvmmsg), then answers round-robin, up to 64 answers built and sent by one C call (``rtx_answer_batch``: the
-extents, the headers and one sendmmsg). Clients are known by their raw sockaddr bytes, as the kernel gives them
-and takes them back.
+"""The retransmission server's socket loop: each cycle drains the readable sockets (one C call each reads up
+to a bound, 64 datagrams per recvmmsg, and checks, rate-limits and queues them), then answers round-robin (one C
+call builds and sends up to 512 answers, 64 per sendmmsg): :class:`~.service.NativeFairService`, no Python per
+request. Clients are known by their raw sockaddr bytes, as the kernel gives them and takes them back.
 
 A client that exceeds its rate gets a socket of its own, connected to it on the same port: the kernel then queues
 that client's datagrams apart (a flood overflows its own queue, not everybody's), and the loop reads a bounded
@@ -9,7 +9,6 @@ number of them per cycle."""
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import select
@@ -23,25 +22,21 @@ import numpy as np
 
 from logbuf.errors import bind_error
 from logbuf.exchange.retransmit.core import RetransmitCore, RetransmitStats
-from logbuf.exchange.retransmit.fair import DEFAULT_QUEUE, FairService
+from logbuf.exchange.retransmit.fair import DEFAULT_QUEUE
 from logbuf.exchange.retransmit.rate import DEFAULT_BURST, DEFAULT_RATE, RateLimiter
 from logbuf.exchange.retransmit.ring import MessageRing
-from logbuf.marketdata.moldudp64 import DEFAULT_PAYLOAD_BUDGET, REQUEST_LENGTH
-from logbuf.native import ffi, lib
+from logbuf.exchange.retransmit.service import NativeFairService
+from logbuf.marketdata.moldudp64 import DEFAULT_PAYLOAD_BUDGET
 from logbuf.units import NANOS_PER_SECOND
 
 log = logging.getLogger(__name__)
 
-_RECV_SIZE = REQUEST_LENGTH + 1  # anything longer than a request reads as REQUEST_LENGTH + 1: wrong size
 DEFAULT_RCVBUF = 4 << 20  # the shared socket's receive buffer: ~5,000 queued requests (a 768-byte skb each)
 _DRAIN_LIMIT = 4_096  # datagrams read from the shared socket per cycle (a flood cannot stall the answers)
 _ANSWERS_PER_CYCLE = 512  # answers per cycle before the sockets are read again
 _ISOLATE_MAX = 64  # clients with a connected socket of their own
 _ISOLATE_IDLE_NS = 5 * NANOS_PER_SECOND  # a quiet isolated client goes back to the shared socket
 _POLL_MS = 100  # how often an idle loop looks at its stop condition
-
-_ADDRESS_SLOT = 32  # bytes per address in a batch: a sockaddr_in (16) or a sockaddr_in6 (28)
-_TOO_LONG = bytes(_RECV_SIZE)  # what a datagram cut at its slot reads as: not a request (bad_size)
 
 #: a UDP peer as ``recvfrom`` gives it: (host, port) for IPv4, (host, port, flowinfo, scope_id) for IPv6
 SocketAddress = tuple[str, int] | tuple[str, int, int, int]
@@ -114,37 +109,29 @@ def bind_server_socket(host: str, port: int, rcvbuf: int = DEFAULT_RCVBUF) -> so
 class RetransmitServer:
     """One socket loop answering re-requests fairly; ``run`` in the calling thread or ``start`` a thread."""
 
-    def __init__(self, service: FairService[ClientKey], sock: socket.socket | None = None, host: str = "127.0.0.1",
+    def __init__(self, service: NativeFairService, sock: socket.socket | None = None, host: str = "127.0.0.1",
                  port: int = 0, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.service = service
-        self.stats = service.stats
+        self._socket_stats = RetransmitStats()  # kernel drops and isolations: the loop's own counters
         self.clock = clock
         self.sock = sock if sock is not None else bind_server_socket(host, port)
         self.sock.setblocking(False)
         self.address = self.sock.getsockname()[:2]
         self._isolated: dict[ClientKey, tuple[socket.socket, list[int]]] = {}  # client -> (socket, [last seen])
+        self._isolated_seen: dict[int, list[int]] = {}  # an isolated socket's fd -> its client's [last seen]
         self._by_fd: dict[int, socket.socket] = {self.sock.fileno(): self.sock}
         self._poll = select.poll()
         self._poll.register(self.sock, select.POLLIN)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-        # one batch of answers for rtx_answer_batch
-        batch = lib.RTX_MAX_BATCH
-        self._firsts = ffi.new("int64_t[]", batch)
-        self._counts = ffi.new("int64_t[]", batch)
-        self._addresses = ffi.new("uint8_t[]", batch * _ADDRESS_SLOT)
-        self._address_lengths = ffi.new("int32_t[]", batch)
-        self._results = ffi.new("int32_t[]", batch)
-        self._went = ffi.new("uint8_t[]", batch)
-        # one recvmmsg's worth of requests: datagram i in slot i, its source's sockaddr in address slot i
-        rx = lib.LBN_MAX_BATCH
-        self._rx_slots = ffi.new("uint8_t[]", rx * _RECV_SIZE)
-        self._rx_view = ffi.buffer(self._rx_slots)
-        self._rx_lengths = ffi.new("int32_t[]", rx)
-        self._rx_addresses = ffi.new("uint8_t[]", rx * lib.LBN_ADDRESS_SLOT)
-        self._rx_address_view = ffi.buffer(self._rx_addresses)
-        self._rx_address_lengths = ffi.new("int32_t[]", rx)
+
+    @property
+    def stats(self) -> RetransmitStats:
+        """What the server did so far: the service's outcome counters and the loop's own (a snapshot)."""
+        stats = self.service.stats
+        stats.add(self._socket_stats)
+        return stats
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -173,38 +160,16 @@ class RetransmitServer:
         return self.stats
 
     def _drain(self, sock: socket.socket, now_ns: int) -> None:
-        service = self.service
         shared = sock is self.sock
-        limit = _DRAIN_LIMIT if shared else service.queue  # an isolated flooder is read at its queue's pace
-        fd = sock.fileno()
-        slots, lengths, addresses, address_lengths = (self._rx_slots, self._rx_lengths, self._rx_addresses,
-                                                      self._rx_address_lengths)
-        view, address_view = self._rx_view, self._rx_address_view
-        batch = lib.LBN_MAX_BATCH
-        slot = lib.LBN_ADDRESS_SLOT
-        read = 0
-        while read < limit:
-            n = lib.lbn_recv_batch(fd, slots, _RECV_SIZE, min(batch, limit - read), lengths, addresses,
-                                   address_lengths)
-            if n == 0:
-                return
-            if n < 0:  # ECONNREFUSED etc. from an earlier answer to a vanished client: not a request
-                if n in (-errno.EAGAIN, -errno.EINTR):
-                    return
-                read += 1
-                continue
-            read += n
-            for i in range(n):
-                length = lengths[i]
-                # a datagram longer than a request was cut (LBN_TRUNCATED): any wrong size reads as bad_size
-                request = view[i * _RECV_SIZE : i * _RECV_SIZE + length] if length >= 0 else _TOO_LONG
-                client = address_view[i * slot : i * slot + address_lengths[i]]
-                service.receive(request, client, now_ns)
-                if not shared:
-                    entry = self._isolated.get(client)
-                    if entry is not None:
-                        entry[1][0] = now_ns
-                elif service.over_rate and client not in self._isolated:
+        limit = _DRAIN_LIMIT if shared else self.service.queue  # an isolated flooder is read at its queue's pace
+        read, over = self.service.drain(sock.fileno(), limit, now_ns)  # one C call: no Python per request
+        if not shared:  # a connected socket: every datagram on it came from its one client
+            seen = self._isolated_seen.get(sock.fileno())
+            if seen is not None and read:
+                seen[0] = now_ns
+        else:
+            for client in over:
+                if client not in self._isolated:
                     self._isolate(client, now_ns)
 
     def _isolate(self, client: ClientKey, now_ns: int) -> None:
@@ -224,10 +189,12 @@ class RetransmitServer:
             log.debug("cannot isolate %s: %s", client.hex(), exc)
             sock.close()
             return
-        self._isolated[client] = (sock, [now_ns])
+        seen = [now_ns]
+        self._isolated[client] = (sock, seen)
+        self._isolated_seen[sock.fileno()] = seen
         self._by_fd[sock.fileno()] = sock
         self._poll.register(sock, select.POLLIN)
-        self.stats.isolated_clients += 1
+        self._socket_stats.isolated_clients += 1
 
     def _expire(self, now_ns: int) -> None:
         for client, (sock, seen) in list(self._isolated.items()):
@@ -235,37 +202,18 @@ class RetransmitServer:
                 self._release(client, sock)
 
     def _release(self, client: ClientKey, sock: socket.socket) -> None:
-        self.stats.kernel_dropped += _kernel_drops(sock)
+        self._socket_stats.kernel_dropped += _kernel_drops(sock)
         self._poll.unregister(sock)
         self._by_fd.pop(sock.fileno(), None)
+        self._isolated_seen.pop(sock.fileno(), None)
         self._isolated.pop(client, None)
         # datagrams still queued on it are lost with it; they are counted as kernel drops of a closed socket
         sock.close()
 
     def _answer(self) -> None:
-        """Up to ``_ANSWERS_PER_CYCLE`` answers, in the fair service's order, in batches of RTX_MAX_BATCH."""
-        service = self.service
-        firsts, counts, addresses, lengths = self._firsts, self._counts, self._addresses, self._address_lengths
-        batch = lib.RTX_MAX_BATCH
-        n = 0
-        for _ in range(_ANSWERS_PER_CYCLE):
-            turn = service.next_request()
-            if turn is None:
-                break
-            client, firsts[n], counts[n] = turn
-            ffi.memmove(addresses + n * _ADDRESS_SLOT, client, len(client))
-            lengths[n] = len(client)
-            n += 1
-            if n == batch:
-                self._send_batch(n)
-                n = 0
-        if n:
-            self._send_batch(n)
-
-    def _send_batch(self, n: int) -> None:
-        # answers that cannot go (buffer full, the client went away) are counted: UDP has no one to tell
-        self.service.core.answer_batch(self.sock.fileno(), self._firsts, self._counts, self._addresses,
-                                       _ADDRESS_SLOT, self._address_lengths, n, self._results, self._went)
+        """Up to ``_ANSWERS_PER_CYCLE`` answers in the fair service's order, built and sent in C (answers that
+        cannot go -- buffer full, the client went away -- are counted: UDP has no one to tell)."""
+        self.service.answer(self.sock.fileno(), _ANSWERS_PER_CYCLE)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -287,7 +235,7 @@ class RetransmitServer:
         self._closed = True
         for client, (sock, _) in list(self._isolated.items()):
             self._release(client, sock)
-        self.stats.kernel_dropped += _kernel_drops(self.sock)
+        self._socket_stats.kernel_dropped += _kernel_drops(self.sock)
         self.sock.close()
 
     def __enter__(self) -> RetransmitServer:
@@ -305,6 +253,7 @@ def make_server(session: str | bytes, ring: MessageRing, buffer: bytes | memoryv
     here gets ``rcvbuf`` bytes of receive buffer)."""
     limiter = RateLimiter(rate, burst)
     core = RetransmitCore(session, ring, buffer, budget)
+    service = NativeFairService(core, limiter, queue)
     if sock is None:
         sock = bind_server_socket(host, port, rcvbuf)
-    return RetransmitServer(FairService(core, limiter, queue), sock, host, port)
+    return RetransmitServer(service, sock, host, port)
