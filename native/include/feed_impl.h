@@ -96,6 +96,18 @@ typedef struct held {
     int32_t length;
 } held_t;
 
+/* the first datagram of a session not adopted yet, held until a second one confirms it (spec.py _Candidate) */
+typedef struct candidate {
+    int32_t used;
+    int32_t feed;
+    uint8_t session[10];
+    uint64_t start; /* a data packet's first sequence, a marker's next sequence */
+    uint64_t end;   /* the sequence after it (a marker's next sequence) */
+    int64_t arrival_ns;
+    uint8_t *data;
+    int32_t length;
+} candidate_t;
+
 /* the re-request pacing (src/logbuf/feed/recovery.py is its specification, name for name) */
 typedef struct rec {
     int32_t has_ready;          /* the initial back-off runs until ready_ns */
@@ -152,6 +164,10 @@ typedef struct eng_impl {
     int64_t retired_n, retired_cap;
     held_t held[ENG_MAX_HELD];
     int32_t held_n;
+    candidate_t cand[LBF_FEEDS];  /* per live feed: a session's first datagram awaiting confirmation */
+    int32_t end_held[LBF_FEEDS];  /* per live feed: an END_OF_SESSION awaiting confirmation */
+    uint64_t end_next[LBF_FEEDS];
+    int64_t end_arrival[LBF_FEEDS];
     uint64_t wait_hole;
     int64_t ahead[LBF_FEEDS];
     uint64_t declared_upto;
