@@ -161,8 +161,8 @@ def _checkpoint(text: str) -> str | None:
 
 FEED_OPTIONS: tuple[Option, ...] = (
     Option("--join", None, DEFAULT_JOIN, "from-start: recover the session from sequence 1 (everything "
-           "missed before the first packet is re-requested); live: start at the first packet seen (the past is "
-           "skipped: one SESSION_CHANGED names where the stream starts). A restart resumes from the checkpoint "
+           "missed before the first packet is re-requested); live: start at the first packet seen that a second "
+           "datagram confirms (the past is skipped: one SESSION_CHANGED names where the stream starts). A restart resumes from the checkpoint "
            "instead", choices=JOIN_CHOICES),
     Option("--checkpoint", _checkpoint, None, "file holding the session and next sequence published (updated "
            "after every append, cleared once the session was published to its end); a restarted handler resumes "

@@ -37,12 +37,19 @@ and everything received after it is still delivered. Holes that appear meanwhile
 first one. The stream stays in recovery until it has caught up (no hole left).
 
 **Heartbeats and end of session** carry the next sequence: a value past ``expected`` reveals tail loss (it joins
-the hole like a zero-length packet) and never advances ``expected``. ``EndOfSession`` is emitted once the stream
-reached it. **Sessions**: the first session seen is joined; another session is switched to only once the current
-one has ended with nothing of it missing, or has been silent for ``session_change_idle``; until then its packets
-are counted as foreign and ignored (a stray packet must not hijack the stream; what was ignored is re-requested
-after the switch, since the new session is expected from sequence 1). Packets of retired sessions are always
-ignored.
+the hole like a zero-length packet) and never advances ``expected``. An end of session acts only once confirmed
+(``confirm``): by the other live feed's marker at the same next sequence, the same feed repeating it, or
+``end_of_session_quiet_ns`` without traffic past it on its feed; data or a marker past it on its feed reveals it
+as forged (``ends_forged``). ``EndOfSession`` is emitted once confirmed and the stream reached it.
+**Sessions**: a session is adopted only when a second datagram confirms its first (``confirm``): the other live
+feed's (within ``max_jump`` of it) or the same feed's next one at or past its end; until then the first is held
+(one per live feed, counted as foreign) and a feed's datagram of another session reveals it as forged
+(``sessions_forged``); on confirmation the held datagrams are processed first (lowest position first), so
+joining wherever the stream is (``start_sequence`` None) starts at a confirmed datagram. Answers never choose a
+session. Another session is switched to only once the current one has ended with nothing of it missing, or has
+been silent for ``session_change_idle``; until then its packets are counted as foreign and ignored (a stray
+packet must not hijack the stream; what was ignored is re-requested after the switch, since the new session is
+expected from sequence 1). Packets of retired sessions are always ignored.
 
 **Bounded queue**: at ``max_queue_packets`` queued datagrams or ``max_queue_bytes`` of them a ``QueueOverflow``
 is emitted. With recovery on, queue pressure never costs a recoverable message: a packet that does not fit is
