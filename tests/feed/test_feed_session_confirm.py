@@ -6,7 +6,11 @@ Every test runs against the executable specification and against the C engine (t
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from logbuf.feed import arbiter as native
 from logbuf.feed.arbiter import ArbiterConfig
@@ -218,3 +222,71 @@ def test_trusting_one_datagram_is_a_setting(make: type) -> None:
     events = arb.on_packet(Feed.A, pk(1, 3), 0)
     assert [s for s, _ in delivered(events)] == [1, 2, 3]
     assert arb.on_packet(Feed.A, eos(4), MS) == [EndOfSession(TRUE, 4)]
+
+
+# -- random traffic with forged session and end-of-session datagrams -------------------------------------------
+
+
+@st.composite
+def forged_traffic(draw: st.DrawFn) -> tuple[int, list[tuple[Feed, bytes]], bool]:
+    """A true session of n messages on A and B (random packets, each feed losing some, never the final
+    END_OF_SESSION) with forged datagrams injected anywhere: another session's packet (a new name each time, so
+    no two forged datagrams confirm each other), an END_OF_SESSION at the next sequence or ahead (each once), and, for a
+    live join, a packet far ahead as the very first datagram."""
+    n = draw(st.integers(5, 120))
+    live = draw(st.booleans())
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    packets, seq = [], 1
+    while seq <= n:
+        count = min(rng.randint(1, 8), n - seq + 1)
+        packets.append(pk(seq, count))
+        seq += count
+    loss = {Feed.A: draw(st.sampled_from([0.0, 0.1, 0.3])), Feed.B: draw(st.sampled_from([0.0, 0.1, 0.3]))}
+    traffic: list[tuple[Feed, bytes]] = []
+    if live and draw(st.booleans()):
+        traffic.append((Feed.A, pk(10**9, 1, tag=b"EVIL-")))
+    forged = draw(st.lists(st.tuples(st.integers(0, len(packets)), st.sampled_from(["session", "end"]),
+                                     st.sampled_from([Feed.A, Feed.B]), st.integers(0, 600)), max_size=6))
+    ends: set[int] = set()
+    for i, data in enumerate(packets + [None]):
+        for k, (at, kind, feed, ahead) in enumerate(forged):
+            if at != i:
+                continue
+            if kind == "session":
+                traffic.append((feed, pk(1 + ahead, 2, m.encode_session(b"EVIL%d" % k), b"EVIL-")))
+            else:  # at the next sequence the stream has reached on the wire, or ahead of it
+                first = m.decode(data).sequence if data is not None else n + 1
+                end = first + ahead if first + ahead != n + 1 else first + ahead + 1
+                if end not in ends:  # one forged copy of each: two (a repeat, or A and B) confirm each other
+                    ends.add(end)
+                    traffic.append((feed, eos(end)))
+        if data is None:
+            break
+        for feed in (Feed.A, Feed.B):
+            if rng.random() >= loss[feed]:
+                traffic.append((feed, data))
+    traffic += [(Feed.A, eos(n + 1)), (Feed.B, eos(n + 1))]
+    return n, traffic, live
+
+
+@given(case=forged_traffic())
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_forged_sessions_and_ends_are_never_published_and_c_agrees(case: tuple) -> None:
+    n, traffic, live = case
+    config = ArbiterConfig(start_sequence=None if live else 1)
+    results = []
+    for arb in (SpecArbiter(config), NativeFlat(config)):
+        events = run(arb, traffic)
+        now = len(traffic) * MS
+        for _ in range(len(traffic)):  # let the waits expire (recovery off: each hole lost in its turn)
+            deadline = arb.next_deadline_ns()
+            if deadline is None:
+                break
+            now = max(now, deadline)
+            events += arb.on_tick(now)
+        results.append((events, arb.counter_values()))
+        assert all(message == b"T%d" % seq for seq, message in delivered(events)), "a forged message published"
+        assert kinds(events, EndOfSession) == [EndOfSession(TRUE, n + 1)]
+        assert {s.session for s in kinds(events, SessionChanged)} == {TRUE}
+    (spec_events, spec_counters), (c_events, c_counters) = results
+    assert c_events == spec_events and c_counters == spec_counters
