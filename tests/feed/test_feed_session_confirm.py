@@ -216,6 +216,24 @@ def test_a_session_switch_after_the_end_is_confirmed_by_the_other_feed(make: typ
     assert [s for s, _ in delivered(events)] == [1, 2, 3]
 
 
+def test_a_switch_after_silence_still_needs_a_confirmation(make: type) -> None:
+    idle = ArbiterConfig().session_change_idle_ns
+    arb = make(ArbiterConfig())
+    run(arb, [(Feed.A, pk(1, 5)), (Feed.B, pk(1, 5))])
+    # the current session silent past the idle time: one forged datagram of another session is held, and the
+    # true session resuming on that feed reveals it
+    assert arb.on_packet(Feed.A, pk(1, 2, EVIL, b"EVIL-"), idle + 10 * MS) == []
+    events = run(arb, [(Feed.A, pk(6, 5)), (Feed.B, pk(6, 5))], start_ns=idle + 11 * MS)
+    assert kinds(events, SessionChanged) == [] and [s for s, _ in delivered(events)] == list(range(6, 11))
+    assert arb.counters.sessions_forged == 1
+    # silent again: a true new session on one feed switches with its second datagram
+    later = 2 * idle + 20 * MS
+    assert arb.on_packet(Feed.A, pk(1, 3, NEXT), later) == []
+    events = arb.on_packet(Feed.A, pk(4, 3, NEXT), later + MS)
+    assert kinds(events, SessionChanged) == [SessionChanged(TRUE, NEXT, 1)]
+    assert [s for s, _ in delivered(events)] == list(range(1, 7))
+
+
 def test_trusting_one_datagram_is_a_setting(make: type) -> None:
     """confirm=False: a feed nobody can inject into starts, and ends, on one datagram."""
     arb = make(ArbiterConfig(mode=FeedMode.A_ONLY, confirm=False))
