@@ -452,11 +452,9 @@ static void free_held(eng_impl_t *im)
 
 static void free_candidates(eng_impl_t *im)
 {
-    for (int32_t f = 0; f < LBF_FEEDS; f++) {
-        free(im->cand[f].data);
-        im->cand[f].data = NULL;
-        im->cand[f].used = 0;
-    }
+    for (int32_t i = 0; i < im->cand_n; i++)
+        free(im->cand[i].data);
+    im->cand_n = 0;
 }
 
 static int retired(eng_impl_t *im, const uint8_t *session)
@@ -509,54 +507,79 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
         memcpy(ev->previous, old, sizeof old);
 }
 
-/* a feed whose next datagram belongs to another session reveals its held session candidate as forged
+/* the current session continuing on a feed reveals that feed's held candidates of other sessions as forged
  * (spec.py _session_candidate_revealed) */
-static inline void session_candidate_revealed(lbf_eng_t *e, int32_t feed, const uint8_t *session)
+static inline void session_candidate_revealed(lbf_eng_t *e, int32_t feed, int same)
 {
-    candidate_t *c = &IMPL(e)->cand[feed];
-    if (c->used && memcmp(c->session, session, MOLD_SESSION_LENGTH) != 0) {
-        free(c->data);
-        c->data = NULL;
-        c->used = 0;
-        e->counters[LBF_C_SESSIONS_FORGED] += 1;
+    eng_impl_t *im = IMPL(e);
+    if (!same || im->cand_n == 0)
+        return;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < im->cand_n; i++) {
+        if (im->cand[i].feed == feed) {
+            free(im->cand[i].data);
+            e->counters[LBF_C_SESSIONS_FORGED] += 1;
+        } else {
+            im->cand[kept++] = im->cand[i];
+        }
     }
+    im->cand_n = kept;
 }
 
 /* hold the first datagram of a session until a second one confirms it: the other feed's (its position within
  * max_jump) or the same feed's next one continuing it (spec.py _session_confirmed). Returns how many held
  * datagrams it confirms, moved into `out` lowest position first (the caller frees them); -1 when this one is
- * held instead. */
+ * held instead. A feed holds one candidate per session, of ENG_CANDIDATES_PER_FEED sessions at most. */
 static int32_t session_confirmed(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length,
                                  const uint8_t *session, uint64_t first, uint32_t count, int is_marker,
                                  int64_t arrival_ns, candidate_t *out)
 {
     eng_impl_t *im = IMPL(e);
     uint64_t start = first, end = is_marker ? first : first + count, bound = e->config.max_jump;
-    int32_t n = 0, held = 0;
-    for (int32_t f = 0; f < LBF_FEEDS; f++) {
-        candidate_t *c = &im->cand[f];
-        if (!c->used)
-            continue;
-        held++;
-        if (memcmp(c->session, session, MOLD_SESSION_LENGTH) != 0)
-            continue;
+    int32_t n = 0, kept = 0;
+    uint8_t confirming[ENG_MAX_CANDIDATES];
+    for (int32_t i = 0; i < im->cand_n; i++) {
+        candidate_t *c = &im->cand[i];
         uint64_t d = c->start > start ? c->start - start : start - c->start;
-        if (f == feed ? c->end <= start : (!bound || d <= bound))
-            out[n++] = *c;
+        confirming[i] = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0 &&
+                        (c->feed == feed ? c->end <= start : (!bound || d <= bound));
+        n += confirming[i];
     }
     if (n == 0) {
-        candidate_t *c = &im->cand[feed];
         uint8_t *copy = malloc((size_t)length);
         if (copy == NULL) {
             im->oom = 1;
             return -1;
         }
         memcpy(copy, p, (size_t)length);
-        if (c->used) { /* the same feed went back (or elsewhere): the older one is dropped */
-            free(c->data);
-            e->counters[LBF_C_SESSIONS_FORGED] += 1;
+        /* the same feed went back (or elsewhere) in that session, or holds too many: the older one is dropped */
+        int32_t mine = 0, same = 0;
+        for (int32_t i = 0; i < im->cand_n; i++) {
+            if (im->cand[i].feed == feed) {
+                mine++;
+                same += memcmp(im->cand[i].session, session, MOLD_SESSION_LENGTH) == 0;
+            }
         }
-        c->used = 1;
+        int32_t excess = mine - ENG_CANDIDATES_PER_FEED + 1;
+        for (int32_t i = 0; i < im->cand_n; i++) {
+            candidate_t *c = &im->cand[i];
+            int drop = 0;
+            if (c->feed == feed) {
+                if (same)
+                    drop = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0;
+                else if (excess > 0) {
+                    drop = 1;
+                    excess--;
+                }
+            }
+            if (drop) {
+                free(c->data);
+                e->counters[LBF_C_SESSIONS_FORGED] += 1;
+            } else {
+                im->cand[kept++] = *c;
+            }
+        }
+        candidate_t *c = &im->cand[kept++];
         c->feed = feed;
         memcpy(c->session, session, MOLD_SESSION_LENGTH);
         c->start = start;
@@ -564,20 +587,20 @@ static int32_t session_confirmed(lbf_eng_t *e, int32_t feed, const uint8_t *p, i
         c->arrival_ns = arrival_ns;
         c->data = copy;
         c->length = length;
+        c->used = 1;
+        im->cand_n = kept;
         return -1;
     }
-    /* the inconsistent candidates of the other feeds were forged */
-    e->counters[LBF_C_SESSIONS_FORGED] += held - n;
-    for (int32_t f = 0; f < LBF_FEEDS; f++) {
-        candidate_t *c = &im->cand[f];
-        int moved = 0;
-        for (int32_t i = 0; i < n; i++)
-            moved |= out[i].data == c->data;
-        if (c->used && !moved)
-            free(c->data);
-        c->data = NULL;
-        c->used = 0;
+    /* every other candidate was forged */
+    e->counters[LBF_C_SESSIONS_FORGED] += im->cand_n - n;
+    n = 0;
+    for (int32_t i = 0; i < im->cand_n; i++) {
+        if (confirming[i])
+            out[n++] = im->cand[i];
+        else
+            free(im->cand[i].data);
     }
+    im->cand_n = 0;
     for (int32_t i = 1; i < n; i++) { /* stable insertion sort by position */
         candidate_t c = out[i];
         int32_t j = i - 1;
@@ -604,13 +627,17 @@ static int accept_session(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t 
         return 0;
     if (feed == LBF_FEED_RETRANSMIT) /* answers are for the current session's requests: they never choose one */
         return 0;
+    /* an END_OF_SESSION of this feed not confirmed yet: the feed moving to a new session (confirmed below)
+     * confirms it */
+    int ended = !im->has_pending_eos && im->end_held[feed];
+    uint64_t ended_next = im->end_next[feed];
     if (e->has_session) {
         /* switch once the current session has ended and nothing of it is missing any more, or has gone silent */
-        int complete = im->has_pending_eos && !has_hole(e);
+        int complete = (im->has_pending_eos || ended) && !has_hole(e);
         if (!complete && arrival_ns - e->last_session_arrival_ns < e->config.session_change_idle_ns)
             return 0;
     }
-    candidate_t held[LBF_FEEDS];
+    candidate_t held[ENG_MAX_CANDIDATES];
     int32_t n = e->config.confirm
                     ? session_confirmed(e, feed, p, length, session, first, count, is_marker, arrival_ns, held)
                     : 0;
@@ -626,6 +653,10 @@ static int accept_session(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t 
             join(e, e->config.start_sequence);
         /* else the first datagram processed (the held one) fixes expected: joining wherever the stream is */
     } else {
+        if (ended) {
+            im->has_pending_eos = 1;
+            im->pending_eos = ended_next;
+        }
         switch_session(e, session, arrival_ns);
     }
     for (int32_t i = 0; i < n; i++) { /* counted once already (as a foreign datagram while it was held) */
@@ -979,8 +1010,8 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
         return;
     }
     const uint8_t *session = p + MOLD_SESSION_OFFSET;
-    session_candidate_revealed(e, feed, session);
     int same = e->has_session && memcmp(session, e->session, MOLD_SESSION_LENGTH) == 0;
+    session_candidate_revealed(e, feed, same);
     if (!same && !accept_session(e, feed, p, n, session, first, count, is_marker, arrival_ns)) {
         st[LBF_FS_FOREIGN_SESSION] += 1;
         return;

@@ -67,6 +67,8 @@ int feed_blocks_fill_packet(const uint8_t *p, int32_t length, uint32_t count);
 /* ---- the engine's hidden state ---- */
 
 #define ENG_MAX_HELD LBF_FEEDS /* one unconfirmed jump per feed */
+#define ENG_CANDIDATES_PER_FEED 2 /* sessions a feed may hold a first datagram of (spec.py CANDIDATES_PER_FEED) */
+#define ENG_MAX_CANDIDATES (ENG_CANDIDATES_PER_FEED * LBF_FEEDS)
 #define ENG_MAX_REQUESTED 4096 /* requested ranges remembered for accepting answers (spec.py MAX_REQUESTED_RANGES) */
 
 typedef struct q_entry {
@@ -164,7 +166,8 @@ typedef struct eng_impl {
     int64_t retired_n, retired_cap;
     held_t held[ENG_MAX_HELD];
     int32_t held_n;
-    candidate_t cand[LBF_FEEDS];  /* per live feed: a session's first datagram awaiting confirmation */
+    candidate_t cand[ENG_MAX_CANDIDATES]; /* sessions' first datagrams awaiting confirmation, arrival order */
+    int32_t cand_n;
     int32_t end_held[LBF_FEEDS];  /* per live feed: an END_OF_SESSION awaiting confirmation */
     uint64_t end_next[LBF_FEEDS];
     int64_t end_arrival[LBF_FEEDS];

@@ -43,9 +43,11 @@ the hole like a zero-length packet) and never advances ``expected``. An end of s
 as forged (``ends_forged``). ``EndOfSession`` is emitted once confirmed and the stream reached it.
 **Sessions**: a session is adopted only when a second datagram confirms its first (``confirm``): the other live
 feed's (within ``max_jump`` of it) or the same feed's next one at or past its end; until then the first is held
-(one per live feed, counted as foreign) and a feed's datagram of another session reveals it as forged
-(``sessions_forged``); on confirmation the held datagrams are processed first (lowest position first), so
-joining wherever the stream is (``start_sequence`` None) starts at a confirmed datagram. Answers never choose a
+(one per session, of ``CANDIDATES_PER_FEED`` sessions per live feed, counted as foreign); confirming one session,
+or the current session continuing on that feed, reveals the others as forged (``sessions_forged``); a feed's
+unconfirmed end of session is confirmed by that feed moving to a new (confirmed) session; on confirmation the
+held datagrams are processed first (lowest position first), so joining wherever the stream is
+(``start_sequence`` None) starts at a confirmed datagram. Answers never choose a
 session. Another session is switched to only once the current one has ended with nothing of it missing, or has
 been silent for ``session_change_idle``; until then its packets are counted as foreign and ignored (a stray
 packet must not hijack the stream; what was ignored is re-requested after the switch, since the new session is
@@ -155,6 +157,9 @@ class _Queued:
         self.data = data
 
 
+CANDIDATES_PER_FEED = 2  # sessions a live feed may hold a first datagram of at once
+
+
 class _Candidate:
     """The first datagram of a session not adopted yet (a copy), held until a second datagram confirms it."""
 
@@ -214,8 +219,9 @@ class SpecArbiter:
         # packets held back for announcing an unconfirmed jump: (feed, bytes, position, first, count, marker,
         # arrival)
         self._held: list[tuple[Feed, bytes, int, int, int, bool, int]] = []
-        # per live feed, the first datagram of a session not adopted yet, until a second one confirms it
-        self._candidates: list[_Candidate | None] = [None] * len(Feed)
+        # first datagrams of sessions not adopted yet, until a second one confirms them: arrival order, at most
+        # CANDIDATES_PER_FEED per live feed (of distinct sessions)
+        self._candidates: list[_Candidate] = []
         # per live feed, an END_OF_SESSION marker not confirmed yet: (next sequence, arrival)
         self._end_candidates: list[tuple[int, int] | None] = [None] * len(Feed)
 
@@ -452,31 +458,36 @@ class SpecArbiter:
         return True
 
     def _session_candidate_revealed(self, feed: Feed, session: bytes) -> None:
-        """A feed whose next datagram belongs to another session reveals its held session candidate as forged."""
-        candidate = self._candidates[feed]
-        if candidate is not None and candidate.session != session:
-            self._candidates[feed] = None
-            self.counters.sessions_forged += 1
+        """The current session continuing on a feed reveals that feed's held candidates of other sessions as
+        forged."""
+        if session == self.session and self._candidates:
+            kept = [c for c in self._candidates if c.feed != feed]
+            self.counters.sessions_forged += len(self._candidates) - len(kept)
+            self._candidates = kept
 
     def _session_confirmed(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int,
                            marker: bool, arrival_ns: int) -> list[_Candidate] | None:
         """Hold the first datagram of a session until a second one confirms it: the other feed's (its position
         within ``max_jump``) or the same feed's next one continuing it (at or past its end). Returns the held
-        datagrams it confirms (lowest position first), or None when this one is held instead."""
+        datagrams it confirms (lowest position first), or None when this one is held instead. A feed holds one
+        candidate per session, of two sessions at most (a forged datagram between two true ones displaces
+        neither); confirming one session drops every other candidate (``sessions_forged``)."""
         start = first  # a marker's next sequence, a data packet's first
         end = first if marker else first + count
         bound = self.config.max_jump
         candidates = self._candidates
-        confirming = [c for f, c in enumerate(candidates) if c is not None and c.session == session and
-                      (c.end <= start if f == feed else bound is None or abs(c.start - start) <= bound)]
+        confirming = [c for c in candidates if c.session == session and
+                      (c.end <= start if c.feed == feed else bound is None or abs(c.start - start) <= bound)]
         if not confirming:
-            if candidates[feed] is not None:  # the same feed went back (or elsewhere): the older one is dropped
-                self.counters.sessions_forged += 1
-            candidates[feed] = _Candidate(session, feed, bytes(buf), start, end, arrival_ns)
+            # the same feed went back (or elsewhere) in that session, or holds too many: the older one is dropped
+            mine = [c for c in candidates if c.feed == feed]
+            drop = [c for c in mine if c.session == session] or mine[: max(0, len(mine) - CANDIDATES_PER_FEED + 1)]
+            self.counters.sessions_forged += len(drop)
+            self._candidates = [c for c in candidates if c not in drop]
+            self._candidates.append(_Candidate(session, feed, bytes(buf), start, end, arrival_ns))
             return None
-        # the inconsistent candidates of the other feeds were forged
-        self.counters.sessions_forged += sum(1 for c in candidates if c is not None) - len(confirming)
-        self._candidates = [None] * len(Feed)
+        self.counters.sessions_forged += len(candidates) - len(confirming)
+        self._candidates = []
         return sorted(confirming, key=lambda c: c.start)
 
     def _accept_session(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int, marker: bool,
@@ -487,10 +498,13 @@ class SpecArbiter:
             return False
         if feed == Feed.RETRANSMIT:  # answers are for the current session's requests: they never choose one
             return False
+        # an END_OF_SESSION of this feed not confirmed yet: the feed moving to a new session (confirmed below)
+        # confirms it
+        ended = self._end_candidates[feed] if self._pending_eos is None else None
         if self.session is not None:
             # switch once the current session has ended and nothing of it is missing any more (a hole is
             # resolved within lost_packet_wait_time + give_up at most), or once it has gone silent
-            complete = self._pending_eos is not None and not self.holes(1)
+            complete = (self._pending_eos is not None or ended is not None) and not self.holes(1)
             if not complete and arrival_ns - self.last_session_arrival_ns < self.config.session_change_idle_ns:
                 return False
         held = self._session_confirmed(feed, buf, session, first, count, marker, arrival_ns) \
@@ -507,6 +521,8 @@ class SpecArbiter:
                 self._join(self.config.start_sequence, out)
             # else the first datagram processed (the held one) fixes expected: joining wherever the stream is
         else:
+            if ended is not None:
+                self._pending_eos = ended[0]
             self._switch_session(session, arrival_ns, out)
         for c in held:  # counted once already (as a foreign datagram while it was held)
             st = self.feed_stats[c.feed]
@@ -542,7 +558,7 @@ class SpecArbiter:
         self._wait_started_ns = None
         self._pending_eos = None
         self._eos_emitted = False
-        self._candidates = [None] * len(Feed)
+        self._candidates = []
         self._end_candidates = [None] * len(Feed)
         self._shedding = False
         self.ring_feed.fill(RING_NO_FEED)  # sequences restart: old slots must not pair with new messages
