@@ -83,7 +83,9 @@ int32_t lbf_mold_valid(const uint8_t *packet, int32_t length, uint32_t count);
 #define LBF_C_JUMPS_CONFIRMED 9
 #define LBF_C_SHED_PACKETS 10 /* packets not queued for a full queue (recovery on): fetched again */
 #define LBF_C_JUMPS_FORGED 11 /* jumps revealed as forged by traffic continuing below them */
-#define LBF_C_COUNT 12
+#define LBF_C_SESSIONS_FORGED 12 /* first datagrams of a session never confirmed by a second */
+#define LBF_C_ENDS_FORGED 13 /* END_OF_SESSION markers revealed as forged by traffic past them */
+#define LBF_C_COUNT 14
 
 /* Event kinds (lbf_event_t.kind). */
 #define LBF_EV_DELIVER 1            /* deliveries [a, b) */
@@ -132,6 +134,8 @@ typedef struct lbf_eng_config {
     int64_t max_queue_packets;
     int64_t max_queue_bytes;            /* the queue's datagram bytes at most (with max_queue_packets) */
     int64_t session_change_idle_ns;
+    int64_t end_of_session_quiet_ns;    /* an unconfirmed END_OF_SESSION acts after this long quiet */
+    int32_t confirm;                    /* 1: sessions and END_OF_SESSION need a second datagram (else trusted) */
     uint64_t max_jump;                  /* 0: no confirmation */
     int32_t recovery;                   /* 1: gaps are re-requested (else lost at once) */
     /* the re-request pacing (recovery = 1; src/logbuf/feed/config.py RecoveryConfig) */

@@ -376,9 +376,66 @@ static void check_detection(lbf_eng_t *e, int64_t now_ns)
         declare(e, LBF_REASON_WAIT_TIMEOUT, now_ns);
 }
 
-static void emit_end_of_session(lbf_eng_t *e)
+static void clear_end_candidates(eng_impl_t *im)
+{
+    for (int32_t f = 0; f < LBF_FEEDS; f++)
+        im->end_held[f] = 0;
+}
+
+/* an END_OF_SESSION marker acts only once confirmed: the other feed's at the same next sequence, the same feed
+ * repeating it, or end_of_session_quiet_ns without traffic past it on its feed (spec.py _end_candidate) */
+static void end_candidate(lbf_eng_t *e, int32_t feed, uint64_t next_sequence, int64_t arrival_ns)
 {
     eng_impl_t *im = IMPL(e);
+    for (int32_t f = 0; f < LBF_FEEDS; f++) {
+        if (im->end_held[f] && im->end_next[f] == next_sequence) {
+            im->has_pending_eos = 1;
+            im->pending_eos = next_sequence;
+            clear_end_candidates(im);
+            return;
+        }
+    }
+    if (im->end_held[feed]) /* the same feed announced another end: the older one was forged */
+        e->counters[LBF_C_ENDS_FORGED] += 1;
+    im->end_held[feed] = 1;
+    im->end_next[feed] = next_sequence;
+    im->end_arrival[feed] = arrival_ns;
+}
+
+/* traffic on a live feed announcing sequences past its held END_OF_SESSION reveals it as forged (spec.py
+ * _end_revealed); past: a data packet's end, a marker's next sequence */
+static void end_revealed(lbf_eng_t *e, int32_t feed, uint64_t past)
+{
+    eng_impl_t *im = IMPL(e);
+    if (feed == LBF_FEED_RETRANSMIT || !im->end_held[feed] || past <= im->end_next[feed])
+        return;
+    im->end_held[feed] = 0;
+    e->counters[LBF_C_ENDS_FORGED] += 1;
+}
+
+static int64_t end_quiet_deadline(lbf_eng_t *e)
+{
+    eng_impl_t *im = IMPL(e);
+    int64_t d = INT64_MAX;
+    for (int32_t f = 0; f < LBF_FEEDS; f++)
+        if (im->end_held[f] && im->end_arrival[f] + e->config.end_of_session_quiet_ns < d)
+            d = im->end_arrival[f] + e->config.end_of_session_quiet_ns;
+    return d;
+}
+
+static void emit_end_of_session(lbf_eng_t *e, int64_t now_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!im->has_pending_eos) {
+        for (int32_t f = 0; f < LBF_FEEDS; f++) {
+            if (im->end_held[f] && now_ns - im->end_arrival[f] >= e->config.end_of_session_quiet_ns) {
+                im->has_pending_eos = 1;
+                im->pending_eos = im->end_next[f];
+                clear_end_candidates(im);
+                break;
+            }
+        }
+    }
     if (im->has_pending_eos && !im->eos_emitted && e->has_expected && e->expected >= im->pending_eos) {
         im->eos_emitted = 1;
         feed_emit(e, LBF_EV_END_OF_SESSION, 0, im->pending_eos, 0);
@@ -401,6 +458,13 @@ static void free_held(eng_impl_t *im)
     im->held_n = 0;
 }
 
+static void free_candidates(eng_impl_t *im)
+{
+    for (int32_t i = 0; i < im->cand_n; i++)
+        free(im->cand[i].data);
+    im->cand_n = 0;
+}
+
 static int retired(eng_impl_t *im, const uint8_t *session)
 {
     for (int64_t i = 0; i < im->retired_n; i++)
@@ -417,7 +481,7 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
     while (has_hole(e) && !im->oom)
         eng_abandon(e, 1, LBF_REASON_SESSION_CHANGE, now_ns);
     close_gaps(e);
-    emit_end_of_session(e);
+    emit_end_of_session(e, now_ns);
     im->progress = 0;
     if (!feed_grow((void **)&im->retired, &im->retired_cap, im->retired_n + 1, sizeof *im->retired)) {
         im->oom = 1;
@@ -437,6 +501,8 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
     e->waiting = 0;
     im->has_pending_eos = 0;
     im->eos_emitted = 0;
+    free_candidates(im);
+    clear_end_candidates(im);
     im->shedding = 0;
     memset(e->ring_feed, LBF_RING_NO_FEED, (size_t)(e->ring_mask + 1)); /* sequences restart */
     memcpy(e->session, session, MOLD_SESSION_LENGTH);
@@ -449,11 +515,141 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
         memcpy(ev->previous, old, sizeof old);
 }
 
-static int accept_session(lbf_eng_t *e, const uint8_t *session, int64_t arrival_ns)
+/* the current session continuing on a feed reveals that feed's held candidates of other sessions as forged
+ * (spec.py _session_candidate_revealed) */
+static inline void session_candidate_revealed(lbf_eng_t *e, int32_t feed, int same)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!same || im->cand_n == 0)
+        return;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < im->cand_n; i++) {
+        if (im->cand[i].feed == feed) {
+            free(im->cand[i].data);
+            e->counters[LBF_C_SESSIONS_FORGED] += 1;
+        } else {
+            im->cand[kept++] = im->cand[i];
+        }
+    }
+    im->cand_n = kept;
+}
+
+/* hold the first datagram of a session until a second one confirms it: the other feed's (its position within
+ * max_jump) or the same feed's next one continuing it (spec.py _session_confirmed). Returns how many held
+ * datagrams it confirms, moved into `out` lowest position first (the caller frees them); -1 when this one is
+ * held instead. A feed holds one candidate per session, of ENG_CANDIDATES_PER_FEED sessions at most. */
+static int32_t session_confirmed(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length,
+                                 const uint8_t *session, uint64_t first, uint32_t count, int is_marker,
+                                 int64_t arrival_ns, candidate_t *out)
+{
+    eng_impl_t *im = IMPL(e);
+    uint64_t start = first, end = is_marker ? first : first + count, bound = e->config.max_jump;
+    int32_t n = 0, kept = 0;
+    uint8_t confirming[ENG_MAX_CANDIDATES];
+    for (int32_t i = 0; i < im->cand_n; i++) {
+        candidate_t *c = &im->cand[i];
+        uint64_t d = c->start > start ? c->start - start : start - c->start;
+        confirming[i] = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0 &&
+                        (c->feed == feed ? c->end <= start : (!bound || d <= bound));
+        n += confirming[i];
+    }
+    if (n == 0) {
+        uint8_t *copy = malloc((size_t)length);
+        if (copy == NULL) {
+            im->oom = 1;
+            return -1;
+        }
+        memcpy(copy, p, (size_t)length);
+        /* the same feed went back (or elsewhere) in that session, or holds too many: the older one is dropped */
+        int32_t mine = 0, same = 0;
+        for (int32_t i = 0; i < im->cand_n; i++) {
+            if (im->cand[i].feed == feed) {
+                mine++;
+                same += memcmp(im->cand[i].session, session, MOLD_SESSION_LENGTH) == 0;
+            }
+        }
+        int32_t excess = mine - ENG_CANDIDATES_PER_FEED + 1;
+        for (int32_t i = 0; i < im->cand_n; i++) {
+            candidate_t *c = &im->cand[i];
+            int drop = 0;
+            if (c->feed == feed) {
+                if (same)
+                    drop = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0;
+                else if (excess > 0) {
+                    drop = 1;
+                    excess--;
+                }
+            }
+            if (drop) {
+                free(c->data);
+                e->counters[LBF_C_SESSIONS_FORGED] += 1;
+            } else {
+                im->cand[kept++] = *c;
+            }
+        }
+        candidate_t *c = &im->cand[kept++];
+        c->feed = feed;
+        memcpy(c->session, session, MOLD_SESSION_LENGTH);
+        c->start = start;
+        c->end = end;
+        c->arrival_ns = arrival_ns;
+        c->data = copy;
+        c->length = length;
+        c->used = 1;
+        im->cand_n = kept;
+        return -1;
+    }
+    /* every other candidate was forged */
+    e->counters[LBF_C_SESSIONS_FORGED] += im->cand_n - n;
+    n = 0;
+    for (int32_t i = 0; i < im->cand_n; i++) {
+        if (confirming[i])
+            out[n++] = im->cand[i];
+        else
+            free(im->cand[i].data);
+    }
+    im->cand_n = 0;
+    for (int32_t i = 1; i < n; i++) { /* stable insertion sort by position */
+        candidate_t c = out[i];
+        int32_t j = i - 1;
+        while (j >= 0 && out[j].start > c.start) {
+            out[j + 1] = out[j];
+            j--;
+        }
+        out[j + 1] = c;
+    }
+    return n;
+}
+
+static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t feed, int32_t truncated,
+                              int64_t arrival_ns, int32_t slot, int64_t base_offset);
+
+/* a datagram of a session other than the current one: 1 when it starts (or switches to) its session now,
+ * confirmed by a second datagram (the held first one is processed before it) (spec.py _accept_session) */
+static int accept_session(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, const uint8_t *session,
+                          uint64_t first, uint32_t count, int is_marker, int64_t arrival_ns)
 {
     eng_impl_t *im = IMPL(e);
     if (retired(im, session) ||
         (e->config.pinned && memcmp(session, e->config.session, MOLD_SESSION_LENGTH) != 0))
+        return 0;
+    if (feed == LBF_FEED_RETRANSMIT) /* answers are for the current session's requests: they never choose one */
+        return 0;
+    /* an END_OF_SESSION of this feed not confirmed yet: the feed moving to a new session (confirmed below)
+     * confirms it */
+    int ended = !im->has_pending_eos && im->end_held[feed];
+    uint64_t ended_next = im->end_next[feed];
+    if (e->has_session) {
+        /* switch once the current session has ended and nothing of it is missing any more, or has gone silent */
+        int complete = (im->has_pending_eos || ended) && !has_hole(e);
+        if (!complete && arrival_ns - e->last_session_arrival_ns < e->config.session_change_idle_ns)
+            return 0;
+    }
+    candidate_t held[ENG_MAX_CANDIDATES];
+    int32_t n = e->config.confirm
+                    ? session_confirmed(e, feed, p, length, session, first, count, is_marker, arrival_ns, held)
+                    : 0;
+    if (n < 0)
         return 0;
     if (!e->has_session) {
         e->has_session = 1;
@@ -463,12 +659,24 @@ static int accept_session(lbf_eng_t *e, const uint8_t *session, int64_t arrival_
             join(e, e->config.resume_sequence);
         else if (e->config.start_sequence)
             join(e, e->config.start_sequence);
-        return 1;
+        /* else the first datagram processed (the held one) fixes expected: joining wherever the stream is */
+    } else {
+        if (ended) {
+            im->has_pending_eos = 1;
+            im->pending_eos = ended_next;
+        }
+        switch_session(e, session, arrival_ns);
     }
-    int complete = im->has_pending_eos && !has_hole(e);
-    if (!complete && arrival_ns - e->last_session_arrival_ns < e->config.session_change_idle_ns)
-        return 0;
-    switch_session(e, session, arrival_ns);
+    for (int32_t i = 0; i < n; i++) { /* counted once already (as a foreign datagram while it was held) */
+        candidate_t *c = &held[i];
+        int32_t f = c->feed;
+        int64_t *st = fstats(e, f);
+        st[LBF_FS_PACKETS] -= 1;
+        st[LBF_FS_BYTES] -= c->length;
+        st[LBF_FS_FOREIGN_SESSION] -= 1;
+        eng_intake_packet(e, c->data, c->length, f, 0, c->arrival_ns, -1, 0);
+        free(c->data);
+    }
     return 1;
 }
 
@@ -478,9 +686,14 @@ static void marker(lbf_eng_t *e, int32_t feed, uint64_t next_sequence, int end, 
     fstats(e, feed)[end ? LBF_FS_END_OF_SESSION : LBF_FS_HEARTBEATS] += 1;
     if (!e->has_expected)
         join(e, next_sequence);
+    end_revealed(e, feed, next_sequence);
     if (end && !im->has_pending_eos) {
-        im->has_pending_eos = 1;
-        im->pending_eos = next_sequence;
+        if (e->config.confirm) {
+            end_candidate(e, feed, next_sequence, arrival_ns);
+        } else {
+            im->has_pending_eos = 1;
+            im->pending_eos = next_sequence;
+        }
     }
     if (next_sequence - 1 >= e->expected) {
         if (next_sequence - 1 > e->highest)
@@ -554,6 +767,7 @@ static void data(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, u
 {
     if (!e->has_expected)
         join(e, first);
+    end_revealed(e, feed, first + count);
     if (first > e->expected) {
         fstats(e, feed)[LBF_FS_OUT_OF_ORDER] += 1;
         enqueue(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
@@ -805,7 +1019,8 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
     }
     const uint8_t *session = p + MOLD_SESSION_OFFSET;
     int same = e->has_session && memcmp(session, e->session, MOLD_SESSION_LENGTH) == 0;
-    if (!same && !accept_session(e, session, arrival_ns)) {
+    session_candidate_revealed(e, feed, same);
+    if (!same && !accept_session(e, feed, p, n, session, first, count, is_marker, arrival_ns)) {
         st[LBF_FS_FOREIGN_SESSION] += 1;
         return;
     }
@@ -885,7 +1100,7 @@ int32_t lbf_eng_settle(lbf_eng_t *e, int64_t now_ns)
         im->rec_touched = 0;
         e->recovery_deadline_ns = e->recovering ? feed_rec_next_deadline(e) : INT64_MAX;
     }
-    emit_end_of_session(e);
+    emit_end_of_session(e, now_ns);
     return im->oom ? -ENOMEM : 0;
 }
 
@@ -916,7 +1131,8 @@ int64_t lbf_eng_deadline(lbf_eng_t *e)
     int64_t d = lbf_eng_wait_deadline(e);
     if (e->recovering && e->recovery_deadline_ns < d)
         d = e->recovery_deadline_ns;
-    return d;
+    int64_t quiet = end_quiet_deadline(e);
+    return quiet < d ? quiet : d;
 }
 
 int32_t lbf_eng_packet(lbf_eng_t *e, const uint8_t *packet, int32_t length, int32_t feed, int32_t truncated,
@@ -1008,6 +1224,7 @@ void lbf_eng_destroy(lbf_eng_t *e)
     eng_impl_t *im = IMPL(e);
     feed_q_clear(im);
     free_held(im);
+    free_candidates(im);
     free(im->heap);
     free(im->cov_start);
     free(im->cov_end);

@@ -67,6 +67,8 @@ int feed_blocks_fill_packet(const uint8_t *p, int32_t length, uint32_t count);
 /* ---- the engine's hidden state ---- */
 
 #define ENG_MAX_HELD LBF_FEEDS /* one unconfirmed jump per feed */
+#define ENG_CANDIDATES_PER_FEED 2 /* sessions a feed may hold a first datagram of (spec.py CANDIDATES_PER_FEED) */
+#define ENG_MAX_CANDIDATES (ENG_CANDIDATES_PER_FEED * LBF_FEEDS)
 #define ENG_MAX_REQUESTED 4096 /* requested ranges remembered for accepting answers (spec.py MAX_REQUESTED_RANGES) */
 
 typedef struct q_entry {
@@ -95,6 +97,18 @@ typedef struct held {
     uint8_t *data;
     int32_t length;
 } held_t;
+
+/* the first datagram of a session not adopted yet, held until a second one confirms it (spec.py _Candidate) */
+typedef struct candidate {
+    int32_t used;
+    int32_t feed;
+    uint8_t session[10];
+    uint64_t start; /* a data packet's first sequence, a marker's next sequence */
+    uint64_t end;   /* the sequence after it (a marker's next sequence) */
+    int64_t arrival_ns;
+    uint8_t *data;
+    int32_t length;
+} candidate_t;
 
 /* the re-request pacing (src/logbuf/feed/recovery.py is its specification, name for name) */
 typedef struct rec {
@@ -153,6 +167,11 @@ typedef struct eng_impl {
     int64_t retired_n, retired_cap;
     held_t held[ENG_MAX_HELD];
     int32_t held_n;
+    candidate_t cand[ENG_MAX_CANDIDATES]; /* sessions' first datagrams awaiting confirmation, arrival order */
+    int32_t cand_n;
+    int32_t end_held[LBF_FEEDS];  /* per live feed: an END_OF_SESSION awaiting confirmation */
+    uint64_t end_next[LBF_FEEDS];
+    int64_t end_arrival[LBF_FEEDS];
     uint64_t wait_hole;
     int64_t ahead[LBF_FEEDS];
     uint64_t declared_upto;

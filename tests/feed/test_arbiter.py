@@ -5,6 +5,7 @@ Every test runs twice: against the executable specification (pure Python) and ag
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -50,7 +51,8 @@ class NativeFlat(native.Arbiter):
 
     def __init__(self, config: ArbiterConfig | None = None, recovery: Recovery | None = None) -> None:
         seed = recovery.rng.seed if recovery is not None and isinstance(recovery.rng, Jitter) else 0
-        super().__init__(config, None if recovery is None else recovery.config, seed=seed)
+        super().__init__(_one_datagram(config), None if recovery is None else recovery.config, seed=seed)
+
 
     def on_packet(self, *args: object, **kwargs: object) -> list:
         return _flat(super().on_packet(*args, **kwargs))
@@ -59,12 +61,25 @@ class NativeFlat(native.Arbiter):
         return _flat(super().on_tick(now_ns))
 
 
+class SpecOne(SpecArbiter):
+    """The specification trusting one datagram (see :func:`_one_datagram`)."""
+
+    def __init__(self, config: ArbiterConfig | None = None, recovery: Recovery | None = None) -> None:
+        super().__init__(_one_datagram(config), recovery)
+
+
+def _one_datagram(config: ArbiterConfig | None) -> ArbiterConfig:
+    """These tests are about the rules once a session is joined: a session and its end are taken from one
+    datagram (confirm=False). Their confirmation by a second datagram is tested in test_feed_session_confirm.py."""
+    return dataclasses.replace(config or ArbiterConfig(), confirm=False)
+
+
 Arbiter: type = SpecArbiter  # replaced per test by the fixture below
 
 
 @pytest.fixture(autouse=True, params=["spec", "native"])
 def implementation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setitem(globals(), "Arbiter", SpecArbiter if request.param == "spec" else NativeFlat)
+    monkeypatch.setitem(globals(), "Arbiter", SpecOne if request.param == "spec" else NativeFlat)
     return request.param
 
 

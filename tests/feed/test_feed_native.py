@@ -317,7 +317,7 @@ def test_c_block_validation_matches_python(body: bytes, count: int, cut: int) ->
 
 
 def test_ring_messages_are_views_and_queued_ones_copies() -> None:
-    arb = Arbiter(ArbiterConfig())
+    arb = Arbiter(ArbiterConfig(confirm=False))  # the session from one datagram: its messages stay ring views
     ring = RecvRing(4, SLOT)
     ring.load(0, data(1, 2), Feed.A, 0)
     ring.load(1, data(5, 3), Feed.A, 1)  # ahead of 3: queued (a copy)
@@ -334,7 +334,7 @@ def test_ring_messages_are_views_and_queued_ones_copies() -> None:
 def test_a_hole_does_not_send_packets_to_python() -> None:
     """While a hole is pending (single-feed loss, the other feed late), the whole batch stays in C: no
     recovery starts, and the batch comes back as one delivery run per source."""
-    arb = Arbiter(ArbiterConfig(out_of_order_max_interval=1000), RecoveryConfig(), seed=1)
+    arb = Arbiter(ArbiterConfig(out_of_order_max_interval=1000, confirm=False), RecoveryConfig(), seed=1)
     ring = RecvRing(64, SLOT)
     slot = 0
     for first in range(1, 200, 5):  # A lost 6-10; B is 30 packets late
@@ -428,7 +428,7 @@ def test_kernel_timestamps_and_truncation(udp_pair) -> None:
     assert ring.flags[1] & RX_TRUNCATED and ring.lengths[1] == 64
     # the kernel stamp, moved to CLOCK_MONOTONIC, lies between the send and the receive (1 ms clock slack)
     assert np.all((before - MS <= ring.arrivals[:2]) & (ring.arrivals[:2] <= after))
-    arb = Arbiter(ArbiterConfig())
+    arb = Arbiter(ArbiterConfig(confirm=False))
     events = flatten(arb.process(ring, 0, 2))
     assert [e.seq for e in events if isinstance(e, Deliver)] == [1, 2]
     assert arb.stats(Feed.A).decode_errors == 1
@@ -462,7 +462,7 @@ def test_kernel_drops_are_counted_per_feed(udp_pair) -> None:
 
 
 def test_delivery_runs_stay_in_the_engine_and_expire_with_the_next_call() -> None:
-    arb = Arbiter(ArbiterConfig())
+    arb = Arbiter(ArbiterConfig(confirm=False))  # the session from one datagram: the first run is a ring view
     ring = RecvRing(4, SLOT)
     ring.load(0, data(1, 3), Feed.A, 7)
     ring.load(1, data(4, 2), Feed.B, 8)

@@ -382,6 +382,42 @@ def test_a_forged_heartbeat_far_ahead_is_revealed_by_the_traffic_that_continues(
         server.stop()
 
 
+def test_one_forged_end_of_session_does_not_end_the_session(rig: Rig) -> None:
+    """A forged END_OF_SESSION on A mid-session: the true stream past it on A reveals it; the handler run with
+    --until-end-of-session publishes everything and exits only at the true end."""
+    server = Server(rig.ports[2], rig.sent)
+    server.start()
+    try:
+        proc = started(rig)
+        send_stream(rig, 1, 1000)
+        wait_for(rig, proc, 1000)
+        send(rig, "A", marker(1001, 0xFFFF))
+        send_stream(rig, 1001, 3000)
+        wait_for(rig, proc, 3000)
+        summary = end_session(rig, proc, 3000)
+        rig.reader.check_exactly(3000)
+        assert [(record.kind, reserved) for record, reserved in rig.reader.seen] == [
+            (out.SESSION_CHANGED, 1), (out.END_OF_SESSION, 3001)]
+        assert summary["ends_forged"] == 1
+    finally:
+        server.stop()
+
+
+def test_one_datagram_of_another_session_first_does_not_choose_the_session(rig: Rig) -> None:
+    server = Server(rig.ports[2], rig.sent)
+    server.start()
+    try:
+        proc = started(rig)
+        send(rig, "A", mold(1, [b"EVIL-1", b"EVIL-2"], session=b"EVILSESS01"))
+        send_stream(rig, 1, 2000)
+        wait_for(rig, proc, 2000)
+        summary = end_session(rig, proc, 2000)
+        rig.reader.check_exactly(2000)
+        assert summary["sessions_forged"] == 1 and summary["session_changes"] == 1
+    finally:
+        server.stop()
+
+
 def handler_counter(rig: Rig, name: str) -> int:
     """The running handler's counter ``name`` in cnc.dat (copied there every 100 ms)."""
     values = [c.value for c in rig.client.counters if c.type_id == FEED_HANDLER_COUNTER_TYPE_ID

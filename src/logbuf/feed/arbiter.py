@@ -141,6 +141,8 @@ class Arbiter:
             ffi.memmove(c.resume_session, moldudp64.encode_session(cfg.resume[0]), _SESSION_LENGTH)
             c.resume_sequence = cfg.resume[1]
         c.session_change_idle_ns = cfg.session_change_idle_ns
+        c.end_of_session_quiet_ns = cfg.end_of_session_quiet_ns
+        c.confirm = 1 if cfg.confirm else 0
         c.max_jump = cfg.max_jump or 0
         c.recovery = 1 if recovery is not None else 0
         if recovery is not None:

@@ -66,6 +66,12 @@ class ArbiterConfig:
     max_queue_packets: int = DEFAULT_MAX_QUEUE_PACKETS
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES  # datagram bytes queued at most
     session_change_idle_ns: int = 3 * NANOS_PER_SECOND
+    # an END_OF_SESSION marker no other feed (nor a repeat) confirmed acts after this long without traffic past
+    # it on its feed (a heartbeat interval: a lone forged marker must not end the session)
+    end_of_session_quiet_ns: int = NANOS_PER_SECOND
+    # a session (first or switch), the --join live start point and END_OF_SESSION act only when a second
+    # datagram confirms them; False trusts one datagram (a feed nobody can inject into, and tests of other rules)
+    confirm: bool = True
     delay_window_bits: int = 16
     max_jump: int | None = DEFAULT_MAX_JUMP  # messages past everything known that need a confirmation
     resume: tuple[str | bytes, int] | None = None  # (session, next sequence): join that session there
@@ -84,6 +90,8 @@ class ArbiterConfig:
             raise ValueError("max_queue_bytes must be >= 3000 (two datagrams)")
         if self.session_change_idle_ns <= 0:
             raise ValueError("session_change_idle_ns must be > 0")
+        if self.end_of_session_quiet_ns <= 0:
+            raise ValueError("end_of_session_quiet_ns must be > 0")
         if not 4 <= self.delay_window_bits <= 24:
             raise ValueError("delay_window_bits must be within 4..24")
         if self.session is not None:
@@ -289,8 +297,8 @@ FEED_OPTIONS: tuple[Option, ...] = (
     Option("--capture-stream", _stream_id, out.CAPTURE_STREAM, "capture stream id (with --capture)"),
     # -- joining and restarts
     Option("--join", None, DEFAULT_JOIN, "from-start: recover the session from sequence 1 (everything "
-           "missed before the first packet is re-requested); live: start at the first packet seen (the past is "
-           "skipped: one SESSION_CHANGED names where the stream starts). A restart resumes from the checkpoint "
+           "missed before the first packet is re-requested); live: start at the first packet seen that a second "
+           "datagram confirms (the past is skipped: one SESSION_CHANGED names where the stream starts). A restart resumes from the checkpoint "
            "instead", choices=JOIN_CHOICES),
     Option("--checkpoint", _checkpoint, None, "file holding the session and next sequence published (updated "
            "after every append, cleared once the session was published to its end); a restarted handler resumes "

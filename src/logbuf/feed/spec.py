@@ -37,12 +37,21 @@ gap gets its ``GapRecovered``. What was asked of a hole and not answered for ``g
 first one. The stream stays in recovery until it has caught up (no hole left).
 
 **Heartbeats and end of session** carry the next sequence: a value past ``expected`` reveals tail loss (it joins
-the hole like a zero-length packet) and never advances ``expected``. ``EndOfSession`` is emitted once the stream
-reached it. **Sessions**: the first session seen is joined; another session is switched to only once the current
-one has ended with nothing of it missing, or has been silent for ``session_change_idle``; until then its packets
-are counted as foreign and ignored (a stray packet must not hijack the stream; what was ignored is re-requested
-after the switch, since the new session is expected from sequence 1). Packets of retired sessions are always
-ignored.
+the hole like a zero-length packet) and never advances ``expected``. An end of session acts only once confirmed
+(``confirm``): by the other live feed's marker at the same next sequence, the same feed repeating it, or
+``end_of_session_quiet_ns`` without traffic past it on its feed; data or a marker past it on its feed reveals it
+as forged (``ends_forged``). ``EndOfSession`` is emitted once confirmed and the stream reached it.
+**Sessions**: a session is adopted only when a second datagram confirms its first (``confirm``): the other live
+feed's (within ``max_jump`` of it) or the same feed's next one at or past its end; until then the first is held
+(one per session, of ``CANDIDATES_PER_FEED`` sessions per live feed, counted as foreign); confirming one session,
+or the current session continuing on that feed, reveals the others as forged (``sessions_forged``); a feed's
+unconfirmed end of session is confirmed by that feed moving to a new (confirmed) session; on confirmation the
+held datagrams are processed first (lowest position first), so joining wherever the stream is
+(``start_sequence`` None) starts at a confirmed datagram. Answers never choose a
+session. Another session is switched to only once the current one has ended with nothing of it missing, or has
+been silent for ``session_change_idle``; until then its packets are counted as foreign and ignored (a stray
+packet must not hijack the stream; what was ignored is re-requested after the switch, since the new session is
+expected from sequence 1). Packets of retired sessions are always ignored.
 
 **Bounded queue**: at ``max_queue_packets`` queued datagrams or ``max_queue_bytes`` of them a ``QueueOverflow``
 is emitted. With recovery on, queue pressure never costs a recoverable message: a packet that does not fit is
@@ -149,6 +158,23 @@ class _Queued:
         self.data = data
 
 
+CANDIDATES_PER_FEED = 2  # sessions a live feed may hold a first datagram of at once
+
+
+class _Candidate:
+    """The first datagram of a session not adopted yet (a copy), held until a second datagram confirms it."""
+
+    __slots__ = ("session", "feed", "data", "start", "end", "arrival_ns")
+
+    def __init__(self, session: bytes, feed: Feed, data: bytes, start: int, end: int, arrival_ns: int) -> None:
+        self.session = session
+        self.feed = feed
+        self.data = data
+        self.start = start  # a data packet's first sequence, a marker's next sequence
+        self.end = end  # the sequence after it (a marker's next sequence)
+        self.arrival_ns = arrival_ns
+
+
 class SpecArbiter:
     """The sans-IO arbiter in pure Python: ``on_packet`` / ``on_tick`` return events (see the module doc)."""
 
@@ -194,6 +220,11 @@ class SpecArbiter:
         # packets held back for announcing an unconfirmed jump: (feed, bytes, position, first, count, marker,
         # arrival)
         self._held: list[tuple[Feed, bytes, int, int, int, bool, int]] = []
+        # first datagrams of sessions not adopted yet, until a second one confirms them: arrival order, at most
+        # CANDIDATES_PER_FEED per live feed (of distinct sessions)
+        self._candidates: list[_Candidate] = []
+        # per live feed, an END_OF_SESSION marker not confirmed yet: (next sequence, arrival)
+        self._end_candidates: list[tuple[int, int] | None] = [None] * len(Feed)
 
     # -- public API -------------------------------------------------------------------------------------------
 
@@ -228,6 +259,9 @@ class SpecArbiter:
             d = self.recovery.next_deadline_ns()
             if d is not None:
                 deadlines.append(d)
+        quiet = self._end_quiet_deadline_ns()
+        if quiet is not None:
+            deadlines.append(quiet)
         return min(deadlines) if deadlines else None
 
     @property
@@ -295,7 +329,9 @@ class SpecArbiter:
         if not valid:
             st[FS_DECODE_ERRORS] += 1
             return
-        if session != self.session and not self._accept_session(session, arrival_ns, out):
+        self._session_candidate_revealed(feed, session)
+        if session != self.session and not self._accept_session(feed, buf, session, first, count, marker,
+                                                                arrival_ns, out):
             st[FS_FOREIGN_SESSION] += 1
             return
         if arrival_ns > self.last_session_arrival_ns:
@@ -422,8 +458,59 @@ class SpecArbiter:
         self._intake(feed, buf, first, count, marker, arrival_ns, out)
         return True
 
-    def _accept_session(self, session: bytes, arrival_ns: int, out: list[Event]) -> bool:
+    def _session_candidate_revealed(self, feed: Feed, session: bytes) -> None:
+        """The current session continuing on a feed reveals that feed's held candidates of other sessions as
+        forged."""
+        if session == self.session and self._candidates:
+            kept = [c for c in self._candidates if c.feed != feed]
+            self.counters.sessions_forged += len(self._candidates) - len(kept)
+            self._candidates = kept
+
+    def _session_confirmed(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int,
+                           marker: bool, arrival_ns: int) -> list[_Candidate] | None:
+        """Hold the first datagram of a session until a second one confirms it: the other feed's (its position
+        within ``max_jump``) or the same feed's next one continuing it (at or past its end). Returns the held
+        datagrams it confirms (lowest position first), or None when this one is held instead. A feed holds one
+        candidate per session, of two sessions at most (a forged datagram between two true ones displaces
+        neither); confirming one session drops every other candidate (``sessions_forged``)."""
+        start = first  # a marker's next sequence, a data packet's first
+        end = first if marker else first + count
+        bound = self.config.max_jump
+        candidates = self._candidates
+        confirming = [c for c in candidates if c.session == session and
+                      (c.end <= start if c.feed == feed else bound is None or abs(c.start - start) <= bound)]
+        if not confirming:
+            # the same feed went back (or elsewhere) in that session, or holds too many: the older one is dropped
+            mine = [c for c in candidates if c.feed == feed]
+            drop = [c for c in mine if c.session == session] or mine[: max(0, len(mine) - CANDIDATES_PER_FEED + 1)]
+            self.counters.sessions_forged += len(drop)
+            self._candidates = [c for c in candidates if c not in drop]
+            self._candidates.append(_Candidate(session, feed, bytes(buf), start, end, arrival_ns))
+            return None
+        self.counters.sessions_forged += len(candidates) - len(confirming)
+        self._candidates = []
+        return sorted(confirming, key=lambda c: c.start)
+
+    def _accept_session(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int, marker: bool,
+                        arrival_ns: int, out: list[Event]) -> bool:
+        """A datagram of a session other than the current one: True when it starts (or switches to) its session
+        now, confirmed by a second datagram (the held first one is processed before it)."""
         if session in self._retired or (self.pinned_session is not None and session != self.pinned_session):
+            return False
+        if feed == Feed.RETRANSMIT:  # answers are for the current session's requests: they never choose one
+            return False
+        # an END_OF_SESSION of this feed not confirmed yet: the feed moving to a new session (confirmed below)
+        # confirms it
+        ended = self._end_candidates[feed] if self._pending_eos is None else None
+        if self.session is not None:
+            # switch once the current session has ended and nothing of it is missing any more (a hole is
+            # resolved within lost_packet_wait_time + give_up at most), or once it has gone silent
+            complete = (self._pending_eos is not None or ended is not None) and not self.holes(1)
+            if not complete and arrival_ns - self.last_session_arrival_ns < self.config.session_change_idle_ns:
+                return False
+        held = self._session_confirmed(feed, buf, session, first, count, marker, arrival_ns) \
+            if self.config.confirm else []
+        if held is None:
             return False
         if self.session is None:
             self.session = session
@@ -433,13 +520,17 @@ class SpecArbiter:
                 self._join(resume[1], out)  # a restart: after what the previous run published
             elif self.config.start_sequence is not None:
                 self._join(self.config.start_sequence, out)
-            return True  # the packet itself fixes expected when joining wherever the stream is
-        # switch once the current session has ended and nothing of it is missing any more (a hole is resolved
-        # within lost_packet_wait_time + give_up at most), or once it has gone silent
-        complete = self._pending_eos is not None and not self.holes(1)
-        if not complete and arrival_ns - self.last_session_arrival_ns < self.config.session_change_idle_ns:
-            return False
-        self._switch_session(session, arrival_ns, out)
+            # else the first datagram processed (the held one) fixes expected: joining wherever the stream is
+        else:
+            if ended is not None:
+                self._pending_eos = ended[0]
+            self._switch_session(session, arrival_ns, out)
+        for c in held:  # counted once already (as a foreign datagram while it was held)
+            st = self.feed_stats[c.feed]
+            st[FS_PACKETS] -= 1
+            st[FS_BYTES] -= len(c.data)
+            st[FS_FOREIGN_SESSION] -= 1
+            self._packet(c.feed, memoryview(c.data), c.arrival_ns, False, out)
         return True
 
     def _join(self, next_sequence: int, out: list[Event]) -> None:
@@ -452,7 +543,7 @@ class SpecArbiter:
         while self.holes(1):
             self._abandon(1, GapReason.SESSION_CHANGE, now_ns, out)
         self._close_gaps(out)
-        self._emit_end_of_session(out)
+        self._emit_end_of_session(now_ns, out)
         self._progress = False
         self._retired.add(old)
         if self.recovery is not None:
@@ -468,6 +559,8 @@ class SpecArbiter:
         self._wait_started_ns = None
         self._pending_eos = None
         self._eos_emitted = False
+        self._candidates = []
+        self._end_candidates = [None] * len(Feed)
         self._shedding = False
         self.ring_feed.fill(RING_NO_FEED)  # sequences restart: old slots must not pair with new messages
         self.session = session
@@ -480,8 +573,12 @@ class SpecArbiter:
         self.feed_stats[feed, FS_END_OF_SESSION if end else FS_HEARTBEATS] += 1
         if self.expected is None:
             self._join(next_sequence, out)
+        self._end_revealed(feed, next_sequence)
         if end and self._pending_eos is None:
-            self._pending_eos = next_sequence
+            if self.config.confirm:
+                self._end_candidate(feed, next_sequence, arrival_ns)
+            else:
+                self._pending_eos = next_sequence
         if next_sequence - 1 >= self._next:  # messages up to next_sequence - 1 exist and are not here
             self.highest = max(self.highest, next_sequence - 1)
             self._note_ahead(feed, next_sequence, arrival_ns)
@@ -489,6 +586,7 @@ class SpecArbiter:
     def _data(self, feed: Feed, buf: memoryview, first: int, count: int, arrival_ns: int, out: list[Event]) -> None:
         if self.expected is None:
             self._join(first, out)
+        self._end_revealed(feed, first + count)
         if first > self._next:
             self.feed_stats[feed, FS_OUT_OF_ORDER] += 1
             self._enqueue(feed, first, count, bytes(buf), arrival_ns, out)
@@ -730,9 +828,43 @@ class SpecArbiter:
                 self._recovery.stop()  # caught up
             else:
                 self._recovery.forget_below(self._next)
-        self._emit_end_of_session(out)
+        self._emit_end_of_session(now_ns, out)
 
-    def _emit_end_of_session(self, out: list[Event]) -> None:
+    def _end_candidate(self, feed: Feed, next_sequence: int, arrival_ns: int) -> None:
+        """An END_OF_SESSION marker acts only once confirmed: by the other feed's at the same next sequence, by
+        the same feed repeating it, or (:meth:`_emit_end_of_session`) by ``end_of_session_quiet_ns`` without
+        traffic past it on that feed. Until then it is held here, one per feed."""
+        candidates = self._end_candidates
+        if any(c is not None and c[0] == next_sequence for c in candidates):
+            self._pending_eos = next_sequence
+            self._end_candidates = [None] * len(Feed)
+            return
+        if candidates[feed] is not None:  # the same feed announced another end: the older one was forged
+            self.counters.ends_forged += 1
+        candidates[feed] = (next_sequence, arrival_ns)
+
+    def _end_revealed(self, feed: Feed, past: int) -> None:
+        """Traffic on a live feed announcing sequences past its held END_OF_SESSION (``past``: a data packet's
+        end, a marker's next sequence) reveals that marker as forged: it is dropped and the stream goes on."""
+        if feed == Feed.RETRANSMIT:
+            return
+        candidate = self._end_candidates[feed]
+        if candidate is not None and past > candidate[0]:
+            self._end_candidates[feed] = None
+            self.counters.ends_forged += 1
+
+    def _end_quiet_deadline_ns(self) -> int | None:
+        """When the oldest held END_OF_SESSION marker has been quiet long enough to act (None: none held)."""
+        held = [c[1] for c in self._end_candidates if c is not None]
+        return min(held) + self.config.end_of_session_quiet_ns if held else None
+
+    def _emit_end_of_session(self, now_ns: int, out: list[Event]) -> None:
+        if self._pending_eos is None:
+            for candidate in self._end_candidates:  # lowest feed first (the C engine's order)
+                if candidate is not None and now_ns - candidate[1] >= self.config.end_of_session_quiet_ns:
+                    self._pending_eos = candidate[0]
+                    self._end_candidates = [None] * len(Feed)
+                    break
         eos = self._pending_eos
         if eos is not None and not self._eos_emitted and self.expected is not None and self.expected >= eos:
             self._eos_emitted = True

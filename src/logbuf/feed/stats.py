@@ -41,10 +41,12 @@ C_JUMPS_HELD = 8  # packets announcing a jump past max_jump, held until confirme
 C_JUMPS_CONFIRMED = 9  # jumps confirmed by a second packet (the other feed's, or the next one)
 C_SHED_PACKETS = 10  # packets not queued for a full queue (recovery on): their range is fetched again
 C_JUMPS_FORGED = 11  # jumps revealed as forged by the traffic that continued below them (nothing published)
-C_COUNT = 12
+C_SESSIONS_FORGED = 12  # first datagrams of a session never confirmed by a second (dropped, nothing published)
+C_ENDS_FORGED = 13  # END_OF_SESSION markers revealed as forged by traffic past them on their feed
+C_COUNT = 14
 COUNTER_NAMES = ("gaps_detected", "gaps_recovered", "gaps_unrecoverable", "messages_unrecoverable",
                  "dropped_packets", "recovery_requests", "queue_overflows", "session_changes", "jumps_held",
-                 "jumps_confirmed", "shed_packets", "jumps_forged")
+                 "jumps_confirmed", "shed_packets", "jumps_forged", "sessions_forged", "ends_forged")
 
 # A−B arrival delay (LBF_DELAY_*).
 DELAY_COUNT = 0
