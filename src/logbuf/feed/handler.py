@@ -2,7 +2,9 @@
 
 The sans-IO core (:class:`~logbuf.feed.arbiter.Arbiter`: the C engine with its re-request pacing) decides;
 this module owns the sockets, the clock and the publications. A whole round runs in C (``lbf_round``,
-:class:`~logbuf.feed.feed_native.NativeRound`)::
+:class:`~logbuf.feed.feed_native.NativeRound`), and rounds follow each other in C (``lbf_round_run``) until one
+needs Python or ``max_block`` passed. With ``udp_gro`` a run of datagrams the kernel coalesced arrives in one
+receive slot and is split again there::
 
     feed A ─┐  recvmmsg into one receive ring   ┌────────────────────┐  delivery runs appended ──▶ messages
     feed B ─┼──────────────────────────────────▶│ arbitration engine │  packet/delivery rows ────▶ capture
