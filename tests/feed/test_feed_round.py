@@ -347,6 +347,8 @@ def test_the_round_refuses_a_bad_configuration(tmp_path: Path) -> None:
     assert lib.lbf_round_init(c) < 0  # nothing set
     assert lib.lbf_round(ffi.NULL, 1) == lib.LBF_ROUND_FAILED
     assert lib.lbf_round(c, 0) == lib.LBF_ROUND_FAILED  # never initialised
+    assert lib.lbf_round_run(ffi.NULL, 0) == lib.LBF_ROUND_FAILED
+    assert lib.lbf_round_run(c, 1_000_000) == lib.LBF_ROUND_FAILED
 
 
 def test_the_answers_socket_gets_the_receive_buffer_of_the_feeds(rig) -> None:
