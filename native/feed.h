@@ -54,6 +54,9 @@ typedef struct lbf_rx {
     void *impl;
     int64_t *kernel_drops;      /* [LBF_FEEDS] or NULL: the socket's SO_RXQ_OVFL count (datagrams the kernel
                                    dropped for a full receive buffer), latest value seen per feed */
+    int32_t *segment;           /* [capacity] or NULL: a socket with UDP_GRO may hand over a run of datagrams
+                                   as one (the kernel coalesced them); their size here, every one of them that
+                                   long but the last (0: the slot holds one datagram) */
 } lbf_rx_t;
 
 /* Receive: 0 or -errno from init; destroy is idempotent. */
@@ -62,6 +65,9 @@ void lbf_rx_destroy(lbf_rx_t *rx);
 /* Up to `max` datagrams from `fd` into slots start.. (one recvmmsg); returns how many, 0 if none waiting
  * (LBF_RECV_NONBLOCK), or -errno. */
 int32_t lbf_rx_recv(lbf_rx_t *rx, int32_t fd, int32_t feed, int32_t start, int32_t max, int32_t mode);
+/* The datagrams in slot i: 1, or more when the kernel coalesced a run (UDP_GRO, see lbf_rx_t.segment); the
+ * k-th starts at k * segment within the slot. */
+int32_t lbf_rx_datagrams(const lbf_rx_t *rx, int32_t i);
 int64_t lbf_monotonic_ns(void);
 
 /* 1 when `count` message blocks fill packet[20 .. length) exactly (every length checked), else 0. */
@@ -305,6 +311,11 @@ void lbf_round_destroy(lbf_round_t *r);
 /* One round (may_block: first sleep in ppoll when the last round drained every socket, bounded by the engine's
  * next deadline and max_block_ns); continues a suspended round instead when there is one. */
 int32_t lbf_round(lbf_round_t *r, int32_t may_block);
+/* Rounds as lbf_round(r, 1) does, one after another, until one needs Python (any status but a plain
+ * LBF_ROUND_DONE: events, back-pressure, the counters' turn, a refusal, a failure), a sleep was ended by a
+ * signal, or span_ns have passed since the call: the handler's loop runs Python about once per span_ns (a stop
+ * request is noticed within it) instead of once per round. Returns the last round's status. */
+int32_t lbf_round_run(lbf_round_t *r, int64_t span_ns);
 /* Continue the round suspended by LBF_ROUND_EVENTS / _BACK_PRESSURED. */
 int32_t lbf_round_resume(lbf_round_t *r);
 /* When the engine next needs a tick (INT64_MAX: not before the next packet). */

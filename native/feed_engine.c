@@ -1174,11 +1174,19 @@ int32_t lbf_eng_process(lbf_eng_t *e, const lbf_rx_t *rx, int32_t start, int32_t
         }
         int64_t base = (int64_t)i * rx->slot_size;
         int32_t feed = rx->feed[i];
-        int32_t r = lbf_eng_packet(e, rx->slab + base, length, feed < LBF_FEEDS ? feed : LBF_FEED_A, truncated,
-                                   rx->arrival_ns[i], i, base);
+        feed = feed < LBF_FEEDS ? feed : LBF_FEED_A;
+        /* a run the kernel coalesced (UDP_GRO): each datagram of it in turn, the same arrival for all */
+        int32_t segment = lbf_rx_datagrams(rx, i) > 1 ? rx->segment[i] : length;
+        for (int32_t off = 0; off < length || off == 0; off += segment) {
+            int32_t n = length - off < segment ? length - off : segment;
+            int32_t r = lbf_eng_packet(e, rx->slab + base + off, n, feed, truncated && off + n == length,
+                                       rx->arrival_ns[i], i, base + off);
+            if (r != 0)
+                return r;
+            if (segment <= 0)
+                break;
+        }
         i++;
-        if (r != 0)
-            return r;
     }
     return 0;
 }

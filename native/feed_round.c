@@ -51,6 +51,7 @@ typedef struct round_impl {
     uint8_t row_feed;
     int64_t row_arrival;
     int32_t row_count;
+    int32_t interrupted; /* the last sleep ended with a signal: lbf_round_run hands over to Python */
 } round_impl_t;
 
 static inline void put_le32(uint8_t *p, uint32_t v)
@@ -158,17 +159,22 @@ static int packet_rows(lbf_round_t *r, round_impl_t *im, int32_t n)
 {
     const lbf_rx_t *rx = r->rx;
     for (int32_t i = 0; i < n; i++) {
-        uint8_t *row = new_row(im, LBF_CAPTURE_PACKETS);
-        if (row == NULL)
-            return 0;
-        int32_t length = rx->length[i];
-        const uint8_t *p = rx->slab + (int64_t)i * rx->slot_size;
-        int header = length >= MOLD_HEADER_LENGTH && length <= rx->slot_size;
-        row[LBF_PACKET_ROW_FEED] = feed_letter(rx->feed[i]);
-        put_le32(row + LBF_PACKET_ROW_BYTES, (uint32_t)length);
-        put_le64(row + LBF_PACKET_ROW_ARRIVAL, (uint64_t)(rx->arrival_ns[i] + r->epoch_offset_ns));
-        put_le64(row + LBF_PACKET_ROW_SEQUENCE, header ? be64(p + MOLD_SEQUENCE_OFFSET) : UINT64_MAX);
-        put_le32(row + LBF_PACKET_ROW_COUNT, header ? be16(p + MOLD_COUNT_OFFSET) : UINT32_MAX);
+        /* one row per datagram, those of a coalesced run (UDP_GRO) included */
+        int32_t datagrams = lbf_rx_datagrams(rx, i), total = rx->length[i];
+        int32_t segment = datagrams > 1 ? rx->segment[i] : total;
+        for (int32_t k = 0; k < datagrams; k++) {
+            uint8_t *row = new_row(im, LBF_CAPTURE_PACKETS);
+            if (row == NULL)
+                return 0;
+            int32_t length = datagrams > 1 ? (k + 1 < datagrams ? segment : total - k * segment) : total;
+            const uint8_t *p = rx->slab + (int64_t)i * rx->slot_size + (int64_t)k * segment;
+            int header = length >= MOLD_HEADER_LENGTH && length <= rx->slot_size;
+            row[LBF_PACKET_ROW_FEED] = feed_letter(rx->feed[i]);
+            put_le32(row + LBF_PACKET_ROW_BYTES, (uint32_t)length);
+            put_le64(row + LBF_PACKET_ROW_ARRIVAL, (uint64_t)(rx->arrival_ns[i] + r->epoch_offset_ns));
+            put_le64(row + LBF_PACKET_ROW_SEQUENCE, header ? be64(p + MOLD_SEQUENCE_OFFSET) : UINT64_MAX);
+            put_le32(row + LBF_PACKET_ROW_COUNT, header ? be16(p + MOLD_COUNT_OFFSET) : UINT32_MAX);
+        }
     }
     return 1;
 }
@@ -258,13 +264,14 @@ static int32_t publish_run(lbf_round_t *r, round_impl_t *im, const lbf_event_t *
 
 /* sleep until a datagram arrives or the engine's next deadline (at most max_block_ns); then, when data came,
  * let batch_wait_ns more arrive, so one round serves many packets */
-static void sleep_ns(int64_t ns)
+static void sleep_ns(round_impl_t *im, int64_t ns)
 {
     struct timespec wait = {(time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
-    nanosleep(&wait, NULL);
+    if (nanosleep(&wait, NULL) != 0 && errno == EINTR)
+        im->interrupted = 1;
 }
 
-static void round_block(lbf_round_t *r)
+static void round_block(lbf_round_t *r, round_impl_t *im)
 {
     int64_t deadline = lbf_round_deadline(r);
     if (r->received > 0 && r->batch_wait_ns > 0) {
@@ -276,7 +283,7 @@ static void round_block(lbf_round_t *r)
                 wait = left;
         }
         if (wait > 0)
-            sleep_ns(wait);
+            sleep_ns(im, wait);
         return;
     }
     struct pollfd fds[LBF_FEEDS];
@@ -298,13 +305,15 @@ static void round_block(lbf_round_t *r)
     }
     struct timespec ts = {(time_t)(timeout / 1000000000LL), (long)(timeout % 1000000000LL)};
     int ready = ppoll(fds, n, &ts, NULL);
+    if (ready < 0 && errno == EINTR)
+        im->interrupted = 1;
     if (ready <= 0)
         return; /* the deadline, or a signal: the round goes on (Python handles the signal after it) */
     for (nfds_t k = 0; k < n; k++)
         if (feeds[k] == LBF_FEED_RETRANSMIT && fds[k].revents)
             r->answers_waiting = 1;
     if (r->batch_wait_ns > 0)
-        sleep_ns(r->batch_wait_ns);
+        sleep_ns(im, r->batch_wait_ns);
 }
 
 static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
@@ -461,7 +470,7 @@ int32_t lbf_round(lbf_round_t *r, int32_t may_block)
     if (im->phase != PH_START)
         return lbf_round_resume(r);
     if (may_block && r->drained)
-        round_block(r);
+        round_block(r, im);
     lbf_eng_clear_output(r->eng);
     im->ev = 0;
     im->out_done = 0;
@@ -479,6 +488,21 @@ int32_t lbf_round(lbf_round_t *r, int32_t may_block)
         im->phase = PH_PROCESS;
     }
     return round_status(r, im, round_continue(r, im));
+}
+
+int32_t lbf_round_run(lbf_round_t *r, int64_t span_ns)
+{
+    if (r == NULL || r->impl == NULL)
+        return LBF_ROUND_FAILED;
+    round_impl_t *im = r->impl;
+    int64_t until = lbf_monotonic_ns() + (span_ns > 0 ? span_ns : 0);
+    for (;;) {
+        im->interrupted = 0;
+        int32_t st = lbf_round(r, 1);
+        /* anything but a plain finished round needs Python; so does a signal (its handler runs there) */
+        if (st != LBF_ROUND_DONE || im->interrupted || lbf_monotonic_ns() >= until)
+            return st;
+    }
 }
 
 #ifndef MADV_POPULATE_WRITE

@@ -13,8 +13,16 @@
 #include "feed.h"
 #include "feed_impl.h"
 
-/* room for one SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32 on LP64) and one SO_RXQ_OVFL (CMSG_SPACE(4) = 24) */
-#define RX_CONTROL_SIZE 64
+/* room for one SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32 on LP64), one SO_RXQ_OVFL (CMSG_SPACE(4) = 24) and one
+ * UDP_GRO segment size (CMSG_SPACE(4) = 24) */
+#define RX_CONTROL_SIZE 96
+
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104 /* linux/udp.h */
+#endif
 
 static inline int64_t clock_ns(clockid_t clock)
 {
@@ -105,6 +113,7 @@ int32_t lbf_rx_recv(lbf_rx_t *rx, int32_t fd, int32_t feed, int32_t start, int32
         if (h->msg_flags & MSG_TRUNC)
             fl |= LBF_RX_TRUNCATED;
         int64_t arrival = mono;
+        int32_t segment = 0;
         for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL; c = CMSG_NXTHDR(h, c)) {
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
                 c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
@@ -124,14 +133,32 @@ int32_t lbf_rx_recv(lbf_rx_t *rx, int32_t fd, int32_t feed, int32_t start, int32
                 uint32_t drops;
                 memcpy(&drops, CMSG_DATA(c), sizeof drops);
                 rx->kernel_drops[feed] = drops;
+            } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                int size;
+                memcpy(&size, CMSG_DATA(c), sizeof size);
+                segment = size;
             }
         }
+        /* a coalesced run: every datagram `segment` bytes but the last (shorter or equal); a size the kernel
+         * cannot have given (none, or not below the length) leaves the slot one datagram */
+        if (rx->segment != NULL)
+            rx->segment[i] = segment > 0 && (uint32_t)segment < len ? segment : 0;
         rx->length[i] = (int32_t)len;
         rx->arrival_ns[i] = arrival;
         rx->feed[i] = (uint8_t)feed;
         rx->flags[i] = fl;
     }
     return n;
+}
+
+int32_t lbf_rx_datagrams(const lbf_rx_t *rx, int32_t i)
+{
+    if (rx == NULL || i < 0 || i >= rx->capacity || rx->segment == NULL)
+        return 1;
+    int32_t segment = rx->segment[i], length = rx->length[i];
+    if (segment <= 0 || length <= segment || length > rx->slot_size)
+        return 1;
+    return (int32_t)(((int64_t)length + segment - 1) / segment);
 }
 
 /* ---- validation ---- */

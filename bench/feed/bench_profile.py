@@ -299,6 +299,7 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path, watch: Any = 
     finally:
         day.unlink(missing_ok=True)
     sender_packets = max(1, sent.get("packets", 0))
+    received_packets = sum(summary.get(f"{feed}.packets", 0) for feed in ("A", "B", "RETRANSMIT"))
     sending = max(1e-9, sent.get("seconds", 0.0))  # CPU shares: over the send phase (the rest is mostly idle)
     result = {
         "rate_per_feed": rate, "duration_s": args.duration, "expected": messages,
@@ -307,8 +308,10 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path, watch: Any = 
         "gaps_detected": summary.get("gaps_detected", 0), "gaps_recovered": summary.get("gaps_recovered", 0),
         "recovery_requests": summary.get("recovery_requests", 0),
         "handler_cpu_us_per_packet": round(summary.get("cpu_ns_per_packet", 0) / 1e3, 2),
-        "packets_per_round": round((summary.get("A.packets", 0) + summary.get("B.packets", 0))
-                                   / max(1, summary.get("rounds", 0)), 1),
+        # the same CPU split into user space and the kernel (its rusage over the loop, per received packet)
+        "handler_user_us_per_packet": round(summary.get("cpu_user_us", 0) / max(1, received_packets), 2),
+        "handler_sys_us_per_packet": round(summary.get("cpu_sys_us", 0) / max(1, received_packets), 2),
+        "packets_per_round": round(received_packets / max(1, summary.get("rounds", 0)), 1),
         "wire_to_log_p50_us": round(summary.get("wire_to_log_p50_ns", 0) / 1e3, 1),
         "wire_to_log_p99_us": round(summary.get("wire_to_log_p99_ns", 0) / 1e3, 1),
         "kernel_drops": summary.get("A.kernel_drops", 0) + summary.get("B.kernel_drops", 0),

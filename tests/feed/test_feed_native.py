@@ -238,6 +238,73 @@ def test_the_engine_gives_the_results_of_the_specification(seed: int, n: int, mo
     assert arb.next_deadline_ns() == pure.next_deadline_ns()
 
 
+def coalesce(packets: list[tuple[Feed, bytes, int]], longest: int) -> list[tuple[Feed, list[bytes], int]]:
+    """Runs as UDP_GRO hands them over: consecutive datagrams of one feed, all as long as the first but the
+    last, which may be shorter (so runs of differing sizes follow each other), at most ``longest`` in a run;
+    every datagram of a run arrives at the run's time."""
+    runs: list[tuple[Feed, list[bytes], int]] = []
+    for feed, packet, t in packets:
+        if runs:
+            last_feed, run, _ = runs[-1]
+            size = len(run[0])
+            if (last_feed == feed and len(run) < longest and len(run[-1]) == size and 0 < len(packet) <= size
+                    and len(run) * size + len(packet) <= 65_535):
+                run.append(packet)
+                continue
+        runs.append((feed, [packet], t))
+    return runs
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 200), longest=st.integers(2, 8), batch=st.integers(1, 16),
+       with_recovery=st.booleans())
+def test_coalesced_runs_give_the_results_of_one_datagram_per_slot(seed: int, n: int, longest: int, batch: int,
+                                                                  with_recovery: bool) -> None:
+    """A slot holding a run the kernel coalesced (UDP_GRO: its segment size in ``segments``) is arbitrated as
+    its datagrams one after another in their own slots would be: the same events, deliveries, counters and
+    state, on the random traffic of the equivalence tests (malformed and short last datagrams included)."""
+    runs = coalesce(traffic(seed, n), longest)
+    config = ArbiterConfig(out_of_order_max_interval=3, max_jump=JUMP)
+    results = []
+    for coalesced in (False, True):
+        rec = seed if with_recovery else None
+        arb = Arbiter(config, recovery(rec), seed=rec or 0)
+        ring = RecvRing(8 * batch, 65_536)
+        events: list[Event] = []
+        for begin in range(0, len(runs), batch):
+            slot = 0
+            for feed, run, t in runs[begin:begin + batch]:
+                if coalesced:
+                    ring.load(slot, b"".join(run), feed, t)
+                    ring.segments[slot] = len(run[0]) if len(run) > 1 else 0
+                    slot += 1
+                else:
+                    for packet in run:
+                        ring.load(slot, packet, feed, t)
+                        slot += 1
+            events += flatten(arb.process(ring, 0, slot))
+            events += flatten(arb.on_tick(runs[min(begin + batch, len(runs)) - 1][2]))
+        results.append((events, arb.feed_stats.copy(), arb.delay_stats.copy(), arb.counter_values(),
+                        (arb.expected, arb.session, arb.highest, arb.holes()), arb.next_deadline_ns()))
+    plain, split = results
+    assert split[0] == plain[0]
+    assert np.array_equal(split[1], plain[1]) and np.array_equal(split[2], plain[2])
+    assert split[3:] == plain[3:]
+
+
+def test_the_ring_reports_a_coalesced_run_as_its_datagrams() -> None:
+    ring = RecvRing(2, 65_536)
+    run = [m.encode_downstream(S1, first, [b"%08d" % s for s in range(first, first + count)])
+           for first, count in ((1, 4), (5, 4), (9, 1))]  # two of 60 bytes, then one of 30
+    ring.load(0, b"".join(run), Feed.A, 5)
+    ring.segments[0] = len(run[0])
+    assert [bytes(d) for d in ring.datagrams(0)] == run
+    ring.segments[0] = 0  # no segment size: one datagram
+    assert [bytes(d) for d in ring.datagrams(0)] == [b"".join(run)]
+    ring.segments[0] = len(b"".join(run))  # a size the kernel cannot give (not below the length): one datagram
+    assert len(ring.datagrams(0)) == 1
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), n=st.integers(1, 200), batch=st.integers(1, 16),
        queue=st.sampled_from([4, 16_384]), queue_bytes=st.sampled_from([3_000, 1 << 20]),

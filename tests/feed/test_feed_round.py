@@ -347,6 +347,8 @@ def test_the_round_refuses_a_bad_configuration(tmp_path: Path) -> None:
     assert lib.lbf_round_init(c) < 0  # nothing set
     assert lib.lbf_round(ffi.NULL, 1) == lib.LBF_ROUND_FAILED
     assert lib.lbf_round(c, 0) == lib.LBF_ROUND_FAILED  # never initialised
+    assert lib.lbf_round_run(ffi.NULL, 0) == lib.LBF_ROUND_FAILED
+    assert lib.lbf_round_run(c, 1_000_000) == lib.LBF_ROUND_FAILED
 
 
 def test_the_answers_socket_gets_the_receive_buffer_of_the_feeds(rig) -> None:
@@ -356,3 +358,114 @@ def test_the_answers_socket_gets_the_receive_buffer_of_the_feeds(rig) -> None:
     # the kernel doubles what was set (bookkeeping), capped by rmem_max when not privileged: the same for all
     assert size[Feed.RETRANSMIT] == size[Feed.A] == size[Feed.B]
     assert size[Feed.RETRANSMIT] > 212_992  # more than the kernel's default
+
+
+UDP_SEGMENT = 103  # linux/udp.h: the sender's segmentation offload (GSO)
+
+
+def fixed_mold(first: int, count: int, length: int) -> bytes:
+    """A packet of ``count`` messages of ``length`` bytes each (a run of equal-sized datagrams for GSO)."""
+    def body(seq: int) -> bytes:
+        return (b"F" + struct.pack(">Q", seq) + bytes([seq % 251]) * length)[:length]
+    return HEADER.pack(SESSION, first, count) + b"".join(BLOCK.pack(length) + body(s) for s in range(first, first + count))
+
+
+def gso_runs(total: int) -> list[list[tuple[int, int, int]]]:
+    """Runs of (first, count, message length): within a run every packet has the same size but the last, which
+    is shorter; runs differ in size (a coalesced run is only ever equal-sized datagrams and a shorter last)."""
+    runs, seq, k = [], 1, 0
+    while seq <= total:
+        length, per_packet, packets = 12 + 5 * (k % 4), 6 + k % 5, 2 + k % 7
+        run = []
+        for _ in range(packets):
+            count = min(per_packet, total - seq + 1)
+            run.append((seq, count, length))
+            seq += count
+            if seq > total:
+                break
+        if len(run) > 1 and run[-1][1] == per_packet:  # make the last one shorter (fewer messages)
+            first, count, _ = run[-1]
+            run[-1] = (first, count - 1, length)
+            seq -= 1
+        runs.append(run)
+        k += 1
+    return runs
+
+
+def send_segmented(sock: socket.socket, port: int, run: list[tuple[int, int, int]]) -> None:
+    """One send of the whole run, segmented by the kernel into the run's datagrams (UDP_SEGMENT)."""
+    datagrams = [fixed_mold(*packet) for packet in run]
+    size = len(datagrams[0])
+    assert all(len(d) == size for d in datagrams[:-1]) and len(datagrams[-1]) <= size
+    if len(datagrams) == 1:
+        sock.sendto(datagrams[0], ("127.0.0.1", port))
+        return
+    sock.sendmsg([b"".join(datagrams)], [(socket.IPPROTO_UDP, UDP_SEGMENT, struct.pack("=H", size))],
+                 0, ("127.0.0.1", port))
+
+
+def _gso_supported() -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, 1000)
+        except OSError:
+            return False
+    return True
+
+
+needs_gso = pytest.mark.skipif(not _gso_supported(), reason="this kernel has no UDP segmentation offload (GSO)")
+
+
+@needs_gso
+def test_a_coalesced_run_is_received_as_one_slot_and_split_into_its_datagrams() -> None:
+    from logbuf.feed.feed_native import enable_gro
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with rx, tx:
+        rx.bind(("127.0.0.1", 0))
+        rx.setblocking(False)
+        assert enable_gro(rx)
+        ring = RecvRing(capacity=8)
+        run = [(1, 5, 20), (6, 5, 20), (11, 5, 20), (16, 2, 20)]  # three of 230 bytes, then one of 64
+        send_segmented(tx, rx.getsockname()[1], run)
+        deadline = time.monotonic() + 10
+        n = 0
+        while n == 0:
+            assert time.monotonic() < deadline, "nothing arrived"
+            n = ring.receive(rx, Feed.A)
+        assert n == 1  # the kernel handed the run over as one datagram
+        assert int(ring.segments[0]) == len(fixed_mold(1, 5, 20))
+        assert [bytes(d) for d in ring.datagrams(0)] == [fixed_mold(*p) for p in run]
+        ring.close()
+
+
+@needs_gso
+def test_coalesced_runs_of_differing_sizes_give_the_source_byte_for_byte(rig) -> None:
+    make, _ = rig
+    feed = make(capture=True)
+    total = 6_000
+    runs = gso_runs(total)
+    feed.start()
+    for k, run in enumerate(runs):
+        send_segmented(feed.tx, feed.ports[0], run)  # A: segmented sends, coalesced on a GRO socket
+        if k % 3:  # B: one datagram per packet, a third of them missing
+            for packet in run:
+                feed.send("B", fixed_mold(*packet))
+        if k % 50 == 0:
+            feed.poll()
+    feed.wait_for(total)
+    feed.stop()
+    expected = {p[0] + i: fixed_mold(p[0] + i, 1, p[2])[22:] for run in runs for p in run for i in range(p[1])}
+    assert [seq for seq, _ in feed.got] == list(range(1, total + 1))
+    assert all(body == expected[seq] for seq, body in feed.got)
+    values = feed.handler.counter_values()
+    sent_a = sum(len(run) for run in runs)
+    assert values["A.packets"] == sent_a and values["A.decode_errors"] == 0  # every datagram on its own
+    assert values["gaps_detected"] == 0 and values["published"] == total
+    # capture: one PACKET row per datagram, a coalesced run's each with its own sequence and size
+    rows = np.concatenate([frame for kind, frame in feed.rows if kind == out.CAPTURE_PACKETS])
+    a_rows = rows[rows["feed"] == ord("A")]
+    assert a_rows["sequence"].tolist() == [p[0] for run in runs for p in run]
+    assert a_rows["bytes"].tolist() == [len(fixed_mold(*p)) for run in runs for p in run]
+    assert len(rows) == values["A.packets"] + values["B.packets"]

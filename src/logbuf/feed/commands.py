@@ -78,6 +78,7 @@ def _cmd_feed(args: argparse.Namespace) -> int:
         ),
         seed=args.seed,
         rcvbuf=args.rcvbuf,
+        udp_gro=args.udp_gro == "on",
         batch_wait_s=args.batch_wait_us / 1e6,
         stop_at_end_of_session=args.until_end_of_session,
         wait_for_subscriber_s=args.wait_for_subscriber,

@@ -46,6 +46,7 @@ MAX_REQUEST_RATE = 1_000_000.0
 MAX_REQUEST_BURST = 1_000_000
 # The handler.
 DEFAULT_RCVBUF = 32 << 20  # bytes per socket: ~1 s of the busiest open (20k packets/s x 1.4 kB)
+DEFAULT_UDP_GRO = True  # the kernel may hand over a coalesced run of datagrams as one (split again in C)
 DEFAULT_BATCH_WAIT_US = 1000  # rounds of ~50 packets at the open's rate: each sleep costs ~20 us of CPU on a VM
 DEFAULT_WAIT_FOR_SUBSCRIBER_S = 60.0
 DEFAULT_RING_SLOTS = 256  # receive slots per round (A and B share fairly): a catch-up burst in few rounds
@@ -321,6 +322,11 @@ FEED_OPTIONS: tuple[Option, ...] = (
     # -- sockets and rounds
     Option("--rcvbuf", _count(1, MAX_RCVBUF), DEFAULT_RCVBUF,
            "receive buffer of each socket, the answers' included (bytes)"),
+    Option("--udp-gro", None, "on" if DEFAULT_UDP_GRO else "off",
+           "on: the kernel may hand over a run of datagrams it coalesced (a sender's segmented send, a NIC's "
+           "receive offload) as one, split again by the handler: far less kernel work per packet; the run's "
+           "datagrams share one arrival stamp and a dropped run counts once in kernel_drops (Linux >= 5.0)",
+           choices=("on", "off")),
     Option("--batch-wait-us", _number(0, MAX_BATCH_WAIT_US, "us", low_open=False), float(DEFAULT_BATCH_WAIT_US),
            "while traffic flows, one sleep this long per round (fewer, larger rounds: less CPU, more latency)"),
     # -- recovery (refused while recovery is off)

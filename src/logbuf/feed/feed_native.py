@@ -8,6 +8,8 @@ handler's whole round in C (:class:`NativeRound`).
     arrivals: int64  CLOCK_MONOTONIC arrival (SO_TIMESTAMPNS kernel stamp moved to that clock when enabled)
     feeds:    uint8  Feed of each slot
     flags:    uint8  RX_TRUNCATED (datagram larger than the slot), RX_KERNEL_TIMESTAMP
+    segments: int32  0, or on a socket with UDP_GRO (:func:`enable_gro`) the size of each datagram of a run the
+                     kernel coalesced into this slot (all that long but the last; :meth:`RecvRing.datagrams`)
     kernel_drops: int64 per feed, the socket's SO_RXQ_OVFL count (when enabled)
 
 :class:`~logbuf.feed.arbiter.Arbiter` arbitrates a filled ring in C (``Arbiter.process``). Typical loop::
@@ -44,6 +46,8 @@ DEFAULT_SLOTS = 64
 DEFAULT_SLOT_SIZE = 65_536  # any UDP datagram fits: nothing is ever truncated
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; the socket module lacks it on 3.11
 SO_RXQ_OVFL = getattr(socket, "SO_RXQ_OVFL", 40)  # Linux value: the kernel's drop count with each datagram
+UDP_GRO = getattr(socket, "UDP_GRO", 104)  # Linux value (linux/udp.h)
+MAX_DATAGRAM = 65_535  # a coalesced run is one datagram for the kernel: at most this long
 
 
 
@@ -67,6 +71,22 @@ def enable_drop_counts(sock: socket.socket | int) -> None:
         s.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
 
 
+def enable_gro(sock: socket.socket | int) -> bool:
+    """Let the kernel hand over a run of datagrams of one flow as one (UDP_GRO, Linux >= 5.0): a sender's
+    segmented send (UDP_SEGMENT) stays one datagram on loopback, and a NIC's receive offload coalesces
+    consecutive same-sized datagrams. The ring splits them again (:attr:`RecvRing.segments`), so every datagram
+    is still arbitrated on its own; they share one arrival stamp, and the socket's drop count (SO_RXQ_OVFL)
+    counts a dropped run once. The slots must hold :data:`MAX_DATAGRAM` bytes. False: the kernel refused
+    (too old); datagrams then come one by one."""
+    fd = sock if isinstance(sock, int) else sock.fileno()
+    with socket.socket(fileno=socket.dup(fd)) as s:
+        try:
+            s.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+        except OSError:
+            return False
+    return True
+
+
 def _ptr(ctype: str, array: np.ndarray) -> Any:
     """A typed pointer into ``array``; the caller must keep ``array`` alive as long as C may use it."""
     return ffi.cast(ctype, ffi.from_buffer(array, require_writable=True))
@@ -87,6 +107,7 @@ class RecvRing:
         self.arrivals = np.zeros(capacity, dtype=np.int64)
         self.feeds = np.zeros(capacity, dtype=np.uint8)
         self.flags = np.zeros(capacity, dtype=np.uint8)
+        self.segments = np.zeros(capacity, dtype=np.int32)  # UDP_GRO: each coalesced datagram's size (0: one)
         self.kernel_drops = np.zeros(len(Feed), dtype=np.int64)  # per feed: the socket's SO_RXQ_OVFL count
         c = self._c = ffi.new("lbf_rx_t *")
         c.slab = _ptr("uint8_t *", self.slab)
@@ -95,6 +116,7 @@ class RecvRing:
         c.feed = _ptr("uint8_t *", self.feeds)
         c.flags = _ptr("uint8_t *", self.flags)
         c.kernel_drops = _ptr("int64_t *", self.kernel_drops)
+        c.segment = _ptr("int32_t *", self.segments)
         c.capacity = capacity
         c.slot_size = slot_size
         rc = lib.lbf_rx_init(c)
@@ -141,12 +163,22 @@ class RecvRing:
         self.arrivals[slot] = arrival_ns
         self.feeds[slot] = int(Feed(feed))
         self.flags[slot] = RX_TRUNCATED if len(data) > self.slot_size else 0
+        self.segments[slot] = 0
 
     def packet(self, slot: int) -> memoryview:
-        """The datagram in ``slot`` (a view into the ring)."""
+        """The datagram in ``slot`` (a view into the ring); a coalesced run whole (see :meth:`datagrams`)."""
         length = min(max(int(self.lengths[slot]), 0), self.slot_size)
         base = slot * self.slot_size
         return self.slab[base : base + length].data
+
+    def datagrams(self, slot: int) -> list[memoryview]:
+        """The datagrams in ``slot``: one, or each of a run the kernel coalesced (UDP_GRO), in order."""
+        whole = self.packet(slot)
+        count = int(lib.lbf_rx_datagrams(self._c, slot))
+        if count == 1:
+            return [whole]
+        size = int(self.segments[slot])
+        return [whole[k * size : (k + 1) * size] for k in range(count)]
 
     def truncated(self, slot: int) -> bool:
         length = int(self.lengths[slot])

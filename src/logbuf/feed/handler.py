@@ -2,7 +2,9 @@
 
 The sans-IO core (:class:`~logbuf.feed.arbiter.Arbiter`: the C engine with its re-request pacing) decides;
 this module owns the sockets, the clock and the publications. A whole round runs in C (``lbf_round``,
-:class:`~logbuf.feed.feed_native.NativeRound`)::
+:class:`~logbuf.feed.feed_native.NativeRound`), and rounds follow each other in C (``lbf_round_run``) until one
+needs Python or ``max_block`` passed. With ``udp_gro`` a run of datagrams the kernel coalesced arrives in one
+receive slot and is split again there::
 
     feed A ─┐  recvmmsg into one receive ring   ┌────────────────────┐  delivery runs appended ──▶ messages
     feed B ─┼──────────────────────────────────▶│ arbitration engine │  packet/delivery rows ────▶ capture
@@ -29,6 +31,7 @@ import ipaddress
 import mmap
 import os
 import random
+import resource
 import socket
 import sys
 import threading
@@ -54,6 +57,7 @@ from logbuf.feed.config import (
     DEFAULT_MAX_BLOCK_S,
     DEFAULT_RCVBUF,
     DEFAULT_RING_SLOTS,
+    DEFAULT_UDP_GRO,
     JOIN_CHOICES,
     ArbiterConfig,
     RecoveryConfig,
@@ -81,6 +85,7 @@ from logbuf.feed.feed_native import (
     NativeRound,
     RecvRing,
     enable_drop_counts,
+    enable_gro,
     enable_kernel_timestamps,
     lib,
     monotonic_ns,
@@ -159,6 +164,9 @@ class FeedHandlerConfig:
     max_block_s: float = DEFAULT_MAX_BLOCK_S  # longest ppoll(2) sleep when idle
     batch_wait_s: float = DEFAULT_BATCH_WAIT_S  # while traffic flows, one sleep this long per round (0: none)
     kernel_timestamps: bool = True
+    # UDP_GRO on every socket: a run of datagrams the kernel coalesced (a segmented send, a NIC's receive
+    # offload) is received as one and split again in C: far fewer receive calls' worth of kernel work
+    udp_gro: bool = DEFAULT_UDP_GRO
     stop_at_end_of_session: bool = False
     wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber (or fail)
     join: str = DEFAULT_JOIN  # "from-start": recover the session from sequence 1; "live": from the first packet
@@ -264,6 +272,11 @@ class FeedHandler:
         if cfg.kernel_timestamps:
             for sock in self.sockets.values():
                 enable_kernel_timestamps(sock)
+        if cfg.udp_gro:  # the ring's slots hold any datagram, a coalesced run included (MAX_DATAGRAM)
+            for feed, sock in self.sockets.items():
+                if not enable_gro(sock):
+                    raise FeedHandlerError(f"the kernel refused UDP_GRO on the {feed.name} socket (Linux >= 5.0 "
+                                           "has it): run with --udp-gro off")
         for sock in self.sockets.values():
             with contextlib.suppress(OSError):  # not every kernel reports drops; the counter then stays 0
                 enable_drop_counts(sock)
@@ -295,6 +308,8 @@ class FeedHandler:
         # the retransmission server refused (ECONNREFUSED: nothing listens there): requests pause, then retry
         self.retransmit_unreachable = 0
         self.cpu_ns = 0  # CPU time of the receive/arbitrate/publish loop
+        self.cpu_user_ns = self.cpu_sys_ns = 0  # the same split into user and kernel time (rusage)
+        self._round_span_ns = int(cfg.max_block_s * NANOS_PER_SECOND)  # Python's turn at least this often
         self.lost_by_reason = dict.fromkeys(GapReason, 0)  # messages declared unrecoverable, by why
         self._unreachable_until_ns = 0
         self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
@@ -368,16 +383,19 @@ class FeedHandler:
                     f"{cfg.wait_for_subscriber_s:g} s: start one first, or publish regardless with "
                     "--wait-for-subscriber 0")
         stopping = self._stop.is_set
-        native_round = lib.lbf_round
+        native_rounds = lib.lbf_round_run
+        span_ns = self._round_span_ns
         r = self._r
         cpu_started = time.process_time_ns()  # the process CPU (rusage) while the loop runs
+        usage_started = resource.getrusage(resource.RUSAGE_SELF)
         try:
             while not stopping():
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-                # one round in C; when the last one read every socket to the end it first sleeps (batch_wait
+                # rounds in C until one needs Python, or for max_block at most (a stop request is seen within
+                # it); a round that follows one that read every socket to the end first sleeps (batch_wait
                 # while traffic flows, else in ppoll(2) until a datagram or the engine's next deadline)
-                status = native_round(r, 1)
+                status = native_rounds(r, span_ns)
                 if status:
                     self._finish_round(status)
                 # the session has ended once the stream reached its end and no hole is being recovered (the
@@ -386,6 +404,9 @@ class FeedHandler:
                     break
         finally:
             self.cpu_ns += time.process_time_ns() - cpu_started
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            self.cpu_user_ns += round((usage.ru_utime - usage_started.ru_utime) * NANOS_PER_SECOND)
+            self.cpu_sys_ns += round((usage.ru_stime - usage_started.ru_stime) * NANOS_PER_SECOND)
         if self.end_of_session and self._checkpoint is not None:
             # the session was published to its end: nothing to resume (replaying it again starts afresh)
             next_at = lib.LBF_CHECKPOINT_NEXT
@@ -554,6 +575,8 @@ class FeedHandler:
         values["back_pressure_waits"] = self.back_pressure_waits
         values["retransmit_unreachable"] = self.retransmit_unreachable
         values["cpu_us"] = self.cpu_ns // NANOS_PER_MICRO
+        values["cpu_user_us"] = self.cpu_user_ns // NANOS_PER_MICRO
+        values["cpu_sys_us"] = self.cpu_sys_ns // NANOS_PER_MICRO
         values["rounds"] = self.rounds
         arbiter = self.arbiter  # the engine's pacing: requests answered, held back by the rate, the answer size
         values["requests_answered"] = arbiter.requests_answered
