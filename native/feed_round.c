@@ -52,6 +52,8 @@ typedef struct round_impl {
     int64_t row_arrival;
     int32_t row_count;
     int32_t interrupted; /* the last sleep ended with a signal: lbf_round_run hands over to Python */
+    /* each socket's datagrams of this round: ring slots [from[f], to[f]), in that socket's arrival order */
+    int32_t from[LBF_FEEDS], to[LBF_FEEDS];
 } round_impl_t;
 
 static inline void put_le32(uint8_t *p, uint32_t v)
@@ -321,6 +323,8 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
     lbf_rx_t *rx = r->rx;
     lbf_eng_t *e = r->eng;
     int32_t n = 0, drained = 1;
+    for (int32_t f = 0; f < LBF_FEEDS; f++)
+        im->from[f] = im->to[f] = 0;
     for (int32_t f = LBF_FEED_A; f <= LBF_FEED_B; f++) {
         if (r->fd[f] < 0)
             continue;
@@ -330,6 +334,8 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
             return round_fail(r, LBF_FAIL_RECEIVE, got, f);
         if (got == want && want > 0)
             drained = 0; /* more may be waiting on this feed */
+        im->from[f] = n;
+        im->to[f] = n + got;
         n += got;
     }
     /* answers only come while recovering (a late one waits for the next round) */
@@ -346,6 +352,8 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
         }
         if (got == want && want > 0)
             drained = 0; /* answers still waiting: time must not run ahead of them (no give-up they refute) */
+        im->from[LBF_FEED_RETRANSMIT] = n;
+        im->to[LBF_FEED_RETRANSMIT] = n + got;
         n += got;
     }
     r->answers_waiting = 0;
@@ -363,6 +371,46 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
     return 0;
 }
 
+/* Arbitrate the round's datagrams in kernel arrival order across the sockets, not socket by socket: reading A's
+ * batch before B's would let A's later packets overtake B's earlier ones (the first copy to arrive must win, and
+ * a forged datagram must be judged against what had arrived before it, not after). Each socket's own datagrams
+ * are already in arrival order, so this merges the runs; a run of one socket goes to the engine in one call. */
+static int32_t process_in_arrival_order(lbf_eng_t *e, const lbf_rx_t *rx, const round_impl_t *im)
+{
+    int32_t at[LBF_FEEDS];
+    int32_t busy = 0;
+    for (int32_t f = 0; f < LBF_FEEDS; f++) {
+        at[f] = im->from[f];
+        busy += at[f] < im->to[f];
+    }
+    if (busy <= 1) /* one socket had datagrams: its slots are contiguous */
+        return lbf_eng_process(e, rx, 0, im->n);
+    for (;;) {
+        int32_t pick = -1;
+        for (int32_t f = 0; f < LBF_FEEDS; f++)
+            if (at[f] < im->to[f] && (pick < 0 || rx->arrival_ns[at[f]] < rx->arrival_ns[at[pick]]))
+                pick = f; /* ties go to the lower feed (A, then B, then answers), as before */
+        if (pick < 0)
+            return 0;
+        /* the picked socket's run up to the next datagram any other socket received earlier (or at once) */
+        int64_t bound = INT64_MAX;
+        int32_t bound_feed = LBF_FEEDS;
+        for (int32_t f = 0; f < LBF_FEEDS; f++)
+            if (f != pick && at[f] < im->to[f] && rx->arrival_ns[at[f]] < bound) {
+                bound = rx->arrival_ns[at[f]];
+                bound_feed = f;
+            }
+        int32_t end = at[pick] + 1;
+        while (end < im->to[pick] &&
+               (rx->arrival_ns[end] < bound || (rx->arrival_ns[end] == bound && pick < bound_feed)))
+            end++;
+        int32_t status = lbf_eng_process(e, rx, at[pick], end);
+        if (status != 0)
+            return status;
+        at[pick] = end;
+    }
+}
+
 static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
 {
     lbf_eng_t *e = r->eng;
@@ -375,7 +423,7 @@ static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
         /* fall through */
     case PH_PROCESS:
         if (im->slot < im->n) {
-            int32_t status = lbf_eng_process(e, r->rx, im->slot, im->n);
+            int32_t status = process_in_arrival_order(e, r->rx, im);
             if (status < 0)
                 return round_fail(r, LBF_FAIL_ENGINE, status, -1);
             im->slot = im->n;

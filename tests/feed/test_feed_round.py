@@ -467,3 +467,23 @@ def test_coalesced_runs_of_differing_sizes_give_the_source_byte_for_byte(rig) ->
     assert a_rows["sequence"].tolist() == [p[0] for run in runs for p in run]
     assert a_rows["bytes"].tolist() == [len(fixed_mold(*p)) for run in runs for p in run]
     assert len(rows) == values["A.packets"] + values["B.packets"]
+
+
+def test_a_round_arbitrates_its_datagrams_in_arrival_order_across_the_feeds(rig) -> None:
+    """Within one round B's copy that arrived first wins, although A's socket is read first: the round merges
+    the sockets' datagrams by kernel arrival stamp (read socket by socket, A's later copy would overtake it)."""
+    make, _ = rig
+    feed = make()
+    feed.send("A", mold(1, 10))
+    feed.send("B", mold(1, 10))
+    feed.handler.do_work()
+    feed.send("B", mold(11, 10))  # B first ...
+    feed.send("A", mold(11, 10))  # ... then A, both waiting for the same round
+    feed.send("A", mold(21, 5))
+    feed.send("B", mold(21, 5))
+    feed.handler.do_work()
+    feed.wait_for(25)
+    values = feed.handler.arbiter.counter_values()
+    assert [seq for seq, _ in feed.got] == list(range(1, 26))
+    assert (values["A.delivered"], values["B.delivered"]) == (15, 10)
+    assert (values["A.duplicates"], values["B.duplicates"]) == (10, 15)
