@@ -565,5 +565,13 @@ int32_t lbf_prefault_terms(void *publication)
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t begin = (uintptr_t)pub->terms, end = begin + (uintptr_t)pub->term_length * LB_PARTITION_COUNT;
     begin &= ~(uintptr_t)(page - 1); /* the mapping starts page-aligned: this stays inside it */
-    return madvise((void *)begin, end - begin, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
+    /* a few MiB per call: populating holds the process's memory-map lock, and one call over 3 x 256 MiB held it
+     * for seconds, stalling every other thread's mmap/brk (an allocation on the thread that sends keepalives) */
+    const uintptr_t chunk = (uintptr_t)4 << 20;
+    for (uintptr_t at = begin; at < end; at += chunk) {
+        uintptr_t length = end - at < chunk ? end - at : chunk;
+        if (madvise((void *)at, length, MADV_POPULATE_WRITE) != 0)
+            return -errno;
+    }
+    return 0;
 }

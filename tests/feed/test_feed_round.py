@@ -487,3 +487,31 @@ def test_a_round_arbitrates_its_datagrams_in_arrival_order_across_the_feeds(rig)
     assert [seq for seq, _ in feed.got] == list(range(1, 26))
     assert (values["A.delivered"], values["B.delivered"]) == (15, 10)
     assert (values["A.duplicates"], values["B.duplicates"]) == (10, 15)
+
+
+def test_prefaulting_terms_larger_than_one_step_succeeds_and_changes_nothing(tmp_path: Path) -> None:
+    """The terms are populated a few MiB per call (the memory-map lock is released between calls): 3 x 16 MiB
+    take several calls; the whole span succeeds, a NULL publication is refused, what the log held is kept."""
+    import errno
+
+    from logbuf.feed.feed_native import ffi, lib
+
+    driver = logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=16 << 20)
+    client = logbuf.connect(driver.directory)
+    try:
+        publication = client.add_publication("aeron:ipc", 77)
+        subscription = client.add_subscription("aeron:ipc", 77)
+        deadline = time.monotonic() + 10
+        while publication.offer(b"kept") < 0:
+            assert time.monotonic() < deadline, "the publication never connected"
+            time.sleep(0.01)
+        assert lib.lbf_prefault_terms(publication.native_struct()) == 0
+        assert lib.lbf_prefault_terms(ffi.NULL) == -errno.EINVAL
+        got: list[bytes] = []
+        while not got:
+            assert time.monotonic() < deadline, "the message did not arrive"
+            subscription.poll(lambda buf, header: got.append(bytes(buf)), 10)
+        assert got == [b"kept"]
+    finally:
+        client.close()
+        driver.close()
