@@ -25,6 +25,7 @@
 #include "feed_impl.h"
 #include "lb_layout.h"
 #include "logbuf.h"
+#include "net.h"
 
 enum { PH_START = 0, PH_CAPTURE_PACKETS, PH_PROCESS, PH_TICK, PH_PUBLISH, PH_FLUSH };
 
@@ -411,6 +412,56 @@ static int32_t process_in_arrival_order(lbf_eng_t *e, const lbf_rx_t *rx, const 
     }
 }
 
+#define REQUEST_LENGTH 20 /* MoldUDP64 request: session (10), first sequence (8, big-endian), count (2) */
+#define REQUEST_BATCH 64
+
+/* Send re-request events [from, end) in order, 64 per sendmmsg, as Python's path does: a full socket buffer drops
+ * the rest (recovery asks again at its next retry), a refusal (ICMP port unreachable) is reported to Python,
+ * which pauses requests with back-off; while paused nothing is sent. */
+static int32_t send_requests(lbf_round_t *r, round_impl_t *im, int64_t from, int64_t end)
+{
+    static int32_t offsets[REQUEST_BATCH], lengths[REQUEST_BATCH];
+    if (lengths[0] == 0)
+        for (int32_t i = 0; i < REQUEST_BATCH; i++) {
+            offsets[i] = i * REQUEST_LENGTH;
+            lengths[i] = REQUEST_LENGTH;
+        }
+    if (r->requests_paused_until_ns > 0 && lbf_monotonic_ns() < r->requests_paused_until_ns)
+        return 0;
+    const lbf_event_t *events = r->eng->events;
+    uint8_t batch[REQUEST_BATCH * REQUEST_LENGTH];
+    while (from < end) {
+        int32_t n = 0;
+        for (; from < end && n < REQUEST_BATCH; from++) {
+            const lbf_event_t *ev = &events[from];
+            if (ev->b == 0 || ev->b > 0xFFFF) /* not a count a request can carry (the engine never emits one) */
+                continue;
+            uint8_t *p = batch + n * REQUEST_LENGTH;
+            memcpy(p, ev->session, 10);
+            for (int k = 0; k < 8; k++)
+                p[10 + k] = (uint8_t)(ev->a >> (56 - 8 * k));
+            p[18] = (uint8_t)(ev->b >> 8);
+            p[19] = (uint8_t)ev->b;
+            n++;
+        }
+        for (int32_t done = 0; done < n;) {
+            int32_t sent = lbn_send_from(r->fd[LBF_FEED_RETRANSMIT], batch + done * REQUEST_LENGTH, offsets, lengths,
+                                         n - done, NULL, 0);
+            if (sent == -ECONNREFUSED) {
+                im->flags |= LBF_ROUND_REFUSED;
+                return 0;
+            }
+            if (sent == -EAGAIN || sent == -ENOBUFS || sent == 0)
+                return 0;
+            if (sent < 0)
+                return round_fail(r, LBF_FAIL_REQUESTS, sent, LBF_FEED_RETRANSMIT);
+            r->requests_sent_ok = 1;
+            done += sent;
+        }
+    }
+    return 0;
+}
+
 static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
 {
     lbf_eng_t *e = r->eng;
@@ -460,9 +511,17 @@ static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
             }
             /* the events up to the next delivery go to Python (records for the events stream, requests to
              * send); capture rows stay in stream order with the records */
-            int64_t end = im->ev;
+            int64_t end = im->ev, records = 0;
             while (end < e->event_count && e->events[end].kind != LBF_EV_DELIVER)
-                end++;
+                records += e->events[end++].kind != LBF_EV_REQUEST;
+            if (records == 0 && r->fd[LBF_FEED_RETRANSMIT] >= 0) { /* only requests: sent here, no record */
+                if ((st = send_requests(r, im, im->ev, end)) != 0)
+                    return st;
+                if (e->event_sealed < end)
+                    e->event_sealed = end;
+                im->ev = end;
+                continue;
+            }
             if (r->capture != NULL && (st = flush_rows(r, im)) != 0)
                 return st;
             r->event_next = im->ev;

@@ -515,3 +515,25 @@ def test_prefaulting_terms_larger_than_one_step_succeeds_and_changes_nothing(tmp
     finally:
         client.close()
         driver.close()
+
+
+def test_the_round_sends_its_re_requests_itself_and_python_only_with_records(rig) -> None:
+    """Recovering a late start takes one request per answer; rounds whose events are only requests send them in
+    C (Python is handed the requests that come along with a record, such as the hole's GAP_DETECTED)."""
+    make, serve = rig
+    feed = make(retransmit=True, recovery=RecoveryConfig(initial_backoff_ns=2 * MILLI, retry_interval_ns=50 * MILLI))
+    total = 3_000
+    serve(feed.ports[2], total)
+    python_sends: list[int] = []
+    send = feed.handler._send_requests
+    feed.handler._send_requests = lambda requests: (python_sends.append(len(requests)), send(requests))[1]
+    feed.start()
+    for first in range(2_001, total + 1, 20):  # joined late: 1..2,000 only from the server, 30 per answer
+        feed.send("A", mold(first, 20))
+        feed.send("B", mold(first, 20))
+    feed.wait_for(total)
+    feed.stop()
+    assert [seq for seq, _ in feed.got] == list(range(1, total + 1))
+    sent = feed.handler.counter_values()["recovery_requests"]
+    assert sent >= 2_000 // 30  # one answer carries at most 30 messages
+    assert sum(python_sends) < sent  # the rest went out from the round
