@@ -272,6 +272,7 @@ int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const u
 #define LBF_FAIL_MESSAGES 3          /* fail_code = the messages publication's result (closed, invalid batch...) */
 #define LBF_FAIL_CAPTURE 4           /* fail_code = the capture publication's result */
 #define LBF_FAIL_STATE 5             /* called with a bad configuration */
+#define LBF_FAIL_REQUESTS 6          /* fail_code = -errno of sendmmsg of re-requests on the answers socket */
 
 typedef struct lbf_round {
     /* set by Python before lbf_round_init; the pointed-to objects outlive the round */
@@ -302,6 +303,10 @@ typedef struct lbf_round {
     int64_t event_next, event_end;  /* LBF_ROUND_EVENTS: the engine events Python handles */
     int32_t fail_kind, fail_feed;
     int64_t fail_code;
+    /* re-requests: a run of engine events that are all LBF_EV_REQUEST is sent by the round itself (64 per
+     * sendmmsg on the connected answers socket), so recovery does not bring Python in once per answer */
+    int64_t requests_paused_until_ns; /* set by Python after a refusal (LBF_ROUND_REFUSED): none sent before */
+    int32_t requests_sent_ok;         /* set when a sendmmsg of re-requests went out; Python clears it */
     void *impl;
 } lbf_round_t;
 

@@ -25,6 +25,7 @@
 #include "feed_impl.h"
 #include "lb_layout.h"
 #include "logbuf.h"
+#include "net.h"
 
 enum { PH_START = 0, PH_CAPTURE_PACKETS, PH_PROCESS, PH_TICK, PH_PUBLISH, PH_FLUSH };
 
@@ -52,6 +53,8 @@ typedef struct round_impl {
     int64_t row_arrival;
     int32_t row_count;
     int32_t interrupted; /* the last sleep ended with a signal: lbf_round_run hands over to Python */
+    /* each socket's datagrams of this round: ring slots [from[f], to[f]), in that socket's arrival order */
+    int32_t from[LBF_FEEDS], to[LBF_FEEDS];
 } round_impl_t;
 
 static inline void put_le32(uint8_t *p, uint32_t v)
@@ -321,6 +324,8 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
     lbf_rx_t *rx = r->rx;
     lbf_eng_t *e = r->eng;
     int32_t n = 0, drained = 1;
+    for (int32_t f = 0; f < LBF_FEEDS; f++)
+        im->from[f] = im->to[f] = 0;
     for (int32_t f = LBF_FEED_A; f <= LBF_FEED_B; f++) {
         if (r->fd[f] < 0)
             continue;
@@ -330,6 +335,8 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
             return round_fail(r, LBF_FAIL_RECEIVE, got, f);
         if (got == want && want > 0)
             drained = 0; /* more may be waiting on this feed */
+        im->from[f] = n;
+        im->to[f] = n + got;
         n += got;
     }
     /* answers only come while recovering (a late one waits for the next round) */
@@ -346,6 +353,8 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
         }
         if (got == want && want > 0)
             drained = 0; /* answers still waiting: time must not run ahead of them (no give-up they refute) */
+        im->from[LBF_FEED_RETRANSMIT] = n;
+        im->to[LBF_FEED_RETRANSMIT] = n + got;
         n += got;
     }
     r->answers_waiting = 0;
@@ -363,6 +372,96 @@ static int32_t round_receive(lbf_round_t *r, round_impl_t *im)
     return 0;
 }
 
+/* Arbitrate the round's datagrams in kernel arrival order across the sockets, not socket by socket: reading A's
+ * batch before B's would let A's later packets overtake B's earlier ones (the first copy to arrive must win, and
+ * a forged datagram must be judged against what had arrived before it, not after). Each socket's own datagrams
+ * are already in arrival order, so this merges the runs; a run of one socket goes to the engine in one call. */
+static int32_t process_in_arrival_order(lbf_eng_t *e, const lbf_rx_t *rx, const round_impl_t *im)
+{
+    int32_t at[LBF_FEEDS];
+    int32_t busy = 0;
+    for (int32_t f = 0; f < LBF_FEEDS; f++) {
+        at[f] = im->from[f];
+        busy += at[f] < im->to[f];
+    }
+    if (busy <= 1) /* one socket had datagrams: its slots are contiguous */
+        return lbf_eng_process(e, rx, 0, im->n);
+    for (;;) {
+        int32_t pick = -1;
+        for (int32_t f = 0; f < LBF_FEEDS; f++)
+            if (at[f] < im->to[f] && (pick < 0 || rx->arrival_ns[at[f]] < rx->arrival_ns[at[pick]]))
+                pick = f; /* ties go to the lower feed (A, then B, then answers), as before */
+        if (pick < 0)
+            return 0;
+        /* the picked socket's run up to the next datagram any other socket received earlier (or at once) */
+        int64_t bound = INT64_MAX;
+        int32_t bound_feed = LBF_FEEDS;
+        for (int32_t f = 0; f < LBF_FEEDS; f++)
+            if (f != pick && at[f] < im->to[f] && rx->arrival_ns[at[f]] < bound) {
+                bound = rx->arrival_ns[at[f]];
+                bound_feed = f;
+            }
+        int32_t end = at[pick] + 1;
+        while (end < im->to[pick] &&
+               (rx->arrival_ns[end] < bound || (rx->arrival_ns[end] == bound && pick < bound_feed)))
+            end++;
+        int32_t status = lbf_eng_process(e, rx, at[pick], end);
+        if (status != 0)
+            return status;
+        at[pick] = end;
+    }
+}
+
+#define REQUEST_LENGTH 20 /* MoldUDP64 request: session (10), first sequence (8, big-endian), count (2) */
+#define REQUEST_BATCH 64
+
+/* Send re-request events [from, end) in order, 64 per sendmmsg, as Python's path does: a full socket buffer drops
+ * the rest (recovery asks again at its next retry), a refusal (ICMP port unreachable) is reported to Python,
+ * which pauses requests with back-off; while paused nothing is sent. */
+static int32_t send_requests(lbf_round_t *r, round_impl_t *im, int64_t from, int64_t end)
+{
+    static int32_t offsets[REQUEST_BATCH], lengths[REQUEST_BATCH];
+    if (lengths[0] == 0)
+        for (int32_t i = 0; i < REQUEST_BATCH; i++) {
+            offsets[i] = i * REQUEST_LENGTH;
+            lengths[i] = REQUEST_LENGTH;
+        }
+    if (r->requests_paused_until_ns > 0 && lbf_monotonic_ns() < r->requests_paused_until_ns)
+        return 0;
+    const lbf_event_t *events = r->eng->events;
+    uint8_t batch[REQUEST_BATCH * REQUEST_LENGTH];
+    while (from < end) {
+        int32_t n = 0;
+        for (; from < end && n < REQUEST_BATCH; from++) {
+            const lbf_event_t *ev = &events[from];
+            if (ev->b == 0 || ev->b > 0xFFFF) /* not a count a request can carry (the engine never emits one) */
+                continue;
+            uint8_t *p = batch + n * REQUEST_LENGTH;
+            memcpy(p, ev->session, 10);
+            for (int k = 0; k < 8; k++)
+                p[10 + k] = (uint8_t)(ev->a >> (56 - 8 * k));
+            p[18] = (uint8_t)(ev->b >> 8);
+            p[19] = (uint8_t)ev->b;
+            n++;
+        }
+        for (int32_t done = 0; done < n;) {
+            int32_t sent = lbn_send_from(r->fd[LBF_FEED_RETRANSMIT], batch + done * REQUEST_LENGTH, offsets, lengths,
+                                         n - done, NULL, 0);
+            if (sent == -ECONNREFUSED) {
+                im->flags |= LBF_ROUND_REFUSED;
+                return 0;
+            }
+            if (sent == -EAGAIN || sent == -ENOBUFS || sent == 0)
+                return 0;
+            if (sent < 0)
+                return round_fail(r, LBF_FAIL_REQUESTS, sent, LBF_FEED_RETRANSMIT);
+            r->requests_sent_ok = 1;
+            done += sent;
+        }
+    }
+    return 0;
+}
+
 static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
 {
     lbf_eng_t *e = r->eng;
@@ -375,7 +474,7 @@ static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
         /* fall through */
     case PH_PROCESS:
         if (im->slot < im->n) {
-            int32_t status = lbf_eng_process(e, r->rx, im->slot, im->n);
+            int32_t status = process_in_arrival_order(e, r->rx, im);
             if (status < 0)
                 return round_fail(r, LBF_FAIL_ENGINE, status, -1);
             im->slot = im->n;
@@ -412,9 +511,17 @@ static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
             }
             /* the events up to the next delivery go to Python (records for the events stream, requests to
              * send); capture rows stay in stream order with the records */
-            int64_t end = im->ev;
+            int64_t end = im->ev, records = 0;
             while (end < e->event_count && e->events[end].kind != LBF_EV_DELIVER)
-                end++;
+                records += e->events[end++].kind != LBF_EV_REQUEST;
+            if (records == 0 && r->fd[LBF_FEED_RETRANSMIT] >= 0) { /* only requests: sent here, no record */
+                if ((st = send_requests(r, im, im->ev, end)) != 0)
+                    return st;
+                if (e->event_sealed < end)
+                    e->event_sealed = end;
+                im->ev = end;
+                continue;
+            }
             if (r->capture != NULL && (st = flush_rows(r, im)) != 0)
                 return st;
             r->event_next = im->ev;
@@ -517,5 +624,13 @@ int32_t lbf_prefault_terms(void *publication)
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t begin = (uintptr_t)pub->terms, end = begin + (uintptr_t)pub->term_length * LB_PARTITION_COUNT;
     begin &= ~(uintptr_t)(page - 1); /* the mapping starts page-aligned: this stays inside it */
-    return madvise((void *)begin, end - begin, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
+    /* a few MiB per call: populating holds the process's memory-map lock, and one call over 3 x 256 MiB held it
+     * for seconds, stalling every other thread's mmap/brk (an allocation on the thread that sends keepalives) */
+    const uintptr_t chunk = (uintptr_t)4 << 20;
+    for (uintptr_t at = begin; at < end; at += chunk) {
+        uintptr_t length = end - at < chunk ? end - at : chunk;
+        if (madvise((void *)at, length, MADV_POPULATE_WRITE) != 0)
+            return -errno;
+    }
+    return 0;
 }

@@ -469,3 +469,73 @@ def test_coalesced_runs_of_differing_sizes_give_the_source_byte_for_byte(rig) ->
     assert a_rows["sequence"].tolist() == [p[0] for run in runs for p in run]
     assert a_rows["bytes"].tolist() == [len(fixed_mold(*p)) for run in runs for p in run]
     assert len(rows) == values["A.packets"] + values["B.packets"]
+
+
+def test_a_round_arbitrates_its_datagrams_in_arrival_order_across_the_feeds(rig) -> None:
+    """Within one round B's copy that arrived first wins, although A's socket is read first: the round merges
+    the sockets' datagrams by kernel arrival stamp (read socket by socket, A's later copy would overtake it)."""
+    make, _ = rig
+    feed = make()
+    feed.send("A", mold(1, 10))
+    feed.send("B", mold(1, 10))
+    feed.handler.do_work()
+    feed.send("B", mold(11, 10))  # B first ...
+    feed.send("A", mold(11, 10))  # ... then A, both waiting for the same round
+    feed.send("A", mold(21, 5))
+    feed.send("B", mold(21, 5))
+    feed.handler.do_work()
+    feed.wait_for(25)
+    values = feed.handler.arbiter.counter_values()
+    assert [seq for seq, _ in feed.got] == list(range(1, 26))
+    assert (values["A.delivered"], values["B.delivered"]) == (15, 10)
+    assert (values["A.duplicates"], values["B.duplicates"]) == (10, 15)
+
+
+def test_prefaulting_terms_larger_than_one_step_succeeds_and_changes_nothing(tmp_path: Path) -> None:
+    """The terms are populated a few MiB per call (the memory-map lock is released between calls): 3 x 16 MiB
+    take several calls; the whole span succeeds, a NULL publication is refused, what the log held is kept."""
+    import errno
+
+    from logbuf.feed.feed_native import ffi, lib
+
+    driver = logbuf.MediaDriver.launch(tmp_path / "drv", ipc_term_length=16 << 20)
+    client = logbuf.connect(driver.directory)
+    try:
+        publication = client.add_publication("aeron:ipc", 77)
+        subscription = client.add_subscription("aeron:ipc", 77)
+        deadline = time.monotonic() + 10
+        while publication.offer(b"kept") < 0:
+            assert time.monotonic() < deadline, "the publication never connected"
+            time.sleep(0.01)
+        assert lib.lbf_prefault_terms(publication.native_struct()) == 0
+        assert lib.lbf_prefault_terms(ffi.NULL) == -errno.EINVAL
+        got: list[bytes] = []
+        while not got:
+            assert time.monotonic() < deadline, "the message did not arrive"
+            subscription.poll(lambda buf, header: got.append(bytes(buf)), 10)
+        assert got == [b"kept"]
+    finally:
+        client.close()
+        driver.close()
+
+
+def test_the_round_sends_its_re_requests_itself_and_python_only_with_records(rig) -> None:
+    """Recovering a late start takes one request per answer; rounds whose events are only requests send them in
+    C (Python is handed the requests that come along with a record, such as the hole's GAP_DETECTED)."""
+    make, serve = rig
+    feed = make(retransmit=True, recovery=RecoveryConfig(initial_backoff_ns=2 * MILLI, retry_interval_ns=50 * MILLI))
+    total = 3_000
+    serve(feed.ports[2], total)
+    python_sends: list[int] = []
+    send = feed.handler._send_requests
+    feed.handler._send_requests = lambda requests: (python_sends.append(len(requests)), send(requests))[1]
+    feed.start()
+    for first in range(2_001, total + 1, 20):  # joined late: 1..2,000 only from the server, 30 per answer
+        feed.send("A", mold(first, 20))
+        feed.send("B", mold(first, 20))
+    feed.wait_for(total)
+    feed.stop()
+    assert [seq for seq, _ in feed.got] == list(range(1, total + 1))
+    sent = feed.handler.counter_values()["recovery_requests"]
+    assert sent >= 2_000 // 30  # one answer carries at most 30 messages
+    assert sum(python_sends) < sent  # the rest went out from the round

@@ -8,9 +8,9 @@ receive slot and is split again there::
 
     feed A ─┐  recvmmsg into one receive ring   ┌────────────────────┐  delivery runs appended ──▶ messages
     feed B ─┼──────────────────────────────────▶│ arbitration engine │  packet/delivery rows ────▶ capture
-    answers ┘  (retransmission server, unicast) └────────────────────┘
-                     Python, only when the round asks: gap/session records ─▶ events; the engine's requests
-                     ─▶ retransmission server; back-pressure (idle, then resume); counters every 100 ms
+    answers ┘  (retransmission server, unicast) └────────────────────┘  re-requests (sendmmsg) ──▶ server
+                     Python, only when the round asks: gap/session records ─▶ events (with the requests
+                     among them); back-pressure (idle, then resume); a refusal (back-off); counters every 100 ms
 
 One thread, no spinning, Python's cost per round (not per packet), and only off the happy path. While traffic
 flows a round sleeps ``batch_wait`` once and then takes everything waiting; when a round found nothing it
@@ -463,6 +463,8 @@ class FeedHandler:
         if kind == lib.LBF_FAIL_RECEIVE:
             feed = Feed(int(r.fail_feed)).name
             raise FeedHandlerError(f"receiving from feed {feed} failed: {os.strerror(-code)}")
+        if kind == lib.LBF_FAIL_REQUESTS:
+            raise OSError(-code, f"sending re-requests: {os.strerror(-code)}")
         if kind == lib.LBF_FAIL_ENGINE:
             raise MemoryError(f"the arbitration engine failed ({code})")
         if kind in (lib.LBF_FAIL_MESSAGES, lib.LBF_FAIL_CAPTURE):
@@ -488,11 +490,16 @@ class FeedHandler:
             raise FeedHandlerError("publication closed (the driver went away?)")
 
     def _note_unreachable(self) -> None:
+        r = self._r
+        if r.requests_sent_ok:  # the round's own sends went out since: the back-off starts again
+            r.requests_sent_ok = 0
+            self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
         self.retransmit_unreachable += 1
         now = monotonic_ns()
         if now >= self._unreachable_until_ns:
             self._unreachable_until_ns = now + self._unreachable_backoff_ns
             self._unreachable_backoff_ns = min(2 * self._unreachable_backoff_ns, UNREACHABLE_BACKOFF_NS[1])
+            r.requests_paused_until_ns = self._unreachable_until_ns  # the round sends none before
 
     def _send_requests(self, requests: list[bytes]) -> None:
         """The round's re-requests (20 bytes each), in order, up to LBN_MAX_BATCH per sendmmsg on the connected
