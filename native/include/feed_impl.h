@@ -94,6 +94,7 @@ typedef struct held {
     int64_t arrival_ns;
     uint8_t *data;
     int32_t length;
+    int32_t small; /* at most max_jump past everything known, on a feed that skipped sequences to announce it */
 } held_t;
 
 /* the re-request pacing (src/logbuf/feed/recovery.py is its specification, name for name) */
@@ -152,6 +153,7 @@ typedef struct eng_impl {
     int64_t retired_n, retired_cap;
     held_t held[ENG_MAX_HELD];
     int32_t held_n;
+    uint64_t feed_end[LBF_FEEDS]; /* one past the last sequence of each live feed's last packet taken; 0: none */
     uint64_t wait_hole;
     int64_t ahead[LBF_FEEDS];
     uint64_t declared_upto;
