@@ -573,6 +573,13 @@ static void intake(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length,
 /* one past the last sequence a held packet announces (a marker announces up to its next sequence - 1) */
 static uint64_t held_end(const held_t *h) { return h->marker ? h->first : h->first + h->count; }
 
+/* a feed's end only moves forward (a late duplicate of what it sent before does not move it back) */
+static void feed_end_at(eng_impl_t *im, int32_t feed, uint64_t end)
+{
+    if (end > im->feed_end[feed])
+        im->feed_end[feed] = end;
+}
+
 static void take_held(lbf_eng_t *e, held_t *h)
 {
     intake(e, h->feed, h->data, h->length, h->first, h->count, h->marker, h->arrival_ns, -1, 0);
@@ -635,7 +642,7 @@ static int confirm_small(lbf_eng_t *e, int32_t feed, uint64_t first, uint64_t la
         } else if (h.feed == feed) {
             if (first >= held_end(&h)) { /* the same feed continues after it */
                 e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
-                im->feed_end[h.feed] = held_end(&h);
+                feed_end_at(im, h.feed, held_end(&h));
                 taken[nt++] = h;
             } else {
                 im->held[kept++] = h;
@@ -646,7 +653,7 @@ static int confirm_small(lbf_eng_t *e, int32_t feed, uint64_t first, uint64_t la
                 confirmed = 1;
             if (last >= h_last) { /* the other feed announced all of it */
                 e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
-                im->feed_end[h.feed] = held_end(&h);
+                feed_end_at(im, h.feed, held_end(&h));
                 if (h.marker || is_marker) {
                     taken[nt++] = h;
                 } else if (first > h.first) { /* cut where this packet's messages begin */
@@ -674,7 +681,7 @@ static void take(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, u
                  int is_marker, int64_t arrival_ns, int32_t slot, int64_t base_offset)
 {
     if (feed != LBF_FEED_RETRANSMIT)
-        IMPL(e)->feed_end[feed] = is_marker ? first : first + count;
+        feed_end_at(IMPL(e), feed, is_marker ? first : first + count);
     intake(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
 }
 
@@ -714,7 +721,7 @@ static int large_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t leng
     sort_held(confirmed, nc);
     for (int32_t i = 0; i < nc; i++) {
         if (confirmed[i].feed != LBF_FEED_RETRANSMIT)
-            im->feed_end[confirmed[i].feed] = held_end(&confirmed[i]);
+            feed_end_at(im, confirmed[i].feed, held_end(&confirmed[i]));
         take_held(e, &confirmed[i]);
     }
     return 0;
@@ -855,6 +862,9 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump)
     if (im->cov_n && im->cov_end[im->cov_n - 1] > highest)
         highest = im->cov_end[im->cov_n - 1];
     e->highest = highest;
+    for (int32_t f = 0; f < LBF_FEEDS; f++) /* what the forged range moved */
+        if (im->feed_end[f] > highest + 1)
+            im->feed_end[f] = highest + 1;
     if (im->declared_upto > highest)
         im->declared_upto = highest;
     int64_t n = 0;
@@ -879,9 +889,12 @@ static void forged_jump_revealed(lbf_eng_t *e, int32_t feed, uint64_t first, uin
     if (!bound || !e->has_expected)
         return;
     uint64_t position = is_marker ? first - 1 : first;
+    /* new traffic of its feed (not a late duplicate of what it sent before) below a small jump reveals it */
+    uint64_t end = im->feed_end[feed];
+    int current = is_marker ? first >= end : first + count > end;
     for (int32_t i = 0; i < im->held_n; i++) {
         held_t *h = &im->held[i];
-        if (h->feed == feed && (h->small ? position < h->position
+        if (h->feed == feed && (h->small ? current && position < h->position
                                          : h->position > position && h->position - position > bound)) {
             free(h->data);
             memmove(im->held + i, im->held + i + 1, (size_t)(im->held_n - i - 1) * sizeof(held_t));

@@ -153,7 +153,7 @@ typedef struct eng_impl {
     int64_t retired_n, retired_cap;
     held_t held[ENG_MAX_HELD];
     int32_t held_n;
-    uint64_t feed_end[LBF_FEEDS]; /* one past the last sequence of each live feed's last packet taken; 0: none */
+    uint64_t feed_end[LBF_FEEDS]; /* one past the furthest sequence each live feed's packets taken announced */
     uint64_t wait_hole;
     int64_t ahead[LBF_FEEDS];
     uint64_t declared_upto;

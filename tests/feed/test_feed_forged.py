@@ -247,6 +247,19 @@ def test_a_repeated_end_of_session_confirms_a_lost_tail_on_a_single_feed() -> No
 
 
 @both
+def test_a_late_duplicate_of_an_old_packet_does_not_reveal_a_held_jump() -> None:
+    run = Run()
+    run.stream(1, 1000)
+    run.send(Feed.A, pk(1011))  # A lost 1001-1010: held
+    run.send(Feed.A, pk(991))  # a late duplicate of what A sent before: not new traffic below the jump
+    run.send(Feed.A, pk(1021))  # A continues after it
+    assert run.counter("jumps_forged") == 0 and run.counter("jumps_confirmed") == 1
+    run.stream(1031, 1100, feeds=(Feed.A,))
+    run.stream(1001, 1100, feeds=(Feed.B,))
+    exact(run, 1100)
+
+
+@both
 def test_a_reorder_within_a_feed_falls_back_to_the_other_feed() -> None:
     """A's 1011 overtakes its 1001: held, then taken for forged when 1001 comes; B's copy fills, nothing lost."""
     run = Run()

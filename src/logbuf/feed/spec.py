@@ -59,8 +59,8 @@ past the end of its feed's last packet taken (its feed skipped sequences) that a
 yet is held back: not queued, no gap, nothing delivered. Its feed continuing after it (a packet from its end on, a
 marker repeating or passing its next sequence) confirms it; so does the other feed announcing all it carries, and
 then the other feed's copies win (a held data packet starting before the confirming one is cut where that one's
-messages begin; one starting at or after it is taken after it). Its feed continuing below it reveals it as forged
-(dropped, ``jumps_forged``). Before a feed's first packet (nothing to jump from) this does not apply. A packet or
+messages begin; one starting at or after it is taken after it). Its feed continuing below it with new traffic (not
+a late duplicate of what it sent before) reveals it as forged (dropped, ``jumps_forged``). Before a feed's first packet (nothing to jump from) this does not apply. A packet or
 heartbeat more than ``max_jump`` messages past everything known is held back until the other feed's copy (within ``max_jump``) or
 the same feed continuing after it confirms the jump; the same feed continuing more than ``max_jump`` below it
 drops it (``jumps_forged``). A confirmed jump stays provisional until the stream reaches it: a live packet
@@ -221,7 +221,7 @@ class SpecArbiter:
         self._shedding = False  # the queue is full and packets past it are being shed (recovery on)
         # packets held back for announcing an unconfirmed jump, the newest per feed
         self._held: list[_Held] = []
-        # per live feed, one past the last sequence its last packet taken (not held) announced; 0: none yet
+        # per live feed, one past the furthest sequence its packets taken (not held) announced; 0: none yet
         self._feed_end = [0] * len(Feed)
 
     # -- public API -------------------------------------------------------------------------------------------
@@ -364,15 +364,19 @@ class SpecArbiter:
 
     def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
         """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped
-        (a small one by anything below it, one past ``max_jump`` by traffic more than ``max_jump`` below it); a
+        (a small one by its feed's new traffic below it — a packet reaching past its feed's end, a marker at or past
+        it; one past ``max_jump`` by traffic more than ``max_jump`` below it); a
         confirmed jump the stream has not reached yet is undone (nothing from its range is published)."""
         bound = self.config.max_jump
         if bound is None or self.expected is None:
             return False
         position = first - 1 if marker else first
+        # new traffic of its feed (not a late duplicate of what it sent before) below a small jump reveals it
+        end = self._feed_end[feed]
+        current = first >= end if marker else first + count > end
         revealed = False
         for h in self._held:
-            if h.feed == feed and (position < h.position if h.small else h.position - position > bound):
+            if h.feed == feed and (current and position < h.position if h.small else h.position - position > bound):
                 self._held.remove(h)
                 self.counters.jumps_forged += 1
                 revealed = True
@@ -401,6 +405,7 @@ class SpecArbiter:
         self._coverage.trim_below(self._next)
         highest = max(self._next - 1, self._jump_floor - 1, self._coverage.ends[-1] if self._coverage else 0)
         self.highest = highest
+        self._feed_end = [min(end, highest + 1) for end in self._feed_end]  # what the forged range moved
         self._declared_upto = min(self._declared_upto, highest)
         gaps: deque[OpenGap] = deque()
         for gap in self._gaps:
@@ -456,7 +461,7 @@ class SpecArbiter:
               out: list[Event]) -> None:
         """Act upon a packet: its feed's end moves to it, and it joins the stream."""
         if feed != Feed.RETRANSMIT:
-            self._feed_end[feed] = first if marker else first + count
+            self._feed_end[feed] = max(self._feed_end[feed], first if marker else first + count)
         self._intake(feed, buf, first, count, marker, arrival_ns, out)
 
     def _large_jump_past(self, feed: Feed, buf: memoryview, position: int, first: int, count: int, marker: bool,
@@ -491,7 +496,7 @@ class SpecArbiter:
             elif h.feed == feed:
                 if first >= h.end:  # the same feed continues after it
                     self.counters.jumps_confirmed += 1
-                    self._feed_end[h.feed] = h.end
+                    self._feed_end[h.feed] = max(self._feed_end[h.feed], h.end)
                     taken.append((h, h.count))
                 else:
                     kept.append(h)
@@ -500,7 +505,7 @@ class SpecArbiter:
                     confirmed = True
                 if last >= h.end - 1:  # the other feed announced all of it
                     self.counters.jumps_confirmed += 1
-                    self._feed_end[h.feed] = h.end
+                    self._feed_end[h.feed] = max(self._feed_end[h.feed], h.end)
                     if h.marker or marker:
                         taken.append((h, h.count))
                     elif first > h.first:  # cut where this packet's messages begin
@@ -541,7 +546,7 @@ class SpecArbiter:
         self._jump_at = min([position] + [h.position for h in confirmed])
         for h in sorted(confirmed, key=lambda h: h.position):
             if h.feed != Feed.RETRANSMIT:
-                self._feed_end[h.feed] = h.end
+                self._feed_end[h.feed] = max(self._feed_end[h.feed], h.end)
             self._intake(h.feed, h.data, h.first, h.count, h.marker, h.arrival_ns, out)
         return False
 
