@@ -495,6 +495,7 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
     im->req_n = 0;
     im->has_jump = 0;
     free_held(im);
+    memset(im->feed_end, 0, sizeof im->feed_end);
     im->cov_n = 0;
     im->gap_head = im->gap_n = 0;
     im->declared_upto = 0;
@@ -791,26 +792,136 @@ static void intake(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length,
     data(e, feed, p, length, first, count, arrival_ns, slot, base_offset);
 }
 
-/* hold back a packet announcing sequences more than max_jump past everything known until a second one
- * confirms the jump (spec.py _unconfirmed_jump); 1 when the packet was held or processed here */
-static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first,
-                            uint32_t count, int is_marker, int64_t arrival_ns, int32_t slot, int64_t base_offset)
+/* one past the last sequence a held packet announces (a marker announces up to its next sequence - 1) */
+static uint64_t held_end(const held_t *h) { return h->marker ? h->first : h->first + h->count; }
+
+/* a feed's end only moves forward (a late duplicate of what it sent before does not move it back) */
+static void feed_end_at(eng_impl_t *im, int32_t feed, uint64_t end)
+{
+    if (end > im->feed_end[feed])
+        im->feed_end[feed] = end;
+}
+
+static void take_held(lbf_eng_t *e, held_t *h)
+{
+    intake(e, h->feed, h->data, h->length, h->first, h->count, h->marker, h->arrival_ns, -1, 0);
+    free(h->data);
+}
+
+static void sort_held(held_t *h, int32_t n) /* stable insertion sort by position */
+{
+    for (int32_t i = 1; i < n; i++) {
+        held_t x = h[i];
+        int32_t j = i - 1;
+        while (j >= 0 && h[j].position > x.position) {
+            h[j + 1] = h[j];
+            j--;
+        }
+        h[j + 1] = x;
+    }
+}
+
+/* keep the newest candidate per feed; an older one of the same feed is dropped (spec.py _hold) */
+static void hold(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t position, uint64_t first,
+                 uint32_t count, int is_marker, int64_t arrival_ns, int32_t small)
+{
+    eng_impl_t *im = IMPL(e);
+    uint8_t *copy = malloc((size_t)length);
+    if (copy == NULL) {
+        im->oom = 1;
+        return;
+    }
+    memcpy(copy, p, (size_t)length);
+    int32_t kept = 0;
+    for (int32_t i = 0; i < im->held_n; i++) {
+        if (im->held[i].feed == feed)
+            free(im->held[i].data);
+        else
+            im->held[kept++] = im->held[i];
+    }
+    held_t h = {feed, position, first, count, is_marker, arrival_ns, copy, length, small};
+    im->held[kept++] = h;
+    im->held_n = kept;
+    e->counters[LBF_C_JUMPS_HELD] += 1;
+}
+
+/* take the held small jumps a live packet (its header's `first`, announcing up to `last`) confirms: whole when
+ * its feed continues after them; when the other feed announced all a held one carries, a held data packet starting
+ * before this one only up to where this packet's messages begin, one starting at or after it only after it (into
+ * `after`, for the caller to take after the packet); 1 when this packet is itself confirmed by the other feed's
+ * held jump announcing all of it (spec.py _confirm_small) */
+static int confirm_small(lbf_eng_t *e, int32_t feed, uint64_t first, uint64_t last, int is_marker, held_t *after,
+                         int32_t *na)
+{
+    eng_impl_t *im = IMPL(e);
+    held_t taken[ENG_MAX_HELD];
+    int32_t nt = 0, kept = 0, confirmed = 0;
+    *na = 0;
+    for (int32_t i = 0; i < im->held_n; i++) {
+        held_t h = im->held[i];
+        if (!h.small) {
+            im->held[kept++] = h;
+        } else if (h.feed == feed) {
+            if (first >= held_end(&h)) { /* the same feed continues after it */
+                e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
+                feed_end_at(im, h.feed, held_end(&h));
+                taken[nt++] = h;
+            } else {
+                im->held[kept++] = h;
+            }
+        } else {
+            uint64_t h_last = held_end(&h) - 1;
+            if (h_last >= last)
+                confirmed = 1;
+            if (last >= h_last) { /* the other feed announced all of it */
+                e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
+                feed_end_at(im, h.feed, held_end(&h));
+                if (h.marker || is_marker) {
+                    taken[nt++] = h;
+                } else if (first > h.first) { /* cut where this packet's messages begin */
+                    if (first - h.first < h.count)
+                        h.count = (uint32_t)(first - h.first);
+                    taken[nt++] = h;
+                } else {
+                    after[(*na)++] = h;
+                }
+            } else {
+                im->held[kept++] = h;
+            }
+        }
+    }
+    im->held_n = kept;
+    sort_held(taken, nt);
+    for (int32_t i = 0; i < nt; i++)
+        take_held(e, &taken[i]);
+    sort_held(after, *na);
+    return confirmed;
+}
+
+/* act upon a packet: its feed's end moves to it, and it joins the stream (spec.py _take) */
+static void take(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first, uint32_t count,
+                 int is_marker, int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    if (feed != LBF_FEED_RETRANSMIT)
+        feed_end_at(IMPL(e), feed, is_marker ? first : first + count);
+    intake(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
+}
+
+/* a packet more than max_jump past everything known: held until a second one (the other feed's copy within
+ * max_jump, or the same feed continuing after it) confirms the jump, provisional until the stream reaches it
+ * (spec.py _large_jump); 1 when the packet was held back */
+static int large_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t position,
+                      uint64_t first, uint32_t count, int is_marker, int64_t arrival_ns, uint64_t base)
 {
     eng_impl_t *im = IMPL(e);
     uint64_t bound = e->config.max_jump;
-    if (!bound || !e->has_expected)
-        return 0;
-    uint64_t position = is_marker ? first - 1 : first;
-    uint64_t base = e->highest + 1 > e->expected ? e->highest + 1 : e->expected;
-    if (position <= base || position - base <= bound)
-        return 0;
     held_t confirmed[ENG_MAX_HELD];
     int32_t nc = 0, kept = 0;
     for (int32_t i = 0; i < im->held_n; i++) {
         held_t *h = &im->held[i];
         /* confirmed by the other feed's copy, or by the same feed continuing after it */
         uint64_t d = h->position > position ? h->position - position : position - h->position;
-        int ok = h->feed == feed ? (h->position <= position && d <= bound) : d <= bound;
+        int ok = !h->small && (h->feed == feed ? (h->position <= position && d <= bound) : d <= bound);
         if (ok)
             confirmed[nc++] = *h;
         else
@@ -818,23 +929,7 @@ static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_
     }
     im->held_n = kept;
     if (nc == 0) {
-        uint8_t *copy = malloc((size_t)length);
-        if (copy == NULL) {
-            im->oom = 1;
-            return 1;
-        }
-        memcpy(copy, p, (size_t)length);
-        kept = 0;
-        for (int32_t i = 0; i < im->held_n; i++) {
-            if (im->held[i].feed == feed)
-                free(im->held[i].data);
-            else
-                im->held[kept++] = im->held[i];
-        }
-        held_t h = {feed, position, first, count, is_marker, arrival_ns, copy, length};
-        im->held[kept++] = h;
-        im->held_n = kept;
-        e->counters[LBF_C_JUMPS_HELD] += 1;
+        hold(e, feed, p, length, position, first, count, is_marker, arrival_ns, 0);
         return 1;
     }
     e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
@@ -845,21 +940,62 @@ static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_
     for (int32_t i = 0; i < nc; i++)
         if (confirmed[i].position < im->jump_at)
             im->jump_at = confirmed[i].position;
-    for (int32_t i = 1; i < nc; i++) { /* stable insertion sort by position */
-        held_t h = confirmed[i];
-        int32_t j = i - 1;
-        while (j >= 0 && confirmed[j].position > h.position) {
-            confirmed[j + 1] = confirmed[j];
-            j--;
-        }
-        confirmed[j + 1] = h;
-    }
+    sort_held(confirmed, nc);
     for (int32_t i = 0; i < nc; i++) {
-        held_t *h = &confirmed[i];
-        intake(e, h->feed, h->data, h->length, h->first, h->count, h->marker, h->arrival_ns, -1, 0);
-        free(h->data);
+        if (confirmed[i].feed != LBF_FEED_RETRANSMIT)
+            feed_end_at(im, confirmed[i].feed, held_end(&confirmed[i]));
+        take_held(e, &confirmed[i]);
     }
-    intake(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
+    return 0;
+}
+
+/* 1 when the packet announces more than max_jump past everything known and was held back, or confirmed such a
+ * held jump and was taken after the held ones (spec.py _large_jump_past) */
+static int large_jump_past(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t position,
+                           uint64_t first, uint32_t count, int is_marker, int64_t arrival_ns, int32_t slot,
+                           int64_t base_offset)
+{
+    uint64_t base = e->highest + 1 > e->expected ? e->highest + 1 : e->expected;
+    if (position <= base || position - base <= e->config.max_jump)
+        return 0;
+    if (!large_jump(e, feed, p, length, position, first, count, is_marker, arrival_ns, base))
+        take(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
+    return 1;
+}
+
+/* hold back a packet (or marker) announcing an unconfirmed jump and take the held ones it confirms
+ * (spec.py _unconfirmed_jump); 1 when the packet was dealt with here (0: the caller takes it) */
+static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t first,
+                            uint32_t count, int is_marker, int64_t arrival_ns, int32_t slot, int64_t base_offset)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!e->config.max_jump || !e->has_expected)
+        return 0;
+    uint64_t position = is_marker ? first - 1 : first;
+    uint64_t last = is_marker ? position : first + count - 1;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < im->held_n; i++) { /* a held packet the stream has passed announces nothing new */
+        if (held_end(&im->held[i]) > e->expected)
+            im->held[kept++] = im->held[i];
+        else
+            free(im->held[i].data);
+    }
+    im->held_n = kept;
+    if (feed == LBF_FEED_RETRANSMIT)
+        return large_jump_past(e, feed, p, length, position, first, count, is_marker, arrival_ns, slot,
+                               base_offset);
+    held_t after[ENG_MAX_HELD];
+    int32_t na = 0;
+    int confirmed = im->held_n && confirm_small(e, feed, first, last, is_marker, after, &na);
+    if (!large_jump_past(e, feed, p, length, position, first, count, is_marker, arrival_ns, slot, base_offset)) {
+        uint64_t known = im->feed_end[feed];
+        if (!confirmed && known != 0 && position > known && last >= e->expected)
+            hold(e, feed, p, length, position, first, count, is_marker, arrival_ns, 1);
+        else
+            take(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
+    }
+    for (int32_t i = 0; i < na; i++) /* held copies this packet covers: its own copies first */
+        take_held(e, &after[i]);
     return 1;
 }
 
@@ -948,6 +1084,9 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump)
     if (im->cov_n && im->cov_end[im->cov_n - 1] > highest)
         highest = im->cov_end[im->cov_n - 1];
     e->highest = highest;
+    for (int32_t f = 0; f < LBF_FEEDS; f++) /* what the forged range moved */
+        if (im->feed_end[f] > highest + 1)
+            im->feed_end[f] = highest + 1;
     if (im->declared_upto > highest)
         im->declared_upto = highest;
     int64_t n = 0;
@@ -972,9 +1111,13 @@ static void forged_jump_revealed(lbf_eng_t *e, int32_t feed, uint64_t first, uin
     if (!bound || !e->has_expected)
         return;
     uint64_t position = is_marker ? first - 1 : first;
+    /* new traffic of its feed (not a late duplicate of what it sent before) below a small jump reveals it */
+    uint64_t end = im->feed_end[feed];
+    int current = is_marker ? first >= end : first + count > end;
     for (int32_t i = 0; i < im->held_n; i++) {
         held_t *h = &im->held[i];
-        if (h->feed == feed && h->position > position && h->position - position > bound) {
+        if (h->feed == feed && (h->small ? current && position < h->position
+                                         : h->position > position && h->position - position > bound)) {
             free(h->data);
             memmove(im->held + i, im->held + i + 1, (size_t)(im->held_n - i - 1) * sizeof(held_t));
             im->held_n--;
@@ -1040,7 +1183,7 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
     }
     if (unconfirmed_jump(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset))
         return;
-    intake(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset);
+    take(e, feed, p, n, first, count, is_marker, arrival_ns, slot, base_offset);
 }
 
 /* the declared holes the pacing works on (spec.py _declared_holes), into the pacing's buffers */

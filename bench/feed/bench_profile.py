@@ -319,6 +319,8 @@ def run_profile(args: argparse.Namespace, rate: float, work: Path, watch: Any = 
         "back_pressure_waits": summary.get("back_pressure_waits", 0),
         "queue_overflows": summary.get("queue_overflows", 0), "shed_packets": summary.get("shed_packets", 0),
         "lost": {k[5:]: v for k, v in summary.items() if k.startswith("lost.") and v},
+        # jumps held back until confirmed (a loss on one feed), confirmed, and revealed as forged (none when honest)
+        "jumps": {k[6:]: summary.get(k, 0) for k in ("jumps_held", "jumps_confirmed", "jumps_forged")},
         "replay_cpu_us_per_packet": round(sent.get("cpu_seconds", 0.0) * 1e6 / sender_packets, 2),
         "replay_packets_per_send_call": round(sender_packets / max(1, sent.get("send_calls", 0)), 1),
         "replay_late_share": round(sent.get("late_packets", 0) / sender_packets, 4),

@@ -96,6 +96,7 @@ typedef struct held {
     int64_t arrival_ns;
     uint8_t *data;
     int32_t length;
+    int32_t small; /* at most max_jump past everything known, on a feed that skipped sequences to announce it */
 } held_t;
 
 /* the first datagram of a session not adopted yet, held until a second one confirms it (spec.py _Candidate) */
@@ -172,6 +173,7 @@ typedef struct eng_impl {
     int32_t end_held[LBF_FEEDS];  /* per live feed: an END_OF_SESSION awaiting confirmation */
     uint64_t end_next[LBF_FEEDS];
     int64_t end_arrival[LBF_FEEDS];
+    uint64_t feed_end[LBF_FEEDS]; /* one past the furthest sequence each live feed's packets taken announced */
     uint64_t wait_hole;
     int64_t ahead[LBF_FEEDS];
     uint64_t declared_upto;

@@ -257,6 +257,7 @@ def test_time_criterion_alone_declares_when_the_threshold_is_not_reached() -> No
     arb = joined_at(1)
     arb.on_packet(Feed.A, pk(1), 0)
     arb.on_packet(Feed.A, pk(3), 1_000)  # one packet past the hole: far from the threshold
+    arb.on_packet(Feed.A, m.encode_heartbeat(S1, 4), 1_000)  # A continuing after it confirms the jump to 3
     assert arb.next_deadline_ns() == 1_000 + WAIT
     assert arb.on_tick(1_000 + WAIT - 1) == []
     events = arb.on_tick(1_000 + WAIT)
@@ -278,6 +279,7 @@ def test_the_wait_restarts_when_the_hole_is_partly_filled() -> None:
     arb = joined_at(1, out_of_order_max_interval=100)
     arb.on_packet(Feed.A, pk(1), 0)
     arb.on_packet(Feed.A, pk(5), 0)  # hole 2..4
+    arb.on_packet(Feed.A, m.encode_heartbeat(S1, 6), 0)  # A continuing after it confirms the jump
     assert delivered(arb.on_packet(Feed.B, pk(2), 60 * MS)) == [2]  # partly filled at 60 ms: hole 3..4
     assert arb.on_tick(WAIT + 1) == []  # 100 ms after the first wait began, but only 40 ms into the new one
     events = arb.on_tick(60 * MS + WAIT)
@@ -293,12 +295,14 @@ def test_heartbeat_reveals_tail_loss_and_never_advances_expected() -> None:
     assert arb.on_packet(Feed.A, m.encode_heartbeat(S1, 4), 1) == []  # nothing missing
     assert not arb.holes()
     assert arb.on_packet(Feed.A, m.encode_heartbeat(S1, 7), 2) == []  # 4..6 exist and were lost
+    assert not arb.holes()  # ... or one forged heartbeat says so: held until confirmed
+    assert arb.on_packet(Feed.A, m.encode_heartbeat(S1, 7), 2) == []  # repeated: A continues after it
     assert arb.expected == 4 and arb.holes()
     events = arb.on_tick(2 + WAIT)
     assert others(events) == [GapDetected(S1, 4, 6, GapReason.WAIT_TIMEOUT),
                               GapUnrecoverable(S1, 4, 6, GapReason.RECOVERY_OFF)]
     assert arb.expected == 7
-    assert arb.stats(Feed.A).heartbeats == 2
+    assert arb.stats(Feed.A).heartbeats == 3
 
 
 def test_heartbeats_count_toward_the_threshold_and_are_re_requested() -> None:
@@ -325,6 +329,7 @@ def test_end_of_session_after_an_unrecoverable_tail() -> None:
     arb = joined_at(1)
     arb.on_packet(Feed.A, pk(1, 2), 0)
     arb.on_packet(Feed.A, m.encode_end_of_session(S1, 5), 1)
+    arb.on_packet(Feed.A, m.encode_end_of_session(S1, 5), 1)  # repeated: confirms the jump it announces
     events = arb.on_tick(1 + WAIT)
     assert others(events) == [GapDetected(S1, 3, 4, GapReason.WAIT_TIMEOUT),
                               GapUnrecoverable(S1, 3, 4, GapReason.RECOVERY_OFF), EndOfSession(S1, 5)]
@@ -367,6 +372,7 @@ def test_session_change_after_silence_gives_up_the_old_holes() -> None:
     arb = joined_at(1, lost_packet_wait_time_ns=10 * idle)  # the hole is still being waited for
     arb.on_packet(Feed.A, pk(1), 0)
     arb.on_packet(Feed.A, pk(3), 10)  # 2 missing, no end of session
+    arb.on_packet(Feed.A, m.encode_heartbeat(S1, 4), 10)  # confirms the jump to 3
     assert arb.on_packet(Feed.A, pk(1, 1, S2), 10 + idle - 1) == []  # not silent long enough
     events = arb.on_packet(Feed.A, pk(1, 1, S2), 10 + idle)
     assert others(events) == [GapDetected(S1, 2, 2, GapReason.SESSION_CHANGE),
@@ -387,9 +393,10 @@ def test_pinned_session_never_switches() -> None:
 
 def test_queue_overflow_with_recovery_off_gives_up_the_oldest_holes() -> None:
     arb = Arbiter(ArbiterConfig(session="S1", max_queue_packets=4, out_of_order_max_interval=100))
-    for seq in (3, 5, 7, 9):  # holes 1..2, 4, 6, 8
+    # holes 1..2, 4, 6, 8, 10; each jump is held until the next packet confirms it: 3, 5, 7, 9 queued, 11 held
+    for seq in (3, 5, 7, 9, 11):
         assert arb.on_packet(Feed.A, pk(seq), seq) == [SessionChanged(None, S1, 1)] * (seq == 3)
-    events = arb.on_packet(Feed.A, pk(11), 11)
+    events = arb.on_packet(Feed.A, pk(13), 13)  # confirms 11, which does not fit
     assert events == [
         QueueOverflow(S1, 4, 4),
         GapDetected(S1, 1, 2, GapReason.QUEUE_OVERFLOW), GapUnrecoverable(S1, 1, 2, GapReason.QUEUE_OVERFLOW),
@@ -397,7 +404,7 @@ def test_queue_overflow_with_recovery_off_gives_up_the_oldest_holes() -> None:
         GapDetected(S1, 4, 4, GapReason.QUEUE_OVERFLOW), GapUnrecoverable(S1, 4, 4, GapReason.QUEUE_OVERFLOW),
         Deliver(5, msg(5), Feed.A, 5),
     ]
-    assert arb.queued_packets == 3  # 7, 9 and the new 11
+    assert arb.queued_packets == 3  # 7, 9 and 11
     assert arb.counters.queue_overflows == 1
 
 
@@ -542,6 +549,7 @@ def test_an_older_shorter_request_does_not_cut_the_answer_to_a_newer_one() -> No
                   Recovery(RecoveryConfig(initial_backoff_ns=0, max_request_count=10), rng=Jitter(0)))
     arb.on_packet(Feed.A, pk(1), 0)
     arb.on_packet(Feed.A, pk(82), 10)  # hole [2, 81]
+    arb.on_packet(Feed.A, m.encode_heartbeat(S1, 83), 10)  # A continuing after it confirms the jump
     requests = [e for e in arb.on_tick(WAIT + 10) if isinstance(e, RecoveryRequest)]
     assert [(r.seq, r.count) for r in requests] == [(s, 10) for s in range(2, 82, 10)]
     events = arb.on_packet(Feed.A, pk(2, 5), WAIT + 20)  # the front arrives late: the hole is [7, 81]

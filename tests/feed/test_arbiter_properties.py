@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -68,7 +69,8 @@ def feed_arrivals(feed: Feed, messages: list[bytes], faults: FeedFaults, rng: ra
                   cuts: set[int] = frozenset(), drop: range = range(0), keep: set[int] = frozenset(),
                   lossless: bool = False) -> list[Arrival]:
     """One feed: its own packetisation (cut at ``cuts``), faults, and end of session. Sequences in ``drop`` are
-    never sent; packets containing a sequence of ``keep`` are never lost."""
+    never sent; packets containing a sequence of ``keep`` are never lost nor reordered (a packet overtaking its
+    predecessor on the same feed is taken for forged and dropped)."""
     n = len(messages)
     packets: list[tuple[int, int]] = []
     seq = 1
@@ -81,6 +83,7 @@ def feed_arrivals(feed: Feed, messages: list[bytes], faults: FeedFaults, rng: ra
         packets.append((seq, count))
         seq += count
     timed: list[tuple[int, bytes]] = []
+    kept: set[bytes] = set()
     last_time = 0
     for first, count in packets:
         if first in drop:
@@ -92,12 +95,14 @@ def feed_arrivals(feed: Feed, messages: list[bytes], faults: FeedFaults, rng: ra
         if not protected and rng.random() < faults.loss:
             continue
         data = m.encode_downstream(S1, first, messages[first - 1 : first + count - 1])
+        if protected and not lossless:
+            kept.add(data)
         timed.append((t, data))
         if rng.random() < faults.duplicate:
             timed.append((t + 1, data))
     if not lossless:  # reordering: a packet swapped with the one after it
         for k in range(len(timed) - 1):
-            if rng.random() < faults.reorder:
+            if rng.random() < faults.reorder and not {timed[k][1], timed[k + 1][1]} & kept:
                 (t0, d0), (t1, d1) = timed[k], timed[k + 1]
                 timed[k], timed[k + 1] = (t0, d1), (t1, d0)
     end = last_time + MS
@@ -344,3 +349,70 @@ def test_a_server_that_lacks_a_wide_range_loses_only_what_was_asked_and_refused_
     assert lost <= asked, "given up what no request asked for"
     assert [d.seq for d in result.delivered] == [s for s in range(1, n + 1) if s not in lost]
     hypothesis.event("all it lacks given up" if set(gone) <= lost else "part of it delivered by the feeds")
+@dataclass(frozen=True)
+class Forgery:
+    """A forged datagram on ``feed`` just before its true packet number ``at`` (modulo the feed's packets after its
+    first): data
+    ``ahead`` messages past that packet's first sequence, or a heartbeat announcing that much more."""
+
+    feed: Feed
+    at: int
+    ahead: int
+    count: int
+    heartbeat: bool
+
+
+forgeries = st.lists(st.builds(Forgery, feed=st.sampled_from([Feed.A, Feed.B]), at=st.integers(0, 10_000),
+                               ahead=st.integers(1, 60), count=st.integers(1, 12), heartbeat=st.booleans()),
+                     max_size=3)
+
+
+def forge(arrivals: list[Arrival], forgeries: list[Forgery]) -> list[Arrival]:
+    """The arrivals with the forged datagrams inserted (wrong bytes: they start with FORGED)."""
+    out = list(arrivals)
+    for f in forgeries:
+        # after the feed's first packet: before it, nothing tells a jump on that feed (the join rules apply)
+        own = [a for a in arrivals if a.feed == f.feed and int.from_bytes(a.data[18:20], "big") not in (0, 0xFFFF)][1:]
+        if not own:
+            continue
+        true = own[f.at % len(own)]
+        first = int.from_bytes(true.data[10:18], "big") + f.ahead
+        data = (m.encode_heartbeat(S1, first) if f.heartbeat
+                else m.encode_downstream(S1, first, [b"FORGED%d" % (first + i) for i in range(f.count)]))
+        out.append(Arrival(true.time_ns - 1, f.feed, data))
+    return out
+
+
+@PROFILE
+@given(n=st.integers(30, 300), a=feed_faults, b=feed_faults, fakes=forgeries, seed=st.integers(0, 2**32),
+       rtt_ns=st.integers(10_000, 5 * MS), recovery=st.booleans(), max_jump=st.sampled_from([4_096, 30]),
+       clean=st.booleans())
+def test_forged_datagrams_a_little_ahead_the_same_in_c_and_spec(
+        n: int, a: FeedFaults, b: FeedFaults, fakes: list[Forgery], seed: int, rtt_ns: int, recovery: bool,
+        max_jump: int, clean: bool) -> None:
+    """Forged data packets and heartbeats a little ahead of the true stream (below and above ``max_jump``): the C
+    engine and the specification agree on every event and counter; with one forged datagram where neither feed
+    loses, reorders or jitters, the stream is exactly the source (nothing forged published, nothing given up)."""
+    if clean:  # half the cases: feeds that only duplicate and delay
+        a, b = (dataclasses.replace(f, loss=0.0, reorder=0.0, jitter_ns=0) for f in (a, b))
+    rng = random.Random(seed)
+    messages = make_messages(n, rng)
+    arrivals = forge(feed_arrivals(Feed.A, messages, a, rng) + feed_arrivals(Feed.B, messages, b, rng), fakes)
+    config = ArbiterConfig(max_jump=max_jump)
+    pacing = RecoveryConfig()
+    runs = []
+    for arbiter in ((SpecArbiter(config, Recovery(pacing, rng=Jitter(seed))), Arbiter(config, pacing, seed=seed))
+                    if recovery else (SpecArbiter(config), Arbiter(config))):
+        server = RetransmitStub(S1, messages) if recovery else None
+        runs.append((arbiter, *run(arbiter, arrivals, server, rtt_ns)))
+    (spec, _, spec_ordered), (arbiter, result, ordered) = runs
+    assert ordered == spec_ordered
+    assert arbiter.counter_values() == spec.counter_values()
+    check_contract(result, ordered)
+    clean = all(f.loss == 0 and f.reorder == 0 and f.jitter_ns == 0 for f in (a, b))
+    # one forged datagram: nothing of it published, nothing given up (two that agree, on one feed or on both,
+    # confirm each other: two sources)
+    if clean and len(fakes) <= 1:
+        assert [(d.seq, d.message) for d in result.delivered] == list(enumerate(messages, 1))
+    hypothesis.event("one forgery, clean feeds" if clean and len(fakes) <= 1 else "otherwise")
+    hypothesis.event("forged jumps revealed" if arbiter.counter_values()["jumps_forged"] else "none revealed")

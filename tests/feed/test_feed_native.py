@@ -387,9 +387,10 @@ def test_ring_messages_are_views_and_queued_ones_copies() -> None:
     arb = Arbiter(ArbiterConfig(confirm=False))  # the session from one datagram: its messages stay ring views
     ring = RecvRing(4, SLOT)
     ring.load(0, data(1, 2), Feed.A, 0)
-    ring.load(1, data(5, 3), Feed.A, 1)  # ahead of 3: queued (a copy)
-    ring.load(2, data(3, 2), Feed.B, 2)  # fills the hole: the queue drains
-    events = arb.process(ring, 0, 3)
+    ring.load(1, data(5, 3), Feed.A, 1)  # ahead of 3: held (a copy) until confirmed
+    ring.load(2, m.encode_heartbeat(S1, 8), Feed.A, 1)  # A continuing after it confirms it: queued
+    ring.load(3, data(3, 2), Feed.B, 2)  # fills the hole: the queue drains
+    events = arb.process(ring, 0, 4)
     batches = [e for e in events if isinstance(e, DeliverBatch)]
     assert [e.seqs.tolist() for e in batches] == [[1, 2, 3, 4], [5, 6, 7]]
     assert batches[0].buffer is ring.slab and not np.shares_memory(batches[1].buffer, ring.slab)

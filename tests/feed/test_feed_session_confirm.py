@@ -107,7 +107,10 @@ def test_a_forged_end_of_session_is_revealed_by_the_traffic_past_it(make: type, 
     events += run(arb, [(f, pk(s, 10)) for s in range(101, 701, 10) for f in (Feed.A, Feed.B)],
                   start_ns=31 * MS, step_ns=5 * MS)
     assert kinds(events, EndOfSession) == []
-    assert arb.counters.ends_forged == 1
+    # at the next sequence it waits as an end to confirm; ahead, its feed skipped sequences to announce it, so it
+    # is held as a jump: either way the traffic past (or below) it reveals it
+    revealed = arb.counters.ends_forged if ahead == 0 else arb.counters.jumps_forged
+    assert revealed == 1
     assert [s for s, _ in delivered(events)] == list(range(1, 701))
     # the true end, on both feeds, acts at once
     events = run(arb, [(Feed.A, eos(701)), (Feed.B, eos(701))], start_ns=10_000 * MS)

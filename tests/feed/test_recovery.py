@@ -358,6 +358,7 @@ def test_the_engine_runs_the_same_pacing_with_the_same_seed() -> None:
         arb = Arbiter(ArbiterConfig(out_of_order_max_interval=100), RecoveryConfig(), seed=seed)
         arb.on_packet(Feed.A, m.encode_downstream(S1, 1, [b"x"]), 0)
         arb.on_packet(Feed.A, m.encode_downstream(S1, 3, [b"x"]), 0)
+        arb.on_packet(Feed.A, m.encode_heartbeat(S1, 4), 0)  # A continuing after 3 confirms the jump to it
         arb.on_tick(100 * MS)  # the gap is declared; the first request waits out the jittered back-off
         deadline = arb.next_deadline_ns()
         assert deadline is not None

@@ -63,8 +63,14 @@ empty (in packets and in bytes).
 **Validation first**: a datagram is checked completely (length, sequence, every message block) before it may
 choose or switch the session. **Answers**: a retransmitted packet counts only inside a range a request asked
 for (:meth:`SpecArbiter.note_requests`; the oldest of ``MAX_REQUESTED_RANGES`` are forgotten) and is cut at the
-furthest end of the requests covering its first sequence; anything else from the server is ignored. **Unconfirmed jumps**: a packet or heartbeat more than
-``max_jump`` messages past everything known is held back until the other feed's copy (within ``max_jump``) or
+furthest end of the requests covering its first sequence; anything else from the server is ignored. **Unconfirmed jumps**: a live packet or heartbeat
+past the end of its feed's last packet taken (its feed skipped sequences) that announces something not delivered
+yet is held back: not queued, no gap, nothing delivered. Its feed continuing after it (a packet from its end on, a
+marker repeating or passing its next sequence) confirms it; so does the other feed announcing all it carries, and
+then the other feed's copies win (a held data packet starting before the confirming one is cut where that one's
+messages begin; one starting at or after it is taken after it). Its feed continuing below it with new traffic (not
+a late duplicate of what it sent before) reveals it as forged (dropped, ``jumps_forged``). Before a feed's first packet (nothing to jump from) this does not apply. A packet or
+heartbeat more than ``max_jump`` messages past everything known is held back until the other feed's copy (within ``max_jump``) or
 the same feed continuing after it confirms the jump; the same feed continuing more than ``max_jump`` below it
 drops it (``jumps_forged``). A confirmed jump stays provisional until the stream reaches it: a live packet
 with fresh messages more than ``max_jump`` below it undoes it (queued packets from its position on, the holes,
@@ -175,6 +181,29 @@ class _Candidate:
         self.arrival_ns = arrival_ns
 
 
+class _Held:
+    """A packet (or marker) held back for announcing an unconfirmed jump (a copy of the datagram). ``small``: a
+    jump of at most ``max_jump`` past everything known, on a feed that skipped sequences to announce it."""
+
+    __slots__ = ("feed", "data", "position", "first", "count", "marker", "arrival_ns", "small")
+
+    def __init__(self, feed: Feed, data: bytes, position: int, first: int, count: int, marker: bool,
+                 arrival_ns: int, small: bool) -> None:
+        self.feed = feed
+        self.data = data
+        self.position = position
+        self.first = first
+        self.count = count
+        self.marker = marker
+        self.arrival_ns = arrival_ns
+        self.small = small
+
+    @property
+    def end(self) -> int:
+        """One past the last sequence it announces (a marker announces up to its next sequence - 1)."""
+        return self.first if self.marker else self.first + self.count
+
+
 class SpecArbiter:
     """The sans-IO arbiter in pure Python: ``on_packet`` / ``on_tick`` return events (see the module doc)."""
 
@@ -217,9 +246,10 @@ class SpecArbiter:
         self._eos_emitted = False
         self._progress = False
         self._shedding = False  # the queue is full and packets past it are being shed (recovery on)
-        # packets held back for announcing an unconfirmed jump: (feed, bytes, position, first, count, marker,
-        # arrival)
-        self._held: list[tuple[Feed, bytes, int, int, int, bool, int]] = []
+        # packets held back for announcing an unconfirmed jump, the newest per feed
+        self._held: list[_Held] = []
+        # per live feed, one past the furthest sequence its packets taken (not held) announced; 0: none yet
+        self._feed_end = [0] * len(Feed)
         # first datagrams of sessions not adopted yet, until a second one confirms them: arrival order, at most
         # CANDIDATES_PER_FEED per live feed (of distinct sessions)
         self._candidates: list[_Candidate] = []
@@ -348,7 +378,7 @@ class SpecArbiter:
             self._forged_jump_revealed(feed, first, count, marker)
         if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
             return
-        self._intake(feed, buf, first, count, marker, arrival_ns, out)
+        self._take(feed, buf, first, count, marker, arrival_ns, out)
 
     def note_requests(self, requests: list[tuple[int, int]]) -> None:
         """Re-requests ``(seq, count)`` that went out: answers are accepted inside these ranges only."""
@@ -370,15 +400,20 @@ class SpecArbiter:
         return min(count, room)
 
     def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
-        """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped;
-        a confirmed jump the stream has not reached yet is undone (nothing from its range is published)."""
+        """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped
+        (a small one by its feed's new traffic below it — a packet reaching past its feed's end, a marker at or past
+        it; one past ``max_jump`` by traffic more than ``max_jump`` below it); a
+        confirmed jump the stream has not reached yet is undone (nothing from its range is published)."""
         bound = self.config.max_jump
         if bound is None or self.expected is None:
             return False
         position = first - 1 if marker else first
+        # new traffic of its feed (not a late duplicate of what it sent before) below a small jump reveals it
+        end = self._feed_end[feed]
+        current = first >= end if marker else first + count > end
         revealed = False
         for h in self._held:
-            if h[0] == feed and h[2] - position > bound:
+            if h.feed == feed and (current and position < h.position if h.small else h.position - position > bound):
                 self._held.remove(h)
                 self.counters.jumps_forged += 1
                 revealed = True
@@ -407,6 +442,7 @@ class SpecArbiter:
         self._coverage.trim_below(self._next)
         highest = max(self._next - 1, self._jump_floor - 1, self._coverage.ends[-1] if self._coverage else 0)
         self.highest = highest
+        self._feed_end = [min(end, highest + 1) for end in self._feed_end]  # what the forged range moved
         self._declared_upto = min(self._declared_upto, highest)
         gaps: deque[OpenGap] = deque()
         for gap in self._gaps:
@@ -428,35 +464,128 @@ class SpecArbiter:
 
     def _unconfirmed_jump(self, feed: Feed, buf: memoryview, first: int, count: int, marker: bool,
                           arrival_ns: int, out: list[Event]) -> bool:
-        """Hold back a packet (or marker) announcing sequences more than ``max_jump`` past everything known,
-        until a second such packet (the other feed's copy, or the next packet) confirms the jump: one stray
-        datagram must not declare a gap of a billion messages. True when the packet was held back."""
+        """Hold back a packet (or marker) announcing an unconfirmed jump; take the held ones it confirms. True when
+        the packet was dealt with here (held back, or taken with the held ones it confirms; False: the caller
+        takes it).
+
+        A *small* jump: a live packet past the end of its feed's last packet (the feed skipped sequences) that
+        announces something not delivered yet; confirmed by the same feed continuing after it or by the other feed announcing
+        everything it carries (see :meth:`_confirm_small`), revealed as forged by the same feed continuing below it
+        (:meth:`_forged_jump_revealed`). A jump more than ``max_jump`` past everything known: confirmed by the
+        other feed's copy (within ``max_jump``) or the same feed continuing after it, and provisional until the
+        stream reaches it. One stray datagram must never declare a gap, nor publish its messages."""
         bound = self.config.max_jump
         if bound is None or self.expected is None:
             return False
         position = first - 1 if marker else first  # the first sequence it says exists
-        base = max(self.expected, self.highest + 1)
+        last = position if marker else first + count - 1  # the last one
+        # a held packet the stream has passed announces nothing new
+        self._held = [h for h in self._held if h.end > self._next]
+        if feed == Feed.RETRANSMIT:
+            return self._large_jump_past(feed, buf, position, first, count, marker, arrival_ns, out)
+        confirmed, after = self._confirm_small(feed, first, last, marker, out)
+        if not self._large_jump_past(feed, buf, position, first, count, marker, arrival_ns, out):
+            known = self._feed_end[feed]
+            if not confirmed and known != 0 and position > known and last >= self._next:
+                self._hold(feed, buf, position, first, count, marker, arrival_ns, True)
+            else:
+                self._take(feed, buf, first, count, marker, arrival_ns, out)
+        for h in after:  # held copies this packet covers: its own copies first
+            self._intake(h.feed, h.data, h.first, h.count, h.marker, h.arrival_ns, out)
+        return True
+
+    def _take(self, feed: Feed, buf: memoryview, first: int, count: int, marker: bool, arrival_ns: int,
+              out: list[Event]) -> None:
+        """Act upon a packet: its feed's end moves to it, and it joins the stream."""
+        if feed != Feed.RETRANSMIT:
+            self._feed_end[feed] = max(self._feed_end[feed], first if marker else first + count)
+        self._intake(feed, buf, first, count, marker, arrival_ns, out)
+
+    def _large_jump_past(self, feed: Feed, buf: memoryview, position: int, first: int, count: int, marker: bool,
+                         arrival_ns: int, out: list[Event]) -> bool:
+        """True when the packet announces more than ``max_jump`` past everything known and was held back; when it
+        confirms such a held jump, the held ones and then the packet are taken (True as well)."""
+        bound = self.config.max_jump
+        assert bound is not None
+        base = max(self._next, self.highest + 1)
         if position <= base + bound:
             return False
-        held = self._held
-        # confirmed by the other feed's copy, or by the same feed continuing after it
-        confirmed = [h for h in held if (h[2] <= position if h[0] == feed else abs(h[2] - position) <= bound)
-                     and position - h[2] <= bound]
+        if not self._large_jump(feed, buf, position, first, count, marker, arrival_ns, base, out):
+            self._take(feed, buf, first, count, marker, arrival_ns, out)
+        return True
+
+    def _confirm_small(self, feed: Feed, first: int, last: int, marker: bool,
+                       out: list[Event]) -> tuple[bool, list[_Held]]:
+        """Take the held small jumps a live packet of ``feed`` (its header's ``first``, announcing up to
+        ``last``) confirms. The same feed continuing after a held one (a packet from its end on, or a marker
+        repeating or passing its next sequence) confirms it whole. The other feed announcing everything a held one
+        carries confirms it too, but the other feed's copies win: a held data packet starting before this one is
+        taken only up to where this packet's messages begin, one starting at or after it only after it (returned,
+        for the caller to take after the packet). Also returns whether this packet is itself confirmed: the other
+        feed's held jump announces all of it."""
+        taken: list[tuple[_Held, int]] = []  # (held, messages of it taken)
+        after: list[_Held] = []
+        kept: list[_Held] = []
+        confirmed = False
+        for h in self._held:
+            if not h.small:
+                kept.append(h)
+            elif h.feed == feed:
+                if first >= h.end:  # the same feed continues after it
+                    self.counters.jumps_confirmed += 1
+                    self._feed_end[h.feed] = max(self._feed_end[h.feed], h.end)
+                    taken.append((h, h.count))
+                else:
+                    kept.append(h)
+            else:
+                if h.end - 1 >= last:
+                    confirmed = True
+                if last >= h.end - 1:  # the other feed announced all of it
+                    self.counters.jumps_confirmed += 1
+                    self._feed_end[h.feed] = max(self._feed_end[h.feed], h.end)
+                    if h.marker or marker:
+                        taken.append((h, h.count))
+                    elif first > h.first:  # cut where this packet's messages begin
+                        taken.append((h, min(h.count, first - h.first)))
+                    else:
+                        after.append(h)
+                else:
+                    kept.append(h)
+        self._held = kept
+        for h, count in sorted(taken, key=lambda t: t[0].position):
+            self._intake(h.feed, h.data, h.first, count, h.marker, h.arrival_ns, out)
+        return confirmed, sorted(after, key=lambda h: h.position)
+
+    def _hold(self, feed: Feed, buf: memoryview, position: int, first: int, count: int, marker: bool,
+              arrival_ns: int, small: bool) -> None:
+        """Keep the newest candidate per feed; an older one of the same feed is dropped."""
+        self._held = [h for h in self._held if h.feed != feed]
+        self._held.append(_Held(feed, bytes(buf), position, first, count, marker, arrival_ns, small))
+        self.counters.jumps_held += 1
+
+    def _large_jump(self, feed: Feed, buf: memoryview, position: int, first: int, count: int, marker: bool,
+                    arrival_ns: int, base: int, out: list[Event]) -> bool:
+        """A packet more than ``max_jump`` past everything known: held until a second one (the other feed's copy
+        within ``max_jump``, or the same feed continuing after it) confirms the jump, which then stays
+        provisional until the stream reaches it. True when the packet was held back."""
+        bound = self.config.max_jump
+        assert bound is not None
+        confirmed = [h for h in self._held if not h.small
+                     and (h.position <= position if h.feed == feed else abs(h.position - position) <= bound)
+                     and position - h.position <= bound]
         if not confirmed:
-            # keep the newest candidate per feed; older unconfirmed candidates are dropped
-            self._held = [h for h in held if h[0] != feed] + [(feed, bytes(buf), position, first, count, marker,
-                                                                arrival_ns)]
-            self.counters.jumps_held += 1
+            self._hold(feed, buf, position, first, count, marker, arrival_ns, False)
             return True
-        self._held = [h for h in held if h not in confirmed]
+        self._held = [h for h in self._held if h not in confirmed]
         self.counters.jumps_confirmed += 1
         # acted upon, but provisional: live traffic continuing below it before the stream reaches it undoes it
         self._jump_floor = base
-        self._jump_at = min([position] + [h[2] for h in confirmed])
-        for h_feed, h_buf, _pos, h_first, h_count, h_marker, h_arrival in sorted(confirmed, key=lambda h: h[2]):
-            self._intake(h_feed, h_buf, h_first, h_count, h_marker, h_arrival, out)
-        self._intake(feed, buf, first, count, marker, arrival_ns, out)
-        return True
+        self._jump_at = min([position] + [h.position for h in confirmed])
+        for h in sorted(confirmed, key=lambda h: h.position):
+            if h.feed != Feed.RETRANSMIT:
+                self._feed_end[h.feed] = max(self._feed_end[h.feed], h.end)
+            self._intake(h.feed, h.data, h.first, h.count, h.marker, h.arrival_ns, out)
+        return False
 
     def _session_candidate_revealed(self, feed: Feed, session: bytes) -> None:
         """The current session continuing on a feed reveals that feed's held candidates of other sessions as
@@ -553,6 +682,7 @@ class SpecArbiter:
         self._requested.clear()
         self._jump_at = None
         self._held.clear()
+        self._feed_end = [0] * len(Feed)
         self._coverage = Coverage()
         self._gaps.clear()
         self._declared_upto = 0
