@@ -25,6 +25,7 @@ from logbuf.feed.feed_native import (
     ffi,
     lib,
     monotonic_ns,
+    socket_drops,
 )
 from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
@@ -527,6 +528,19 @@ def test_kernel_drops_are_counted_per_feed(udp_pair) -> None:
     tx.send(data(2001, 1))  # queued after the drops: the kernel attaches its drop count
     assert receive_all(ring, rx, Feed.B, 1) == 1
     assert ring.kernel_drops[Feed.B] > 0 and ring.kernel_drops[Feed.A] == 0
+
+
+def test_socket_drops_are_read_at_once_without_a_later_datagram(udp_pair) -> None:
+    """SO_MEMINFO's drop count: what the handler reports as kernel_drops, readable as soon as the kernel dropped
+    (SO_RXQ_OVFL only comes with the next datagram read)."""
+    rx, tx = udp_pair()
+    quiet, _ = udp_pair()
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel's minimum: a few datagrams
+    for first in range(1, 2001):
+        tx.send(data(first, 1) + b"x" * 1000)
+    dropped = socket_drops(rx)
+    assert dropped is not None and dropped > 0
+    assert socket_drops(quiet) == 0
 
 
 def test_delivery_runs_stay_in_the_engine_and_expire_with_the_next_call() -> None:

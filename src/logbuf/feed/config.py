@@ -317,8 +317,9 @@ FEED_OPTIONS: tuple[Option, ...] = (
     Option("--queue-packets", _count(2, MAX_QUEUE_PACKETS), DEFAULT_MAX_QUEUE_PACKETS,
            "out-of-order queue bound (datagrams)"),
     Option("--max-jump", _count(1, MAX_SEQUENCE), DEFAULT_MAX_JUMP,
-           "a packet this many messages past everything known waits for a confirmation: the other feed's copy "
-           "or the same feed continuing after it"),
+           "every packet that skips ahead on its feed waits for a confirmation (the same feed continuing after "
+           "it, or the other feed reaching it); one more than this many messages past everything known is also "
+           "confirmed by the other feed within this distance, and stays provisional until the stream reaches it"),
     # -- sockets and rounds
     Option("--rcvbuf", _count(1, MAX_RCVBUF), DEFAULT_RCVBUF,
            "receive buffer of each socket, the answers' included (bytes)"),

@@ -27,6 +27,7 @@ returns to Python only with a status saying what needs Python (see ``native/feed
 from __future__ import annotations
 
 import socket
+import sys
 import weakref
 from typing import Any
 
@@ -69,6 +70,24 @@ def enable_drop_counts(sock: socket.socket | int) -> None:
     fd = sock if isinstance(sock, int) else sock.fileno()
     with socket.socket(fileno=socket.dup(fd)) as s:
         s.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
+
+
+SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)  # Linux value: the socket's memory figures, its drop count last
+_SK_MEMINFO_DROPS = 8
+_SK_MEMINFO_VARS = 9
+
+
+def socket_drops(sock: socket.socket) -> int | None:
+    """Datagrams the kernel dropped on this socket so far (a full receive buffer; SO_MEMINFO's
+    SK_MEMINFO_DROPS, the count SO_RXQ_OVFL would attach to each datagram), read on demand: no control message
+    per datagram, and drops show at once, not with the next datagram. None where the kernel has no SO_MEMINFO."""
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 4 * _SK_MEMINFO_VARS)
+    except OSError:
+        return None
+    if len(raw) < 4 * (_SK_MEMINFO_DROPS + 1):
+        return None
+    return int.from_bytes(raw[4 * _SK_MEMINFO_DROPS : 4 * _SK_MEMINFO_DROPS + 4], sys.byteorder)
 
 
 def enable_gro(sock: socket.socket | int) -> bool:

@@ -89,6 +89,7 @@ from logbuf.feed.feed_native import (
     enable_kernel_timestamps,
     lib,
     monotonic_ns,
+    socket_drops,
 )
 from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
@@ -277,9 +278,14 @@ class FeedHandler:
                 if not enable_gro(sock):
                     raise FeedHandlerError(f"the kernel refused UDP_GRO on the {feed.name} socket (Linux >= 5.0 "
                                            "has it): run with --udp-gro off")
-        for sock in self.sockets.values():
-            with contextlib.suppress(OSError):  # not every kernel reports drops; the counter then stays 0
-                enable_drop_counts(sock)
+        # kernel drops are read per socket with the counters (SO_MEMINFO), not attached to every datagram
+        # (SO_RXQ_OVFL): one control message less per packet; where SO_MEMINFO is missing, SO_RXQ_OVFL it is
+        self._drops_on_demand = all(socket_drops(sock) is not None for sock in self.sockets.values())
+        self._kernel_drops: dict[Feed, int] = {}
+        if not self._drops_on_demand:
+            for sock in self.sockets.values():
+                with contextlib.suppress(OSError):  # not every kernel reports drops; the counter then stays 0
+                    enable_drop_counts(sock)
         # slots per socket per receive: A and B share fairly, answers get what is left
         live = [f for f in self.sockets if f != Feed.RETRANSMIT]
         reserved = RETRANSMIT_SLOTS if Feed.RETRANSMIT in self.sockets else 0
@@ -591,8 +597,15 @@ class FeedHandler:
         values["request_chunk"] = arbiter.request_chunk or 0
         for reason, lost in self.lost_by_reason.items():
             values[f"lost.{reason.name.lower()}"] = lost
-        for feed in Feed:  # datagrams the kernel dropped for a full socket buffer (SO_RXQ_OVFL)
-            values[f"{feed.name}.kernel_drops"] = int(self.ring.kernel_drops[feed])
+        for feed in Feed:  # datagrams the kernel dropped for a full socket buffer
+            if not self._drops_on_demand:
+                values[f"{feed.name}.kernel_drops"] = int(self.ring.kernel_drops[feed])
+                continue
+            sock = self.sockets.get(feed)  # closed: the last count read stays
+            drops = socket_drops(sock) if sock is not None else None
+            if drops is not None:
+                self._kernel_drops[feed] = drops
+            values[f"{feed.name}.kernel_drops"] = self._kernel_drops.get(feed, 0)
         return values
 
     def publish_counters(self) -> None:
