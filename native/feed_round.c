@@ -420,14 +420,13 @@ static int32_t process_in_arrival_order(lbf_eng_t *e, const lbf_rx_t *rx, const 
  * which pauses requests with back-off; while paused nothing is sent. */
 static int32_t send_requests(lbf_round_t *r, round_impl_t *im, int64_t from, int64_t end)
 {
-    static int32_t offsets[REQUEST_BATCH], lengths[REQUEST_BATCH];
-    if (lengths[0] == 0)
-        for (int32_t i = 0; i < REQUEST_BATCH; i++) {
-            offsets[i] = i * REQUEST_LENGTH;
-            lengths[i] = REQUEST_LENGTH;
-        }
     if (r->requests_paused_until_ns > 0 && lbf_monotonic_ns() < r->requests_paused_until_ns)
         return 0;
+    int32_t offsets[REQUEST_BATCH], lengths[REQUEST_BATCH]; /* per call: no shared state between rounds */
+    for (int32_t i = 0; i < REQUEST_BATCH; i++) {
+        offsets[i] = i * REQUEST_LENGTH;
+        lengths[i] = REQUEST_LENGTH;
+    }
     const lbf_event_t *events = r->eng->events;
     uint8_t batch[REQUEST_BATCH * REQUEST_LENGTH];
     while (from < end) {
