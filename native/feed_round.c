@@ -53,6 +53,7 @@ typedef struct round_impl {
     int64_t row_arrival;
     int32_t row_count;
     int32_t interrupted; /* the last sleep ended with a signal: lbf_round_run hands over to Python */
+    int32_t requests_sent; /* the requests of the event run being handed to Python went out already */
     /* each socket's datagrams of this round: ring slots [from[f], to[f]), in that socket's arrival order */
     int32_t from[LBF_FEEDS], to[LBF_FEEDS];
 } round_impl_t;
@@ -415,12 +416,13 @@ static int32_t process_in_arrival_order(lbf_eng_t *e, const lbf_rx_t *rx, const 
 #define REQUEST_LENGTH 20 /* MoldUDP64 request: session (10), first sequence (8, big-endian), count (2) */
 #define REQUEST_BATCH 64
 
-/* Send re-request events [from, end) in order, 64 per sendmmsg, as Python's path does: a full socket buffer drops
- * the rest (recovery asks again at its next retry), a refusal (ICMP port unreachable) is reported to Python,
- * which pauses requests with back-off; while paused nothing is sent. */
+/* Send the re-requests among events [from, end) in order, 64 per sendmmsg on the connected answers socket: a full
+ * socket buffer drops the rest (recovery asks again at its next retry), a refusal (ICMP port unreachable) is
+ * reported to Python, which pauses requests with back-off; while paused nothing is sent. */
 static int32_t send_requests(lbf_round_t *r, round_impl_t *im, int64_t from, int64_t end)
 {
-    if (r->requests_paused_until_ns > 0 && lbf_monotonic_ns() < r->requests_paused_until_ns)
+    if (r->fd[LBF_FEED_RETRANSMIT] < 0 ||
+        (r->requests_paused_until_ns > 0 && lbf_monotonic_ns() < r->requests_paused_until_ns))
         return 0;
     int32_t offsets[REQUEST_BATCH], lengths[REQUEST_BATCH]; /* per call: no shared state between rounds */
     for (int32_t i = 0; i < REQUEST_BATCH; i++) {
@@ -433,7 +435,7 @@ static int32_t send_requests(lbf_round_t *r, round_impl_t *im, int64_t from, int
         int32_t n = 0;
         for (; from < end && n < REQUEST_BATCH; from++) {
             const lbf_event_t *ev = &events[from];
-            if (ev->b == 0 || ev->b > 0xFFFF) /* not a count a request can carry (the engine never emits one) */
+            if (ev->kind != LBF_EV_REQUEST || ev->b == 0 || ev->b > 0xFFFF) /* a record, or no request's count */
                 continue;
             uint8_t *p = batch + n * REQUEST_LENGTH;
             memcpy(p, ev->session, 10);
@@ -508,14 +510,18 @@ static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
                 im->sampled = 0;
                 continue;
             }
-            /* the events up to the next delivery go to Python (records for the events stream, requests to
-             * send); capture rows stay in stream order with the records */
+            /* the events up to the next delivery: the round sends their re-requests, Python publishes their
+             * records on the events stream; capture rows stay in stream order with the records */
             int64_t end = im->ev, records = 0;
             while (end < e->event_count && e->events[end].kind != LBF_EV_DELIVER)
                 records += e->events[end++].kind != LBF_EV_REQUEST;
-            if (records == 0 && r->fd[LBF_FEED_RETRANSMIT] >= 0) { /* only requests: sent here, no record */
+            if (!im->requests_sent) { /* the requests among them go out here, once (Python skips them) */
                 if ((st = send_requests(r, im, im->ev, end)) != 0)
                     return st;
+                im->requests_sent = 1;
+            }
+            if (records == 0) { /* nothing for Python */
+                im->requests_sent = 0;
                 if (e->event_sealed < end)
                     e->event_sealed = end;
                 im->ev = end;
@@ -523,6 +529,7 @@ static int32_t round_continue(lbf_round_t *r, round_impl_t *im)
             }
             if (r->capture != NULL && (st = flush_rows(r, im)) != 0)
                 return st;
+            im->requests_sent = 0; /* sent above; the records go to Python */
             r->event_next = im->ev;
             r->event_end = end;
             if (e->event_sealed < end)

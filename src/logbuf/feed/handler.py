@@ -93,11 +93,7 @@ from logbuf.feed.feed_native import (
 )
 from logbuf.feed.stats import I64_MAX
 from logbuf.idle import BackoffIdleStrategy
-from logbuf.marketdata.moldudp64 import REQUEST_LENGTH
-from logbuf.native import ffi
 from logbuf.units import NANOS_PER_MICRO, NANOS_PER_SECOND
-
-_REQUEST_BATCH = int(lib.LBN_MAX_BATCH)  # re-requests per sendmmsg
 
 COUNTER_PUBLISH_INTERVAL_NS = 100_000_000
 LATENCY_SAMPLES = 1 << 16
@@ -319,9 +315,6 @@ class FeedHandler:
         self.lost_by_reason = dict.fromkeys(GapReason, 0)  # messages declared unrecoverable, by why
         self._unreachable_until_ns = 0
         self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
-        # one sendmmsg's worth of re-requests: datagram i at offset 20 * i of the joined requests
-        self._request_offsets = ffi.new("int32_t[]", [i * REQUEST_LENGTH for i in range(_REQUEST_BATCH)])
-        self._request_lengths = ffi.new("int32_t[]", [REQUEST_LENGTH] * _REQUEST_BATCH)
         # wire-to-log latency: packet arrival (kernel stamp) to its messages committed in the log, sampled by C
         # once per appended delivery run into a ring (the first message of the run: the longest wait in it)
         self.latency_samples_ns = np.zeros(LATENCY_SAMPLES, dtype=np.int64)
@@ -451,16 +444,11 @@ class FeedHandler:
                     idled = False
                 if kind == ROUND_DONE:
                     return handled
-                if kind == ROUND_EVENTS:
-                    requests: list[bytes] = []  # sent together after the round's events (one sendmmsg per 64)
+                if kind == ROUND_EVENTS:  # records for the events stream (the round sent the requests)
                     for event, next_sequence in self.arbiter.round_events(int(r.event_next), int(r.event_end)):
-                        if isinstance(event, RecoveryRequest):
-                            requests.append(event.encode())
-                        else:
+                        if not isinstance(event, RecoveryRequest):
                             self._publish_event(event, next_sequence)
                         handled += 1
-                    if requests:
-                        self._send_requests(requests)
             status = lib.lbf_round_resume(r)
 
     def _round_failed(self) -> None:
@@ -506,32 +494,6 @@ class FeedHandler:
             self._unreachable_until_ns = now + self._unreachable_backoff_ns
             self._unreachable_backoff_ns = min(2 * self._unreachable_backoff_ns, UNREACHABLE_BACKOFF_NS[1])
             r.requests_paused_until_ns = self._unreachable_until_ns  # the round sends none before
-
-    def _send_requests(self, requests: list[bytes]) -> None:
-        """The round's re-requests (20 bytes each), in order, up to LBN_MAX_BATCH per sendmmsg on the connected
-        answers socket. A full socket buffer drops the rest (recovery asks again at its next retry); a refusal
-        (ICMP port unreachable) pauses requests with back-off."""
-        sock = self.sockets.get(Feed.RETRANSMIT)
-        if sock is None or monotonic_ns() < self._unreachable_until_ns:
-            return  # paused after a refusal: recovery asks again at its next retry
-        data = b"".join(requests)
-        base = ffi.from_buffer(data)
-        fd = sock.fileno()
-        total = len(requests)
-        done = 0
-        while done < total:
-            n = min(total - done, _REQUEST_BATCH)
-            sent = lib.lbn_send_from(fd, base + done * REQUEST_LENGTH, self._request_offsets, self._request_lengths,
-                                     n, ffi.NULL, 0)
-            if sent == -errno.ECONNREFUSED:
-                self._note_unreachable()
-                return
-            if sent == -errno.EAGAIN or sent == -errno.ENOBUFS or sent == 0:
-                return  # the socket buffer is full: the rest are asked again at the next retry
-            if sent < 0:
-                raise OSError(-sent, f"sending re-requests: {os.strerror(-sent)}")
-            self._unreachable_backoff_ns = UNREACHABLE_BACKOFF_NS[0]
-            done += sent
 
     # -- events ----------------------------------------------------------------------------------------
 
