@@ -251,11 +251,44 @@ int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const u
 /* ==== one handler round in C: receive from every feed socket -> arbitrate -> append the deliveries to the
  * messages publication -> capture rows; Python is entered only for what needs it (lbf_round's status) ==== */
 
-/* The checkpoint: "LBFCKPT1", the session (10 bytes), 6 bytes of padding, the next sequence to publish (u64,
- * native byte order, one aligned store). A restarted handler resumes there (no duplicates for subscribers). */
-#define LBF_CHECKPOINT_LENGTH 32
-#define LBF_CHECKPOINT_SESSION 8
-#define LBF_CHECKPOINT_NEXT 24
+/* The checkpoint file (a shared mapping: every store survives a SIGKILL). "LBFCKPT2", then `current` (u32): the
+ * record (0 or 1) holding the last complete state. Every store writes the other record whole, then flips
+ * `current` with one release store, so a SIGKILL in the middle of a store leaves the previous state intact.
+ * (The magic is written by Python.) A record: the session and the next sequence to publish (every one below it is in the log), the log position
+ * where the next append starts, and the append in flight, if any (stored before the append): its session,
+ * first and end sequence, and where in the log it starts. After the append the record says what went in
+ * (pending 0). A record names one of two log slots: the log the run appends to (its file as the driver named
+ * it, registration, session and stream ids), written by a starting run into the slot the current record does
+ * not name, so the previous run's log stays named until the new run's first record is stored. A restart reads
+ * the pending append back from that log (the reserved value of each frame is its sequence). */
+#define LBF_CHECKPOINT_LENGTH 1024
+#define LBF_CHECKPOINT_CURRENT 8          /* u32: 0 or 1 */
+#define LBF_CHECKPOINT_RECORD 64          /* two records from here */
+#define LBF_CHECKPOINT_RECORD_LENGTH 96
+#define LBF_CHECKPOINT_LOG_SLOT 0         /* u32: the log slot (0 or 1) the record's positions refer to */
+#define LBF_CHECKPOINT_SESSION 8          /* 10 bytes */
+#define LBF_CHECKPOINT_NEXT 24            /* u64: the next sequence to publish (0: nothing to resume) */
+#define LBF_CHECKPOINT_POSITION 32        /* i64: the log position after the message before `next` */
+#define LBF_CHECKPOINT_PENDING 40         /* u64: 1 while an append is in flight */
+#define LBF_CHECKPOINT_PENDING_SESSION 48 /* 10 bytes */
+#define LBF_CHECKPOINT_PENDING_FIRST 64   /* u64: the first sequence of the append */
+#define LBF_CHECKPOINT_PENDING_END 72     /* u64: one past its last sequence */
+#define LBF_CHECKPOINT_PENDING_POSITION 80 /* i64: the log position where the append starts */
+#define LBF_CHECKPOINT_LOG 256            /* two log slots from here */
+#define LBF_CHECKPOINT_LOG_LENGTH 384
+#define LBF_CHECKPOINT_LOG_REGISTRATION 0 /* i64: the log's correlation id (its metadata says the same) */
+#define LBF_CHECKPOINT_LOG_SESSION_ID 8   /* i32 */
+#define LBF_CHECKPOINT_LOG_STREAM_ID 12   /* i32 */
+#define LBF_CHECKPOINT_LOG_PATH_LENGTH 16 /* i32: 0 when the path did not fit (no read-back) */
+#define LBF_CHECKPOINT_LOG_PATH 32        /* the file's path, up to LBF_CHECKPOINT_LOG_PATH_MAX bytes */
+#define LBF_CHECKPOINT_LOG_PATH_MAX 352
+
+/* Checkpoint stores (Python's at the start, the round's around every append): each writes the record that is
+ * not current, then makes it current. */
+void lbf_checkpoint_commit(uint8_t *checkpoint, int32_t log_slot, const uint8_t *session, uint64_t next,
+                           int64_t position);
+void lbf_checkpoint_intent(uint8_t *checkpoint, const uint8_t *session, uint64_t first, uint64_t end,
+                           int64_t position);
 
 /* lbf_round / lbf_round_resume status: a kind in the low byte, flags above, < 0 a failure (fail_*). */
 #define LBF_ROUND_DONE 0             /* the round is over (drained, received say what it did) */
@@ -288,8 +321,8 @@ typedef struct lbf_round {
     int64_t counters_interval_ns;   /* LBF_ROUND_COUNTERS at most this often */
     int64_t *latency_ns;            /* ring of wire-to-log samples (Python-owned), latency_mask + 1 long */
     int64_t latency_mask;
-    uint8_t *checkpoint;            /* LBF_CHECKPOINT_LENGTH bytes (a shared file mapping) or NULL: after every
-                                       append, the session and the next sequence to publish */
+    uint8_t *checkpoint;            /* LBF_CHECKPOINT_LENGTH bytes (a shared file mapping) or NULL: before every
+                                       append what it may append, after it what went in (lbf_checkpoint_*) */
     /* counters, read by Python */
     int64_t published;              /* messages appended */
     int64_t unpublished;            /* messages dropped: no subscriber was connected */

@@ -215,6 +215,56 @@ static int delivered_rows(lbf_round_t *r, round_impl_t *im, int64_t a, int64_t b
     return 1;
 }
 
+/* ---- the checkpoint (layout in feed.h): a store writes the record that is not current, then flips `current` ---- */
+
+static uint8_t *checkpoint_record(uint8_t *cp, uint32_t k)
+{
+    return cp + LBF_CHECKPOINT_RECORD + (size_t)(k & 1) * LBF_CHECKPOINT_RECORD_LENGTH;
+}
+
+/* the record to fill: a copy of the current one */
+static uint8_t *checkpoint_begin(uint8_t *cp, uint32_t *other)
+{
+    uint32_t current = __atomic_load_n((uint32_t *)(cp + LBF_CHECKPOINT_CURRENT), __ATOMIC_ACQUIRE) & 1;
+    *other = current ^ 1;
+    uint8_t *record = checkpoint_record(cp, *other);
+    memcpy(record, checkpoint_record(cp, current), LBF_CHECKPOINT_RECORD_LENGTH);
+    return record;
+}
+
+static void checkpoint_end(uint8_t *cp, uint32_t other)
+{
+    __atomic_store_n((uint32_t *)(cp + LBF_CHECKPOINT_CURRENT), other, __ATOMIC_RELEASE);
+}
+
+void lbf_checkpoint_commit(uint8_t *cp, int32_t log_slot, const uint8_t *session, uint64_t next, int64_t position)
+{
+    uint32_t other;
+    uint8_t *record = checkpoint_begin(cp, &other);
+    if (log_slot >= 0) {
+        uint32_t slot = (uint32_t)log_slot & 1;
+        memcpy(record + LBF_CHECKPOINT_LOG_SLOT, &slot, 4);
+    }
+    memcpy(record + LBF_CHECKPOINT_SESSION, session, MOLD_SESSION_LENGTH);
+    memcpy(record + LBF_CHECKPOINT_NEXT, &next, 8);
+    memcpy(record + LBF_CHECKPOINT_POSITION, &position, 8);
+    memset(record + LBF_CHECKPOINT_PENDING, 0, 8);
+    checkpoint_end(cp, other);
+}
+
+void lbf_checkpoint_intent(uint8_t *cp, const uint8_t *session, uint64_t first, uint64_t end, int64_t position)
+{
+    uint32_t other;
+    uint8_t *record = checkpoint_begin(cp, &other);
+    uint64_t pending = 1;
+    memcpy(record + LBF_CHECKPOINT_PENDING, &pending, 8);
+    memcpy(record + LBF_CHECKPOINT_PENDING_SESSION, session, MOLD_SESSION_LENGTH);
+    memcpy(record + LBF_CHECKPOINT_PENDING_FIRST, &first, 8);
+    memcpy(record + LBF_CHECKPOINT_PENDING_END, &end, 8);
+    memcpy(record + LBF_CHECKPOINT_PENDING_POSITION, &position, 8);
+    checkpoint_end(cp, other);
+}
+
 /* the rest of DELIVER event `ev` into the messages publication: 0 when done, else the status to return */
 static int32_t publish_run(lbf_round_t *r, round_impl_t *im, const lbf_event_t *ev)
 {
@@ -235,15 +285,16 @@ static int32_t publish_run(lbf_round_t *r, round_impl_t *im, const lbf_event_t *
         int64_t first = im->out_done;
         int64_t count = b - first > INT32_MAX ? INT32_MAX : b - first;
         int32_t appended = 0;
+        /* before the append, what it may put in the log and where (a restart reads back how much went in) */
+        if (r->checkpoint != NULL)
+            lbf_checkpoint_intent(r->checkpoint, ev->session, e->out_seq[first], e->out_seq[first + count - 1] + 1,
+                                  lb_exclusive_position(r->messages));
         /* out_seq holds u64 sequences; the reserved value is the same 64 bits (read back as u64) */
         int64_t res = lb_offer_batch(r->messages, 1, (const char *)data, data_length, e->out_offset + first,
                                      e->out_length + first, (const int64_t *)(e->out_seq + first), (int32_t)count,
                                      &appended);
-        if (appended > 0 && r->checkpoint != NULL) {
-            uint64_t next = e->out_seq[first + appended - 1] + 1;
-            memcpy(r->checkpoint + LBF_CHECKPOINT_SESSION, ev->session, MOLD_SESSION_LENGTH);
-            __atomic_store_n((uint64_t *)(r->checkpoint + LBF_CHECKPOINT_NEXT), next, __ATOMIC_RELEASE);
-        }
+        if (appended > 0 && r->checkpoint != NULL) /* res: the position after the append */
+            lbf_checkpoint_commit(r->checkpoint, -1, ev->session, e->out_seq[first + appended - 1] + 1, res);
         if (appended > 0) {
             if (!im->sampled) { /* the run's first message: the longest wait in it */
                 im->sampled = 1;

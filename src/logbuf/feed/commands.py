@@ -103,10 +103,13 @@ def _cmd_feed(args: argparse.Namespace) -> int:
             print(f"logbuf feed: A={args.feed_a} B={args.feed_b} mode={args.mode} "
                   f"recovery={'off' if config.retransmit is None else config.retransmit} -> {args.channel} "
                   f"stream {args.stream}", file=sys.stderr, flush=True)
-            if handler.resumed is not None:
-                session, next_sequence = handler.resumed
-                print(f"logbuf feed: resuming session {session.decode('ascii', 'replace').rstrip()} at sequence "
-                      f"{next_sequence} (checkpoint {checkpoint})", file=sys.stderr, flush=True)
+            resumed = handler.resumed
+            if resumed is not None:
+                repeat = (f"; up to {resumed.may_repeat} messages from there may be published a second time"
+                          if resumed.may_repeat else "")
+                print(f"logbuf feed: resuming session {resumed.session.decode('ascii', 'replace').rstrip()} at "
+                      f"sequence {resumed.next_sequence} ({resumed.how}; checkpoint {checkpoint}{repeat})",
+                      file=sys.stderr, flush=True)
         try:
             handler.run(duration_s=args.duration)
         except LogbufError as exc:

@@ -33,7 +33,6 @@ import os
 import random
 import resource
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from logbuf.client.client import Client, Counter, connect
 from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
 from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID
 from logbuf.errors import LogbufError, bind_error
+from logbuf.feed import checkpoint
 from logbuf.feed import published as out
 from logbuf.feed.arbiter import Arbiter
 from logbuf.feed.config import (
@@ -103,34 +103,11 @@ UNREACHABLE_BACKOFF_NS = (10_000_000, 1_000_000_000)  # first and longest pause 
 INVALID_BATCH = lib.LB_INVALID_BATCH  # lb_offer_batch: a message longer than the publication's maximum
 
 
-CHECKPOINT_MAGIC = b"LBFCKPT1"
-
-
 def read_checkpoint(path: str) -> tuple[bytes, int] | None:
-    """The (session, next sequence) a previous run stored at ``path`` (None: no usable checkpoint)."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(lib.LBF_CHECKPOINT_LENGTH)
-    except FileNotFoundError:
-        return None
-    if len(raw) < lib.LBF_CHECKPOINT_LENGTH or raw[:8] != CHECKPOINT_MAGIC:
-        return None
-    session = raw[lib.LBF_CHECKPOINT_SESSION : lib.LBF_CHECKPOINT_SESSION + 10]
-    next_sequence = int.from_bytes(raw[lib.LBF_CHECKPOINT_NEXT : lib.LBF_CHECKPOINT_NEXT + 8], sys.byteorder)
-    return (session, next_sequence) if next_sequence >= 1 else None
-
-
-def _open_checkpoint(path: str) -> mmap.mmap:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        if os.fstat(fd).st_size < lib.LBF_CHECKPOINT_LENGTH:
-            os.ftruncate(fd, lib.LBF_CHECKPOINT_LENGTH)
-        mapping = mmap.mmap(fd, lib.LBF_CHECKPOINT_LENGTH)  # shared: stores survive a SIGKILL
-    finally:
-        os.close(fd)
-    if mapping[:8] != CHECKPOINT_MAGIC:
-        mapping[:8] = CHECKPOINT_MAGIC
-    return mapping
+    """The (session, next sequence) a run started now would resume at, from the checkpoint at ``path`` and, for
+    an append the previous run had in flight, its log (None: nothing to resume)."""
+    resume = checkpoint.resume_point(checkpoint.load(path))
+    return None if resume is None else (resume.session, resume.next_sequence)
 
 
 class FeedHandlerError(LogbufError):
@@ -167,7 +144,7 @@ class FeedHandlerConfig:
     stop_at_end_of_session: bool = False
     wait_for_subscriber_s: float = 0.0  # > 0: before reading the feeds, wait this long for a subscriber (or fail)
     join: str = DEFAULT_JOIN  # "from-start": recover the session from sequence 1; "live": from the first packet
-    # after every append the session and next sequence are stored here; a restart resumes after them
+    # around every append the handler stores what it appends here; a restart resumes after what went in
     checkpoint: str | None = None
 
     @property
@@ -245,14 +222,16 @@ class FeedHandler:
         arbiter_config = cfg.arbiter
         if cfg.join == "live":
             arbiter_config = _replace(arbiter_config, start_sequence=None)
-        self.resumed: tuple[bytes, int] | None = None
+        # where the last run stopped publishing: its checkpoint, and its log for an append it had in flight
+        self.resumed: checkpoint.ResumePoint | None = None
         self._checkpoint: mmap.mmap | None = None
         if cfg.checkpoint is not None:
-            self.resumed = read_checkpoint(cfg.checkpoint)
+            self.resumed = checkpoint.resume_point(checkpoint.load(cfg.checkpoint))
             if self.resumed is not None:  # the same session resumes after what the last run published
-                arbiter_config = _replace(arbiter_config, resume=self.resumed)
+                arbiter_config = _replace(arbiter_config,
+                                          resume=(self.resumed.session, self.resumed.next_sequence))
             try:
-                self._checkpoint = _open_checkpoint(cfg.checkpoint)
+                self._checkpoint = checkpoint.open_checkpoint(cfg.checkpoint)
             except OSError as exc:
                 raise FeedHandlerError(f"cannot open the checkpoint {cfg.checkpoint}: {exc.strerror}") from None
         self.arbiter = Arbiter(arbiter_config, recovery=recovery, seed=seed)
@@ -295,6 +274,16 @@ class FeedHandler:
         self.capture = (
             client.add_exclusive_publication(cfg.channel, cfg.capture_stream) if cfg.capture_stream is not None else None
         )
+        if self._checkpoint is not None:
+            # this run's log in the slot the last record does not name, then one record naming it: until then a
+            # restart still reads the last run's log
+            log = self.messages.log
+            slot = checkpoint.name_log(self._checkpoint, self.messages.registration_id, self.messages.session_id,
+                                       self.messages.stream_id, str(log.path))
+            resumed = self.resumed
+            checkpoint.commit(self._checkpoint, resumed.session if resumed else bytes(checkpoint.SESSION_LENGTH),
+                              resumed.next_sequence if resumed else 0,
+                              lib.lb_exclusive_position(self.messages.native_struct()), slot)
         # best effort: the first lap of the log then takes no page faults. On a thread of its own (the native call
         # releases the GIL; populating pages writes nothing, so the loop may append meanwhile): backing large
         # terms takes seconds on a loaded machine, and this thread must keep the driver's keepalive going
@@ -408,8 +397,8 @@ class FeedHandler:
             self.cpu_sys_ns += round((usage.ru_stime - usage_started.ru_stime) * NANOS_PER_SECOND)
         if self.end_of_session and self._checkpoint is not None:
             # the session was published to its end: nothing to resume (replaying it again starts afresh)
-            next_at = lib.LBF_CHECKPOINT_NEXT
-            self._checkpoint[next_at : next_at + 8] = bytes(8)
+            checkpoint.commit(self._checkpoint, bytes(checkpoint.SESSION_LENGTH), 0,
+                              lib.lb_exclusive_position(self.messages.native_struct()))
         self.publish_counters()
 
     def do_work(self) -> int:
@@ -583,10 +572,10 @@ class FeedHandler:
         native_round = getattr(self, "_round", None)
         if native_round is not None:  # before the sockets: their descriptor numbers may be reused
             native_round.close()
-        checkpoint = getattr(self, "_checkpoint", None)
-        if checkpoint is not None:
+        mapping = getattr(self, "_checkpoint", None)
+        if mapping is not None:
             with contextlib.suppress(BufferError):  # a view still exported: the mapping goes with the process
-                checkpoint.close()
+                mapping.close()
             self._checkpoint = None
         for sock in self.sockets.values():
             sock.close()
