@@ -257,7 +257,7 @@ int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const u
  * (The magic is written by Python.) A record: the session and the next sequence to publish (every one below it is in the log), the log position
  * where the next append starts, and the append in flight, if any (stored before the append): its session,
  * first and end sequence, and where in the log it starts. After the append the record says what went in
- * (pending 0). A record names one of two log slots: the log the run appends to (its file as the driver named
+ * (pending 0); each append is sized to fit the window and the term, so it goes in whole or not at all. A record names one of two log slots: the log the run appends to (its file as the driver named
  * it, registration, session and stream ids), written by a starting run into the slot the current record does
  * not name, so the previous run's log stays named until the new run's first record is stored. A restart reads
  * the pending append back from that log (the reserved value of each frame is its sequence). */
@@ -274,6 +274,7 @@ int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const u
 #define LBF_CHECKPOINT_PENDING_FIRST 64   /* u64: the first sequence of the append */
 #define LBF_CHECKPOINT_PENDING_END 72     /* u64: one past its last sequence */
 #define LBF_CHECKPOINT_PENDING_POSITION 80 /* i64: the log position where the append starts */
+#define LBF_CHECKPOINT_PENDING_END_POSITION 88 /* i64: where it ends if all of it goes in (-1: unknown) */
 #define LBF_CHECKPOINT_LOG 256            /* two log slots from here */
 #define LBF_CHECKPOINT_LOG_LENGTH 384
 #define LBF_CHECKPOINT_LOG_REGISTRATION 0 /* i64: the log's correlation id (its metadata says the same) */
@@ -288,7 +289,7 @@ int64_t lbf_eng_offer(lbf_eng_t *eng, int64_t event_index, int64_t skip, const u
 void lbf_checkpoint_commit(uint8_t *checkpoint, int32_t log_slot, const uint8_t *session, uint64_t next,
                            int64_t position);
 void lbf_checkpoint_intent(uint8_t *checkpoint, const uint8_t *session, uint64_t first, uint64_t end,
-                           int64_t position);
+                           int64_t position, int64_t end_position);
 
 /* lbf_round / lbf_round_resume status: a kind in the low byte, flags above, < 0 a failure (fail_*). */
 #define LBF_ROUND_DONE 0             /* the round is over (drained, received say what it did) */

@@ -23,6 +23,7 @@
 
 #include "feed.h"
 #include "feed_impl.h"
+#include "lb_frame.h"
 #include "lb_layout.h"
 #include "logbuf.h"
 #include "net.h"
@@ -252,7 +253,8 @@ void lbf_checkpoint_commit(uint8_t *cp, int32_t log_slot, const uint8_t *session
     checkpoint_end(cp, other);
 }
 
-void lbf_checkpoint_intent(uint8_t *cp, const uint8_t *session, uint64_t first, uint64_t end, int64_t position)
+void lbf_checkpoint_intent(uint8_t *cp, const uint8_t *session, uint64_t first, uint64_t end, int64_t position,
+                           int64_t end_position)
 {
     uint32_t other;
     uint8_t *record = checkpoint_begin(cp, &other);
@@ -262,7 +264,40 @@ void lbf_checkpoint_intent(uint8_t *cp, const uint8_t *session, uint64_t first, 
     memcpy(record + LBF_CHECKPOINT_PENDING_FIRST, &first, 8);
     memcpy(record + LBF_CHECKPOINT_PENDING_END, &end, 8);
     memcpy(record + LBF_CHECKPOINT_PENDING_POSITION, &position, 8);
+    memcpy(record + LBF_CHECKPOINT_PENDING_END_POSITION, &end_position, 8);
     checkpoint_end(cp, other);
+}
+
+/* How many of deliveries [first, b) fit the publication's window and what its term has left, and where they
+ * would end: the append of exactly those takes all of them (a restart whose read-back finds the log cleaned up
+ * to its tail then knows the whole append went in). None fits (a full window, the term's end, a fragmented
+ * message): one, for the appender to answer (back-pressure, a rotation), its end unknown (-1). */
+static int64_t fitting_append(lbf_round_t *r, int64_t first, int64_t b, int64_t *end_position)
+{
+    const lb_publication_t *p = r->messages;
+    const lbf_eng_t *e = r->eng;
+    int64_t position = lb_exclusive_position(p);
+    int64_t budget = __atomic_load_n(p->limit, __ATOMIC_ACQUIRE) - position;
+    int64_t term_left = (int64_t)p->term_length - p->ex_term_offset;
+    if (term_left < budget)
+        budget = term_left;
+    int64_t required = 0, n = 0;
+    while (first + n < b && n < INT32_MAX) {
+        int32_t length = e->out_length[first + n];
+        if (length < 0 || length > p->max_payload_length)
+            break;
+        int64_t aligned = lb_align_frame((int64_t)length + LB_HEADER_LENGTH);
+        if (required + aligned > budget)
+            break;
+        required += aligned;
+        n++;
+    }
+    if (n == 0) {
+        *end_position = -1;
+        return 1;
+    }
+    *end_position = position + required;
+    return n;
 }
 
 /* the rest of DELIVER event `ev` into the messages publication: 0 when done, else the status to return */
@@ -285,10 +320,13 @@ static int32_t publish_run(lbf_round_t *r, round_impl_t *im, const lbf_event_t *
         int64_t first = im->out_done;
         int64_t count = b - first > INT32_MAX ? INT32_MAX : b - first;
         int32_t appended = 0;
-        /* before the append, what it may put in the log and where (a restart reads back how much went in) */
-        if (r->checkpoint != NULL)
+        /* before the append, what it puts in the log and where (a restart reads back how much went in) */
+        if (r->checkpoint != NULL) {
+            int64_t end_position;
+            count = fitting_append(r, first, b, &end_position);
             lbf_checkpoint_intent(r->checkpoint, ev->session, e->out_seq[first], e->out_seq[first + count - 1] + 1,
-                                  lb_exclusive_position(r->messages));
+                                  lb_exclusive_position(r->messages), end_position);
+        }
         /* out_seq holds u64 sequences; the reserved value is the same 64 bits (read back as u64) */
         int64_t res = lb_offer_batch(r->messages, 1, (const char *)data, data_length, e->out_offset + first,
                                      e->out_length + first, (const int64_t *)(e->out_seq + first), (int32_t)count,

@@ -98,16 +98,42 @@ def test_frames_cleaned_behind_the_subscribers_are_stepped_over_to_the_first_sti
     assert cp.read_back(slot(log), cp.Pending(SESSION, 31, 131, start)) == 91
 
 
-def test_all_zeroes_up_to_the_tail_cannot_tell_and_the_restart_falls_back_to_the_checkpoint(
-        log: Pipe, tmp_path: Path) -> None:
+def test_all_zeroes_up_to_the_tail_are_settled_by_where_the_subscribers_are(log: Pipe) -> None:
     start, end = append(log, 31, 100)
-    LogCleaner(log.log, start).clean_to(end)  # cleaned to the tail, or reserved and never written: unknown
-    with pytest.raises(cp.ReadBackError, match="zeroes"):
-        cp.read_back(slot(log), cp.Pending(SESSION, 31, 131, start))
-    state = cp.CheckpointState(SESSION, 31, start, 0, slot(log), cp.Pending(SESSION, 31, 131, start))
-    resume = cp.resume_point(state)
+    LogCleaner(log.log, start).clean_to(end)  # cleaned to the tail, or reserved and never written?
+    pending = cp.Pending(SESSION, 31, 131, start, end)
+    with pytest.raises(cp.ReadBackError, match="zeroes.*no subscriber position"):
+        cp.read_back(slot(log), pending)
+    # every subscriber read to the tail: no subscriber passes a frame never committed, so all of it went in
+    assert cp.read_back(slot(log), pending, lambda session, stream: [end, end]) == 131
+    # nobody got past the start: nothing was written there
+    assert cp.read_back(slot(log), pending, lambda session, stream: [start]) == 31
+    # a subscriber in between, or an append that would not have ended at this tail: it cannot tell
+    with pytest.raises(cp.ReadBackError, match="subscribers at"):
+        cp.read_back(slot(log), pending, lambda session, stream: [start + 64, end])
+    with pytest.raises(cp.ReadBackError, match="subscribers at"):
+        cp.read_back(slot(log), cp.Pending(SESSION, 31, 131, start, end + 64), lambda session, stream: [end])
+    # once the stream has ended the driver may have padded what was never written: subscribers prove nothing
+    log.log.end_of_stream_position = end
+    with pytest.raises(cp.ReadBackError, match="stream has ended"):
+        cp.read_back(slot(log), pending, lambda session, stream: [end])
+    state = cp.CheckpointState(SESSION, 31, start, 0, slot(log), pending)
+    resume = cp.resume_point(state, lambda session, stream: [end])
     assert resume is not None
     assert (resume.next_sequence, resume.may_repeat) == (31, 100) and "zeroes" in resume.how
+
+
+def test_the_subscriber_positions_asked_are_those_of_the_logs_own_session_and_stream(log: Pipe) -> None:
+    start, end = append(log, 31, 100)
+    LogCleaner(log.log, start).clean_to(end)
+    asked = []
+
+    def positions(session: int, stream: int) -> list[int]:
+        asked.append((session, stream))
+        return [end]
+
+    assert cp.read_back(slot(log), cp.Pending(SESSION, 31, 131, start, end), positions) == 131
+    assert asked == [(log.log.session_id, log.log.stream_id)]
 
 
 def test_an_append_after_a_term_rotation_is_read_back_in_the_next_term(pipe: Callable[..., Pipe]) -> None:
@@ -183,9 +209,9 @@ def test_a_hostile_frame_length_in_the_log_is_refused_not_followed(log: Pipe) ->
 # -- the checkpoint file ---------------------------------------------------------------------------------------
 
 
-def intent(mapping: mmap.mmap, session: bytes, first: int, end: int, position: int) -> None:
+def intent(mapping: mmap.mmap, session: bytes, first: int, end: int, position: int, end_position: int) -> None:
     buffer = ffi.from_buffer("uint8_t[]", mapping, require_writable=True)
-    lib.lbf_checkpoint_intent(buffer, session, first, end, position)
+    lib.lbf_checkpoint_intent(buffer, session, first, end, position, end_position)
     del buffer
 
 
@@ -194,9 +220,9 @@ def test_records_name_the_log_and_the_append_in_flight(tmp_path: Path) -> None:
     mapping = cp.open_checkpoint(path)
     first_log = cp.name_log(mapping, 7, 70, 1001, "/logs/7.logbuffer")
     cp.commit(mapping, SESSION, 31, 4096, first_log)
-    intent(mapping, SESSION, 31, 131, 4096)
+    intent(mapping, SESSION, 31, 131, 4096, 10496)
     state = cp.load(path)
-    assert state is not None and state.pending == cp.Pending(SESSION, 31, 131, 4096)
+    assert state is not None and state.pending == cp.Pending(SESSION, 31, 131, 4096, 10496)
     assert state.log == cp.LogSlot(7, 70, 1001, "/logs/7.logbuffer") and state.next_sequence == 31
     cp.commit(mapping, SESSION, 131, 8192)  # after the append: what went in, nothing in flight
     state = cp.load(path)

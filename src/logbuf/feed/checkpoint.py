@@ -28,6 +28,7 @@ import mmap
 import os
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,10 @@ class ReadBackError(Exception):
     """The previous run's log cannot say what it published (the reason is the message)."""
 
 
+class _AllZeroes(Exception):
+    """Nothing but zeroes from the append's start to the log's tail."""
+
+
 @dataclass(frozen=True)
 class LogSlot:
     """The log a run published into, as its checkpoint names it."""
@@ -63,12 +68,14 @@ class LogSlot:
 
 @dataclass(frozen=True)
 class Pending:
-    """An append that was in flight: sequences [first, end) of ``session`` from log ``position`` on."""
+    """An append that was in flight: sequences [first, end) of ``session`` from log ``position`` on, ending at
+    ``end_position`` if all of it went in (-1: unknown; the handler sizes an append so it goes in whole)."""
 
     session: bytes
     first: int
     end: int
     position: int
+    end_position: int = -1
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,8 @@ def parse(raw: bytes) -> CheckpointState | None:
         pending = Pending(raw[start : start + SESSION_LENGTH],
                           _U64.unpack_from(raw, at + lib.LBF_CHECKPOINT_PENDING_FIRST)[0],
                           _U64.unpack_from(raw, at + lib.LBF_CHECKPOINT_PENDING_END)[0],
-                          _I64.unpack_from(raw, at + lib.LBF_CHECKPOINT_PENDING_POSITION)[0])
+                          _I64.unpack_from(raw, at + lib.LBF_CHECKPOINT_PENDING_POSITION)[0],
+                          _I64.unpack_from(raw, at + lib.LBF_CHECKPOINT_PENDING_END_POSITION)[0])
     return CheckpointState(session, next_sequence, position, log_slot, _log_slot(raw, log_slot), pending)
 
 
@@ -201,9 +209,13 @@ def _i32(buf: mmap.mmap, at: int) -> int:
     return int(_I32.unpack_from(buf, at)[0])
 
 
-def read_back(log: LogSlot, pending: Pending) -> int:
+#: the positions of the subscribers of the images of (session id, stream id) (the driver's sub-pos counters)
+ImagePositions = Callable[[int, int], list[int]]
+
+
+def read_back(log: LogSlot, pending: Pending, image_positions: ImagePositions | None = None) -> int:
     """The next sequence after what ``pending`` put in ``log`` (``pending.first``: none of it); raises
-    :class:`ReadBackError` when the log cannot say."""
+    :class:`ReadBackError` when the log cannot say. ``image_positions`` settles a log cleaned up to its tail."""
     if log.path is None:
         raise ReadBackError("the checkpoint could not hold its log's path")
     try:
@@ -218,13 +230,14 @@ def read_back(log: LogSlot, pending: Pending) -> int:
     finally:
         os.close(fd)
     try:
-        return _read_back(buf, size, log, pending)
+        return _read_back(buf, size, log, pending, image_positions)
     finally:
         with contextlib.suppress(BufferError):  # a traceback may still hold a view: the mapping goes with it
             buf.close()
 
 
-def _read_back(buf: mmap.mmap, size: int, log: LogSlot, pending: Pending) -> int:
+def _read_back(buf: mmap.mmap, size: int, log: LogSlot, pending: Pending,
+               image_positions: ImagePositions | None) -> int:
     meta = size - d.LOG_META_DATA_LENGTH
     term_length = _i32(buf, meta + d.LOG_TERM_LENGTH_OFFSET)
     page_size = _i32(buf, meta + d.LOG_PAGE_SIZE_OFFSET)
@@ -257,8 +270,24 @@ def _read_back(buf: mmap.mmap, size: int, log: LogSlot, pending: Pending) -> int
     terms = ffi.from_buffer("uint8_t[]", buf)
     try:
         return _walk(buf, terms, term_length, bits, initial_term_id, session_id, stream_id, start, tail, pending)
+    except _AllZeroes:
+        pass
     finally:
         del terms
+    # zeroes from the append's start to the tail: cleaned behind subscribers that read it all, or reserved and
+    # never written. The driver cleans only behind every subscriber, and no subscriber passes a frame that was
+    # not committed, unless the driver padded it, which it does only once the stream has ended (end of stream set)
+    why = f"zeroes from {start} to its tail {tail}: written and cleaned, or never written"
+    if _I64.unpack_from(buf, meta + d.LOG_END_OF_STREAM_POSITION_OFFSET)[0] != d.INT64_MAX:
+        raise ReadBackError(f"{why} (the stream has ended: the driver may have padded it)")
+    positions = image_positions(session_id, stream_id) if image_positions is not None else []
+    if not positions:
+        raise ReadBackError(f"{why} (no subscriber position to tell)")
+    if max(positions) <= start:
+        return pending.first  # nobody passed the start: nothing was written there
+    if min(positions) >= tail and pending.end_position == tail:
+        return pending.end  # every subscriber read the whole append, which ended at the tail
+    raise ReadBackError(f"{why} (subscribers at {min(positions)}..{max(positions)})")
 
 
 def _walk(buf: mmap.mmap, terms: object, term_length: int, bits: int, initial_term_id: int, session_id: int,
@@ -308,7 +337,7 @@ def _walk(buf: mmap.mmap, terms: object, term_length: int, bits: int, initial_te
             if position - offset + term_length < tail:  # the append went on in the next term
                 position += term_length - offset
                 continue
-            raise ReadBackError(f"zeroes from {start} to its tail {tail}: written and cleaned, or never written")
+            raise _AllZeroes
         _check_own(buf, base + found, session_id, stream_id, term_id, position)
         published = _sequence(_I64.unpack_from(buf, base + found + f.RESERVED_VALUE_OFFSET)[0], pending, position)
         position += found - offset
@@ -342,8 +371,9 @@ def _sequence(reserved: int, pending: Pending, position: int) -> int:
     return sequence
 
 
-def resume_point(state: CheckpointState | None) -> ResumePoint | None:
-    """Where a run resumes after the one that left ``state`` (None: nothing to resume)."""
+def resume_point(state: CheckpointState | None, image_positions: ImagePositions | None = None) -> ResumePoint | None:
+    """Where a run resumes after the one that left ``state`` (None: nothing to resume); ``image_positions``
+    as for :func:`read_back`."""
     if state is None:
         return None
     pending = state.pending
@@ -352,7 +382,7 @@ def resume_point(state: CheckpointState | None) -> ResumePoint | None:
     try:
         if state.log is None:
             raise ReadBackError("the checkpoint names no log")
-        after = read_back(state.log, pending)
+        after = read_back(state.log, pending, image_positions)
     except ReadBackError as exc:
         # resume where the append in flight started: whatever of it went in is published a second time
         return ResumePoint(pending.session, pending.first, f"checkpoint; the log was not read back: {exc}",

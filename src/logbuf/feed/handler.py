@@ -42,7 +42,11 @@ import numpy as np
 
 from logbuf.client.client import Client, Counter, connect
 from logbuf.client.publication import BACK_PRESSURED, CLOSED, NOT_CONNECTED, Publication
-from logbuf.cnc.counters import FEED_HANDLER_COUNTER_TYPE_ID
+from logbuf.cnc.counters import (
+    FEED_HANDLER_COUNTER_TYPE_ID,
+    SUBSCRIBER_POSITION_TYPE_ID,
+    decode_stream_position_key,
+)
 from logbuf.errors import LogbufError, bind_error
 from logbuf.feed import checkpoint
 from logbuf.feed import published as out
@@ -226,7 +230,7 @@ class FeedHandler:
         self.resumed: checkpoint.ResumePoint | None = None
         self._checkpoint: mmap.mmap | None = None
         if cfg.checkpoint is not None:
-            self.resumed = checkpoint.resume_point(checkpoint.load(cfg.checkpoint))
+            self.resumed = checkpoint.resume_point(checkpoint.load(cfg.checkpoint), self._image_positions)
             if self.resumed is not None:  # the same session resumes after what the last run published
                 arbiter_config = _replace(arbiter_config,
                                           resume=(self.resumed.session, self.resumed.next_sequence))
@@ -319,6 +323,17 @@ class FeedHandler:
         self._r = self._round.c
         for name in self.counter_values():
             self.counters[name] = client.add_counter(FEED_HANDLER_COUNTER_TYPE_ID, f"feed: {name}", name.encode()[:100])
+
+    def _image_positions(self, session_id: int, stream_id: int) -> list[int]:
+        """The subscriber positions (sub-pos counters) of the images of a publication's session and stream."""
+        positions = []
+        for info in self.client.counters:
+            if info.type_id == SUBSCRIBER_POSITION_TYPE_ID:
+                with contextlib.suppress(ValueError):  # a key that is not a stream position's: not one of them
+                    _, session, stream, _ = decode_stream_position_key(info.key)
+                    if (session, stream) == (session_id, stream_id):
+                        positions.append(info.value)
+        return positions
 
     # -- counters of the native round ------------------------------------------------------------------
 
