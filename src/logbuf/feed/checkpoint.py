@@ -14,10 +14,12 @@ On restart (:func:`resume_point`):
   to the log's tail (the active term's tail counter): every complete frame of the messages stream carries its
   MoldUDP64 sequence as its reserved value, so the last one is the last sequence published. A frame left half
   written (length <= 0) ends the read; frames the driver already cleaned behind its subscribers (zeroes) are
-  stepped over to the first frame still there, whose sequence says how many came before it. The file is hostile
-  input: a file of another size, registration, session or stream, a tail behind the append's start, an
-  impossible frame or a sequence outside the append is not used;
-* the log cannot tell (gone, foreign, or all zeroes): resume at the last append known complete. At most the
+  stepped over to the first frame still there, whose sequence says how many came before it; zeroes up to the
+  tail are settled by the subscribers' positions (sub-pos counters: the driver cleans only behind every
+  subscriber, and none passes a frame that was never committed until the stream has ended), the append being
+  sized to go in whole. The file is hostile input: a file of another size, registration, session or stream, a
+  tail that cannot follow the append's start, an impossible frame or a sequence outside the append is not used;
+* the log cannot tell (gone, foreign, or zeroes the subscribers cannot settle): resume at the last append known complete. At most the
   messages of the append in flight may then be published a second time (``may_repeat`` says how many).
 """
 

@@ -301,10 +301,11 @@ FEED_OPTIONS: tuple[Option, ...] = (
            "missed before the first packet is re-requested); live: start at the first packet seen that a second "
            "datagram confirms (the past is skipped: one SESSION_CHANGED names where the stream starts). A restart resumes from the checkpoint "
            "instead", choices=JOIN_CHOICES),
-    Option("--checkpoint", _checkpoint, None, "file holding the session and next sequence published (updated "
-           "after every append, cleared once the session was published to its end); a restarted handler resumes "
-           "the same session right after it, so subscribers see no duplicate (default: feed-STREAM.checkpoint in "
-           "the driver directory; off: none)",
+    Option("--checkpoint", _checkpoint, None, "file holding the session and next sequence published and the "
+           "append in flight (stored around every append, cleared once the session was published to its end); a "
+           "restarted handler resumes the same session right after the last sequence published, reading an "
+           "interrupted append back from the previous run's log, so subscribers see no duplicate (default: "
+           "feed-STREAM.checkpoint in the driver directory; off: none)",
            metavar="PATH|off"),
     # -- gap detection, the queue, trust
     Option("--out-of-order-max-interval", _count(1, MAX_OUT_OF_ORDER_MAX_INTERVAL),
