@@ -162,7 +162,7 @@ def test_an_append_after_a_term_rotation_is_read_back_in_the_next_term(pipe: Cal
 
 
 @pytest.mark.parametrize("case", ["gone", "foreign bytes", "another registration", "too small", "bad sequence",
-                                  "tail behind"])
+                                  "tail behind", "a fifo"])
 def test_a_log_that_cannot_be_trusted_is_not_used_and_says_why(log: Pipe, tmp_path: Path, case: str,
                                                               pipe: Callable[..., Pipe]) -> None:
     start, _ = append(log, 31, 10)
@@ -186,6 +186,11 @@ def test_a_log_that_cannot_be_trusted_is_not_used_and_says_why(log: Pipe, tmp_pa
         small.write_bytes(b"\0" * 4096)
         where = slot(log, str(small))
         reason = "too small"
+    elif case == "a fifo":  # opening it for reading must not wait for a writer
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        where = slot(log, str(fifo))
+        reason = "not a regular file"
     elif case == "bad sequence":
         pending = cp.Pending(SESSION, 500, 510, start)  # the log holds 31..40 there
         reason = "not one of the append's"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import stat
 import struct
 import sys
 from collections.abc import Callable
@@ -220,12 +221,15 @@ def read_back(log: LogSlot, pending: Pending, image_positions: ImagePositions | 
     :class:`ReadBackError` when the log cannot say. ``image_positions`` settles a log cleaned up to its tail."""
     if log.path is None:
         raise ReadBackError("the checkpoint could not hold its log's path")
-    try:
-        fd = os.open(log.path, os.O_RDONLY)
+    try:  # never blocks: the path comes from a file anyone with write access could have changed (a FIFO there)
+        fd = os.open(log.path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ReadBackError(f"the log {log.path} is gone ({exc.strerror})") from None
     try:
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ReadBackError(f"{log.path} is not a regular file")
+        size = info.st_size
         if size < d.LOG_META_DATA_LENGTH + d.PARTITION_COUNT * d.TERM_MIN_LENGTH:
             raise ReadBackError(f"{log.path}: {size} bytes is too small to be a log")
         buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
