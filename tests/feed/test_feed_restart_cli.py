@@ -40,7 +40,7 @@ from logbuf.samples.ports import free_udp_ports
 from support.processes import stop_process
 from support.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 LOGBUF = [sys.executable, "-m", "logbuf.cli"]
 SESSION = b"RESTART001"
 HEADER = struct.Struct(">10sQH")  # MoldUDP64: session, sequence of the first message, message count
