@@ -270,3 +270,14 @@ def test_something_that_is_not_a_checkpoint_resumes_nothing(tmp_path: Path) -> N
     path.write_bytes(os.urandom(2048))
     assert cp.resume_point(cp.load(str(path))) is None
     assert cp.resume_point(cp.load(str(tmp_path / "none"))) is None
+
+
+@pytest.mark.parametrize("field", [f.TERM_OFFSET_OFFSET, f.SESSION_ID_OFFSET, f.TERM_ID_OFFSET])
+def test_the_first_frame_after_cleaned_zeroes_must_say_it_is_where_it_is_in_this_log(log: Pipe, field: int) -> None:
+    start, _ = append(log, 31, 100)
+    frames = frame_offsets(log, start, 100)
+    LogCleaner(log.log, start).clean_to(frames[40])
+    value = struct.unpack_from("<i", log.log.mapping, frames[40] + field)[0]
+    struct.pack_into("<i", log.log.mapping, frames[40] + field, value + 1)
+    with pytest.raises(cp.ReadBackError, match="another place, stream or term"):
+        cp.read_back(slot(log), cp.Pending(SESSION, 31, 131, start))

@@ -306,7 +306,7 @@ def _walk(buf: mmap.mmap, terms: object, term_length: int, bits: int, initial_te
     next_offset = ffi.new("int32_t *")
     published = pending.first  # the next sequence after what the append put in
     position = start
-    skipped_cleaned = position == start
+    at_start = True  # only where the append starts may zeroes be frames cleaned since
     while position < tail:
         index = d.index_by_position(position, bits)
         offset = d.compute_term_offset_from_position(position, bits)
@@ -320,13 +320,13 @@ def _walk(buf: mmap.mmap, terms: object, term_length: int, bits: int, initial_te
         for k in range(n - 1, -1, -1):  # the last complete message of the batch
             if flags[k] & f.END_FLAG:
                 frame = base + offsets[k] - f.HEADER_LENGTH
-                _check_own(buf, frame, session_id, stream_id, term_id, position)
+                _check_own(buf, frame, offsets[k] - f.HEADER_LENGTH, session_id, stream_id, term_id, position)
                 published = _sequence(int(reserved[k]), pending, position) + 1
                 break
         stopped = int(next_offset[0])
         if stopped > offset:
             position += stopped - offset
-            skipped_cleaned = False
+            at_start = False
             continue
         if stopped != offset or stopped >= term_length:  # pragma: no cover - the reader's contract
             raise ReadBackError(f"the read stopped at an impossible offset {stopped}")
@@ -334,7 +334,7 @@ def _walk(buf: mmap.mmap, terms: object, term_length: int, bits: int, initial_te
         length = _i32(buf, base + offset)
         if length < 0:  # half written: never visible to a subscriber
             return published
-        if not skipped_cleaned:
+        if not at_start:
             return published  # never written after the last complete frame
         # zeroes where the append started: never written, or read by every subscriber and cleaned since; a
         # frame still there further on (written after those) says by its sequence how many came before it
@@ -344,10 +344,10 @@ def _walk(buf: mmap.mmap, terms: object, term_length: int, bits: int, initial_te
                 position += term_length - offset
                 continue
             raise _AllZeroes
-        _check_own(buf, base + found, session_id, stream_id, term_id, position)
+        _check_own(buf, base + found, found, session_id, stream_id, term_id, position)
         published = _sequence(_I64.unpack_from(buf, base + found + f.RESERVED_VALUE_OFFSET)[0], pending, position)
         position += found - offset
-        skipped_cleaned = False
+        at_start = False
         if _i32(buf, base + found) < 0:
             return published  # that frame itself is half written
     return published
@@ -363,10 +363,13 @@ def _first_frame_after_zeroes(buf: mmap.mmap, base: int, offset: int, end: int) 
     return offset + int(firsts[0]) * f.FRAME_ALIGNMENT if len(firsts) else None
 
 
-def _check_own(buf: mmap.mmap, frame: int, session_id: int, stream_id: int, term_id: int, position: int) -> None:
-    if (_i32(buf, frame + f.SESSION_ID_OFFSET), _i32(buf, frame + f.STREAM_ID_OFFSET),
-            _i32(buf, frame + f.TERM_ID_OFFSET)) != (session_id, stream_id, term_id):
-        raise ReadBackError(f"a frame of another stream or term near position {position}")
+def _check_own(buf: mmap.mmap, frame: int, term_offset: int, session_id: int, stream_id: int, term_id: int,
+               position: int) -> None:
+    """A frame header that says it is where it is, in this log's session, stream and term."""
+    if (_i32(buf, frame + f.TERM_OFFSET_OFFSET), _i32(buf, frame + f.SESSION_ID_OFFSET),
+            _i32(buf, frame + f.STREAM_ID_OFFSET), _i32(buf, frame + f.TERM_ID_OFFSET)) != (
+            term_offset, session_id, stream_id, term_id):
+        raise ReadBackError(f"a frame of another place, stream or term near position {position}")
 
 
 def _sequence(reserved: int, pending: Pending, position: int) -> int:
