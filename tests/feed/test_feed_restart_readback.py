@@ -259,7 +259,7 @@ def test_a_checkpoint_of_the_first_layout_is_read_and_converted(tmp_path: Path) 
     path = tmp_path / "feed.checkpoint"
     path.write_bytes(b"LBFCKPT1" + SESSION + bytes(6) + (99).to_bytes(8, "little" if sys.byteorder == "little"
                                                                                 else "big"))
-    assert cp.resume_point(cp.load(str(path))) == cp.ResumePoint(SESSION, 99, "checkpoint")
+    assert cp.resume_point(cp.load(str(path))) == cp.ResumePoint(SESSION, 99, "the last append stored")
     cp.open_checkpoint(str(path)).close()
     state = cp.load(str(path))
     assert state is not None and (state.session, state.next_sequence, state.log) == (SESSION, 99, None)

@@ -387,13 +387,13 @@ def resume_point(state: CheckpointState | None, image_positions: ImagePositions 
         return None
     pending = state.pending
     if pending is None or pending.end <= pending.first:  # no append in flight: the record is exact
-        return ResumePoint(state.session, state.next_sequence, "checkpoint") if state.next_sequence >= 1 else None
+        return ResumePoint(state.session, state.next_sequence, "the last append stored") if state.next_sequence >= 1 else None
     try:
         if state.log is None:
             raise ReadBackError("the checkpoint names no log")
         after = read_back(state.log, pending, image_positions)
     except ReadBackError as exc:
         # resume where the append in flight started: whatever of it went in is published a second time
-        return ResumePoint(pending.session, pending.first, f"checkpoint; the log was not read back: {exc}",
+        return ResumePoint(pending.session, pending.first, f"the append in flight not read back: {exc}",
                            pending.end - pending.first)
     return ResumePoint(pending.session, after, f"read back from {state.log.path}")
