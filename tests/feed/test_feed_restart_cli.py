@@ -406,12 +406,12 @@ def test_a_kill_between_an_append_and_its_checkpoint_store_is_read_back_from_the
         # (were the run killed inside an append of its own, that append's end and its unknown end position)
         end, end_position = ((state.pending.end, -1) if state.pending is not None
                              else (state.next_sequence, state.position))
-        mapping = cp.open_checkpoint(str(path))
-        cp.commit(mapping, state.session, m, start)
-        buffer = ffi.from_buffer("uint8_t[]", mapping, require_writable=True)
+        file = cp.CheckpointFile(str(path))  # the killed run's lock went with it
+        cp.commit(file.mapping, state.session, m, start)
+        buffer = ffi.from_buffer("uint8_t[]", file.mapping, require_writable=True)
         lib.lbf_checkpoint_intent(buffer, state.session, m, end, start, end_position)
         del buffer
-        mapping.close()
+        file.close()
         assert cp.resume_point(cp.load(str(path))) == cp.ResumePoint(state.session, published,
                                                                       f"read back from {state.log.path}")
         proc = runs.start()
@@ -431,3 +431,19 @@ def test_a_kill_between_an_append_and_its_checkpoint_store_is_read_back_from_the
     assert runs.resumes == [(published, 0, f"read back from {state.log.path}; checkpoint {path}")]
     check_every_sequence_once(checker, runs, sender.last, 0)
     assert len(checker.got) == sender.last  # not one duplicate
+
+
+def test_a_second_handler_on_the_same_stream_is_refused_naming_the_checkpoint(rig: tuple[Runs, Checker]) -> None:
+    """Two handlers on other ports but one stream would share its checkpoint (and each resume from the other's
+    session): the second exits at once, saying so."""
+    runs, checker = rig
+    first = runs.start()
+    wait_until(lambda: checker.messages.images, 60, what="the first handler's publication (its checkpoint held)")
+    c, d_ = free_udp_ports(2)
+    second = subprocess.run(
+        [*LOGBUF, "feed", "--feed-a", f"127.0.0.1:{c}", "--feed-b", f"127.0.0.1:{d_}", "--no-recovery",
+         "--wait-for-subscriber", "0", "--duration", "30", "-q"],
+        env=dict(os.environ, LOGBUF_DIR=str(runs.driver.directory)), capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1
+    assert "feed-1001.checkpoint is in use by another feed handler" in second.stderr
+    assert first.poll() is None  # the first goes on

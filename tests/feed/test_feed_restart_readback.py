@@ -222,7 +222,8 @@ def intent(mapping: mmap.mmap, session: bytes, first: int, end: int, position: i
 
 def test_records_name_the_log_and_the_append_in_flight(tmp_path: Path) -> None:
     path = str(tmp_path / "feed.checkpoint")
-    mapping = cp.open_checkpoint(path)
+    file = cp.CheckpointFile(path)
+    mapping = file.mapping
     first_log = cp.name_log(mapping, 7, 70, 1001, "/logs/7.logbuffer")
     cp.commit(mapping, SESSION, 31, 4096, first_log)
     intent(mapping, SESSION, 31, 131, 4096, 10496)
@@ -240,19 +241,20 @@ def test_records_name_the_log_and_the_append_in_flight(tmp_path: Path) -> None:
     cp.commit(mapping, SESSION, 131, 0, second_log)
     state = cp.load(path)
     assert state is not None and state.log is not None and state.log.registration_id == 8
-    mapping.close()
+    file.close()
 
 
 def test_a_store_cut_short_leaves_the_last_whole_record(tmp_path: Path) -> None:
     path = str(tmp_path / "feed.checkpoint")
-    mapping = cp.open_checkpoint(path)
+    file = cp.CheckpointFile(path)
+    mapping = file.mapping
     cp.commit(mapping, SESSION, 77, 640, cp.name_log(mapping, 7, 70, 1001, "/logs/7.logbuffer"))
     current = struct.unpack_from("=I", mapping, lib.LBF_CHECKPOINT_CURRENT)[0]
     other = lib.LBF_CHECKPOINT_RECORD + (1 - current) * lib.LBF_CHECKPOINT_RECORD_LENGTH
     mapping[other : other + lib.LBF_CHECKPOINT_RECORD_LENGTH] = os.urandom(lib.LBF_CHECKPOINT_RECORD_LENGTH)
     state = cp.load(path)  # killed while writing the other record, before the flip
     assert state is not None and (state.session, state.next_sequence, state.pending) == (SESSION, 77, None)
-    mapping.close()
+    file.close()
 
 
 def test_a_checkpoint_of_the_first_layout_is_read_and_converted(tmp_path: Path) -> None:
@@ -260,7 +262,7 @@ def test_a_checkpoint_of_the_first_layout_is_read_and_converted(tmp_path: Path) 
     path.write_bytes(b"LBFCKPT1" + SESSION + bytes(6) + (99).to_bytes(8, "little" if sys.byteorder == "little"
                                                                                 else "big"))
     assert cp.resume_point(cp.load(str(path))) == cp.ResumePoint(SESSION, 99, "the last append stored")
-    cp.open_checkpoint(str(path)).close()
+    cp.CheckpointFile(str(path)).close()
     state = cp.load(str(path))
     assert state is not None and (state.session, state.next_sequence, state.log) == (SESSION, 99, None)
 
@@ -281,3 +283,42 @@ def test_the_first_frame_after_cleaned_zeroes_must_say_it_is_where_it_is_in_this
     struct.pack_into("<i", log.log.mapping, frames[40] + field, value + 1)
     with pytest.raises(cp.ReadBackError, match="another place, stream or term"):
         cp.read_back(slot(log), cp.Pending(SESSION, 31, 131, start))
+
+
+def test_a_file_that_is_not_a_checkpoint_is_refused_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "notes.json"
+    path.write_text('{"not": "a checkpoint"}')
+    with pytest.raises(cp.CheckpointError, match="notes.json is not a feed checkpoint"):
+        cp.CheckpointFile(str(path))
+    assert path.read_text() == '{"not": "a checkpoint"}'
+    empty = tmp_path / "empty.checkpoint"  # created, never written (a run killed at once): taken
+    empty.write_bytes(bytes(100))
+    cp.CheckpointFile(str(empty)).close()
+    assert empty.read_bytes()[:8] == cp.CHECKPOINT_MAGIC
+
+
+def test_a_checkpoint_in_use_by_a_running_handler_is_refused_by_name(tmp_path: Path) -> None:
+    path = str(tmp_path / "feed-1001.checkpoint")
+    held = cp.CheckpointFile(path)
+    with pytest.raises(cp.CheckpointError, match="in use by another feed handler"):
+        cp.CheckpointFile(path)
+    held.close()  # the lock goes with it (and with the process, however it ends)
+    cp.CheckpointFile(path).close()
+
+
+def test_a_session_of_any_ten_bytes_resumes(tmp_path: Path) -> None:
+    """A session id is 10 bytes on the wire, whatever they are: the checkpoint stores them and a restart joins
+    that session again (not a refusal to start because they are not ASCII)."""
+    from logbuf.feed.arbiter import Arbiter
+    from logbuf.feed.config import ArbiterConfig
+
+    session = b"\xff\x00SES\xe9\n\x01 \x7f"
+    path = str(tmp_path / "feed.checkpoint")
+    file = cp.CheckpointFile(path)
+    cp.commit(file.mapping, session, 1001, 0, cp.name_log(file.mapping, 7, 70, 1001, "/logs/7.logbuffer"))
+    file.close()
+    resume = cp.resume_point(cp.load(path))
+    assert resume is not None and (resume.session, resume.next_sequence) == (session, 1001)
+    config = ArbiterConfig(resume=(resume.session, resume.next_sequence))
+    assert config.resume_session_field() == session
+    Arbiter(config)

@@ -26,6 +26,7 @@ On restart (:func:`resume_point`):
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import mmap
 import os
 import stat
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from logbuf.errors import LogbufError
 from logbuf.feed.feed_native import ffi, lib
 from logbuf.logbuffer import descriptor as d
 from logbuf.logbuffer import frame as f
@@ -49,6 +51,10 @@ _I64 = struct.Struct("=q")
 _I32 = struct.Struct("=i")
 _U32 = struct.Struct("=I")
 READ_BATCH = 4096  # frames per native read of the previous log
+
+
+class CheckpointError(LogbufError):
+    """The checkpoint file cannot be used (another handler holds it, or it is not a checkpoint)."""
 
 
 class ReadBackError(Exception):
@@ -158,23 +164,46 @@ def load(path: str) -> CheckpointState | None:
     return parse(raw)
 
 
-def open_checkpoint(path: str) -> mmap.mmap:
-    """The checkpoint file mapped shared (stores survive a SIGKILL); a file of the first layout is converted
-    (its state stored as the new layout's record), anything else that is not a checkpoint starts empty."""
-    before = load(path)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        if os.fstat(fd).st_size < lib.LBF_CHECKPOINT_LENGTH:
-            os.ftruncate(fd, lib.LBF_CHECKPOINT_LENGTH)
-        mapping = mmap.mmap(fd, lib.LBF_CHECKPOINT_LENGTH)
-    finally:
-        os.close(fd)
-    if mapping[:8] != CHECKPOINT_MAGIC:
-        mapping[:] = bytes(lib.LBF_CHECKPOINT_LENGTH)
-        mapping[:8] = CHECKPOINT_MAGIC
-        if before is not None:  # the first layout's state, no log named (it had none)
-            commit(mapping, before.session, before.next_sequence, 0)
-    return mapping
+class CheckpointFile:
+    """The checkpoint file mapped shared (stores survive a SIGKILL) and locked for this run (``flock``: the lock
+    goes with the process, killed or not), so a second handler cannot share it. A file of the first layout is
+    converted (its state stored as the new layout's record); a file that is not empty and not a checkpoint is
+    refused, never overwritten."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CheckpointError(f"the checkpoint {path} is in use by another feed handler (give each "
+                                      "handler its own --stream or --checkpoint)") from None
+            raw = os.pread(fd, lib.LBF_CHECKPOINT_LENGTH, 0)
+            if raw[:8] not in (CHECKPOINT_MAGIC, V1_MAGIC) and raw.strip(b"\0"):
+                raise CheckpointError(f"{path} is not a feed checkpoint (delete it, or name another file with "
+                                      "--checkpoint)")
+            if os.fstat(fd).st_size < lib.LBF_CHECKPOINT_LENGTH:
+                os.ftruncate(fd, lib.LBF_CHECKPOINT_LENGTH)
+            self.mapping = mmap.mmap(fd, lib.LBF_CHECKPOINT_LENGTH)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd: int | None = fd
+        if raw[:8] != CHECKPOINT_MAGIC:
+            before = parse(raw)
+            self.mapping[:] = bytes(lib.LBF_CHECKPOINT_LENGTH)
+            self.mapping[:8] = CHECKPOINT_MAGIC
+            if before is not None:  # the first layout's state, no log named (it had none)
+                commit(self.mapping, before.session, before.next_sequence, 0)
+
+    def close(self) -> None:
+        """Unmaps the file (or leaves that to the last view of it) and lets the lock go."""
+        with contextlib.suppress(BufferError):  # a view still exported: the mapping goes with it
+            self.mapping.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def name_log(mapping: mmap.mmap, registration_id: int, session_id: int, stream_id: int, path: str) -> int:

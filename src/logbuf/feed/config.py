@@ -98,11 +98,20 @@ class ArbiterConfig:
         if self.session is not None:
             moldudp64.encode_session(self.session)
         if self.resume is not None:
-            moldudp64.encode_session(self.resume[0])
+            self.resume_session_field()
             if not 1 <= self.resume[1] <= MAX_SEQUENCE:
                 raise ValueError("resume's next sequence must be a MoldUDP64 sequence (>= 1)")
         if self.max_jump is not None and self.max_jump < 1:
             raise ValueError("max_jump must be >= 1 message (or None: no confirmation)")
+
+    def resume_session_field(self) -> bytes:
+        """The 10-byte session field ``resume`` names: 10 bytes are taken as they are (a session read from the
+        wire, any bytes, as a checkpoint stores it), anything shorter as a session name (ASCII, padded)."""
+        assert self.resume is not None
+        session = self.resume[0]
+        if isinstance(session, bytes) and len(session) == moldudp64.SESSION_LENGTH:
+            return session
+        return moldudp64.encode_session(session)
 
 
 @dataclass(frozen=True)

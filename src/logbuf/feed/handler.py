@@ -229,15 +229,12 @@ class FeedHandler:
         # where the last run stopped publishing: its checkpoint, and its log for an append it had in flight
         self.resumed: checkpoint.ResumePoint | None = None
         self._checkpoint: mmap.mmap | None = None
+        self._checkpoint_file: checkpoint.CheckpointFile | None = None
         if cfg.checkpoint is not None:
             self.resumed = checkpoint.resume_point(checkpoint.load(cfg.checkpoint), self._image_positions)
             if self.resumed is not None:  # the same session resumes after what the last run published
                 arbiter_config = _replace(arbiter_config,
                                           resume=(self.resumed.session, self.resumed.next_sequence))
-            try:
-                self._checkpoint = checkpoint.open_checkpoint(cfg.checkpoint)
-            except OSError as exc:
-                raise FeedHandlerError(f"cannot open the checkpoint {cfg.checkpoint}: {exc.strerror}") from None
         self.arbiter = Arbiter(arbiter_config, recovery=recovery, seed=seed)
         self.ring = RecvRing(capacity=cfg.ring_slots)
         for feed, address in ((Feed.A, cfg.feed_a), (Feed.B, cfg.feed_b)):
@@ -272,6 +269,12 @@ class FeedHandler:
         self._slots: dict[Feed, int] = {f: per_live for f in live}
         if Feed.RETRANSMIT in self.sockets:
             self._slots[Feed.RETRANSMIT] = max(0, cfg.ring_slots - per_live * len(live))
+        if cfg.checkpoint is not None:  # once the ports are this run's: a refused second handler touches nothing
+            try:
+                self._checkpoint_file = checkpoint.CheckpointFile(cfg.checkpoint)
+            except OSError as exc:
+                raise FeedHandlerError(f"cannot open the checkpoint {cfg.checkpoint}: {exc.strerror}") from None
+            self._checkpoint = self._checkpoint_file.mapping
         client = self.client
         self.messages = client.add_exclusive_publication(cfg.channel, cfg.messages_stream)
         self.events = client.add_exclusive_publication(cfg.channel, cfg.events_stream)
@@ -587,10 +590,10 @@ class FeedHandler:
         native_round = getattr(self, "_round", None)
         if native_round is not None:  # before the sockets: their descriptor numbers may be reused
             native_round.close()
-        mapping = getattr(self, "_checkpoint", None)
-        if mapping is not None:
-            with contextlib.suppress(BufferError):  # a view still exported: the mapping goes with the process
-                mapping.close()
+        checkpoint_file = getattr(self, "_checkpoint_file", None)
+        if checkpoint_file is not None:
+            checkpoint_file.close()
+            self._checkpoint_file = None
             self._checkpoint = None
         for sock in self.sockets.values():
             sock.close()

@@ -645,7 +645,7 @@ class SpecArbiter:
             self.session = session
             self.counters.session_changes += 1
             resume = self.config.resume
-            if resume is not None and moldudp64.encode_session(resume[0]) == session:
+            if resume is not None and self.config.resume_session_field() == session:
                 self._join(resume[1], out)  # a restart: after what the previous run published
             elif self.config.start_sequence is not None:
                 self._join(self.config.start_sequence, out)
