@@ -1030,26 +1030,28 @@ void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count)
 
 /* the messages of an answer [first, first + count) that were asked for (0: not an answer to a request): only a
  * request starting at first is answered by it (one starting inside or before a request carries sequences nobody
- * asked of it there); ranges the stream has passed are forgotten on the way (spec.py _requested_count) */
+ * asked of it there), and answered it is no longer outstanding; ranges the stream has passed are forgotten on the
+ * way (spec.py _requested_count) */
 static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
 {
     eng_impl_t *im = IMPL(e);
     uint64_t expected = e->has_expected ? e->expected : 0;
+    /* cut at the furthest end of the requests starting at `first`: an older, shorter request must not cut the
+     * answer to a newer one short */
+    uint64_t room = 0;
+    for (int64_t i = 0; i < im->req_n; i++)
+        if (im->req_first[i] == first && im->req_last[i] >= expected && im->req_last[i] - first + 1 > room)
+            room = im->req_last[i] - first + 1;
+    /* answered: no longer outstanding (a retry asks again); ranges the stream has passed are forgotten */
     int64_t kept = 0;
     for (int64_t i = 0; i < im->req_n; i++) {
-        if (im->req_last[i] >= expected) {
+        if (im->req_last[i] >= expected && !(room && im->req_first[i] == first)) {
             im->req_first[kept] = im->req_first[i];
             im->req_last[kept] = im->req_last[i];
             kept++;
         }
     }
     im->req_n = kept;
-    /* cut at the furthest end of the requests starting at `first`: an older, shorter request must not cut the
-     * answer to a newer one short */
-    uint64_t room = 0;
-    for (int64_t i = 0; i < kept; i++)
-        if (im->req_first[i] == first && im->req_last[i] - first + 1 > room)
-            room = im->req_last[i] - first + 1;
     return room < count ? (uint32_t)room : count;
 }
 

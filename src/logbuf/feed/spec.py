@@ -401,12 +401,13 @@ class SpecArbiter:
         """The messages of an answer ``[first, first + count)`` that were asked for (0: not an answer to a request):
         only a request starting at ``first`` is answered by it (one starting inside or before a request carries
         sequences nobody asked of it there), cut at the furthest end of the requests starting there (an older,
-        shorter request must not cut the answer to a newer one short); ranges the stream has passed are forgotten
-        on the way."""
+        shorter request must not cut the answer to a newer one short). Answered, they are no longer outstanding
+        (a retry asks again); ranges the stream has passed are forgotten on the way."""
         expected = self._next if self.expected is not None else 0
-        kept = [r for r in self._requested if r[1] >= expected]
-        self._requested = kept
-        room = max((high - first + 1 for low, high in kept if low == first), default=0)
+        room = max((high - first + 1 for low, high in self._requested if low == first and high >= expected),
+                   default=0)
+        # answered: no longer outstanding (a retry asks again); ranges the stream has passed are forgotten
+        self._requested = [r for r in self._requested if r[1] >= expected and not (room and r[0] == first)]
         return min(count, room)
 
     def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
