@@ -553,8 +553,6 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     refill(r, c, now_ns);
     r->paced = 0;
     int64_t kept = 0, old = 0;
-    int has_last_old = 0, unsorted = 0; /* the last request in flight kept (they are met in ascending order) */
-    uint64_t last_old = 0;
     for (int64_t h = 0; h < holes && kept < window; h++) {
         uint64_t seq = r->hole_first[h], last = r->hole_last[h];
         uint64_t chunk_end = 0; /* where the chunk being walked ends (hinted starts cut it, the chunks after stay) */
@@ -567,37 +565,22 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                 old++;
             int found = old < r->out_n && r->out_seq[old] == seq;
             int hinted = s > 0 && r->split[s - 1] == seq, cover = 0;
-            if (!found && old > 0) {
-                /* inside a request in flight (or, hinted, where one was cut), not answered and not due again: it
-                 * still asks for this (its answer is taken where it starts), and a second request starting here
-                 * could take a packet the server sent for the first as its answer (recovery.py _covering) */
+            if (!found && hinted && old > 0) {
+                /* a hinted start where a request in flight was cut, not answered and not due again: a copy of that
+                 * request still in flight could bring a packet starting here (recovery.py _covering) */
                 int64_t o = old - 1, k = asked_find(r, r->out_seq[o]);
                 uint64_t start = r->out_seq[o];
-                cover = k >= 0 && (hinted ? seq - start == r->asked_count[k] : seq - start < r->asked_count[k]) &&
-                        !(r->out_to[o] & REC_HELD) && now_ns - r->out_ns[o] < c->retry_interval_ns;
-                if (cover && !hinted) {
-                    uint64_t room = start + r->asked_count[k] - seq;
-                    if (room < count)
-                        count = room;
-                    if (s < r->split_n && r->split[s] - seq < count)
-                        count = r->split[s] - seq;
-                    chunk_end = 0;
-                    if (!has_last_old || last_old != start) {
-                        if (kept && r->kept_seq[kept - 1] > start)
-                            unsorted = 1;
-                        r->kept_seq[kept] = start;
-                        r->kept_to[kept] = r->out_to[o];
-                        r->kept_ns[kept++] = r->out_ns[o];
-                        has_last_old = 1;
-                        last_old = start;
+                cover = k >= 0 && seq - start == r->asked_count[k] && !(r->out_to[o] & REC_HELD);
+                if (cover && now_ns - r->out_ns[o] >= c->retry_interval_ns) {
+                    /* due: no longer covering; its first time-out is met here (the walk does not reach its start)
+                     * and signals as any (unanswered while a request sent after it was answered: congestion) */
+                    cover = 0;
+                    if (!(r->out_to[o] & REC_TIMED_OUT)) {
+                        r->out_to[o] |= REC_TIMED_OUT;
+                        if (r->has_answered_sent && r->answered_sent_ns > r->out_ns[o])
+                            congested(c, r, now_ns);
                     }
-                    seq += count;
-                    continue;
                 }
-            }
-            if (found) {
-                has_last_old = 1;
-                last_old = seq;
             }
             if (chunk_end > seq) { /* the rest of a chunk cut at a hinted start: up to its end */
                 if (chunk_end - seq < count)
@@ -611,10 +594,11 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                 seq += count; /* still in flight could bring a packet starting here */
                 continue;
             }
-            if (!found && old < r->out_n && r->out_seq[old] - seq < count && !(r->out_to[old] & REC_HELD) &&
+            if (!found && old < r->out_n && r->out_seq[old] - seq < count && !r->out_to[old] &&
                 now_ns - r->out_ns[old] < c->retry_interval_ns) {
-                /* a request in flight starts inside this one, not answered yet: this waits for it (the server's
-                 * packet for that one could start here and be taken for this one's answer) */
+                /* a request in flight starts inside this one, sent once and not answered yet: this waits for it (the
+                 * server's packet for that one could start here and be taken for this one's answer); not for its
+                 * retries (a dropped request would starve this one) */
                 seq = r->out_seq[old];
                 chunk_end = 0;
                 continue;
@@ -663,20 +647,6 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
         r->quiet_ns = now_ns;
     } else if (!kept) {
         r->has_quiet = 0;
-    }
-    for (int64_t i = 1; unsorted && i < kept; i++) { /* a request kept for a later hole started before one sent */
-        uint64_t ks = r->kept_seq[i];
-        int64_t kn = r->kept_ns[i];
-        uint8_t kt = r->kept_to[i];
-        int64_t j = i - 1;
-        for (; j >= 0 && r->kept_seq[j] > ks; j--) {
-            r->kept_seq[j + 1] = r->kept_seq[j];
-            r->kept_ns[j + 1] = r->kept_ns[j];
-            r->kept_to[j + 1] = r->kept_to[j];
-        }
-        r->kept_seq[j + 1] = ks;
-        r->kept_ns[j + 1] = kn;
-        r->kept_to[j + 1] = kt;
     }
     uint64_t *ts = r->out_seq;
     int64_t *tn = r->out_ns;

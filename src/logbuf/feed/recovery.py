@@ -326,20 +326,7 @@ class Recovery:
                 count = min(request, last - seq + 1)
                 s = bisect.bisect_right(splits, seq)  # a hinted start inside it ends it there
                 hinted = s > 0 and splits[s - 1] == seq
-                cover = None if seq in old else self._covering(old, old_keys, seq, now_ns, hinted)
-                if cover is not None and not hinted:
-                    # inside a request in flight, not answered and not due again: it still asks for this (its answer
-                    # is taken where it starts), and a second request starting here could take a packet the server
-                    # sent before it for the first as its answer
-                    count = min(count, cover + self._asked[cover] - seq)
-                    if s < len(splits) and splits[s] < seq + count:
-                        count = splits[s] - seq
-                    chunk_end = 0
-                    kept[cover] = old[cover]
-                    if cover in self._timed_out:
-                        timed_out.add(cover)
-                    seq += count
-                    continue
+                cover = None if seq in old or not hinted else self._covering(old, old_keys, seq, now_ns)
                 if chunk_end > seq:  # the rest of a chunk cut at a hinted start: up to its end
                     count = min(count, chunk_end - seq)
                 else:
@@ -352,10 +339,11 @@ class Recovery:
                 if seq not in old:
                     j = bisect.bisect_right(old_keys, seq)
                     ahead = old_keys[j] if j < len(old_keys) else None
-                    if (ahead is not None and ahead - seq < count and ahead not in self._held
+                    if (ahead is not None and ahead - seq < count and ahead not in self._timed_out
                             and now_ns - old[ahead] < cfg.retry_interval_ns):
-                        # a request in flight starts inside this one, not answered yet: this waits for it (the
-                        # server's packet for that one could start here and be taken for this one's answer)
+                        # a request in flight starts inside this one, sent once and not answered yet: this waits
+                        # for it (the server's packet for that one could start here and be taken for this one's
+                        # answer); not for its retries (a dropped request would starve this one)
                         seq = ahead
                         chunk_end = 0
                         continue
@@ -416,18 +404,23 @@ class Recovery:
         self._head_ns = self._first_requested_ns(holes[0][0]) if holes else None
         return out
 
-    def _covering(self, old: dict[int, int], old_keys: list[int], seq: int, now_ns: int, hinted: bool
-                  ) -> int | None:
-        """The request in flight whose range holds ``seq`` though it starts before it (the hole's start moved into
-        it), or for a hinted start the request cut there (it asks up to ``seq``), if it was not answered yet and
-        is not due again; None otherwise."""
+    def _covering(self, old: dict[int, int], old_keys: list[int], seq: int, now_ns: int) -> int | None:
+        """For a hinted start ``seq``: the request in flight cut there (it asks up to ``seq``), if it was not
+        answered yet and is not due again; None otherwise."""
         k = bisect.bisect_left(old_keys, seq) - 1
         if k < 0:
             return None
         start = old_keys[k]
         asked = self._asked.get(start)
-        if (asked is None or (seq - start != asked if hinted else seq - start >= asked) or start in self._held
-                or now_ns - old[start] >= self.config.retry_interval_ns):
+        if asked is None or seq - start != asked or start in self._held:
+            return None
+        if now_ns - old[start] >= self.config.retry_interval_ns:
+            # due: no longer covering; its first time-out is met here (the walk may not reach its start) and
+            # signals as any (unanswered while a request sent after it was answered: congestion)
+            if start not in self._timed_out:
+                self._timed_out.add(start)
+                if self._answered_sent_ns is not None and self._answered_sent_ns > old[start]:
+                    self._congested(now_ns)
             return None
         return start
 
