@@ -1028,27 +1028,30 @@ void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count)
     im->req_n++;
 }
 
-/* the messages of an answer [first, first + count) that were asked for (0: unrequested); ranges the stream
- * has passed are forgotten on the way (spec.py _requested_count) */
+/* the messages of an answer [first, first + count) that were asked for (0: not an answer to a request): only a
+ * request starting at first is answered by it (one starting inside or before a request carries sequences nobody
+ * asked of it there), and answered it is no longer outstanding; ranges the stream has passed are forgotten on the
+ * way (spec.py _requested_count) */
 static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
 {
     eng_impl_t *im = IMPL(e);
     uint64_t expected = e->has_expected ? e->expected : 0;
+    /* cut at the furthest end of the requests starting at `first`: an older, shorter request must not cut the
+     * answer to a newer one short */
+    uint64_t room = 0;
+    for (int64_t i = 0; i < im->req_n; i++)
+        if (im->req_first[i] == first && im->req_last[i] >= expected && im->req_last[i] - first + 1 > room)
+            room = im->req_last[i] - first + 1;
+    /* answered: no longer outstanding (a retry asks again); ranges the stream has passed are forgotten */
     int64_t kept = 0;
     for (int64_t i = 0; i < im->req_n; i++) {
-        if (im->req_last[i] >= expected) {
+        if (im->req_last[i] >= expected && !(room && im->req_first[i] == first)) {
             im->req_first[kept] = im->req_first[i];
             im->req_last[kept] = im->req_last[i];
             kept++;
         }
     }
     im->req_n = kept;
-    /* cut at the furthest end of the requests covering `first`: an older, shorter request overlapping the one
-     * answered must not cut the answer short */
-    uint64_t room = 0;
-    for (int64_t i = 0; i < kept; i++)
-        if (im->req_first[i] <= first && first <= im->req_last[i] && im->req_last[i] - first + 1 > room)
-            room = im->req_last[i] - first + 1;
     return room < count ? (uint32_t)room : count;
 }
 
@@ -1172,12 +1175,16 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
     if (!is_marker)
         st[LBF_FS_MESSAGES] += count;
     if (feed == LBF_FEED_RETRANSMIT) {
-        /* an answer counts only for an outstanding request, and only for the sequences it asked for */
-        count = is_marker ? 0 : requested_count(e, first, count);
-        if (count == 0) {
+        /* an answer counts only where a request started, and only for the sequences it asked for; anything else is
+         * never published: starting inside a request in flight, it is at most a hint for the pacing */
+        uint32_t accepted = is_marker ? 0 : requested_count(e, first, count);
+        if (accepted == 0) {
             st[LBF_FS_IGNORED] += 1;
+            if (!is_marker && e->config.recovery && feed_rec_on_hint(e, first, count, arrival_ns))
+                IMPL(e)->recovery_dirty = 1; /* the next poll asks from there */
             return;
         }
+        count = accepted;
     } else {
         forged_jump_revealed(e, feed, first, count, is_marker);
     }

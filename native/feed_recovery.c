@@ -60,8 +60,9 @@ int32_t feed_rec_init(lbf_eng_t *e)
     r->kept_to = calloc((size_t)window, sizeof(uint8_t));
     r->hole_first = calloc((size_t)window, sizeof(uint64_t));
     r->hole_last = calloc((size_t)window, sizeof(uint64_t));
+    r->split = calloc((size_t)(4 * window + 1), sizeof(uint64_t));
     if (!r->out_seq || !r->out_ns || !r->kept_seq || !r->kept_ns || !r->out_to || !r->kept_to || !r->hole_first ||
-        !r->hole_last)
+        !r->hole_last || !r->split)
         return -ENOMEM;
     r->tokens = e->config.request_burst * LBF_REC_TOKEN;
     r->rate = e->config.rate_units;
@@ -81,6 +82,7 @@ void feed_rec_destroy(lbf_eng_t *e)
     free(r->kept_to);
     free(r->hole_first);
     free(r->hole_last);
+    free(r->split);
     free(r->fa_start);
     free(r->fa_end);
     free(r->fa_ns);
@@ -109,6 +111,7 @@ void feed_rec_stop(lbf_eng_t *e)
     r->out_n = 0;
     r->fa_n = 0;
     r->asked_n = 0;
+    r->split_n = 0;
     r->paced = 0;
     r->has_quiet = 0;
     r->has_head = 0;
@@ -189,26 +192,58 @@ static void refill(rec_t *r, const lbf_eng_config_t *c, int64_t now_ns)
     }
 }
 
-/* the request in flight an answer starting at first answers (its index): the one starting there, else the one whose
- * range holds it (a server that lacks the start of what was asked answers from what it has), else -1 */
-static int64_t answered_request(const rec_t *r, uint64_t first)
+/* the first index of sorted a[0, n) with a[i] > v */
+static int64_t upper_bound(const uint64_t *a, int64_t n, uint64_t v)
 {
-    int64_t lo = 0, hi = r->out_n; /* the first index with out_seq > first */
+    int64_t lo = 0, hi = n;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        if (r->out_seq[mid] <= first)
+        if (a[mid] <= v)
             lo = mid + 1;
         else
             hi = mid;
     }
-    int64_t i = lo - 1;
-    if (i < 0)
-        return -1;
-    if (r->out_seq[i] == first)
-        return i;
-    int64_t k = asked_find(r, r->out_seq[i]);
-    uint64_t asked = k >= 0 ? r->asked_count[k] : 1;
-    return first - r->out_seq[i] < asked ? i : -1;
+    return lo;
+}
+
+/* the request in flight an answer starting at first answers (its index): the one starting there, else -1 (the
+ * engine takes only answers starting where a request started) */
+static int64_t answered_request(const rec_t *r, uint64_t first) { return find_sorted(r->out_seq, r->out_n, first); }
+
+
+/* a packet from the server that is no answer (it starts where no request started) but starts inside a request in
+ * flight not answered yet: the server may lack the request's start and answer from the first sequence it has. That
+ * request now asks only up to first; the next poll asks from first on in a request of its own, and only that one's
+ * answer is taken. What the packet claims of the request's range restarts its give-up clock; the silence clock runs
+ * on (recovery.py on_hint) */
+int feed_rec_on_hint(lbf_eng_t *e, uint64_t first, uint32_t count, int64_t now_ns)
+{
+    rec_t *r = REC(e);
+    if (!e->recovering)
+        return 0;
+    int64_t i = upper_bound(r->out_seq, r->out_n, first) - 1;
+    while (i >= 0 && r->out_seq[i] == first)
+        i--;
+    if (i < 0 || (r->out_to[i] & REC_HELD))
+        return 0;
+    uint64_t seq = r->out_seq[i];
+    int64_t k = asked_find(r, seq);
+    if (k < 0 || first - seq >= r->asked_count[k])
+        return 0;
+    uint64_t end = seq + r->asked_count[k]; /* one past the request's range */
+    r->asked_count[k] = (uint32_t)(first - seq);
+    uint64_t claimed = first + (count < 1 ? 1 : count);
+    IMPL(e)->rec_touched = 1;
+    if (!fa_answered(r, first, (claimed < end ? claimed : end) - 1, now_ns))
+        IMPL(e)->oom = 1;
+    int64_t j = upper_bound(r->split, r->split_n, first);
+    if (j > 0 && r->split[j - 1] == first)
+        return 1;
+    memmove(r->split + j + 1, r->split + j, (size_t)(r->split_n - j) * sizeof(uint64_t));
+    r->split[j] = first;
+    if (++r->split_n > 4 * e->config.max_outstanding) /* bounded: the highest goes */
+        r->split_n--;
+    return 1;
 }
 
 void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count)
@@ -520,13 +555,54 @@ void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns)
     int64_t kept = 0, old = 0;
     for (int64_t h = 0; h < holes && kept < window; h++) {
         uint64_t seq = r->hole_first[h], last = r->hole_last[h];
+        uint64_t chunk_end = 0; /* where the chunk being walked ends (hinted starts cut it, the chunks after stay) */
         while (seq <= last) {
             if (kept >= window)
                 break;
             uint64_t count = last - seq + 1 < request ? last - seq + 1 : request;
+            int64_t s = upper_bound(r->split, r->split_n, seq); /* a hinted start inside it ends it there */
             while (old < r->out_n && r->out_seq[old] < seq) /* both ascend: one pass over the old table */
                 old++;
             int found = old < r->out_n && r->out_seq[old] == seq;
+            int hinted = s > 0 && r->split[s - 1] == seq, cover = 0;
+            if (!found && hinted && old > 0) {
+                /* a hinted start where a request in flight was cut, not answered and not due again: a copy of that
+                 * request still in flight could bring a packet starting here (recovery.py _covering) */
+                int64_t o = old - 1, k = asked_find(r, r->out_seq[o]);
+                uint64_t start = r->out_seq[o];
+                cover = k >= 0 && seq - start == r->asked_count[k] && !(r->out_to[o] & REC_HELD);
+                if (cover && now_ns - r->out_ns[o] >= c->retry_interval_ns) {
+                    /* due: no longer covering; its first time-out is met here (the walk does not reach its start)
+                     * and signals as any (unanswered while a request sent after it was answered: congestion) */
+                    cover = 0;
+                    if (!(r->out_to[o] & REC_TIMED_OUT)) {
+                        r->out_to[o] |= REC_TIMED_OUT;
+                        if (r->has_answered_sent && r->answered_sent_ns > r->out_ns[o])
+                            congested(c, r, now_ns);
+                    }
+                }
+            }
+            if (chunk_end > seq) { /* the rest of a chunk cut at a hinted start: up to its end */
+                if (chunk_end - seq < count)
+                    count = chunk_end - seq;
+            } else {
+                chunk_end = seq + count; /* (0 past UINT64_MAX: no rest to walk) */
+            }
+            if (s < r->split_n && r->split[s] - seq < count)
+                count = r->split[s] - seq;
+            if (cover) { /* a hinted start waits while the request it was cut from may be answered: a copy of it */
+                seq += count; /* still in flight could bring a packet starting here */
+                continue;
+            }
+            if (!found && old < r->out_n && r->out_seq[old] - seq < count && !r->out_to[old] &&
+                now_ns - r->out_ns[old] < c->retry_interval_ns) {
+                /* a request in flight starts inside this one, sent once and not answered yet: this waits for it (the
+                 * server's packet for that one could start here and be taken for this one's answer); not for its
+                 * retries (a dropped request would starve this one) */
+                seq = r->out_seq[old];
+                chunk_end = 0;
+                continue;
+            }
             int64_t sent = found ? r->out_ns[old] : 0;
             uint8_t to = found ? r->out_to[old] : 0;
             /* an answered request whose chunk still starts a hole is due again once the stream moved */
@@ -640,6 +716,11 @@ int64_t feed_rec_next_deadline(lbf_eng_t *e)
 void feed_rec_forget_below(lbf_eng_t *e, uint64_t seq)
 {
     rec_t *r = REC(e);
+    int64_t j = upper_bound(r->split, r->split_n, seq);
+    if (j) {
+        memmove(r->split, r->split + j, (size_t)(r->split_n - j) * sizeof(uint64_t));
+        r->split_n -= j;
+    }
     int64_t i = fa_lower_end(r, seq);
     if (i == 0)
         return;

@@ -154,6 +154,8 @@ typedef struct rec {
     int32_t has_head_first;     /* head_first: the first hole's first sequence at the last poll */
     uint64_t head_first;
     int64_t head_moved_ns;      /* when head_first last changed (the stream moved) */
+    uint64_t *split;            /* where answers started inside a request in flight (sorted): each starts a request */
+    int64_t split_n;            /* (at most 4 x max_outstanding: the array holds one more) */
 } rec_t;
 
 typedef struct eng_impl {
@@ -232,6 +234,7 @@ void feed_rec_destroy(lbf_eng_t *e);
 void feed_rec_start(lbf_eng_t *e, int64_t now_ns);
 void feed_rec_stop(lbf_eng_t *e);
 void feed_rec_on_answer(lbf_eng_t *e, uint64_t first, int64_t now_ns, uint32_t count);
+int feed_rec_on_hint(lbf_eng_t *e, uint64_t first, uint32_t count, int64_t now_ns);
 uint64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns);
 void feed_rec_poll(lbf_eng_t *e, int64_t holes, int64_t now_ns);
 int64_t feed_rec_next_deadline(lbf_eng_t *e);

@@ -542,9 +542,11 @@ def test_queue_pressure_sheds_packets_and_recovery_fetches_them_again() -> None:
 
 
 def test_an_older_shorter_request_does_not_cut_the_answer_to_a_newer_one() -> None:
-    """The hole's front was filled by a late live packet, so the next request starts inside an older one: its
-    answer is accepted up to the newer request's end (cut at the older one's, it would look like a full packet
-    of 5 and every later request would ask for 5)."""
+    """The hole's front was filled by a late live packet: a request from the hole's new start would reach over
+    the start of the next request in flight, not answered yet, so it waits for that one (a packet the server
+    sent for it could start where the new one starts). Once those are due, the next request starts inside the
+    older one: its answer is accepted up to the newer request's end (cut at the older one's, it would look like a
+    full packet of 5 and every later request would ask for 5)."""
     arb = Arbiter(ArbiterConfig(session="S1", out_of_order_max_interval=100),
                   Recovery(RecoveryConfig(initial_backoff_ns=0, max_request_count=10), rng=Jitter(0)))
     arb.on_packet(Feed.A, pk(1), 0)
@@ -554,7 +556,9 @@ def test_an_older_shorter_request_does_not_cut_the_answer_to_a_newer_one() -> No
     assert [(r.seq, r.count) for r in requests] == [(s, 10) for s in range(2, 82, 10)]
     events = arb.on_packet(Feed.A, pk(2, 5), WAIT + 20)  # the front arrives late: the hole is [7, 81]
     assert delivered(events) == [2, 3, 4, 5, 6]
-    assert RecoveryRequest(S1, 7, 10) in events
-    events = arb.on_packet(Feed.RETRANSMIT, pk(7, 10), WAIT + 30)  # inside the older request [2, 11]
+    assert others(events) == []  # [7, 16] would reach over [12, 21] in flight
+    retry = RecoveryConfig().retry_interval_ns
+    assert RecoveryRequest(S1, 7, 10) in arb.on_tick(WAIT + 10 + retry)  # due again: from the hole's start
+    events = arb.on_packet(Feed.RETRANSMIT, pk(7, 10), WAIT + 30 + retry)  # inside the older request [2, 11]
     assert delivered(events) == list(range(7, 17))
     assert arb.stats(Feed.RETRANSMIT).delivered == 10

@@ -6,6 +6,8 @@
 - A range missing everywhere (both feeds and the server, or both feeds with recovery off): the unrecoverable-gap
   events name exactly that range and everything else is delivered.
 - A server that lacks a range wider than the window: only what was asked and refused is given up.
+- A server that answers requests first with a packet starting off the request (wrong bytes, after or before the
+  requested first), and one that answers from the first sequence it has: nothing off a request is published.
 - Always: the event stream keeps the contract of ``logbuf.feed.events``.
 """
 
@@ -416,3 +418,90 @@ def test_forged_datagrams_a_little_ahead_the_same_in_c_and_spec(
         assert [(d.seq, d.message) for d in result.delivered] == list(enumerate(messages, 1))
     hypothesis.event("one forgery, clean feeds" if clean and len(fakes) <= 1 else "otherwise")
     hypothesis.event("forged jumps revealed" if arbiter.counter_values()["jumps_forged"] else "none revealed")
+
+
+class OffRequestStub(RetransmitStub):
+    """Answers like :class:`RetransmitStub`; every ``every``-th request is first answered by a packet starting
+    ``offsets[k]`` off its first sequence (cycling) with wrong bytes (``FORGED<seq>@<first>``), as long as the true
+    answer. With
+    ``from_held``, a request starting where the server lacks data is answered from the first sequence it has within
+    the request (true bytes: a packet starting inside the request)."""
+
+    def __init__(self, *args: object, offsets: list[int], every: int, from_held: bool = False,
+                 **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.offsets = offsets
+        self.every = every
+        self.from_held = from_held
+        self.forged = 0
+
+    def answer(self, request: bytes, now_ns: int = 0) -> list[bytes] | None:  # type: ignore[override]
+        req = m.decode_request(request)
+        true = super().answer(request, now_ns)
+        if true is None and self.from_held and req.sequence in self.missing and self.requests[-1] == (
+                req.sequence, req.count):
+            start = next((s for s in range(req.sequence, req.sequence + req.count) if s not in self.missing), None)
+            if start is not None and start <= len(self.messages):
+                true = super().answer(m.encode_request(self.session, start, req.sequence + req.count - start),
+                                      now_ns)
+                self.requests.pop()  # (the request above was the stub's own)
+        out = []
+        if len(self.requests) % self.every == 0:
+            off = self.offsets[len(self.requests) // self.every % len(self.offsets)]
+            first = req.sequence + off
+            count = int.from_bytes(true[18:20], "big") if true is not None else 1
+            if first >= 1:
+                out.append(m.encode_downstream(self.session, first, [b"FORGED%d@%d" % (first + i, first)
+                                                                    for i in range(count)]))
+                self.forged += 1
+        if true is not None:
+            out.append(true)
+        return out or None
+
+
+@PROFILE
+@given(n=st.integers(30, 300), a=feed_faults, b=feed_faults, seed=st.integers(0, 2**32),
+       rtt_ns=st.integers(MS, 10 * MS), window=st.integers(1, 64),
+       offsets=st.lists(st.sampled_from([d for d in range(-6, 7) if d]), min_size=1, max_size=4), every=st.integers(1, 2),
+       lacks=st.integers(0, 20), from_held=st.booleans())
+def test_answers_off_the_request_are_never_published_and_agree_in_both(
+        n: int, a: FeedFaults, b: FeedFaults, seed: int, rtt_ns: int, window: int, offsets: list[int], every: int,
+        lacks: int, from_held: bool) -> None:
+    """Packets from the server's address that start after or before the requested first (wrong bytes) come first;
+    the server may lack the first messages and answer from what it has: C and the spec agree; a packet is
+    published only where it starts at the first sequence of a request and only for what that request asked (one
+    that lands on the start of another request in flight, a hole nearby, is that request's answer as far as
+    anyone can tell); and nothing is given up while the server holds everything."""
+    rng = random.Random(seed)
+    messages = make_messages(n, rng)
+    hole = range(n // 2, n // 2 + 8)  # (lost on both feeds: always something to ask for)
+    cuts = {hole.start, hole.stop}
+    arrivals = (feed_arrivals(Feed.A, messages, a, rng, cuts, hole)
+                + feed_arrivals(Feed.B, messages, b, rng, cuts, hole))
+    pacing = RecoveryConfig(request_rate=800.0, request_burst=16, max_outstanding=window, give_up_ns=1_000 * MS)
+    runs = []
+    for arbiter in (SpecArbiter(ArbiterConfig(), Recovery(pacing, rng=Jitter(seed))),
+                    Arbiter(ArbiterConfig(), pacing, seed=seed)):
+        server = OffRequestStub(S1, messages, missing=range(1, lacks + 1), offsets=offsets, every=every,
+                                from_held=from_held)
+        result, ordered = run(arbiter, arrivals, server, rtt_ns)  # type: ignore[arg-type]
+        runs.append((arbiter, result, ordered))
+    (spec, _, spec_ordered), (arbiter, result, ordered) = runs
+    assert ordered == spec_ordered
+    assert arbiter.counter_values() == spec.counter_values()
+    check_contract(result, ordered)
+    requests = server.requests
+    for d in result.delivered:
+        if d.message.startswith(b"FORGED"):
+            start = int(d.message.split(b"@")[1])
+            assert any(seq == start and d.seq < seq + count for seq, count in requests), (
+                f"{d.seq} published from a packet at {start} that answers no request for it")
+        else:
+            assert d.message == messages[d.seq - 1]
+    hypothesis.event("a forged packet landed on another request" if any(
+        d.message.startswith(b"FORGED") for d in result.delivered) else "nothing forged published")
+    lost = {s for g in result.of_type(GapUnrecoverable) for s in range(g.first, g.last + 1)}
+    if not lacks:
+        assert not lost, "given up although the server holds everything"
+    hypothesis.event("forged" if server.forged else "none forged")
+    hypothesis.event("given up" if lost else "nothing given up")

@@ -118,20 +118,51 @@ def test_one_answer_cut_short_where_the_server_lacks_what_follows_does_not_shrin
     assert r.poll([(6001, 6100)], 5 * MS)[0] == (6001, 25)
 
 
-def test_an_answer_from_inside_a_request_answers_it_and_restarts_only_what_it_brought() -> None:
-    """A server that lacks the start of what was asked answers from what it has: that is the request's answer
-    (held, not asked again at once); what it brought gets a new give-up clock, what it lacks keeps its own."""
+def test_an_answer_from_inside_a_request_is_only_a_hint_that_splits_the_request_there() -> None:
+    """A server that lacks the start of what was asked may answer from what it has; the arbiter does not take
+    such a packet (it starts where no request started) and the pacing takes it as a hint: the request asks only
+    up to there, and once it is due again a request of its own asks from there (not before: a copy of the first
+    request still in flight could bring a packet starting there); the chunks after it stay put. The hint answers
+    nothing: what was asked before it is given up on time; what it claims and the hinted request's answer
+    restart their own clocks."""
     cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS)
     r = learned(cfg, 10)
-    assert r.poll([(100, 119)], 0) == [(100, 10), (110, 10)]
-    follow(r, [(100, 119)], 500 * MS)  # (retried every 200 ms)
+    holes = [(100, 119)]
+    assert r.poll(holes, 0) == [(100, 10), (110, 10)]
+    follow(r, holes, 500 * MS)  # (retried every 200 ms: last at 400 ms)
     answers = r.answers
-    r.on_answer(105, 500 * MS, count=5)  # 100..104 lacking; 105..109 answered (and, say, not kept)
+    t = 500 * MS
+    assert not r.on_hint(99, 5, t) and not r.on_hint(100, 5, t)  # not inside a request in flight
+    assert not r.on_hint(120, 5, t)
+    assert r.on_hint(105, 5, t)  # 100..104 lacking, says the server
+    assert not r.on_hint(105, 5, t)  # (once: the request asks up to it now)
+    assert r.answers == answers
+    assert r.poll(holes, t) == []  # nothing is due before 600 ms
+    assert follow(r, holes, 600 * MS + 1) == [(100, 5), (105, 5), (110, 10)]
+    r.on_answer(105, 601 * MS, count=5)
     assert r.answers == answers + 1
-    assert r.poll([(100, 119)], 500 * MS) == []  # held: not asked again at once
-    follow(r, [(100, 119)], 1_000 * MS)
-    assert r.expired([(100, 119)], 1_000 * MS) == 104  # 100..104 was never answered: given up on time
-    assert r.expired([(105, 109), (110, 119)], 1_000 * MS) == 0  # 105..109 was: its clock restarted at 500 ms
+    assert not r.on_hint(107, 3, t)  # inside a request already answered: nothing to split
+    sent = follow(r, holes, 1_000 * MS)  # (the answer, say, could not be kept)
+    assert (100, 5) in sent and (110, 10) in sent  # the part before the hint asks only up to it
+    assert r.expired(holes, 1_000 * MS) == 104  # 100..104 was never answered: given up on time
+    assert r.expired([(105, 109)], 1_000 * MS) == 0  # 105..109 was: its clock restarted
+
+
+def test_a_hint_does_not_restart_the_silence_clock() -> None:
+    """Hints are all a server that lacks what is asked sends: the server looks silent, and what was asked and
+    timed out unanswered is given up after give_up (a hint is not an answer)."""
+    cfg = RecoveryConfig(initial_backoff_ns=0, give_up_ns=1_000 * MS, max_outstanding=2)
+    r = learned(cfg, 10)
+    holes = [(100, 199)]
+    answers = r.answers
+    assert r.poll(holes, 0) == [(100, 10), (110, 10)]
+    for now in range(100 * MS, 1_000 * MS, 100 * MS):
+        assert not r.on_hint(200, 10, now)  # past every request in flight: no split
+        assert r.on_hint(105, 10, now) == (now == 100 * MS)  # (once)
+        assert r.expired(holes, now) == 0
+        r.poll(holes, now)
+    assert r.answers == answers
+    assert r.expired(holes, 1_000 * MS) == 109  # silent: the requests that timed out unanswered are given up
 
 
 def test_give_up_is_by_age_of_the_first_request_per_hole() -> None:

@@ -163,9 +163,10 @@ def simulate(arbiter: Arbiter | SpecArbiter, arrivals: Iterable[Arrival], server
                 result.events.append(event)
                 if isinstance(event, RecoveryRequest) and server is not None:
                     answer = server.answer(event.encode(), now)
-                    if answer is not None:
+                    for datagram in [] if answer is None else answer if isinstance(answer, list) else [answer]:
+                        # (a server may send several datagrams per request: they arrive in that order)
                         heapq.heappush(queue, (now + rtt_ns, next(order), Arrival(now + rtt_ns, Feed.RETRANSMIT,
-                                                                                  answer)))
+                                                                                  datagram)))
 
     def awake(t: int) -> int:
         """When the handler runs for something due at ``t``."""

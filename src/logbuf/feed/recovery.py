@@ -63,6 +63,15 @@ with requests nobody answers, which is what a server that stopped answering look
 given up after ``give_up``, then the rest of the range a window at a time as it is asked and times out.)
 Because requests go out head first, the time a sequence was first requested never decreases along the
 stream, so a list of ``(sequence, time)`` breakpoints records it in O(rounds) memory.
+
+**An answer is taken only where a request started.** The arbiter publishes a packet from the server only when
+it starts at a request's first sequence (and only what that request asked). One starting inside a request in
+flight is not published: it is a hint (:meth:`Recovery.on_hint`) that the server may lack the request's start
+and answer from the first sequence it still has. The next poll splits the request there: the part before asks
+only up to it (and is given up like any request, once asked, retried and unanswered for ``give_up``), and a
+request of its own asks from the hinted sequence, whose answer alone is taken. What the hint claims of the
+request's range gets a new give-up clock (the server shows it has it); a hint is no answer and leaves the
+silence clock running.
 """
 
 from __future__ import annotations
@@ -125,7 +134,7 @@ class Recovery:
                  "requests_sent", "answers", "_chunk", "_rate_units", "_tokens", "_tokens_ns", "_paced", "last_answer_ns",
                  "requests_paced", "_asked", "_quiet_ns", "_full_seen", "_shorter", "_head_ns", "_timed_out", "_cut_ns",
                  "_restart_ns", "_answered_sent_ns", "_seen_ns", "_held", "_head_first",
-                 "_head_moved_ns")
+                 "_head_moved_ns", "_splits")
 
     def __init__(self, config: RecoveryConfig | None = None, rng: random.Random | Jitter | None = None) -> None:
         self.config = config or RecoveryConfig()
@@ -164,6 +173,8 @@ class Recovery:
         self._restart_ns: int | None = None  # the last cut or handler stall: every give-up clock restarts there
         self._answered_sent_ns: int | None = None  # the latest send time of a request answered while in flight
         self._seen_ns: int | None = None  # the latest time the pacing was told (an answer, a poll, an expiry check)
+        # where an answer started inside a request in flight (sorted): each starts a request of its own
+        self._splits: list[int] = []
 
     @property
     def rng(self) -> random.Random | Jitter:
@@ -189,6 +200,7 @@ class Recovery:
         self._req_ends.clear()
         self._req_ns.clear()
         self._asked.clear()
+        self._splits.clear()
         self._paced = False
         self._quiet_ns = None
         self._head_ns = None
@@ -245,15 +257,37 @@ class Recovery:
                     self._chunk = min(self.config.max_request_count, self._chunk + self._chunk // 4 + 1)
 
     def _answered_request(self, first: int) -> int | None:
-        """The request in flight an answer starting at ``first`` answers: the one starting there, else the one whose
-        range holds it (a server that lacks the start of what was asked answers from what it has), else None."""
-        if first in self._outstanding:
-            return first
+        """The request in flight an answer starting at ``first`` answers: the one starting there, else None (the
+        arbiter takes only answers starting where a request started)."""
+        return first if first in self._outstanding else None
+
+    def on_hint(self, first: int, count: int, now_ns: int) -> bool:
+        """A packet from the server that is no answer (it starts where no request started, so it is not
+        published) but starts inside a request in flight not answered yet: a server that lacks the start of what
+        was asked may answer from the first sequence it still has. That request now asks only up to ``first``; the
+        next :meth:`poll` asks from ``first`` on in a request of its own, and only that one's answer is taken. What
+        the packet claims of the request's range restarts its give-up clock (the server shows it has it, as an
+        answer that could not be kept does); what was asked before ``first`` is given up only as any request is
+        (asked, retried, unanswered). Neither an answer nor the server answering: the silence clock runs on.
+        Returns whether it was taken as a hint (at most ``4 * max_outstanding`` hinted starts are kept, the
+        highest dropped first)."""
+        if not self.active:
+            return False
         starts = [seq for seq in self._outstanding if seq < first]
         if not starts:
-            return None
+            return False
         seq = max(starts)
-        return seq if first < seq + self._asked.get(seq, 1) else None
+        asked = self._asked.get(seq)
+        if asked is None or first >= seq + asked or seq in self._held:
+            return False
+        self._asked[seq] = first - seq
+        self._answered(first, min(first + max(1, count), seq + asked) - 1, now_ns)
+        i = bisect.bisect_left(self._splits, first)
+        if i == len(self._splits) or self._splits[i] != first:
+            self._splits.insert(i, first)
+            if len(self._splits) > 4 * self.config.max_outstanding:
+                del self._splits[-1]
+        return True
 
     def poll(self, holes: Sequence[Hole], now_ns: int) -> list[tuple[int, int]]:
         """The ``(seq, count)`` requests to send now for ``holes`` (head first, inclusive ranges)."""
@@ -277,16 +311,42 @@ class Recovery:
         self._refill(now_ns)
         self._paced = False
         old = self._outstanding
+        old_keys = sorted(old)
+        splits = self._splits
         kept: dict[int, int] = {}
         timed_out: set[int] = set()
         held: set[int] = set()
         out: list[tuple[int, int]] = []
         for first, last in holes:
             seq = first
+            chunk_end = 0  # where the chunk being walked ends (hinted starts cut it, the chunks after stay put)
             while seq <= last:
                 if len(kept) >= window:
                     break
                 count = min(request, last - seq + 1)
+                s = bisect.bisect_right(splits, seq)  # a hinted start inside it ends it there
+                hinted = s > 0 and splits[s - 1] == seq
+                cover = None if seq in old or not hinted else self._covering(old, old_keys, seq, now_ns)
+                if chunk_end > seq:  # the rest of a chunk cut at a hinted start: up to its end
+                    count = min(count, chunk_end - seq)
+                else:
+                    chunk_end = seq + count
+                if s < len(splits) and splits[s] < seq + count:
+                    count = splits[s] - seq
+                if cover is not None:  # a hinted start waits while the request it was cut from may be answered:
+                    seq += count  # a copy of it still in flight could bring a packet starting here
+                    continue
+                if seq not in old:
+                    j = bisect.bisect_right(old_keys, seq)
+                    ahead = old_keys[j] if j < len(old_keys) else None
+                    if (ahead is not None and ahead - seq < count and ahead not in self._timed_out
+                            and now_ns - old[ahead] < cfg.retry_interval_ns):
+                        # a request in flight starts inside this one, sent once and not answered yet: this waits
+                        # for it (the server's packet for that one could start here and be taken for this one's
+                        # answer); not for its retries (a dropped request would starve this one)
+                        seq = ahead
+                        chunk_end = 0
+                        continue
                 sent = old.get(seq)
                 # an answered request whose chunk still starts a hole is due again once the stream moved
                 moved = (sent is not None and seq in self._held and self._head_moved_ns is not None
@@ -343,6 +403,26 @@ class Recovery:
         # only the first hole can be given up first (expired counts leading holes): its time is the give-up's
         self._head_ns = self._first_requested_ns(holes[0][0]) if holes else None
         return out
+
+    def _covering(self, old: dict[int, int], old_keys: list[int], seq: int, now_ns: int) -> int | None:
+        """For a hinted start ``seq``: the request in flight cut there (it asks up to ``seq``), if it was not
+        answered yet and is not due again; None otherwise."""
+        k = bisect.bisect_left(old_keys, seq) - 1
+        if k < 0:
+            return None
+        start = old_keys[k]
+        asked = self._asked.get(start)
+        if asked is None or seq - start != asked or start in self._held:
+            return None
+        if now_ns - old[start] >= self.config.retry_interval_ns:
+            # due: no longer covering; its first time-out is met here (the walk may not reach its start) and
+            # signals as any (unanswered while a request sent after it was answered: congestion)
+            if start not in self._timed_out:
+                self._timed_out.add(start)
+                if self._answered_sent_ns is not None and self._answered_sent_ns > old[start]:
+                    self._congested(now_ns)
+            return None
+        return start
 
     def _refill(self, now_ns: int) -> None:
         cfg = self.config
@@ -430,6 +510,7 @@ class Recovery:
             del self._req_starts[:i]
             del self._req_ends[:i]
             del self._req_ns[:i]
+        del self._splits[:bisect.bisect_right(self._splits, seq)]
 
     # -- internals --------------------------------------------------------------------------------------------
 

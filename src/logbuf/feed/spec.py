@@ -61,9 +61,12 @@ again). With recovery off nothing can be fetched again: the oldest holes are giv
 empty (in packets and in bytes).
 
 **Validation first**: a datagram is checked completely (length, sequence, every message block) before it may
-choose or switch the session. **Answers**: a retransmitted packet counts only inside a range a request asked
-for (:meth:`SpecArbiter.note_requests`; the oldest of ``MAX_REQUESTED_RANGES`` are forgotten) and is cut at the
-furthest end of the requests covering its first sequence; anything else from the server is ignored. **Unconfirmed jumps**: a live packet or heartbeat
+choose or switch the session. **Answers**: a retransmitted packet counts only when it starts exactly where a
+request started (:meth:`SpecArbiter.note_requests`; the oldest of ``MAX_REQUESTED_RANGES`` are forgotten) and is
+cut at the furthest end of the requests starting there; anything else from the server is ignored and never
+published (``RETRANSMIT.ignored``). One that starts inside a request in flight is at most a hint to the pacing
+(:meth:`~logbuf.feed.recovery.Recovery.on_hint`): it asks from that sequence on in a request of its own, and only
+that request's answer is taken. **Unconfirmed jumps**: a live packet or heartbeat
 past the end of its feed's last packet taken (its feed skipped sequences) that announces something not delivered
 yet is held back: not queued, no gap, nothing delivered. Its feed continuing after it (a packet from its end on, a
 marker repeating or passing its next sequence) confirms it; so does the other feed announcing all it carries, and
@@ -369,11 +372,15 @@ class SpecArbiter:
         if not marker:
             st[FS_MESSAGES] += count
         if feed == Feed.RETRANSMIT:
-            # an answer counts only for an outstanding request, and only for the sequences it asked for
-            count = 0 if marker else self._requested_count(first, count)
-            if count == 0:
+            # an answer counts only where a request started, and only for the sequences it asked for; anything else
+            # is never published: starting inside a request in flight, it is at most a hint for the pacing
+            accepted = 0 if marker else self._requested_count(first, count)
+            if accepted == 0:
                 st[FS_IGNORED] += 1
+                if not marker and self.recovery is not None:
+                    self.recovery.on_hint(first, count, arrival_ns)
                 return
+            count = accepted
         else:
             self._forged_jump_revealed(feed, first, count, marker)
         if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
@@ -381,7 +388,8 @@ class SpecArbiter:
         self._take(feed, buf, first, count, marker, arrival_ns, out)
 
     def note_requests(self, requests: list[tuple[int, int]]) -> None:
-        """Re-requests ``(seq, count)`` that went out: answers are accepted inside these ranges only."""
+        """Re-requests ``(seq, count)`` that went out: answers are accepted only when they start where one of these
+        starts, for its range only."""
         for seq, count in requests:
             if (seq, seq + count - 1) in self._requested:  # a retry: already there
                 continue
@@ -390,13 +398,16 @@ class SpecArbiter:
             self._requested.append((seq, seq + count - 1))
 
     def _requested_count(self, first: int, count: int) -> int:
-        """The messages of an answer ``[first, first + count)`` that were asked for (0: an unrequested answer): cut
-        at the furthest end of the requests covering ``first`` (an older, shorter request overlapping the one
-        answered must not cut the answer short); ranges the stream has passed are forgotten on the way."""
+        """The messages of an answer ``[first, first + count)`` that were asked for (0: not an answer to a request):
+        only a request starting at ``first`` is answered by it (one starting inside or before a request carries
+        sequences nobody asked of it there), cut at the furthest end of the requests starting there (an older,
+        shorter request must not cut the answer to a newer one short). Answered, they are no longer outstanding
+        (a retry asks again); ranges the stream has passed are forgotten on the way."""
         expected = self._next if self.expected is not None else 0
-        kept = [r for r in self._requested if r[1] >= expected]
-        self._requested = kept
-        room = max((high - first + 1 for low, high in kept if low <= first <= high), default=0)
+        room = max((high - first + 1 for low, high in self._requested if low == first and high >= expected),
+                   default=0)
+        # answered: no longer outstanding (a retry asks again); ranges the stream has passed are forgotten
+        self._requested = [r for r in self._requested if r[1] >= expected and not (room and r[0] == first)]
         return min(count, room)
 
     def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
