@@ -223,14 +223,25 @@ def _number(low: float, high: float, unit: str, *, low_open: bool = True) -> Cal
     return parse
 
 
-def _ipv4_endpoint(text: str) -> tuple[str, int]:
+def _ipv4_endpoint(text: str, *, literal: bool = False, server: bool = False) -> tuple[str, int]:
     """``HOST:PORT`` for the handler's sockets, which are IPv4 (an IPv6 address is refused by name, not left
-    to fail at bind time)."""
+    to fail at bind time). ``literal``: the host must be an address written a.b.c.d (a feed's socket binds it,
+    or joins it as a multicast group, so a host name means nothing there). ``server``: port 0 is refused (a
+    request sent there reaches no server; a feed may bind port 0 for an ephemeral port)."""
     from logbuf.channel import parse_endpoint
 
     host, port = parse_endpoint(text)
     if ":" in host:
         raise ValueError(f"{text}: the feed handler speaks IPv4 only")
+    if server and port == 0:
+        raise ValueError(f"endpoint {text!r}: port 0 reaches no server")
+    if literal:
+        try:
+            socket.inet_aton(host)
+        except OSError:
+            raise ValueError(f"endpoint {text!r}: {host!r} is not an IPv4 address (a.b.c.d)") from None
+        if host.count(".") != 3:
+            raise ValueError(f"endpoint {text!r}: {host!r} is not an IPv4 address (a.b.c.d)")
     return host, port
 
 
@@ -238,14 +249,14 @@ def _endpoint_or_off(text: str) -> tuple[str, int] | None:
     if text.lower() == "off":
         return None
     try:
-        return _ipv4_endpoint(text)
+        return _ipv4_endpoint(text, literal=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _endpoint(text: str) -> tuple[str, int]:
     try:
-        return _ipv4_endpoint(text)
+        return _ipv4_endpoint(text, server=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -4,7 +4,11 @@ Three streams on one channel (default ``aeron:ipc``), stream ids configurable (d
 
 **messages** (``MESSAGES_STREAM`` 1001): every arbitrated ITCH 5.0 message, in MoldUDP64 sequence order,
 exactly once, one message per frame; the payload is the ITCH message as it was on the wire (no MoldUDP64
-length prefix) and the frame's **reserved value is the MoldUDP64 sequence number**.  A sequence never
+length prefix) and the frame's **reserved value is the MoldUDP64 sequence number**.  ITCH messages are far
+below one frame's payload (the channel's MTU less the 32-byte header: 1,376 bytes at the default MTU), but
+MoldUDP64 allows a message block of up to 65,535 bytes and the handler publishes what came: a longer message
+goes out as several fragments, each with the same reserved value (reassemble with ``FragmentAssembler``;
+``logbuf record`` stops at such a frame with an error, as it takes one ITCH message per frame).  A sequence never
 appears twice; a jump in sequences is always announced first by a GAP_UNRECOVERABLE record on the events
 stream (published before the jump), so subscribers always know.
 

@@ -1,0 +1,172 @@
+"""Forgeries an outside checker tried that the engine does not withstand yet (each marked ``xfail(strict=True)``
+with what happens today, so the fix turns it into an error that asks for the marker to go):
+
+* the same forged packet on both feeds, or two forged packets in a row on one feed, a few messages ahead:
+  confirmed by "the other feed" (or by "the same feed continuing after it"), then published when the true
+  stream reaches it, although live traffic kept delivering below it on both feeds;
+* two datagrams of a forger's session on one feed before the true session, or (``--join live``) two forged
+  packets far ahead in a row: "the same feed continuing it" confirms the session / the start point;
+* one forged END_OF_SESSION sent twice on one feed: "the same feed repeating it" confirms it at once;
+* one forged END_OF_SESSION on A followed by a freeze of A: it acts after the quiet time although B carried
+  the session past it meanwhile.
+
+Every test runs against the executable specification and the C engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from logbuf.feed import arbiter as native
+from logbuf.feed.arbiter import ArbiterConfig
+from logbuf.feed.events import Deliver, DeliverBatch, EndOfSession, Feed
+from logbuf.feed.spec import SpecArbiter
+from logbuf.marketdata import moldudp64 as m
+
+TRUE = m.encode_session("TRUESESS01")
+MS = 1_000_000
+QUIET = ArbiterConfig().end_of_session_quiet_ns
+
+
+class NativeFlat(native.Arbiter):
+    """The C engine with its delivery batches flattened into Deliver events (as the specification emits)."""
+
+    def on_packet(self, *args: object, **kwargs: object) -> list:
+        return _flat(super().on_packet(*args, **kwargs))
+
+    def on_tick(self, now_ns: int) -> list:
+        return _flat(super().on_tick(now_ns))
+
+
+def _flat(events: list) -> list:
+    out = []
+    for event in events:
+        out.extend(event.delivers() if isinstance(event, DeliverBatch) else [event])
+    return out
+
+
+@pytest.fixture(params=["spec", "native"])
+def make(request: pytest.FixtureRequest) -> type:
+    return SpecArbiter if request.param == "spec" else NativeFlat
+
+
+def pk(first: int, count: int = 10, tag: bytes = b"T") -> bytes:
+    return m.encode_downstream(TRUE, first, [tag + b"%d" % (first + i) for i in range(count)])
+
+
+def forged_messages(events: list) -> list[int]:
+    return [e.seq for e in events if isinstance(e, Deliver) and not bytes(e.message).startswith(b"T")]
+
+
+@pytest.mark.xfail(strict=True, reason="a confirmed jump within --max-jump is not provisional: live traffic "
+                                       "below it does not undo it, so the forged range is published")
+@pytest.mark.parametrize("ahead", [20, 1000])
+def test_the_same_forged_packet_on_both_feeds_is_never_published(make: type, ahead: int) -> None:
+    arb = make(ArbiterConfig())
+    events: list = []
+    now = 0
+    for feed in (Feed.A, Feed.B):
+        events += arb.on_packet(feed, pk(1), now)
+    forged = pk(11 + ahead, tag=b"FORGED")
+    now += MS
+    for feed in (Feed.A, Feed.B):  # one forger, both feeds
+        events += arb.on_packet(feed, forged, now)
+    for first in range(11, 61 + ahead, 10):  # the true stream goes on below it on both feeds, then past it
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert len([e for e in events if isinstance(e, Deliver)]) == 60 + ahead  # the true stream, all of it
+    assert forged_messages(events) == []
+
+
+@pytest.mark.xfail(strict=True, reason="two forged packets in a row on one feed confirm each other (the same feed "
+                                       "continuing after it) and, within --max-jump, stay confirmed while live "
+                                       "traffic delivers below them")
+@pytest.mark.parametrize("ahead", [20, 1000])
+def test_two_forged_packets_in_a_row_on_one_feed_are_never_published(make: type, ahead: int) -> None:
+    arb = make(ArbiterConfig())
+    events: list = []
+    now = 0
+    for feed in (Feed.A, Feed.B):
+        events += arb.on_packet(feed, pk(1), now)
+    now += MS
+    events += arb.on_packet(Feed.B, pk(11 + ahead, tag=b"FORGED"), now)  # one forger, one feed, two datagrams
+    events += arb.on_packet(Feed.B, pk(21 + ahead, tag=b"FORGED"), now)
+    for first in range(11, 71 + ahead, 10):  # the true stream goes on below them on both feeds, then past them
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert len([e for e in events if isinstance(e, Deliver)]) == 70 + ahead
+    assert forged_messages(events) == []
+
+
+@pytest.mark.xfail(strict=True, reason="the quiet rule looks only at the forged end's own feed: B's traffic past "
+                                       "the end does not reveal it")
+def test_a_forged_end_on_a_frozen_feed_is_revealed_by_the_other_feeds_traffic(make: type) -> None:
+    arb = make(ArbiterConfig())
+    events: list = []
+    now = 0
+    for feed in (Feed.A, Feed.B):
+        events += arb.on_packet(feed, pk(1), now)
+    events += arb.on_packet(Feed.A, m.encode_end_of_session(TRUE, 11), now)  # forged; then A freezes
+    step = QUIET // 4
+    for first in range(11, 61, 10):  # B alone carries the session past the "end" for longer than the quiet time
+        now += step
+        events += arb.on_tick(now)
+        events += arb.on_packet(Feed.B, pk(first), now)
+    now += step
+    events += arb.on_tick(now)
+    assert [e for e in events if isinstance(e, EndOfSession)] == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
+
+
+@pytest.mark.xfail(strict=True, reason="the same feed repeating an END_OF_SESSION confirms it: a forger sends it "
+                                       "twice and the session ends at once, before traffic past it can reveal it")
+def test_a_forged_end_sent_twice_on_one_feed_does_not_end_the_session(make: type) -> None:
+    arb = make(ArbiterConfig())
+    events: list = []
+    now = 0
+    for feed in (Feed.A, Feed.B):
+        events += arb.on_packet(feed, pk(1), now)
+    for _ in range(2):  # one forger, one feed, the same datagram twice
+        events += arb.on_packet(Feed.A, m.encode_end_of_session(TRUE, 11), now)
+    for first in range(11, 61, 10):  # the true session goes on on both feeds
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    for feed in (Feed.A, Feed.B):  # and ends
+        events += arb.on_packet(feed, m.encode_end_of_session(TRUE, 61), now)
+    assert [e.next_sequence for e in events if isinstance(e, EndOfSession)] == [61]
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
+
+
+@pytest.mark.xfail(strict=True, reason="the same feed continuing a first datagram confirms a session: two "
+                                       "datagrams of a forger's session on one feed choose the session")
+def test_two_datagrams_of_another_session_on_one_feed_never_choose_the_session(make: type) -> None:
+    evil = m.encode_session("EVILSESS01")
+    arb = make(ArbiterConfig())
+    events: list = []
+    events += arb.on_packet(Feed.A, m.encode_downstream(evil, 1, [b"EVIL1", b"EVIL2"]), 0)
+    events += arb.on_packet(Feed.A, m.encode_downstream(evil, 3, [b"EVIL3"]), 0)
+    now = 0
+    for first in range(1, 51, 10):  # then the true session on both feeds
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert forged_messages(events) == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 51))
+
+
+@pytest.mark.xfail(strict=True, reason="--join live takes its start point from two datagrams of one feed: two "
+                                       "forged packets far ahead, in a row, become the start")
+def test_join_live_never_starts_at_two_forged_packets_on_one_feed(make: type) -> None:
+    arb = make(ArbiterConfig(start_sequence=None))
+    events: list = []
+    events += arb.on_packet(Feed.A, m.encode_downstream(TRUE, 10**9, [b"FORGED1"]), 0)
+    events += arb.on_packet(Feed.A, m.encode_downstream(TRUE, 10**9 + 1, [b"FORGED2"]), 0)
+    now = 0
+    for first in range(5001, 5051, 10):
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert forged_messages(events) == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(5001, 5051))
