@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from logbuf.feed.config import DEFAULT_MAX_JUMP, ArbiterConfig, RecoveryConfig
+from logbuf.feed.config import DEFAULT_MAX_JUMP, ArbiterConfig, RecoveryConfig, resume_session
 from logbuf.feed.coverage import Hole
 from logbuf.feed.events import (
     DeliverBatch,
@@ -138,7 +138,7 @@ class Arbiter:
         c.max_queue_bytes = cfg.max_queue_bytes
         if cfg.resume is not None:
             c.has_resume = 1
-            ffi.memmove(c.resume_session, moldudp64.encode_session(cfg.resume[0]), _SESSION_LENGTH)
+            ffi.memmove(c.resume_session, resume_session(cfg.resume[0]), _SESSION_LENGTH)
             c.resume_sequence = cfg.resume[1]
         c.session_change_idle_ns = cfg.session_change_idle_ns
         c.end_of_session_quiet_ns = cfg.end_of_session_quiet_ns

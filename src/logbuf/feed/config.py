@@ -98,11 +98,19 @@ class ArbiterConfig:
         if self.session is not None:
             moldudp64.encode_session(self.session)
         if self.resume is not None:
-            moldudp64.encode_session(self.resume[0])
+            resume_session(self.resume[0])
             if not 1 <= self.resume[1] <= MAX_SEQUENCE:
                 raise ValueError("resume's next sequence must be a MoldUDP64 sequence (>= 1)")
         if self.max_jump is not None and self.max_jump < 1:
             raise ValueError("max_jump must be >= 1 message (or None: no confirmation)")
+
+
+def resume_session(session: str | bytes) -> bytes:
+    """The 10 session bytes a resume names: 10 bytes are taken as they came off the wire (a checkpoint stores
+    whatever the feed sent, ASCII or not); anything else is a session as the command line names it."""
+    if isinstance(session, (bytes, bytearray)) and len(session) == moldudp64.SESSION_LENGTH:
+        return bytes(session)
+    return moldudp64.encode_session(session)
 
 
 @dataclass(frozen=True)
