@@ -1,0 +1,118 @@
+"""Forgeries an outside checker tried that the engine does not withstand yet (each marked ``xfail(strict=True)``
+with what happens today, so the fix turns it into an error that asks for the marker to go):
+
+* the same forged packet on both feeds, a few messages ahead: confirmed by "the other feed", then published
+  when the true stream reaches it, although live traffic kept delivering below it on both feeds;
+* one forged END_OF_SESSION on A followed by a freeze of A: it acts after the quiet time although B carried
+  the session past it meanwhile;
+* a session id that is not ASCII (any 10 bytes pass the wire's validation): published, but a restart from the
+  checkpoint refuses it.
+
+Every test runs against the executable specification and the C engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from logbuf.feed import arbiter as native
+from logbuf.feed.arbiter import ArbiterConfig
+from logbuf.feed.events import Deliver, DeliverBatch, EndOfSession, Feed
+from logbuf.feed.spec import SpecArbiter
+from logbuf.marketdata import moldudp64 as m
+
+TRUE = m.encode_session("TRUESESS01")
+MS = 1_000_000
+QUIET = ArbiterConfig().end_of_session_quiet_ns
+
+
+class NativeFlat(native.Arbiter):
+    """The C engine with its delivery batches flattened into Deliver events (as the specification emits)."""
+
+    def on_packet(self, *args: object, **kwargs: object) -> list:
+        return _flat(super().on_packet(*args, **kwargs))
+
+    def on_tick(self, now_ns: int) -> list:
+        return _flat(super().on_tick(now_ns))
+
+
+def _flat(events: list) -> list:
+    out = []
+    for event in events:
+        out.extend(event.delivers() if isinstance(event, DeliverBatch) else [event])
+    return out
+
+
+@pytest.fixture(params=["spec", "native"])
+def make(request: pytest.FixtureRequest) -> type:
+    return SpecArbiter if request.param == "spec" else NativeFlat
+
+
+def pk(first: int, count: int = 10, tag: bytes = b"T") -> bytes:
+    return m.encode_downstream(TRUE, first, [tag + b"%d" % (first + i) for i in range(count)])
+
+
+def forged_messages(events: list) -> list[int]:
+    return [e.seq for e in events if isinstance(e, Deliver) and not bytes(e.message).startswith(b"T")]
+
+
+@pytest.mark.xfail(strict=True, reason="a confirmed jump within --max-jump is not provisional: live traffic "
+                                       "below it does not undo it, so the forged range is published")
+@pytest.mark.parametrize("ahead", [20, 1000])
+def test_the_same_forged_packet_on_both_feeds_is_never_published(make: type, ahead: int) -> None:
+    arb = make(ArbiterConfig())
+    events: list = []
+    now = 0
+    for feed in (Feed.A, Feed.B):
+        events += arb.on_packet(feed, pk(1), now)
+    forged = pk(11 + ahead, tag=b"FORGED")
+    now += MS
+    for feed in (Feed.A, Feed.B):  # one forger, both feeds
+        events += arb.on_packet(feed, forged, now)
+    for first in range(11, 61 + ahead, 10):  # the true stream goes on below it on both feeds, then past it
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert len([e for e in events if isinstance(e, Deliver)]) == 60 + ahead  # the true stream, all of it
+    assert forged_messages(events) == []
+
+
+@pytest.mark.xfail(strict=True, reason="the quiet rule looks only at the forged end's own feed: B's traffic past "
+                                       "the end does not reveal it")
+def test_a_forged_end_on_a_frozen_feed_is_revealed_by_the_other_feeds_traffic(make: type) -> None:
+    arb = make(ArbiterConfig())
+    events: list = []
+    now = 0
+    for feed in (Feed.A, Feed.B):
+        events += arb.on_packet(feed, pk(1), now)
+    events += arb.on_packet(Feed.A, m.encode_end_of_session(TRUE, 11), now)  # forged; then A freezes
+    step = QUIET // 4
+    for first in range(11, 61, 10):  # B alone carries the session past the "end" for longer than the quiet time
+        now += step
+        events += arb.on_tick(now)
+        events += arb.on_packet(Feed.B, pk(first), now)
+    now += step
+    events += arb.on_tick(now)
+    assert [e for e in events if isinstance(e, EndOfSession)] == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
+
+
+@pytest.mark.xfail(strict=True, raises=m.MoldUDP64Error,
+                   reason="the resume path validates the checkpoint's session as ASCII (encode_session) while the "
+                          "wire accepts any 10 bytes: a restart after such a session refuses to start")
+def test_a_session_id_the_wire_accepted_can_be_resumed_after_a_restart(make: type) -> None:
+    raw = b"\xff\x00SES\xe9\n\x01 \x7f"  # a valid datagram's session field: any 10 bytes pass validation
+    first_run = make(ArbiterConfig())
+    got = _delivered(first_run.on_packet(Feed.A, _packet(raw, 1), 0) + first_run.on_packet(Feed.B, _packet(raw, 1), 0))
+    assert got == list(range(1, 11))  # the first run adopts and publishes it
+    restarted = make(ArbiterConfig(resume=(raw, 11)))  # what read_checkpoint hands back after a SIGKILL
+    events = restarted.on_packet(Feed.A, _packet(raw, 11), 0) + restarted.on_packet(Feed.B, _packet(raw, 11), 0)
+    assert _delivered(events) == list(range(11, 21))
+
+
+def _packet(session: bytes, first: int) -> bytes:
+    return m.HEADER.pack(session, first, 10) + b"".join(
+        len(b"T%d" % s).to_bytes(2, "big") + b"T%d" % s for s in range(first, first + 10))
+
+
+def _delivered(events: list) -> list[int]:
+    return [e.seq for e in events if isinstance(e, Deliver)]
