@@ -1,8 +1,9 @@
 """Forgeries an outside checker tried that the engine does not withstand yet (each marked ``xfail(strict=True)``
 with what happens today, so the fix turns it into an error that asks for the marker to go):
 
-* the same forged packet on both feeds, a few messages ahead: confirmed by "the other feed", then published
-  when the true stream reaches it, although live traffic kept delivering below it on both feeds;
+* the same forged packet on both feeds, or two forged packets in a row on one feed, a few messages ahead:
+  confirmed by "the other feed" (or by "the same feed continuing after it"), then published when the true
+  stream reaches it, although live traffic kept delivering below it on both feeds;
 * one forged END_OF_SESSION on A followed by a freeze of A: it acts after the quiet time although B carried
   the session past it meanwhile;
 * a session id that is not ASCII (any 10 bytes pass the wire's validation): published, but a restart from the
@@ -73,6 +74,27 @@ def test_the_same_forged_packet_on_both_feeds_is_never_published(make: type, ahe
         for feed in (Feed.A, Feed.B):
             events += arb.on_packet(feed, pk(first), now)
     assert len([e for e in events if isinstance(e, Deliver)]) == 60 + ahead  # the true stream, all of it
+    assert forged_messages(events) == []
+
+
+@pytest.mark.xfail(strict=True, reason="two forged packets in a row on one feed confirm each other (the same feed "
+                                       "continuing after it) and, within --max-jump, stay confirmed while live "
+                                       "traffic delivers below them")
+@pytest.mark.parametrize("ahead", [20, 1000])
+def test_two_forged_packets_in_a_row_on_one_feed_are_never_published(make: type, ahead: int) -> None:
+    arb = make(ArbiterConfig())
+    events: list = []
+    now = 0
+    for feed in (Feed.A, Feed.B):
+        events += arb.on_packet(feed, pk(1), now)
+    now += MS
+    events += arb.on_packet(Feed.B, pk(11 + ahead, tag=b"FORGED"), now)  # one forger, one feed, two datagrams
+    events += arb.on_packet(Feed.B, pk(21 + ahead, tag=b"FORGED"), now)
+    for first in range(11, 71 + ahead, 10):  # the true stream goes on below them on both feeds, then past them
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert len([e for e in events if isinstance(e, Deliver)]) == 70 + ahead
     assert forged_messages(events) == []
 
 
