@@ -4,6 +4,7 @@ with what happens today, so the fix turns it into an error that asks for the mar
 * the same forged packet on both feeds, or two forged packets in a row on one feed, a few messages ahead:
   confirmed by "the other feed" (or by "the same feed continuing after it"), then published when the true
   stream reaches it, although live traffic kept delivering below it on both feeds;
+* one forged END_OF_SESSION sent twice on one feed: "the same feed repeating it" confirms it at once;
 * one forged END_OF_SESSION on A followed by a freeze of A: it acts after the quiet time although B carried
   the session past it meanwhile;
 * a session id that is not ASCII (any 10 bytes pass the wire's validation): published, but a restart from the
@@ -115,6 +116,26 @@ def test_a_forged_end_on_a_frozen_feed_is_revealed_by_the_other_feeds_traffic(ma
     now += step
     events += arb.on_tick(now)
     assert [e for e in events if isinstance(e, EndOfSession)] == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
+
+
+@pytest.mark.xfail(strict=True, reason="the same feed repeating an END_OF_SESSION confirms it: a forger sends it "
+                                       "twice and the session ends at once, before traffic past it can reveal it")
+def test_a_forged_end_sent_twice_on_one_feed_does_not_end_the_session(make: type) -> None:
+    arb = make(ArbiterConfig())
+    events: list = []
+    now = 0
+    for feed in (Feed.A, Feed.B):
+        events += arb.on_packet(feed, pk(1), now)
+    for _ in range(2):  # one forger, one feed, the same datagram twice
+        events += arb.on_packet(Feed.A, m.encode_end_of_session(TRUE, 11), now)
+    for first in range(11, 61, 10):  # the true session goes on on both feeds
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    for feed in (Feed.A, Feed.B):  # and ends
+        events += arb.on_packet(feed, m.encode_end_of_session(TRUE, 61), now)
+    assert [e.next_sequence for e in events if isinstance(e, EndOfSession)] == [61]
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
 
 
