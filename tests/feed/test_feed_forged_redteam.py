@@ -4,6 +4,8 @@ with what happens today, so the fix turns it into an error that asks for the mar
 * the same forged packet on both feeds, or two forged packets in a row on one feed, a few messages ahead:
   confirmed by "the other feed" (or by "the same feed continuing after it"), then published when the true
   stream reaches it, although live traffic kept delivering below it on both feeds;
+* two datagrams of a forger's session on one feed before the true session, or (``--join live``) two forged
+  packets far ahead in a row: "the same feed continuing it" confirms the session / the start point;
 * one forged END_OF_SESSION sent twice on one feed: "the same feed repeating it" confirms it at once;
 * one forged END_OF_SESSION on A followed by a freeze of A: it acts after the quiet time although B carried
   the session past it meanwhile;
@@ -137,6 +139,39 @@ def test_a_forged_end_sent_twice_on_one_feed_does_not_end_the_session(make: type
         events += arb.on_packet(feed, m.encode_end_of_session(TRUE, 61), now)
     assert [e.next_sequence for e in events if isinstance(e, EndOfSession)] == [61]
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
+
+
+@pytest.mark.xfail(strict=True, reason="the same feed continuing a first datagram confirms a session: two "
+                                       "datagrams of a forger's session on one feed choose the session")
+def test_two_datagrams_of_another_session_on_one_feed_never_choose_the_session(make: type) -> None:
+    evil = m.encode_session("EVILSESS01")
+    arb = make(ArbiterConfig())
+    events: list = []
+    events += arb.on_packet(Feed.A, m.encode_downstream(evil, 1, [b"EVIL1", b"EVIL2"]), 0)
+    events += arb.on_packet(Feed.A, m.encode_downstream(evil, 3, [b"EVIL3"]), 0)
+    now = 0
+    for first in range(1, 51, 10):  # then the true session on both feeds
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert forged_messages(events) == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 51))
+
+
+@pytest.mark.xfail(strict=True, reason="--join live takes its start point from two datagrams of one feed: two "
+                                       "forged packets far ahead, in a row, become the start")
+def test_join_live_never_starts_at_two_forged_packets_on_one_feed(make: type) -> None:
+    arb = make(ArbiterConfig(start_sequence=None))
+    events: list = []
+    events += arb.on_packet(Feed.A, m.encode_downstream(TRUE, 10**9, [b"FORGED1"]), 0)
+    events += arb.on_packet(Feed.A, m.encode_downstream(TRUE, 10**9 + 1, [b"FORGED2"]), 0)
+    now = 0
+    for first in range(5001, 5051, 10):
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert forged_messages(events) == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(5001, 5051))
 
 
 @pytest.mark.xfail(strict=True, raises=m.MoldUDP64Error,
