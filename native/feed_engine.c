@@ -42,6 +42,8 @@ lbf_event_t *feed_emit(lbf_eng_t *e, int32_t kind, int32_t reason, uint64_t a, u
     return ev;
 }
 
+#define LIVE_FEEDS_MASK ((1u << LBF_FEED_A) | (1u << LBF_FEED_B)) /* both live feeds */
+
 static int out_room(lbf_eng_t *e, int64_t n)
 {
     eng_impl_t *im = IMPL(e);
@@ -548,15 +550,24 @@ static int32_t session_confirmed(lbf_eng_t *e, int32_t feed, const uint8_t *p, i
 {
     eng_impl_t *im = IMPL(e);
     uint64_t start = first, end = is_marker ? first : first + count, bound = e->config.max_jump;
-    int32_t n = 0, kept = 0;
+    int32_t n = 0, kept = 0, continuing = 0;
     uint8_t confirming[ENG_MAX_CANDIDATES];
+    int alone = 1; /* the other live feed is silent (or not arbitrated): two datagrams of one feed are one source */
+    if ((e->config.feed_mask & LIVE_FEEDS_MASK) == LIVE_FEEDS_MASK) {
+        int64_t other = im->feed_seen_ns[feed == LBF_FEED_A ? LBF_FEED_B : LBF_FEED_A];
+        int64_t since = other != INT64_MIN ? other : im->first_seen_ns;
+        alone = since != INT64_MIN && arrival_ns - since >= e->config.end_of_session_quiet_ns;
+    }
     for (int32_t i = 0; i < im->cand_n; i++) {
         candidate_t *c = &im->cand[i];
         uint64_t d = c->start > start ? c->start - start : start - c->start;
-        confirming[i] = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0 &&
-                        (c->feed == feed ? c->end <= start : (!bound || d <= bound));
+        int same = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0;
+        continuing |= same && c->feed == feed && c->end <= start;
+        confirming[i] = same && (c->feed == feed ? alone && c->end <= start : (!bound || d <= bound));
         n += confirming[i];
     }
+    if (n == 0 && continuing)
+        return -1; /* its feed goes on: the held one stays, waiting for the other feed (or its silence) */
     if (n == 0) {
         uint8_t *copy = malloc((size_t)length);
         if (copy == NULL) {
@@ -849,8 +860,6 @@ static void hold(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, u
     im->held_n = kept;
     e->counters[LBF_C_JUMPS_HELD] += 1;
 }
-
-#define LIVE_FEEDS_MASK ((1u << LBF_FEED_A) | (1u << LBF_FEED_B)) /* both live feeds carried a jump */
 
 /* a confirmed small jump past `base` (everything known) by the feeds in `mask`: provisional until the stream
  * reaches it (the lowest one counts; later ones add their feeds) (spec.py _provisional_small) */
@@ -1162,9 +1171,10 @@ static void forged_jump_revealed(lbf_eng_t *e, int32_t feed, uint64_t first, uin
         uint64_t jump = im->small_jump_at;
         if (e->expected >= jump)
             im->has_small_jump = 0; /* the stream reached it: it stands */
-        else if ((im->small_jump_feeds & (1u << feed)) && position < jump && last >= e->expected)
-            /* a feed that carried the jump went back below it with fresh messages: a feed's true sequences only
-             * grow, so what it carried above was forged */
+        else if ((im->small_jump_feeds & (1u << feed)) && position < jump && last >= im->small_jump_floor)
+            /* a feed that carried the jump went back below it with traffic new since before the jump (even if
+             * the other feed delivered it first): a feed's true sequences only grow, so what it carried above was
+             * forged */
             undo_jump(e, jump, im->small_jump_floor);
     }
     if (im->has_jump) {
@@ -1200,6 +1210,13 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
     if (!valid) {
         st[LBF_FS_DECODE_ERRORS] += 1;
         return;
+    }
+    if (feed != LBF_FEED_RETRANSMIT) {
+        eng_impl_t *im = IMPL(e);
+        if (arrival_ns > im->feed_seen_ns[feed])
+            im->feed_seen_ns[feed] = arrival_ns;
+        if (im->first_seen_ns == INT64_MIN)
+            im->first_seen_ns = arrival_ns;
     }
     const uint8_t *session = p + MOLD_SESSION_OFFSET;
     int same = e->has_session && memcmp(session, e->session, MOLD_SESSION_LENGTH) == 0;
@@ -1401,6 +1418,10 @@ int32_t lbf_eng_init(lbf_eng_t *e)
     if (e->impl == NULL)
         return -ENOMEM;
     e->recovery_deadline_ns = INT64_MAX;
+    eng_impl_t *im = IMPL(e);
+    for (int32_t f = 0; f < LBF_FEEDS; f++)
+        im->feed_seen_ns[f] = INT64_MIN;
+    im->first_seen_ns = INT64_MIN;
     int32_t rc = feed_rec_init(e);
     if (rc < 0) {
         lbf_eng_destroy(e);

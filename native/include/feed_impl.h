@@ -170,6 +170,10 @@ typedef struct eng_impl {
     int32_t held_n;
     candidate_t cand[ENG_MAX_CANDIDATES]; /* sessions' first datagrams awaiting confirmation, arrival order */
     int32_t cand_n;
+    /* when each live feed last sent a valid datagram, and when the first came (INT64_MIN: not yet): a feed's
+     * own next datagram confirms a session only while the other feed is silent */
+    int64_t feed_seen_ns[LBF_FEEDS];
+    int64_t first_seen_ns;
     int32_t end_held[LBF_FEEDS];  /* per live feed: an END_OF_SESSION awaiting confirmation */
     uint64_t end_next[LBF_FEEDS];
     int64_t end_arrival[LBF_FEEDS];

@@ -198,9 +198,20 @@ def test_a_session_starts_with_the_other_feeds_copy(make: type) -> None:
     assert arb.counters.sessions_forged == 0
 
 
-def test_a_session_starts_with_the_same_feeds_next_datagram(make: type) -> None:
-    """Feed B lost: A's second datagram confirms its first (one packet interval later)."""
+def test_a_session_starts_with_the_same_feeds_next_datagram_once_the_other_feed_is_silent(make: type) -> None:
+    """Feed B lost: two datagrams of one feed are one source, so A's next datagram confirms its first only once
+    B has been silent for the quiet period; what A carried meanwhile is a hole (recovered like any other)."""
     arb = make(ArbiterConfig())
+    assert arb.on_packet(Feed.A, pk(1, 10), 0) == []
+    assert arb.on_packet(Feed.A, pk(11, 10), MS) == []  # B may still send its copy
+    events = arb.on_packet(Feed.A, pk(21, 10), QUIET)
+    assert [s for s, _ in delivered(events)] == list(range(1, 11))  # 21 skipped 11-20 on A: held as a jump
+    arb.on_packet(Feed.A, pk(31, 10), QUIET + MS)  # A continues after it
+    assert arb.holes() == [(11, 20)] and arb.counters.sessions_forged == 0
+
+
+def test_a_single_feed_session_starts_with_its_next_datagram(make: type) -> None:
+    arb = make(ArbiterConfig(mode=FeedMode.A_ONLY))
     assert arb.on_packet(Feed.A, pk(1, 10), 0) == []
     events = arb.on_packet(Feed.A, pk(11, 10), MS)
     assert [s for s, _ in delivered(events)] == list(range(1, 21))

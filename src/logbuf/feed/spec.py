@@ -41,7 +41,8 @@ the hole like a zero-length packet) and never advances ``expected``. An end of s
 (``confirm``) by ``end_of_session_quiet_ns`` without traffic past it (the other feed's copy is no confirmation: a
 forger may send both); data or a marker past it on either live feed reveals it as forged (``ends_forged``). ``EndOfSession`` is emitted once confirmed and the stream reached it.
 **Sessions**: a session is adopted only when a second datagram confirms its first (``confirm``): the other live
-feed's (within ``max_jump`` of it) or the same feed's next one at or past its end; until then the first is held
+feed's (within ``max_jump`` of it) or the same feed's next one at or past its end (with both feeds arbitrated,
+only once the other has been silent for ``end_of_session_quiet_ns``: one feed is one source); until then the first is held
 (one per session, of ``CANDIDATES_PER_FEED`` sessions per live feed, counted as foreign); confirming one session,
 or the current session continuing on that feed, reveals the others as forged (``sessions_forged``); a feed's
 unconfirmed end of session is confirmed by that feed moving to a new (confirmed) session; on confirmation the
@@ -260,6 +261,10 @@ class SpecArbiter:
         # first datagrams of sessions not adopted yet, until a second one confirms them: arrival order, at most
         # CANDIDATES_PER_FEED per live feed (of distinct sessions)
         self._candidates: list[_Candidate] = []
+        # when each live feed last sent a valid datagram, and when the first came (None: not yet): a feed's own
+        # next datagram confirms a session only while the other feed is silent
+        self._feed_seen_ns: list[int | None] = [None] * len(Feed)
+        self._first_seen_ns: int | None = None
         # per live feed, an END_OF_SESSION marker not confirmed yet: (next sequence, arrival)
         self._end_candidates: list[tuple[int, int] | None] = [None] * len(Feed)
 
@@ -366,6 +371,11 @@ class SpecArbiter:
         if not valid:
             st[FS_DECODE_ERRORS] += 1
             return
+        if feed != Feed.RETRANSMIT:
+            seen = self._feed_seen_ns[feed]
+            self._feed_seen_ns[feed] = arrival_ns if seen is None else max(seen, arrival_ns)
+            if self._first_seen_ns is None:
+                self._first_seen_ns = arrival_ns
         self._session_candidate_revealed(feed, session)
         if session != self.session and not self._accept_session(feed, buf, session, first, count, marker,
                                                                 arrival_ns, out):
@@ -430,9 +440,10 @@ class SpecArbiter:
         if small is not None:
             if self._next >= small[0]:
                 self._small_jump = None  # the stream reached it: it stands
-            elif small[2] & (1 << feed) and position < small[0] and last >= self._next:
-                # a feed that carried the jump went back below it with fresh messages: a feed's true sequences
-                # only grow, so what it carried above was forged
+            elif small[2] & (1 << feed) and position < small[0] and last >= small[1]:
+                # a feed that carried the jump went back below it with traffic new since before the jump (even
+                # if the other feed delivered it first): a feed's true sequences only grow, so what it carried
+                # above was forged
                 self._undo_jump(small[0], small[1])
                 revealed = True
         jump = self._jump_at
@@ -631,16 +642,26 @@ class SpecArbiter:
     def _session_confirmed(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int,
                            marker: bool, arrival_ns: int) -> list[_Candidate] | None:
         """Hold the first datagram of a session until a second one confirms it: the other feed's (its position
-        within ``max_jump``) or the same feed's next one continuing it (at or past its end). Returns the held
-        datagrams it confirms (lowest position first), or None when this one is held instead. A feed holds one
-        candidate per session, of two sessions at most (a forged datagram between two true ones displaces
-        neither); confirming one session drops every other candidate (``sessions_forged``)."""
+        within ``max_jump``) or the same feed's next one continuing it (at or past its end) — with both feeds live,
+        the latter only once the other feed has been silent for ``end_of_session_quiet_ns``: two datagrams of one
+        feed are one source. Returns the held datagrams it confirms (lowest position first), or None when this one
+        is held instead (or dropped: it continues the held one, which stays the start). A feed holds one candidate
+        per session, of two sessions at most (a forged datagram between two true ones displaces neither);
+        confirming one session drops every other candidate (``sessions_forged``)."""
         start = first  # a marker's next sequence, a data packet's first
         end = first if marker else first + count
         bound = self.config.max_jump
         candidates = self._candidates
+        alone = True  # the other live feed is silent (or not arbitrated)
+        if self.feed_mask & LIVE_FEEDS_MASK == LIVE_FEEDS_MASK:
+            other = self._feed_seen_ns[Feed.B if feed == Feed.A else Feed.A]
+            since = other if other is not None else self._first_seen_ns
+            alone = since is not None and arrival_ns - since >= self.config.end_of_session_quiet_ns
+        continuing = [c for c in candidates if c.session == session and c.feed == feed and c.end <= start]
         confirming = [c for c in candidates if c.session == session and
-                      (c.end <= start if c.feed == feed else bound is None or abs(c.start - start) <= bound)]
+                      (alone and c.end <= start if c.feed == feed else bound is None or abs(c.start - start) <= bound)]
+        if not confirming and continuing:
+            return None  # its feed goes on: the held one stays, waiting for the other feed (or its silence)
         if not confirming:
             # the same feed went back (or elsewhere) in that session, or holds too many: the older one is dropped
             mine = [c for c in candidates if c.feed == feed]
