@@ -178,7 +178,6 @@ static void eng_walk(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t lengt
     st[LBF_FS_DUPLICATES] += duplicates;
     if (end > expected) {
         e->expected = end;
-        im->delivered_end = end;
         im->progress = 1;
         if (e->recovering)
             im->recovery_dirty = 1;
@@ -448,7 +447,6 @@ static void join(lbf_eng_t *e, uint64_t next_sequence)
 {
     e->has_expected = 1;
     e->expected = next_sequence;
-    IMPL(e)->delivered_end = 0;
     e->highest = next_sequence - 1;
     lbf_event_t *ev = feed_emit(e, LBF_EV_SESSION_CHANGED, 0, next_sequence, 0);
     (void)ev;
@@ -513,7 +511,6 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
     memcpy(e->session, session, MOLD_SESSION_LENGTH);
     e->has_expected = 1;
     e->expected = 1;
-    im->delivered_end = 0;
     e->highest = 0;
     e->counters[LBF_C_SESSION_CHANGES] += 1;
     lbf_event_t *ev = feed_emit(e, LBF_EV_SESSION_CHANGED, 1, 1, 0);
@@ -550,24 +547,15 @@ static int32_t session_confirmed(lbf_eng_t *e, int32_t feed, const uint8_t *p, i
 {
     eng_impl_t *im = IMPL(e);
     uint64_t start = first, end = is_marker ? first : first + count, bound = e->config.max_jump;
-    int32_t n = 0, kept = 0, continuing = 0;
+    int32_t n = 0, kept = 0;
     uint8_t confirming[ENG_MAX_CANDIDATES];
-    int alone = 1; /* the other live feed is silent (or not arbitrated): two datagrams of one feed are one source */
-    if ((e->config.feed_mask & LIVE_FEEDS_MASK) == LIVE_FEEDS_MASK) {
-        int64_t other = im->feed_seen_ns[feed == LBF_FEED_A ? LBF_FEED_B : LBF_FEED_A];
-        int64_t since = other != INT64_MIN ? other : im->first_seen_ns;
-        alone = since != INT64_MIN && arrival_ns - since >= e->config.end_of_session_quiet_ns;
-    }
     for (int32_t i = 0; i < im->cand_n; i++) {
         candidate_t *c = &im->cand[i];
         uint64_t d = c->start > start ? c->start - start : start - c->start;
-        int same = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0;
-        continuing |= same && c->feed == feed && c->end <= start;
-        confirming[i] = same && (c->feed == feed ? alone && c->end <= start : (!bound || d <= bound));
+        confirming[i] = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0 &&
+                        (c->feed == feed ? c->end <= start : (!bound || d <= bound));
         n += confirming[i];
     }
-    if (n == 0 && continuing)
-        return -1; /* its feed goes on: the held one stays, waiting for the other feed (or its silence) */
     if (n == 0) {
         uint8_t *copy = malloc((size_t)length);
         if (copy == NULL) {
@@ -703,9 +691,7 @@ static void marker(lbf_eng_t *e, int32_t feed, uint64_t next_sequence, int end, 
         join(e, next_sequence);
     end_revealed(e, feed, next_sequence);
     if (end && !im->has_pending_eos) {
-        if (next_sequence < im->delivered_end) { /* no server ends a session below messages it sent */
-            e->counters[LBF_C_ENDS_FORGED] += 1;
-        } else if (e->config.confirm) {
+        if (e->config.confirm) {
             end_candidate(e, feed, next_sequence, arrival_ns);
         } else {
             im->has_pending_eos = 1;
@@ -1128,18 +1114,14 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor)
     for (int32_t f = 0; f < LBF_FEEDS; f++) /* what the forged range moved */
         if (im->feed_end[f] > highest + 1)
             im->feed_end[f] = highest + 1;
-    if (im->declared_upto > highest)
-        im->declared_upto = highest;
-    int64_t n = 0;
-    for (int64_t g = 0; g < im->gap_n; g++) {
-        gap_t gap = im->gaps[im->gap_head + g];
-        if (gap.first <= highest) {
-            if (gap.last > highest)
-                gap.last = highest;
-            im->gaps[im->gap_head + n++] = gap;
-        }
-    }
-    im->gap_n = n;
+    /* declared gaps stay open: they close as usual once the true stream passes them (it brings those sequences, or
+     * they are given up); nothing is asked for past what is left meanwhile (holes end at highest), and what no open
+     * gap covers is declared again when it is a hole */
+    uint64_t keep = highest;
+    if (im->gap_n && im->gaps[im->gap_head + im->gap_n - 1].last > keep)
+        keep = im->gaps[im->gap_head + im->gap_n - 1].last;
+    if (im->declared_upto > keep)
+        im->declared_upto = keep;
     if (im->has_pending_eos && im->pending_eos - 1 > highest)
         im->has_pending_eos = 0;
 }
@@ -1171,7 +1153,8 @@ static void forged_jump_revealed(lbf_eng_t *e, int32_t feed, uint64_t first, uin
         uint64_t jump = im->small_jump_at;
         if (e->expected >= jump)
             im->has_small_jump = 0; /* the stream reached it: it stands */
-        else if ((im->small_jump_feeds & (1u << feed)) && position < jump && last >= im->small_jump_floor)
+        else if ((im->small_jump_feeds & (1u << feed)) && position < jump &&
+                 (is_marker ? first >= im->small_jump_floor : first + count > im->small_jump_floor))
             /* a feed that carried the jump went back below it with traffic new since before the jump (even if
              * the other feed delivered it first): a feed's true sequences only grow, so what it carried above was
              * forged */
@@ -1210,13 +1193,6 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
     if (!valid) {
         st[LBF_FS_DECODE_ERRORS] += 1;
         return;
-    }
-    if (feed != LBF_FEED_RETRANSMIT) {
-        eng_impl_t *im = IMPL(e);
-        if (arrival_ns > im->feed_seen_ns[feed])
-            im->feed_seen_ns[feed] = arrival_ns;
-        if (im->first_seen_ns == INT64_MIN)
-            im->first_seen_ns = arrival_ns;
     }
     const uint8_t *session = p + MOLD_SESSION_OFFSET;
     int same = e->has_session && memcmp(session, e->session, MOLD_SESSION_LENGTH) == 0;
@@ -1418,10 +1394,6 @@ int32_t lbf_eng_init(lbf_eng_t *e)
     if (e->impl == NULL)
         return -ENOMEM;
     e->recovery_deadline_ns = INT64_MAX;
-    eng_impl_t *im = IMPL(e);
-    for (int32_t f = 0; f < LBF_FEEDS; f++)
-        im->feed_seen_ns[f] = INT64_MIN;
-    im->first_seen_ns = INT64_MIN;
     int32_t rc = feed_rec_init(e);
     if (rc < 0) {
         lbf_eng_destroy(e);

@@ -170,10 +170,6 @@ typedef struct eng_impl {
     int32_t held_n;
     candidate_t cand[ENG_MAX_CANDIDATES]; /* sessions' first datagrams awaiting confirmation, arrival order */
     int32_t cand_n;
-    /* when each live feed last sent a valid datagram, and when the first came (INT64_MIN: not yet): a feed's
-     * own next datagram confirms a session only while the other feed is silent */
-    int64_t feed_seen_ns[LBF_FEEDS];
-    int64_t first_seen_ns;
     int32_t end_held[LBF_FEEDS];  /* per live feed: an END_OF_SESSION awaiting confirmation */
     uint64_t end_next[LBF_FEEDS];
     int64_t end_arrival[LBF_FEEDS];
@@ -196,7 +192,6 @@ typedef struct eng_impl {
     /* a small jump (within max_jump) two datagrams confirmed, provisional until the stream reaches it: a feed
      * that carried it (small_jump_feeds) going back below it with fresh messages reveals it as forged */
     int32_t has_small_jump;
-    uint64_t delivered_end; /* one past the highest message this session delivered (0: none yet) */
     uint32_t small_jump_feeds;
     uint64_t small_jump_at;
     uint64_t small_jump_floor;

@@ -241,6 +241,22 @@ def test_the_same_forged_heartbeat_on_both_feeds_gives_nothing_up() -> None:
 
 
 @both
+def test_the_same_forged_heartbeat_on_both_feeds_in_a_quiet_market_is_undone_by_the_true_heartbeat() -> None:
+    """Nothing but heartbeats: a forged one announcing 1,000 more on A and B is undone by A's true heartbeat
+    (its feed going back to what it said before), before anything is given up."""
+    run = Run(recovery=True)
+    run.stream(1, 1000)
+    run.send(Feed.A, hb(2001))
+    run.send(Feed.B, hb(2001))
+    run.send(Feed.A, hb(1001), dt=MS)
+    run.tick(20_000 * MS)
+    run.stream(1001, 1100)
+    exact(run, 1100)
+    assert not run.of_type(GapUnrecoverable) and run.arb.holes() == []
+    assert run.counter("jumps_forged") == 1
+
+
+@both
 def test_a_true_jump_on_both_feeds_stands_while_answers_fill_it() -> None:
     """Both feeds lost 1001-1010: their next packets confirm the jump, the feeds continue above it, the answer
     fills the hole; nothing is undone."""

@@ -41,8 +41,7 @@ the hole like a zero-length packet) and never advances ``expected``. An end of s
 (``confirm``) by ``end_of_session_quiet_ns`` without traffic past it (the other feed's copy is no confirmation: a
 forger may send both); data or a marker past it on either live feed reveals it as forged (``ends_forged``). ``EndOfSession`` is emitted once confirmed and the stream reached it.
 **Sessions**: a session is adopted only when a second datagram confirms its first (``confirm``): the other live
-feed's (within ``max_jump`` of it) or the same feed's next one at or past its end (with both feeds arbitrated,
-only once the other has been silent for ``end_of_session_quiet_ns``: one feed is one source); until then the first is held
+feed's (within ``max_jump`` of it) or the same feed's next one at or past its end; until then the first is held
 (one per session, of ``CANDIDATES_PER_FEED`` sessions per live feed, counted as foreign); confirming one session,
 or the current session continuing on that feed, reveals the others as forged (``sessions_forged``); a feed's
 unconfirmed end of session is confirmed by that feed moving to a new (confirmed) session; on confirmation the
@@ -242,7 +241,6 @@ class SpecArbiter:
         # a small jump (within max_jump) two datagrams confirmed: (position, floor, mask of the feeds that carried
         # it); provisional until the stream reaches it, since a forger may send the same packet on both feeds
         self._small_jump: tuple[int, int, int] | None = None
-        self._delivered_end = 0  # one past the highest message this session delivered (0: none yet)
         self._order = itertools.count()
         self._coverage = Coverage()
         self._wait_started_ns: int | None = None  # the wait for the first undeclared hole began
@@ -261,10 +259,6 @@ class SpecArbiter:
         # first datagrams of sessions not adopted yet, until a second one confirms them: arrival order, at most
         # CANDIDATES_PER_FEED per live feed (of distinct sessions)
         self._candidates: list[_Candidate] = []
-        # when each live feed last sent a valid datagram, and when the first came (None: not yet): a feed's own
-        # next datagram confirms a session only while the other feed is silent
-        self._feed_seen_ns: list[int | None] = [None] * len(Feed)
-        self._first_seen_ns: int | None = None
         # per live feed, an END_OF_SESSION marker not confirmed yet: (next sequence, arrival)
         self._end_candidates: list[tuple[int, int] | None] = [None] * len(Feed)
 
@@ -371,11 +365,6 @@ class SpecArbiter:
         if not valid:
             st[FS_DECODE_ERRORS] += 1
             return
-        if feed != Feed.RETRANSMIT:
-            seen = self._feed_seen_ns[feed]
-            self._feed_seen_ns[feed] = arrival_ns if seen is None else max(seen, arrival_ns)
-            if self._first_seen_ns is None:
-                self._first_seen_ns = arrival_ns
         self._session_candidate_revealed(feed, session)
         if session != self.session and not self._accept_session(feed, buf, session, first, count, marker,
                                                                 arrival_ns, out):
@@ -392,7 +381,7 @@ class SpecArbiter:
                 st[FS_IGNORED] += 1
                 return
         else:
-            self._forged_jump_revealed(feed, first, count, marker)
+            self._forged_jump_revealed(feed, first, count, marker, out)
         if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
             return
         self._take(feed, buf, first, count, marker, arrival_ns, out)
@@ -416,7 +405,7 @@ class SpecArbiter:
         room = max((high - first + 1 for low, high in kept if low <= first <= high), default=0)
         return min(count, room)
 
-    def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
+    def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool, out: list[Event]) -> bool:
         """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped
         (a small one by its feed's new traffic below it — a packet reaching past its feed's end, a marker at or past
         it; one past ``max_jump`` by traffic more than ``max_jump`` below it); a
@@ -440,18 +429,19 @@ class SpecArbiter:
         if small is not None:
             if self._next >= small[0]:
                 self._small_jump = None  # the stream reached it: it stands
-            elif small[2] & (1 << feed) and position < small[0] and last >= small[1]:
+            elif small[2] & (1 << feed) and position < small[0] and (first >= small[1] if marker
+                                                                     else first + count > small[1]):
                 # a feed that carried the jump went back below it with traffic new since before the jump (even
                 # if the other feed delivered it first): a feed's true sequences only grow, so what it carried
                 # above was forged
-                self._undo_jump(small[0], small[1])
+                self._undo_jump(small[0], small[1], out)
                 revealed = True
         jump = self._jump_at
         if jump is not None:
             if self._next >= jump:
                 self._jump_at = None  # the stream reached the jump: it stands
             elif position < jump and last >= self._next and jump - position > bound:
-                self._undo_jump(jump, self._jump_floor)
+                self._undo_jump(jump, self._jump_floor, out)
                 revealed = True
         return revealed
 
@@ -463,8 +453,8 @@ class SpecArbiter:
         small = self._small_jump
         self._small_jump = (position, base, mask) if small is None else (small[0], small[1], small[2] | mask)
 
-    def _undo_jump(self, jump: int, floor: int) -> None:
-        """Forget everything from a forged jump's position on: its queued packets, holes, gaps and markers."""
+    def _undo_jump(self, jump: int, floor: int, out: list[Event]) -> None:
+        """Forget everything from a forged jump's position on: its queued packets, holes and markers."""
         if self._jump_at is not None and self._jump_at >= jump:
             self._jump_at = None
         if self._small_jump is not None and self._small_jump[0] >= jump:
@@ -481,13 +471,10 @@ class SpecArbiter:
         highest = max(self._next - 1, floor - 1, self._coverage.ends[-1] if self._coverage else 0)
         self.highest = highest
         self._feed_end = [min(end, highest + 1) for end in self._feed_end]  # what the forged range moved
-        self._declared_upto = min(self._declared_upto, highest)
-        gaps: deque[OpenGap] = deque()
-        for gap in self._gaps:
-            if gap.first <= highest:
-                gap.last = min(gap.last, highest)
-                gaps.append(gap)
-        self._gaps = gaps
+        # declared gaps stay open: they close as usual once the true stream passes them (it brings those
+        # sequences, or they are given up); nothing is asked for past what is left meanwhile (holes end at highest),
+        # and what no open gap covers is declared again when it is a hole
+        self._declared_upto = min(self._declared_upto, max(highest, self._gaps[-1].last if self._gaps else 0))
         if self._pending_eos is not None and self._pending_eos - 1 > highest:
             self._pending_eos = None
 
@@ -642,26 +629,16 @@ class SpecArbiter:
     def _session_confirmed(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int,
                            marker: bool, arrival_ns: int) -> list[_Candidate] | None:
         """Hold the first datagram of a session until a second one confirms it: the other feed's (its position
-        within ``max_jump``) or the same feed's next one continuing it (at or past its end) — with both feeds live,
-        the latter only once the other feed has been silent for ``end_of_session_quiet_ns``: two datagrams of one
-        feed are one source. Returns the held datagrams it confirms (lowest position first), or None when this one
-        is held instead (or dropped: it continues the held one, which stays the start). A feed holds one candidate
-        per session, of two sessions at most (a forged datagram between two true ones displaces neither);
-        confirming one session drops every other candidate (``sessions_forged``)."""
+        within ``max_jump``) or the same feed's next one continuing it (at or past its end). Returns the held
+        datagrams it confirms (lowest position first), or None when this one is held instead. A feed holds one
+        candidate per session, of two sessions at most (a forged datagram between two true ones displaces
+        neither); confirming one session drops every other candidate (``sessions_forged``)."""
         start = first  # a marker's next sequence, a data packet's first
         end = first if marker else first + count
         bound = self.config.max_jump
         candidates = self._candidates
-        alone = True  # the other live feed is silent (or not arbitrated)
-        if self.feed_mask & LIVE_FEEDS_MASK == LIVE_FEEDS_MASK:
-            other = self._feed_seen_ns[Feed.B if feed == Feed.A else Feed.A]
-            since = other if other is not None else self._first_seen_ns
-            alone = since is not None and arrival_ns - since >= self.config.end_of_session_quiet_ns
-        continuing = [c for c in candidates if c.session == session and c.feed == feed and c.end <= start]
         confirming = [c for c in candidates if c.session == session and
-                      (alone and c.end <= start if c.feed == feed else bound is None or abs(c.start - start) <= bound)]
-        if not confirming and continuing:
-            return None  # its feed goes on: the held one stays, waiting for the other feed (or its silence)
+                      (c.end <= start if c.feed == feed else bound is None or abs(c.start - start) <= bound)]
         if not confirming:
             # the same feed went back (or elsewhere) in that session, or holds too many: the older one is dropped
             mine = [c for c in candidates if c.feed == feed]
@@ -718,7 +695,6 @@ class SpecArbiter:
 
     def _join(self, next_sequence: int, out: list[Event]) -> None:
         self.expected = next_sequence
-        self._delivered_end = 0
         self.highest = next_sequence - 1
         out.append(SessionChanged(None, self._current_session, next_sequence))
 
@@ -751,7 +727,6 @@ class SpecArbiter:
         self.ring_feed.fill(RING_NO_FEED)  # sequences restart: old slots must not pair with new messages
         self.session = session
         self.expected = 1  # a MoldUDP64 session numbers its messages from 1
-        self._delivered_end = 0
         self.highest = 0
         self.counters.session_changes += 1
         out.append(SessionChanged(old, session, 1))
@@ -762,9 +737,7 @@ class SpecArbiter:
             self._join(next_sequence, out)
         self._end_revealed(feed, next_sequence)
         if end and self._pending_eos is None:
-            if next_sequence < self._delivered_end:  # no server ends a session below messages it sent
-                self.counters.ends_forged += 1
-            elif self.config.confirm:
+            if self.config.confirm:
                 self._end_candidate(feed, next_sequence, arrival_ns)
             else:
                 self._pending_eos = next_sequence
@@ -819,7 +792,6 @@ class SpecArbiter:
         st[FS_DUPLICATES] += duplicates
         if first + count > expected:
             self.expected = first + count
-            self._delivered_end = first + count
 
     def _pair(self, winner_arrival_ns: int, arrival_ns: int, feed: Feed) -> None:
         # the winner came from the other live feed; record arrival(A) - arrival(B)
