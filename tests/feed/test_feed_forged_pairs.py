@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import hypothesis
 from hypothesis import given
 from hypothesis import strategies as st
-from support.arbsim import Arrival, RetransmitStub
 from test_arbiter_properties import (
     PROFILE,
     S1,
@@ -33,6 +32,7 @@ from logbuf.feed.events import Feed
 from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
 from logbuf.feed.spec import SpecArbiter
 from logbuf.marketdata import moldudp64 as m
+from support.arbsim import Arrival, RetransmitStub
 
 
 @dataclass(frozen=True)
