@@ -42,6 +42,8 @@ lbf_event_t *feed_emit(lbf_eng_t *e, int32_t kind, int32_t reason, uint64_t a, u
     return ev;
 }
 
+#define LIVE_FEEDS_MASK ((1u << LBF_FEED_A) | (1u << LBF_FEED_B)) /* both live feeds */
+
 static int out_room(lbf_eng_t *e, int64_t n)
 {
     eng_impl_t *im = IMPL(e);
@@ -382,19 +384,14 @@ static void clear_end_candidates(eng_impl_t *im)
         im->end_held[f] = 0;
 }
 
-/* an END_OF_SESSION marker acts only once confirmed: the other feed's at the same next sequence, the same feed
- * repeating it, or end_of_session_quiet_ns without traffic past it on its feed (spec.py _end_candidate) */
+/* an END_OF_SESSION marker acts only once end_of_session_quiet_ns passed without traffic past it on either live
+ * feed: the other feed's copy confirms nothing (a forger may send both), while a true end is followed by no data
+ * (spec.py _end_candidate) */
 static void end_candidate(lbf_eng_t *e, int32_t feed, uint64_t next_sequence, int64_t arrival_ns)
 {
     eng_impl_t *im = IMPL(e);
-    for (int32_t f = 0; f < LBF_FEEDS; f++) {
-        if (im->end_held[f] && im->end_next[f] == next_sequence) {
-            im->has_pending_eos = 1;
-            im->pending_eos = next_sequence;
-            clear_end_candidates(im);
-            return;
-        }
-    }
+    if (im->end_held[feed] && im->end_next[feed] == next_sequence)
+        return; /* repeated: the quiet counts from the first */
     if (im->end_held[feed]) /* the same feed announced another end: the older one was forged */
         e->counters[LBF_C_ENDS_FORGED] += 1;
     im->end_held[feed] = 1;
@@ -402,15 +399,19 @@ static void end_candidate(lbf_eng_t *e, int32_t feed, uint64_t next_sequence, in
     im->end_arrival[feed] = arrival_ns;
 }
 
-/* traffic on a live feed announcing sequences past its held END_OF_SESSION reveals it as forged (spec.py
- * _end_revealed); past: a data packet's end, a marker's next sequence */
+/* traffic on a live feed announcing sequences past a held END_OF_SESSION (of either feed) reveals it as forged
+ * (spec.py _end_revealed); past: a data packet's end, a marker's next sequence */
 static void end_revealed(lbf_eng_t *e, int32_t feed, uint64_t past)
 {
     eng_impl_t *im = IMPL(e);
-    if (feed == LBF_FEED_RETRANSMIT || !im->end_held[feed] || past <= im->end_next[feed])
+    if (feed == LBF_FEED_RETRANSMIT)
         return;
-    im->end_held[feed] = 0;
-    e->counters[LBF_C_ENDS_FORGED] += 1;
+    for (int32_t f = 0; f < LBF_FEEDS; f++) {
+        if (im->end_held[f] && past > im->end_next[f]) {
+            im->end_held[f] = 0;
+            e->counters[LBF_C_ENDS_FORGED] += 1;
+        }
+    }
 }
 
 static int64_t end_quiet_deadline(lbf_eng_t *e)
@@ -494,6 +495,7 @@ static void switch_session(lbf_eng_t *e, const uint8_t *session, int64_t now_ns)
     e->queued_bytes = 0;
     im->req_n = 0;
     im->has_jump = 0;
+    im->has_small_jump = 0;
     free_held(im);
     memset(im->feed_end, 0, sizeof im->feed_end);
     im->cov_n = 0;
@@ -845,13 +847,29 @@ static void hold(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, u
     e->counters[LBF_C_JUMPS_HELD] += 1;
 }
 
+/* a confirmed small jump past `base` (everything known) by the feeds in `mask`: provisional until the stream
+ * reaches it (the lowest one counts; later ones add their feeds) (spec.py _provisional_small) */
+static void provisional_small(eng_impl_t *im, uint64_t position, uint64_t base, uint32_t mask)
+{
+    if (position <= base)
+        return;
+    if (!im->has_small_jump) {
+        im->has_small_jump = 1;
+        im->small_jump_at = position;
+        im->small_jump_floor = base;
+        im->small_jump_feeds = mask;
+    } else {
+        im->small_jump_feeds |= mask;
+    }
+}
+
 /* take the held small jumps a live packet (its header's `first`, announcing up to `last`) confirms: whole when
  * its feed continues after them; when the other feed announced all a held one carries, a held data packet starting
  * before this one only up to where this packet's messages begin, one starting at or after it only after it (into
  * `after`, for the caller to take after the packet); 1 when this packet is itself confirmed by the other feed's
  * held jump announcing all of it (spec.py _confirm_small) */
-static int confirm_small(lbf_eng_t *e, int32_t feed, uint64_t first, uint64_t last, int is_marker, held_t *after,
-                         int32_t *na)
+static int confirm_small(lbf_eng_t *e, int32_t feed, uint64_t first, uint64_t last, int is_marker, uint64_t base,
+                         held_t *after, int32_t *na)
 {
     eng_impl_t *im = IMPL(e);
     held_t taken[ENG_MAX_HELD];
@@ -865,6 +883,7 @@ static int confirm_small(lbf_eng_t *e, int32_t feed, uint64_t first, uint64_t la
             if (first >= held_end(&h)) { /* the same feed continues after it */
                 e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
                 feed_end_at(im, h.feed, held_end(&h));
+                provisional_small(im, h.position, base, 1u << feed);
                 taken[nt++] = h;
             } else {
                 im->held[kept++] = h;
@@ -876,6 +895,7 @@ static int confirm_small(lbf_eng_t *e, int32_t feed, uint64_t first, uint64_t la
             if (last >= h_last) { /* the other feed announced all of it */
                 e->counters[LBF_C_JUMPS_CONFIRMED] += 1;
                 feed_end_at(im, h.feed, held_end(&h));
+                provisional_small(im, h.position, base, LIVE_FEEDS_MASK);
                 if (h.marker || is_marker) {
                     taken[nt++] = h;
                 } else if (first > h.first) { /* cut where this packet's messages begin */
@@ -986,13 +1006,17 @@ static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_
                                base_offset);
     held_t after[ENG_MAX_HELD];
     int32_t na = 0;
-    int confirmed = im->held_n && confirm_small(e, feed, first, last, is_marker, after, &na);
+    uint64_t base = e->highest + 1 > e->expected ? e->highest + 1 : e->expected;
+    int confirmed = im->held_n && confirm_small(e, feed, first, last, is_marker, base, after, &na);
     if (!large_jump_past(e, feed, p, length, position, first, count, is_marker, arrival_ns, slot, base_offset)) {
         uint64_t known = im->feed_end[feed];
-        if (!confirmed && known != 0 && position > known && last >= e->expected)
+        if (!confirmed && known != 0 && position > known && last >= e->expected) {
             hold(e, feed, p, length, position, first, count, is_marker, arrival_ns, 1);
-        else
+        } else {
+            if (confirmed) /* the other feed's held jump announced all of it: both feeds carried it */
+                provisional_small(im, position, base, LIVE_FEEDS_MASK);
             take(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
+        }
     }
     for (int32_t i = 0; i < na; i++) /* held copies this packet covers: its own copies first */
         take_held(e, &after[i]);
@@ -1056,10 +1080,13 @@ static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
 }
 
 /* forget everything from a forged jump's position on: its queued packets, holes, gaps and markers */
-static void undo_jump(lbf_eng_t *e, uint64_t jump)
+static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor)
 {
     eng_impl_t *im = IMPL(e);
-    im->has_jump = 0;
+    if (im->has_jump && im->jump_at >= jump)
+        im->has_jump = 0;
+    if (im->has_small_jump && im->small_jump_at >= jump)
+        im->has_small_jump = 0;
     e->counters[LBF_C_JUMPS_FORGED] += 1;
     free_held(im);
     int64_t kept = 0;
@@ -1082,26 +1109,22 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump)
             im->oom = 1;
     feed_cov_trim_below(im, e->expected);
     uint64_t highest = e->expected - 1;
-    if (im->jump_floor - 1 > highest && im->jump_floor > 0)
-        highest = im->jump_floor - 1;
+    if (floor > 0 && floor - 1 > highest)
+        highest = floor - 1;
     if (im->cov_n && im->cov_end[im->cov_n - 1] > highest)
         highest = im->cov_end[im->cov_n - 1];
     e->highest = highest;
     for (int32_t f = 0; f < LBF_FEEDS; f++) /* what the forged range moved */
         if (im->feed_end[f] > highest + 1)
             im->feed_end[f] = highest + 1;
-    if (im->declared_upto > highest)
-        im->declared_upto = highest;
-    int64_t n = 0;
-    for (int64_t g = 0; g < im->gap_n; g++) {
-        gap_t gap = im->gaps[im->gap_head + g];
-        if (gap.first <= highest) {
-            if (gap.last > highest)
-                gap.last = highest;
-            im->gaps[im->gap_head + n++] = gap;
-        }
-    }
-    im->gap_n = n;
+    /* declared gaps stay open: they close as usual once the true stream passes them (it brings those sequences, or
+     * they are given up); nothing is asked for past what is left meanwhile (holes end at highest), and what no open
+     * gap covers is declared again when it is a hole */
+    uint64_t keep = highest;
+    if (im->gap_n && im->gaps[im->gap_head + im->gap_n - 1].last > keep)
+        keep = im->gaps[im->gap_head + im->gap_n - 1].last;
+    if (im->declared_upto > keep)
+        im->declared_upto = keep;
     if (im->has_pending_eos && im->pending_eos - 1 > highest)
         im->has_pending_eos = 0;
 }
@@ -1128,13 +1151,24 @@ static void forged_jump_revealed(lbf_eng_t *e, int32_t feed, uint64_t first, uin
             break;
         }
     }
+    uint64_t last = is_marker ? position : first + count - 1;
+    if (im->has_small_jump) {
+        uint64_t jump = im->small_jump_at;
+        if (e->expected >= jump)
+            im->has_small_jump = 0; /* the stream reached it: it stands */
+        else if ((im->small_jump_feeds & (1u << feed)) && position < jump &&
+                 (is_marker ? first >= im->small_jump_floor : first + count > im->small_jump_floor))
+            /* a feed that carried the jump went back below it with traffic new since before the jump (even if
+             * the other feed delivered it first): a feed's true sequences only grow, so what it carried above was
+             * forged */
+            undo_jump(e, jump, im->small_jump_floor);
+    }
     if (im->has_jump) {
         uint64_t jump = im->jump_at;
-        uint64_t last = is_marker ? position : first + count - 1;
         if (e->expected >= jump)
             im->has_jump = 0; /* the stream reached the jump: it stands */
         else if (position < jump && last >= e->expected && jump - position > bound)
-            undo_jump(e, jump);
+            undo_jump(e, jump, im->jump_floor);
     }
 }
 

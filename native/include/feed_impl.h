@@ -191,6 +191,12 @@ typedef struct eng_impl {
     int32_t has_jump;    /* a confirmed jump to jump_at is provisional until the stream reaches it */
     uint64_t jump_at;
     uint64_t jump_floor; /* first sequence past everything known before that jump */
+    /* a small jump (within max_jump) two datagrams confirmed, provisional until the stream reaches it: a feed
+     * that carried it (small_jump_feeds) going back below it with fresh messages reveals it as forged */
+    int32_t has_small_jump;
+    uint32_t small_jump_feeds;
+    uint64_t small_jump_at;
+    uint64_t small_jump_floor;
     int64_t events_cap, out_cap, bytes_cap;
     int32_t oom;
     rec_t rec;

@@ -554,7 +554,7 @@ def test_an_older_shorter_request_does_not_cut_the_answer_to_a_newer_one() -> No
     arb.on_packet(Feed.A, m.encode_heartbeat(S1, 83), 10)  # A continuing after it confirms the jump
     requests = [e for e in arb.on_tick(WAIT + 10) if isinstance(e, RecoveryRequest)]
     assert [(r.seq, r.count) for r in requests] == [(s, 10) for s in range(2, 82, 10)]
-    events = arb.on_packet(Feed.A, pk(2, 5), WAIT + 20)  # the front arrives late: the hole is [7, 81]
+    events = arb.on_packet(Feed.B, pk(2, 5), WAIT + 20)  # B's copy of the front arrives late: the hole is [7, 81]
     assert delivered(events) == [2, 3, 4, 5, 6]
     assert others(events) == []  # [7, 16] would reach over [12, 21] in flight
     retry = RecoveryConfig().retry_interval_ns

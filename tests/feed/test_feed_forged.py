@@ -31,11 +31,13 @@ from logbuf.feed.arbiter import ArbiterConfig
 from logbuf.feed.events import (
     Deliver,
     DeliverBatch,
+    EndOfSession,
     Event,
     Feed,
     FeedMode,
     GapDetected,
     GapReason,
+    GapUnrecoverable,
     RecoveryRequest,
     SessionChanged,
 )
@@ -202,6 +204,75 @@ def test_a_forged_heartbeat_with_nothing_after_it_is_never_acted_upon() -> None:
     assert run.arb.holes() == []
 
 
+@both
+def test_the_same_forged_packet_on_both_feeds_is_undone_by_its_feeds_going_back() -> None:
+    """One forged packet sent on A and on B: the two copies confirm each other, but the jump stays provisional;
+    A's true traffic continuing below it reveals it, and nothing of it is published."""
+    for ahead in (20, 1000):
+        run = Run()
+        run.stream(1, 1000)
+        run.send(Feed.A, pk(1001 + ahead, make=forged))  # held: A skipped
+        run.send(Feed.B, pk(1001 + ahead, make=forged))  # B's copy announces all of it: taken, provisional
+        assert run.counter("jumps_confirmed") == 1
+        run.stream(1001, 1001 + ahead + 500)
+        exact(run, 1001 + ahead + 500)
+        assert run.counter("jumps_forged") == 1
+
+
+@both
+def test_the_same_forged_heartbeat_on_both_feeds_gives_nothing_up() -> None:
+    """A heartbeat announcing 1,010 more, on A and on B, then slow true traffic and the true end: nothing is
+    asked for or given up, and the end of session is the true one."""
+    run = Run(recovery=True)
+    run.stream(1, 1000)
+    run.send(Feed.A, hb(2011))
+    run.send(Feed.B, hb(2011))
+    for seq in range(1001, 1301, PER):
+        run.stream(seq, seq + PER - 1)
+        run.tick(50 * MS)
+    for feed in (Feed.A, Feed.B):
+        run.send(feed, m.encode_end_of_session(S1, 1301))
+    run.tick(ArbiterConfig().end_of_session_quiet_ns)
+    run.tick(20_000 * MS)
+    exact(run, 1300)
+    assert not run.of_type(GapUnrecoverable) and not run.of_type(RecoveryRequest)
+    assert run.of_type(EndOfSession) == [EndOfSession(S1, 1301)]
+    assert run.arb.holes() == [] and run.counter("jumps_forged") == 1
+
+
+@both
+def test_the_same_forged_heartbeat_on_both_feeds_in_a_quiet_market_is_undone_by_the_true_heartbeat() -> None:
+    """Nothing but heartbeats: a forged one announcing 1,000 more on A and B is undone by A's true heartbeat
+    (its feed going back to what it said before), before anything is given up."""
+    run = Run(recovery=True)
+    run.stream(1, 1000)
+    run.send(Feed.A, hb(2001))
+    run.send(Feed.B, hb(2001))
+    run.send(Feed.A, hb(1001), dt=MS)
+    run.tick(20_000 * MS)
+    run.stream(1001, 1100)
+    exact(run, 1100)
+    assert not run.of_type(GapUnrecoverable) and run.arb.holes() == []
+    assert run.counter("jumps_forged") == 1
+
+
+@both
+def test_a_true_jump_on_both_feeds_stands_while_answers_fill_it() -> None:
+    """Both feeds lost 1001-1010: their next packets confirm the jump, the feeds continue above it, the answer
+    fills the hole; nothing is undone."""
+    run = Run(recovery=True)
+    run.stream(1, 1000)
+    run.send(Feed.A, pk(1011))
+    run.send(Feed.B, pk(1011))
+    run.stream(1021, 1100)
+    run.tick(ArbiterConfig().lost_packet_wait_time_ns)
+    assert run.of_type(RecoveryRequest)
+    run.send(Feed.RETRANSMIT, pk(1001))
+    run.stream(1101, 1200)
+    exact(run, 1200)
+    assert run.counter("jumps_forged") == 0
+
+
 # -- honest traffic -------------------------------------------------------------------------------------------------
 
 
@@ -307,6 +378,27 @@ def test_process_a_forged_packet_a_little_ahead_is_never_published(rig: Rig) -> 
         summary = end_session(rig, proc, 1500)
         rig.reader.check_exactly(1500)  # byte-identical: nothing of the forged packet
         assert summary["jumps_held"] >= 1 and summary["gaps_detected"] == 0
+    finally:
+        server.stop()
+
+
+def test_process_the_same_forged_packet_on_both_feeds_is_never_published(rig: Rig) -> None:  # noqa: F811
+    server = Server(rig.ports[2], rig.sent)
+    server.start()
+    try:
+        proc = started(rig, "--lost-packet-wait-ms", "100", "--give-up", "10")
+        send_stream(rig, 1, 1000)
+        wait_for(rig, proc, 1000)
+        forgery = mold(1021, [b"FORGED-%d" % s for s in range(1021, 1031)])  # 20 ahead, wrong bytes
+        send(rig, "A", forgery)
+        send(rig, "B", forgery)
+        for seq in range(1001, 1501, PER_PACKET):
+            send_stream(rig, seq, seq + PER_PACKET - 1)
+            time.sleep(0.002)
+        wait_for(rig, proc, 1500)
+        summary = end_session(rig, proc, 1500)
+        rig.reader.check_exactly(1500)  # byte-identical: nothing of the forged packet
+        assert summary["jumps_forged"] >= 1
     finally:
         server.stop()
 

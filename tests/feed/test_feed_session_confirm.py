@@ -90,9 +90,10 @@ def test_one_datagram_of_another_session_first_never_chooses_the_session(make: t
 def test_a_forged_session_between_sessions_is_never_switched_to(make: type) -> None:
     arb = make(ArbiterConfig())
     events = run(arb, [(Feed.A, pk(1, 5)), (Feed.B, pk(1, 5)), (Feed.A, eos(6)), (Feed.B, eos(6))])
-    assert kinds(events, EndOfSession) == [EndOfSession(TRUE, 6)]
+    assert kinds(events, EndOfSession) == []  # not before the quiet period, or the feeds moving on
     events = run(arb, [(Feed.A, pk(1, 2, EVIL, b"EVIL-")), (Feed.A, pk(1, 5, NEXT)), (Feed.B, pk(1, 5, NEXT))],
                  start_ns=10 * MS)
+    assert kinds(events, EndOfSession) == [EndOfSession(TRUE, 6)]  # the feeds moved to a confirmed session
     assert [(s.previous, s.session) for s in kinds(events, SessionChanged)] == [(TRUE, NEXT)]
     assert delivered(events) == [(s, b"T%d" % s) for s in range(1, 6)]
     assert arb.counters.sessions_forged == 1
@@ -112,9 +113,47 @@ def test_a_forged_end_of_session_is_revealed_by_the_traffic_past_it(make: type, 
     revealed = arb.counters.ends_forged if ahead == 0 else arb.counters.jumps_forged
     assert revealed == 1
     assert [s for s, _ in delivered(events)] == list(range(1, 701))
-    # the true end, on both feeds, acts at once
-    events = run(arb, [(Feed.A, eos(701)), (Feed.B, eos(701))], start_ns=10_000 * MS)
-    assert kinds(events, EndOfSession) == [EndOfSession(TRUE, 701)]
+    # the true end, on both feeds, acts once the quiet period passed without traffic past it
+    assert run(arb, [(Feed.A, eos(701)), (Feed.B, eos(701))], start_ns=10_000 * MS) == []
+    assert arb.on_tick(10_000 * MS + QUIET) == [EndOfSession(TRUE, 701)]
+
+
+def test_a_forged_end_of_session_on_both_feeds_is_revealed_by_the_traffic_past_it(make: type) -> None:
+    """The same forged END_OF_SESSION on A and on B: two copies are no confirmation; the true stream going on
+    reveals both, and only the true end is published."""
+    arb = make(ArbiterConfig())
+    events = run(arb, [(f, pk(s, 10)) for s in range(1, 101, 10) for f in (Feed.A, Feed.B)])
+    events += run(arb, [(Feed.A, eos(101)), (Feed.B, eos(101)), (Feed.A, eos(101))], start_ns=30 * MS)
+    events += run(arb, [(f, pk(s, 10)) for s in range(101, 301, 10) for f in (Feed.A, Feed.B)],
+                  start_ns=40 * MS, step_ns=5 * MS)
+    assert kinds(events, EndOfSession) == [] and arb.counters.ends_forged == 2
+    assert [s for s, _ in delivered(events)] == list(range(1, 301))
+    events = run(arb, [(Feed.A, eos(301)), (Feed.B, eos(301))], start_ns=5_000 * MS)
+    events += arb.on_tick(5_000 * MS + QUIET)
+    assert kinds(events, EndOfSession) == [EndOfSession(TRUE, 301)]
+
+
+def test_an_end_of_session_below_what_was_published_is_revealed_by_the_stream_going_on(make: type) -> None:
+    """An END_OF_SESSION on both feeds 50 below what was published: the true stream going on past it reveals it."""
+    arb = make(ArbiterConfig())
+    run(arb, [(f, pk(s, 10)) for s in range(1, 101, 10) for f in (Feed.A, Feed.B)])
+    assert run(arb, [(Feed.A, eos(50)), (Feed.B, eos(50))], start_ns=300 * MS) == []
+    events = run(arb, [(f, pk(s, 10)) for s in range(101, 121, 10) for f in (Feed.A, Feed.B)], start_ns=302 * MS)
+    events += arb.on_tick(300 * MS + 10 * QUIET)
+    assert kinds(events, EndOfSession) == [] and arb.counters.ends_forged == 2
+    assert [s for s, _ in delivered(events)] == list(range(101, 121))
+
+
+def test_a_forged_end_of_session_while_its_feed_is_silent_is_revealed_by_the_other_feed(make: type) -> None:
+    """A forged END_OF_SESSION on A, then A freezes while B carries the session on past it: B's traffic past
+    the end reveals it; nothing ends."""
+    arb = make(ArbiterConfig())
+    run(arb, [(f, pk(s, 10)) for s in range(1, 101, 10) for f in (Feed.A, Feed.B)])
+    events = arb.on_packet(Feed.A, eos(101), 300 * MS)
+    events += run(arb, [(Feed.B, pk(s, 10)) for s in range(101, 201, 10)], start_ns=301 * MS, step_ns=200 * MS)
+    events += arb.on_tick(300 * MS + 10 * QUIET)
+    assert kinds(events, EndOfSession) == [] and arb.counters.ends_forged == 1
+    assert [s for s, _ in delivered(events)] == list(range(101, 201))
 
 
 def test_a_forged_end_of_session_on_a_quiet_feed_waits_for_the_quiet_period(make: type) -> None:
@@ -194,11 +233,14 @@ def test_a_single_feed_session_ends_after_the_quiet_period(make: type) -> None:
     assert arb.counters.ends_forged == 0
 
 
-def test_an_end_of_session_repeated_on_the_same_feed_acts_at_once(make: type) -> None:
+def test_an_end_of_session_repeated_on_the_same_feed_still_waits_for_the_quiet_period(make: type) -> None:
+    """A forger can repeat a datagram as easily as a server: the quiet period counts from the first copy."""
     arb = make(ArbiterConfig(mode=FeedMode.A_ONLY))
     run(arb, [(Feed.A, pk(1, 10)), (Feed.A, pk(11, 10))])
     assert arb.on_packet(Feed.A, eos(21), 10 * MS) == []
-    assert arb.on_packet(Feed.A, eos(21), 11 * MS) == [EndOfSession(TRUE, 21)]
+    assert arb.on_packet(Feed.A, eos(21), 11 * MS) == []
+    assert arb.on_tick(10 * MS + QUIET - 1) == []
+    assert arb.on_tick(10 * MS + QUIET) == [EndOfSession(TRUE, 21)]
 
 
 def test_an_end_of_session_with_its_tail_lost_acts_once_the_tail_is_in(make: type) -> None:
@@ -207,7 +249,8 @@ def test_an_end_of_session_with_its_tail_lost_acts_once_the_tail_is_in(make: typ
     assert kinds(run(arb, [(Feed.A, eos(21)), (Feed.B, eos(21))], start_ns=5 * MS), EndOfSession) == []
     events = arb.on_packet(Feed.B, pk(11, 10), 8 * MS)
     assert [s for s, _ in delivered(events)] == list(range(11, 21))
-    assert kinds(events, EndOfSession) == [EndOfSession(TRUE, 21)]
+    assert kinds(events, EndOfSession) == []  # the tail is not past the end: the quiet period goes on
+    assert arb.on_tick(5 * MS + QUIET) == [EndOfSession(TRUE, 21)]
 
 
 def test_a_session_switch_after_the_end_is_confirmed_by_the_other_feed(make: type) -> None:
@@ -274,7 +317,7 @@ def test_trusting_one_datagram_is_a_setting(make: type) -> None:
 def forged_traffic(draw: st.DrawFn) -> tuple[int, list[tuple[Feed, bytes]], bool, FeedMode]:
     """A true session of n messages on A and B (random packets, each feed losing some, never the final
     END_OF_SESSION, sent twice) with forged datagrams injected anywhere: another session's packet (a new name each time, so
-    no two forged datagrams confirm each other), an END_OF_SESSION at the next sequence or ahead (each once),
+    no two forged datagrams confirm each other), an END_OF_SESSION at the next sequence or ahead (some on both feeds),
     and, for a live join, a packet far ahead as the very first datagram. Arbitrated on A and B, or on A alone."""
     n = draw(st.integers(5, 120))
     live = draw(st.booleans())
@@ -300,9 +343,12 @@ def forged_traffic(draw: st.DrawFn) -> tuple[int, list[tuple[Feed, bytes]], bool
             else:  # at the next sequence the stream has reached on the wire, or ahead of it
                 first = m.decode(data).sequence if data is not None else n + 1
                 end = first + ahead if first + ahead != n + 1 else first + ahead + 1
-                if end not in ends:  # one forged copy of each: two (a repeat, or A and B) confirm each other
-                    ends.add(end)
-                    traffic.append((feed, eos(end)))
+                traffic.append((feed, eos(end)))
+                # the same forged end on the other feed too (once the session started: two copies as the very
+                # first datagrams choose a live join's start point)
+                if end not in ends and i > 0 and draw(st.booleans()):
+                    traffic.append((Feed.B if feed == Feed.A else Feed.A, eos(end)))
+                ends.add(end)
         if data is None:
             break
         for feed in (Feed.A, Feed.B):

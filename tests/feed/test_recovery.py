@@ -11,6 +11,7 @@ from logbuf.feed.arbiter import Arbiter, ArbiterConfig
 from logbuf.feed.events import (
     Deliver,
     Feed,
+    FeedMode,
     GapDetected,
     GapReason,
     GapRecovered,
@@ -386,7 +387,7 @@ def test_settings_outside_the_engines_exact_token_bucket_are_refused() -> None:
 def test_the_engine_runs_the_same_pacing_with_the_same_seed() -> None:
     """The jitter comes from the seed: the same seed, the same first request time; another seed, another."""
     def first_request_at(seed: int) -> int:
-        arb = Arbiter(ArbiterConfig(out_of_order_max_interval=100), RecoveryConfig(), seed=seed)
+        arb = Arbiter(ArbiterConfig(mode=FeedMode.A_ONLY, out_of_order_max_interval=100), RecoveryConfig(), seed=seed)
         arb.on_packet(Feed.A, m.encode_downstream(S1, 1, [b"x"]), 0)
         arb.on_packet(Feed.A, m.encode_downstream(S1, 3, [b"x"]), 0)
         arb.on_packet(Feed.A, m.encode_heartbeat(S1, 4), 0)  # A continuing after 3 confirms the jump to it

@@ -38,9 +38,8 @@ first one. The stream stays in recovery until it has caught up (no hole left).
 
 **Heartbeats and end of session** carry the next sequence: a value past ``expected`` reveals tail loss (it joins
 the hole like a zero-length packet) and never advances ``expected``. An end of session acts only once confirmed
-(``confirm``): by the other live feed's marker at the same next sequence, the same feed repeating it, or
-``end_of_session_quiet_ns`` without traffic past it on its feed; data or a marker past it on its feed reveals it
-as forged (``ends_forged``). ``EndOfSession`` is emitted once confirmed and the stream reached it.
+(``confirm``) by ``end_of_session_quiet_ns`` without traffic past it (the other feed's copy is no confirmation: a
+forger may send both); data or a marker past it on either live feed reveals it as forged (``ends_forged``). ``EndOfSession`` is emitted once confirmed and the stream reached it.
 **Sessions**: a session is adopted only when a second datagram confirms its first (``confirm``): the other live
 feed's (within ``max_jump`` of it) or the same feed's next one at or past its end; until then the first is held
 (one per session, of ``CANDIDATES_PER_FEED`` sessions per live feed, counted as foreign); confirming one session,
@@ -72,7 +71,9 @@ yet is held back: not queued, no gap, nothing delivered. Its feed continuing aft
 marker repeating or passing its next sequence) confirms it; so does the other feed announcing all it carries, and
 then the other feed's copies win (a held data packet starting before the confirming one is cut where that one's
 messages begin; one starting at or after it is taken after it). Its feed continuing below it with new traffic (not
-a late duplicate of what it sent before) reveals it as forged (dropped, ``jumps_forged``). Before a feed's first packet (nothing to jump from) this does not apply. A packet or
+a late duplicate of what it sent before) reveals it as forged (dropped, ``jumps_forged``). Once confirmed it stays provisional until the stream reaches it:
+a feed that carried it (the same datagram on both feeds is two copies, not two sources) going back below it with
+fresh messages undoes it like a large jump (a feed's true sequences only grow). Before a feed's first packet (nothing to jump from) this does not apply. A packet or
 heartbeat more than ``max_jump`` messages past everything known is held back until the other feed's copy (within ``max_jump``) or
 the same feed continuing after it confirms the jump; the same feed continuing more than ``max_jump`` below it
 drops it (``jumps_forged``). A confirmed jump stays provisional until the stream reaches it: a live packet
@@ -152,6 +153,7 @@ from logbuf.marketdata.moldudp64 import (
 
 _HEADER = struct.Struct(">10sQH")
 _U64 = (1 << 64) - 1
+LIVE_FEEDS_MASK = (1 << Feed.A) | (1 << Feed.B)  # both live feeds carried a jump
 
 
 class _Queued:
@@ -238,6 +240,9 @@ class SpecArbiter:
         self._requested: list[tuple[int, int]] = []  # re-requested inclusive ranges, oldest first
         self._jump_at: int | None = None  # a confirmed jump to here is provisional until the stream reaches it
         self._jump_floor = 0  # first sequence past everything known before that jump
+        # a small jump (within max_jump) two datagrams confirmed: (position, floor, mask of the feeds that carried
+        # it); provisional until the stream reaches it, since a forger may send the same packet on both feeds
+        self._small_jump: tuple[int, int, int] | None = None
         self._order = itertools.count()
         self._coverage = Coverage()
         self._wait_started_ns: int | None = None  # the wait for the first undeclared hole began
@@ -382,7 +387,7 @@ class SpecArbiter:
                 return
             count = accepted
         else:
-            self._forged_jump_revealed(feed, first, count, marker)
+            self._forged_jump_revealed(feed, first, count, marker, out)
         if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
             return
         self._take(feed, buf, first, count, marker, arrival_ns, out)
@@ -410,7 +415,7 @@ class SpecArbiter:
         self._requested = [r for r in self._requested if r[1] >= expected and not (room and r[0] == first)]
         return min(count, room)
 
-    def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
+    def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool, out: list[Event]) -> bool:
         """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped
         (a small one by its feed's new traffic below it — a packet reaching past its feed's end, a marker at or past
         it; one past ``max_jump`` by traffic more than ``max_jump`` below it); a
@@ -429,19 +434,41 @@ class SpecArbiter:
                 self.counters.jumps_forged += 1
                 revealed = True
                 break
+        last = position if marker else first + count - 1
+        small = self._small_jump
+        if small is not None:
+            if self._next >= small[0]:
+                self._small_jump = None  # the stream reached it: it stands
+            elif small[2] & (1 << feed) and position < small[0] and (first >= small[1] if marker
+                                                                     else first + count > small[1]):
+                # a feed that carried the jump went back below it with traffic new since before the jump (even
+                # if the other feed delivered it first): a feed's true sequences only grow, so what it carried
+                # above was forged
+                self._undo_jump(small[0], small[1], out)
+                revealed = True
         jump = self._jump_at
         if jump is not None:
-            last = position if marker else first + count - 1
             if self._next >= jump:
                 self._jump_at = None  # the stream reached the jump: it stands
             elif position < jump and last >= self._next and jump - position > bound:
-                self._undo_jump(jump)
+                self._undo_jump(jump, self._jump_floor, out)
                 revealed = True
         return revealed
 
-    def _undo_jump(self, jump: int) -> None:
-        """Forget everything from a forged jump's position on: its queued packets, holes, gaps and markers."""
-        self._jump_at = None
+    def _provisional_small(self, position: int, base: int, mask: int) -> None:
+        """A confirmed small jump past ``base`` (everything known) by the feeds in ``mask``: provisional until
+        the stream reaches it (the lowest one counts; later ones add their feeds)."""
+        if position <= base:
+            return
+        small = self._small_jump
+        self._small_jump = (position, base, mask) if small is None else (small[0], small[1], small[2] | mask)
+
+    def _undo_jump(self, jump: int, floor: int, out: list[Event]) -> None:
+        """Forget everything from a forged jump's position on: its queued packets, holes and markers."""
+        if self._jump_at is not None and self._jump_at >= jump:
+            self._jump_at = None
+        if self._small_jump is not None and self._small_jump[0] >= jump:
+            self._small_jump = None
         self.counters.jumps_forged += 1
         self._held.clear()
         self._queue = [q for q in self._queue if q[0] < jump]
@@ -451,16 +478,13 @@ class SpecArbiter:
         for q in self._queue:
             self._coverage.add(q[2].first, q[2].first + q[2].count - 1)
         self._coverage.trim_below(self._next)
-        highest = max(self._next - 1, self._jump_floor - 1, self._coverage.ends[-1] if self._coverage else 0)
+        highest = max(self._next - 1, floor - 1, self._coverage.ends[-1] if self._coverage else 0)
         self.highest = highest
         self._feed_end = [min(end, highest + 1) for end in self._feed_end]  # what the forged range moved
-        self._declared_upto = min(self._declared_upto, highest)
-        gaps: deque[OpenGap] = deque()
-        for gap in self._gaps:
-            if gap.first <= highest:
-                gap.last = min(gap.last, highest)
-                gaps.append(gap)
-        self._gaps = gaps
+        # declared gaps stay open: they close as usual once the true stream passes them (it brings those
+        # sequences, or they are given up); nothing is asked for past what is left meanwhile (holes end at highest),
+        # and what no open gap covers is declared again when it is a hole
+        self._declared_upto = min(self._declared_upto, max(highest, self._gaps[-1].last if self._gaps else 0))
         if self._pending_eos is not None and self._pending_eos - 1 > highest:
             self._pending_eos = None
 
@@ -494,12 +518,15 @@ class SpecArbiter:
         self._held = [h for h in self._held if h.end > self._next]
         if feed == Feed.RETRANSMIT:
             return self._large_jump_past(feed, buf, position, first, count, marker, arrival_ns, out)
-        confirmed, after = self._confirm_small(feed, first, last, marker, out)
+        base = max(self._next, self.highest + 1)
+        confirmed, after = self._confirm_small(feed, first, last, marker, base, out)
         if not self._large_jump_past(feed, buf, position, first, count, marker, arrival_ns, out):
             known = self._feed_end[feed]
             if not confirmed and known != 0 and position > known and last >= self._next:
                 self._hold(feed, buf, position, first, count, marker, arrival_ns, True)
             else:
+                if confirmed:  # the other feed's held jump announced all of it: both feeds carried it
+                    self._provisional_small(position, base, LIVE_FEEDS_MASK)
                 self._take(feed, buf, first, count, marker, arrival_ns, out)
         for h in after:  # held copies this packet covers: its own copies first
             self._intake(h.feed, h.data, h.first, h.count, h.marker, h.arrival_ns, out)
@@ -525,7 +552,7 @@ class SpecArbiter:
             self._take(feed, buf, first, count, marker, arrival_ns, out)
         return True
 
-    def _confirm_small(self, feed: Feed, first: int, last: int, marker: bool,
+    def _confirm_small(self, feed: Feed, first: int, last: int, marker: bool, base: int,
                        out: list[Event]) -> tuple[bool, list[_Held]]:
         """Take the held small jumps a live packet of ``feed`` (its header's ``first``, announcing up to
         ``last``) confirms. The same feed continuing after a held one (a packet from its end on, or a marker
@@ -533,7 +560,8 @@ class SpecArbiter:
         carries confirms it too, but the other feed's copies win: a held data packet starting before this one is
         taken only up to where this packet's messages begin, one starting at or after it only after it (returned,
         for the caller to take after the packet). Also returns whether this packet is itself confirmed: the other
-        feed's held jump announces all of it."""
+        feed's held jump announces all of it. A confirmed one past ``base`` (everything known before this packet)
+        stays provisional (:meth:`_provisional_small`)."""
         taken: list[tuple[_Held, int]] = []  # (held, messages of it taken)
         after: list[_Held] = []
         kept: list[_Held] = []
@@ -545,6 +573,7 @@ class SpecArbiter:
                 if first >= h.end:  # the same feed continues after it
                     self.counters.jumps_confirmed += 1
                     self._feed_end[h.feed] = max(self._feed_end[h.feed], h.end)
+                    self._provisional_small(h.position, base, 1 << feed)
                     taken.append((h, h.count))
                 else:
                     kept.append(h)
@@ -554,6 +583,7 @@ class SpecArbiter:
                 if last >= h.end - 1:  # the other feed announced all of it
                     self.counters.jumps_confirmed += 1
                     self._feed_end[h.feed] = max(self._feed_end[h.feed], h.end)
+                    self._provisional_small(h.position, base, LIVE_FEEDS_MASK)
                     if h.marker or marker:
                         taken.append((h, h.count))
                     elif first > h.first:  # cut where this packet's messages begin
@@ -692,6 +722,7 @@ class SpecArbiter:
         self.queued_bytes = 0
         self._requested.clear()
         self._jump_at = None
+        self._small_jump = None
         self._held.clear()
         self._feed_end = [0] * len(Feed)
         self._coverage = Coverage()
@@ -972,27 +1003,27 @@ class SpecArbiter:
         self._emit_end_of_session(now_ns, out)
 
     def _end_candidate(self, feed: Feed, next_sequence: int, arrival_ns: int) -> None:
-        """An END_OF_SESSION marker acts only once confirmed: by the other feed's at the same next sequence, by
-        the same feed repeating it, or (:meth:`_emit_end_of_session`) by ``end_of_session_quiet_ns`` without
-        traffic past it on that feed. Until then it is held here, one per feed."""
+        """An END_OF_SESSION marker acts only once (:meth:`_emit_end_of_session`) ``end_of_session_quiet_ns``
+        passed without traffic past it on either live feed: the other feed's copy confirms nothing (a forger may
+        send both), while a true end is followed by no data. Until then it is held here, one per feed."""
         candidates = self._end_candidates
-        if any(c is not None and c[0] == next_sequence for c in candidates):
-            self._pending_eos = next_sequence
-            self._end_candidates = [None] * len(Feed)
-            return
-        if candidates[feed] is not None:  # the same feed announced another end: the older one was forged
+        held = candidates[feed]
+        if held is not None and held[0] == next_sequence:
+            return  # repeated: the quiet counts from the first
+        if held is not None:  # the same feed announced another end: the older one was forged
             self.counters.ends_forged += 1
         candidates[feed] = (next_sequence, arrival_ns)
 
     def _end_revealed(self, feed: Feed, past: int) -> None:
-        """Traffic on a live feed announcing sequences past its held END_OF_SESSION (``past``: a data packet's
-        end, a marker's next sequence) reveals that marker as forged: it is dropped and the stream goes on."""
+        """Traffic on a live feed announcing sequences past a held END_OF_SESSION of either feed (``past``: a
+        data packet's end, a marker's next sequence) reveals that marker as forged: it is dropped and the stream
+        goes on."""
         if feed == Feed.RETRANSMIT:
             return
-        candidate = self._end_candidates[feed]
-        if candidate is not None and past > candidate[0]:
-            self._end_candidates[feed] = None
-            self.counters.ends_forged += 1
+        for f, candidate in enumerate(self._end_candidates):
+            if candidate is not None and past > candidate[0]:
+                self._end_candidates[f] = None
+                self.counters.ends_forged += 1
 
     def _end_quiet_deadline_ns(self) -> int | None:
         """When the oldest held END_OF_SESSION marker has been quiet long enough to act (None: none held)."""
