@@ -165,15 +165,15 @@ int32_t lbf_rx_datagrams(const lbf_rx_t *rx, int32_t i)
 
 int feed_blocks_fill_packet(const uint8_t *p, int32_t length, uint32_t count)
 {
+    /* one check per block: its 2-byte length must lie inside the datagram before it is read. A block that runs
+     * past the end leaves off beyond the last place a length may start (the next block's check fails) or, for
+     * the last block, not at the end (the final check fails). */
+    const int64_t last_length_at = (int64_t)length - MOLD_BLOCK_LENGTH_SIZE;
     int64_t off = MOLD_HEADER_LENGTH;
     for (uint32_t i = 0; i < count; i++) {
-        if (off + MOLD_BLOCK_LENGTH_SIZE > length)
+        if (off > last_length_at)
             return 0;
-        int64_t len = be16(p + off);
-        off += MOLD_BLOCK_LENGTH_SIZE;
-        if (len > length - off)
-            return 0;
-        off += len;
+        off += MOLD_BLOCK_LENGTH_SIZE + (int64_t)be16(p + off);
     }
     return off == length;
 }
