@@ -1329,7 +1329,14 @@ static inline void prefetch_slot(const lbf_rx_t *rx, int32_t i)
     if (length > rx->slot_size)
         length = rx->slot_size;
     const uint8_t *p = rx->slab + (int64_t)i * rx->slot_size;
-    for (int32_t off = 0; off < length; off += 64)
+    int32_t off = 0;
+    for (; off + 256 <= length; off += 256) { /* four lines per step: a quarter of the loop's own instructions */
+        __builtin_prefetch(p + off, 0, 3);
+        __builtin_prefetch(p + off + 64, 0, 3);
+        __builtin_prefetch(p + off + 128, 0, 3);
+        __builtin_prefetch(p + off + 192, 0, 3);
+    }
+    for (; off < length; off += 64)
         __builtin_prefetch(p + off, 0, 3);
 }
 

@@ -73,6 +73,11 @@ int32_t lbf_rx_init(lbf_rx_t *rx)
     for (int32_t i = 0; i < rx->capacity; i++) {
         impl->iov[i].iov_base = rx->slab + (int64_t)i * rx->slot_size;
         impl->iov[i].iov_len = (size_t)rx->slot_size;
+        struct msghdr *h = &impl->msgs[i].msg_hdr; /* msg_name stays NULL (calloc) */
+        h->msg_iov = &impl->iov[i];
+        h->msg_iovlen = 1;
+        h->msg_control = impl->control + (int64_t)i * RX_CONTROL_SIZE;
+        h->msg_controllen = RX_CONTROL_SIZE;
     }
     return 0;
 }
@@ -86,13 +91,10 @@ int32_t lbf_rx_recv(lbf_rx_t *rx, int32_t fd, int32_t feed, int32_t start, int32
     if (max == 0)
         return 0;
     rx_impl_t *impl = rx->impl;
+    /* the kernel writes back only msg_controllen, msg_flags and msg_len (no msg_name: the sender's address is
+     * not needed); the rest was set once by lbf_rx_init */
     for (int32_t i = start; i < start + max; i++) {
-        struct msghdr *h = &impl->msgs[i].msg_hdr;
-        memset(h, 0, sizeof *h);
-        h->msg_iov = &impl->iov[i];
-        h->msg_iovlen = 1;
-        h->msg_control = impl->control + (int64_t)i * RX_CONTROL_SIZE;
-        h->msg_controllen = RX_CONTROL_SIZE;
+        impl->msgs[i].msg_hdr.msg_controllen = RX_CONTROL_SIZE;
         impl->msgs[i].msg_len = 0;
     }
     int flags = mode == LBF_RECV_WAIT_FOR_ONE ? MSG_WAITFORONE : MSG_DONTWAIT;

@@ -295,6 +295,39 @@ static inline void copy_message(uint8_t *dst, const uint8_t *src, size_t n)
     }
 }
 
+/* Frames for messages [0, n) of a batch from term_offset on (space reserved). Inlined twice by offer_batch, once
+ * where offsets and reserved values are known to be there, so that loop tests neither. */
+static inline __attribute__((always_inline)) void write_batch(const lb_publication_t *p, uint8_t *term,
+                                                              int32_t term_offset, int32_t term_id,
+                                                              const uint8_t *data, const int64_t *offsets,
+                                                              const int32_t *lengths, const int64_t *reserved_values,
+                                                              int32_t n)
+{
+    int32_t offset = term_offset;
+    const uint8_t *src = data;
+    const int32_t session_id = p->session_id;
+    /* bytes 16..23 of every header: stream id and term id, the same for the whole batch */
+    const uint64_t stream_and_term = pair32(p->stream_id, term_id);
+    const uint64_t kind = ((uint64_t)LB_UNFRAGMENTED << 40) | ((uint64_t)LB_HDR_TYPE_DATA << 48);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t len = lengths[i];
+        int32_t frame_length = len + LB_HEADER_LENGTH;
+        uint8_t *frame = term + offset;
+        if (offsets) src = data + offsets[i];
+        /* the header as lb_write_header writes it (the negative length first, in one store), then 3 x 8 bytes */
+        lb_st_i64(frame, (int64_t)((uint64_t)(uint32_t)(-frame_length) | kind));
+        uint64_t offset_and_session = pair32(offset, session_id);
+        int64_t rv = reserved_values ? reserved_values[i] : 0;
+        memcpy(frame + LB_TERM_OFFSET_OFFSET, &offset_and_session, 8);
+        memcpy(frame + LB_STREAM_ID_OFFSET, &stream_and_term, 8);
+        memcpy(frame + LB_RESERVED_VALUE_OFFSET, &rv, 8);
+        copy_message(frame + LB_HEADER_LENGTH, src, (size_t)len);
+        lb_st_i32(frame, frame_length);
+        offset += (int32_t)lb_align_frame(frame_length);
+        src += len;
+    }
+}
+
 static int64_t offer_batch_impl(lb_publication_t *p, int exclusive, const char *data, int64_t data_length,
                                 const int64_t *offsets, const int32_t *lengths, const int64_t *reserved_values,
                                 int32_t count, int32_t *appended)
@@ -340,29 +373,10 @@ static int64_t offer_batch_impl(lb_publication_t *p, int exclusive, const char *
     uint8_t *term = NULL; int32_t term_offset = 0, term_id = 0;
     status = append_reserve(p, exclusive, &v, required, &term, &term_offset, &term_id);
     if (status != 0) return status;
-    int32_t offset = term_offset;
-    const uint8_t *src = (const uint8_t *)data;
-    const int32_t session_id = p->session_id;
-    /* bytes 16..23 of every header: stream id and term id, the same for the whole batch */
-    const uint64_t stream_and_term = pair32(p->stream_id, term_id);
-    const uint64_t kind = ((uint64_t)LB_UNFRAGMENTED << 40) | ((uint64_t)LB_HDR_TYPE_DATA << 48);
-    for (int32_t i = 0; i < n; i++) {
-        int32_t len = lengths[i];
-        int32_t frame_length = len + LB_HEADER_LENGTH;
-        uint8_t *frame = term + offset;
-        if (offsets) src = (const uint8_t *)data + offsets[i];
-        /* the header as lb_write_header writes it (the negative length first, in one store), then 3 x 8 bytes */
-        lb_st_i64(frame, (int64_t)((uint64_t)(uint32_t)(-frame_length) | kind));
-        uint64_t offset_and_session = pair32(offset, session_id);
-        int64_t rv = reserved_values ? reserved_values[i] : 0;
-        memcpy(frame + LB_TERM_OFFSET_OFFSET, &offset_and_session, 8);
-        memcpy(frame + LB_STREAM_ID_OFFSET, &stream_and_term, 8);
-        memcpy(frame + LB_RESERVED_VALUE_OFFSET, &rv, 8);
-        copy_message(frame + LB_HEADER_LENGTH, src, (size_t)len);
-        lb_st_i32(frame, frame_length);
-        offset += (int32_t)lb_align_frame(frame_length);
-        src += len;
-    }
+    if (offsets != NULL && reserved_values != NULL) /* the feed handler's batches: a loop without the tests */
+        write_batch(p, term, term_offset, term_id, (const uint8_t *)data, offsets, lengths, reserved_values, n);
+    else
+        write_batch(p, term, term_offset, term_id, (const uint8_t *)data, offsets, lengths, reserved_values, n);
     *appended = n;
     return position_after(p, term_id, term_offset + required);
 }
