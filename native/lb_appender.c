@@ -342,25 +342,32 @@ static int64_t offer_batch_impl(lb_publication_t *p, int exclusive, const char *
     tail_view_t v;
     int64_t status = fragmented ? 0 : append_begin(p, exclusive, lengths[0], &v);
     int fitting = !fragmented && status == 0;
-    int64_t budget = fitting ? v.limit - v.position : 0;
-    int64_t term_left = fitting ? p->term_length - v.term_offset : 0;
+    int64_t room = 0;
+    if (fitting) { /* what the window and the term have left */
+        int64_t budget = v.limit - v.position, term_left = p->term_length - v.term_offset;
+        room = budget < term_left ? budget : term_left;
+    }
     int64_t required = 0, cursor = 0;
-    int32_t n = 0;
-    /* the whole batch is validated: nothing is reserved for a batch that cannot be written */
+    int32_t n = count, longest = 0;
+    /* the whole batch is validated: nothing is reserved for a batch that cannot be written; on the way, the
+     * space all of it needs (usually it fits: one pass, the prefix search below only when it does not) */
     for (int32_t i = 0; i < count; i++) {
         int32_t len = lengths[i];
         int64_t start = offsets ? offsets[i] : cursor;
         /* a negative length reads as a huge unsigned one */
         if ((uint32_t)len > max_message || start < 0 || start > data_length - len) return LB_INVALID_BATCH;
         cursor = start + len;
-        if (fitting) {
+        required += lb_align_frame((int64_t)len + LB_HEADER_LENGTH);
+        longest = len > longest ? len : longest;
+    }
+    if (fitting && (required > room || longest > max_payload)) {
+        /* the longest prefix of unfragmented messages that fits (the first one always: append_begin saw room) */
+        required = 0;
+        for (n = 0; n < count; n++) {
+            int32_t len = lengths[n];
             int64_t aligned = lb_align_frame((int64_t)len + LB_HEADER_LENGTH);
-            if (len > max_payload || (n > 0 && (required + aligned > budget || required + aligned > term_left))) {
-                fitting = 0;
-            } else {
-                required += aligned;
-                n++;
-            }
+            if (len > max_payload || (n > 0 && required + aligned > room)) break;
+            required += aligned;
         }
     }
     if (fragmented) {
