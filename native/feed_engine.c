@@ -171,41 +171,27 @@ static void eng_walk(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t lengt
     int32_t *out_length = e->out_length;
     const int64_t first_out = e->out_count, n_end = first_out + (int64_t)fresh;
     uint64_t seq = from;
-    if (slot >= 0) { /* the bytes stay in the ring slab: each message's offset there */
-        const int64_t at = base_offset + MOLD_BLOCK_LENGTH_SIZE;
-        for (int64_t n = first_out; n < n_end; n++, seq++) {
-            int32_t len = be16(p + off);
-            out_seq[n] = seq;
-            out_length[n] = len;
-            out_offset[n] = at + off;
-            out_feed[n] = (uint8_t)feed;
-            out_arrival[n] = arrival_ns;
-            uint64_t s = seq & mask;
-            ring_seq[s] = seq;
-            ring_arrival[s] = arrival_ns;
-            ring_feed[s] = tag;
-            off += MOLD_BLOCK_LENGTH_SIZE + len;
-        }
-    } else { /* a copied datagram: its fresh messages' bytes go to out_bytes */
-        uint8_t *bytes = e->out_bytes;
-        int64_t bytes_length = e->out_bytes_length;
-        for (int64_t n = first_out; n < n_end; n++, seq++) {
-            int32_t len = be16(p + off);
-            off += MOLD_BLOCK_LENGTH_SIZE;
-            out_seq[n] = seq;
-            out_length[n] = len;
-            out_offset[n] = bytes_length;
-            out_feed[n] = (uint8_t)feed;
-            out_arrival[n] = arrival_ns;
-            memcpy(bytes + bytes_length, p + off, (size_t)len);
-            bytes_length += len;
-            uint64_t s = seq & mask;
-            ring_seq[s] = seq;
-            ring_arrival[s] = arrival_ns;
-            ring_feed[s] = tag;
-            off += len;
-        }
-        e->out_bytes_length = bytes_length;
+    /* where the block at `off` starts in the delivery's byte source: the ring slab (the bytes stay there), or
+     * out_bytes, where a copied datagram's fresh blocks go in one copy (their length prefixes with them) */
+    int64_t at = base_offset;
+    if (slot < 0) {
+        at = e->out_bytes_length - off;
+        memcpy(e->out_bytes + e->out_bytes_length, p + off, (size_t)(length - off));
+        e->out_bytes_length += length - off;
+    }
+    at += MOLD_BLOCK_LENGTH_SIZE;
+    for (int64_t n = first_out; n < n_end; n++, seq++) {
+        int32_t len = be16(p + off);
+        out_seq[n] = seq;
+        out_length[n] = len;
+        out_offset[n] = at + off;
+        out_feed[n] = (uint8_t)feed;
+        out_arrival[n] = arrival_ns;
+        uint64_t s = seq & mask;
+        ring_seq[s] = seq;
+        ring_arrival[s] = arrival_ns;
+        ring_feed[s] = tag;
+        off += MOLD_BLOCK_LENGTH_SIZE + len;
     }
     e->out_count = n_end;
     append_run(e, first_out, n_end, slot >= 0);

@@ -10,7 +10,9 @@ sockets: the kernel's receive path is not counted (see ``perf stat`` for that). 
 40 Add Orders of 36 bytes per packet, every packet on A and on B, B 5 packets behind A; each iteration is one
 round of ``--round`` packets per feed (the sequences and stamps in the ring advanced in place, as the next
 round's datagrams would be), ``datagram``: one datagram per ring slot (a sender that sends each one by itself),
-``coalesced``: runs of 8 datagrams per slot (UDP GRO).
+``coalesced``: runs of 8 datagrams per slot (UDP GRO), ``lossy``: one datagram per slot and A loses one packet per
+round (~2 %: the next packets of A wait in the out-of-order queue until B's copy fills the hole, then go out as
+copies).
 
 Each case runs in a child Python under ``valgrind --tool=callgrind`` twice, with N and 2N rounds after the same
 setup and warm-up; the difference divided by the packets of N rounds is the cost of one packet, free of
@@ -41,7 +43,10 @@ B_LAG = 5
 INTERVAL_NS = 50_000  # 20 k packets/s per feed
 TERM_LENGTH = 64 * 1024 * 1024
 WARMUP_ROUNDS = 20
-CASES = {"datagram": 1, "coalesced": 8}  # datagrams per ring slot
+# datagrams per ring slot, and whether A loses one packet per round (B's copy fills the hole 5 packets later: the
+# packets of A in between wait in the out-of-order queue, then go out as copies)
+CASES = {"datagram": (1, False), "coalesced": (8, False), "lossy": (1, True)}
+LOST_A_PACKET = 10  # the packet of each round A loses in the lossy case
 MEASURED = ("lbf_eng_process", "lbf_eng_offer")
 
 
@@ -68,7 +73,7 @@ def _child(case: str, rounds: int, per_round: int) -> None:
     from logbuf.feed.events import Feed
     from logbuf.feed.feed_native import RecvRing
 
-    group = CASES[case]
+    group, lossy = CASES[case]
     if per_round % group:
         raise SystemExit(f"--round must be a multiple of {group} for {case}")
     slots_per_feed = per_round // group
@@ -99,12 +104,15 @@ def _child(case: str, rounds: int, per_round: int) -> None:
         appended = ffi.new("int32_t *")
         deliver, admin = lib.LBF_EV_DELIVER, lib.LB_ADMIN_ACTION
         slots = 2 * slots_per_feed
+        # the slot ranges each round arbitrates (the lossy case skips A's lost slot)
+        ranges = [(0, 2 * LOST_A_PACKET), (2 * LOST_A_PACKET + 1, slots)] if lossy else [(0, slots)]
         published = 0
 
         def one_round() -> int:
             lib.lbf_eng_clear_output(e)
-            if lib.lbf_eng_process(e, rx, 0, slots) != 0:
-                raise SystemExit("lbf_eng_process failed")
+            for start, end in ranges:
+                if lib.lbf_eng_process(e, rx, start, end) != 0:
+                    raise SystemExit("lbf_eng_process failed")
             done = 0
             for k in range(e.event_count):
                 ev = e.events[k]
@@ -188,7 +196,7 @@ def measure(case: str, rounds: int, per_round: int, top: int) -> dict[str, float
     """Instructions per received packet: whole, engine, append, and the ``top`` costliest functions (self)."""
     once = _run(case, rounds, per_round)
     twice = _run(case, 2 * rounds, per_round)
-    packets = 2 * rounds * per_round  # A and B
+    packets = rounds * (2 * per_round - (1 if CASES[case][1] else 0))  # A and B (less A's lost packets)
     rows = {"whole": (twice[0] - once[0]) / packets}
     for name in MEASURED:
         rows[name] = (twice[1].get(name, 0) - once[1].get(name, 0)) / packets
