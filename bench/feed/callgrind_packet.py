@@ -19,6 +19,10 @@ setup and warm-up; the difference divided by the packets of N rounds is the cost
 start-up and setup. The engine and append rows are the inclusive counts of ``lbf_eng_process`` and
 ``lbf_eng_offer`` (no Python in them); "whole" is the whole process's difference (the Python loop that drives
 the rounds included). Instruction counts are exact and repeatable, unlike timings on a shared machine.
+
+``--time`` runs the same children without valgrind (N and 6N rounds) and reports CPU µs per received packet:
+noisy, but it shows what the counts do not, e.g. that with the profile's 64 MiB terms much of the append's time
+is the memory traffic of writing log lines not in any cache (compare ``--term-mib 1``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import itertools
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -41,7 +46,7 @@ MESSAGES_PER_PACKET = 40
 MESSAGE_LENGTH = 36
 B_LAG = 5
 INTERVAL_NS = 50_000  # 20 k packets/s per feed
-TERM_LENGTH = 64 * 1024 * 1024
+TERM_MIB = 64  # the profile's --term-mib: three terms far larger than any cache, as in the handler
 WARMUP_ROUNDS = 20
 # datagrams per ring slot, and whether A loses one packet per round (B's copy fills the hole 5 packets later: the
 # packets of A in between wait in the out-of-order queue, then go out as copies)
@@ -62,7 +67,7 @@ def _packet(first: int) -> bytes:
     return builder.build()
 
 
-def _child(case: str, rounds: int, per_round: int) -> None:
+def _child(case: str, rounds: int, per_round: int, term_mib: int = TERM_MIB) -> None:
     """The measured program: setup and warm-up, then ``rounds`` rounds of ``case``."""
     import numpy as np
     from logbuf._native import ffi, lib
@@ -94,7 +99,7 @@ def _child(case: str, rounds: int, per_round: int) -> None:
     arrivals = ring.arrivals
     directory = tempfile.mkdtemp(prefix="logbuf-callgrind-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     try:
-        log = LogBuffers.create(os.path.join(directory, "log"), term_length=TERM_LENGTH, session_id=1,
+        log = LogBuffers.create(os.path.join(directory, "log"), term_length=term_mib * 1024 * 1024, session_id=1,
                                 stream_id=2, initial_term_id=0)
         pub = ExclusivePublication(log, Position.standalone(log.max_possible_position - 1))
         arbiter = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=1)
@@ -142,6 +147,10 @@ def _child(case: str, rounds: int, per_round: int) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _child_command(case: str, rounds: int, per_round: int, term_mib: int) -> list[str]:
+    return [sys.executable, __file__, "--child", case, str(rounds), str(per_round), "--term-mib", str(term_mib)]
+
+
 def _run(case: str, rounds: int, per_round: int) -> tuple[int, dict[str, int], dict[str, int]]:
     """(the whole count, inclusive counts of MEASURED, self counts of every function) of one child run."""
     valgrind = shutil.which("valgrind")
@@ -149,8 +158,8 @@ def _run(case: str, rounds: int, per_round: int) -> tuple[int, dict[str, int], d
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
-        cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, "--child",
-               case, str(rounds), str(per_round)]
+        cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}",
+               *_child_command(case, rounds, per_round, TERM_MIB)]
         env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, env=env)
         if result.returncode != 0:
@@ -206,6 +215,22 @@ def measure(case: str, rounds: int, per_round: int, top: int) -> dict[str, float
     return rows
 
 
+def _cpu_seconds(case: str, rounds: int, per_round: int, term_mib: int) -> float:
+    """CPU time (user + system) of one child run without valgrind."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(_child_command(case, rounds, per_round, term_mib), check=True, timeout=1800)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def time_per_packet(case: str, rounds: int, per_round: int, term_mib: int, repeats: int) -> list[float]:
+    """CPU µs per received packet, N vs 6N rounds without valgrind, ``repeats`` times (timings: noisy on a
+    shared machine, unlike the counts)."""
+    packets = 5 * rounds * (2 * per_round - (1 if CASES[case][1] else 0))
+    return [(_cpu_seconds(case, 6 * rounds, per_round, term_mib) - _cpu_seconds(case, rounds, per_round, term_mib))
+            / packets * 1e6 for _ in range(repeats)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--rounds", type=int, default=200,
@@ -215,11 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", choices=tuple(CASES), action="append",
                         help="measure only this case (repeatable; default: every case)")
     parser.add_argument("--top", type=int, default=12, help="functions listed by their own cost (default: 12)")
+    parser.add_argument("--time", action="store_true",
+                        help="instead of counting, time N vs 6N rounds without valgrind (CPU µs per packet)")
+    parser.add_argument("--repeats", type=int, default=3, help="--time: runs of each case (default: 3)")
+    parser.add_argument("--term-mib", type=int, default=TERM_MIB,
+                        help=f"--time: the log's term length in MiB (default: {TERM_MIB}, the profile's)")
     parser.add_argument("--child", nargs=3, metavar=("CASE", "ROUNDS", "PER_ROUND"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         case, rounds, per_round = args.child
-        _child(case, int(rounds), int(per_round))
+        _child(case, int(rounds), int(per_round), args.term_mib)
+        return 0
+    if args.time:
+        for case in args.case or CASES:
+            times = time_per_packet(case, args.rounds, args.per_round, args.term_mib, args.repeats)
+            print(f"{case}: {min(times):.3f}-{max(times):.3f} µs CPU per received packet (runs: "
+                  f"{', '.join(f'{t:.3f}' for t in times)}; terms of {args.term_mib} MiB, N={args.rounds}, "
+                  f"load {os.getloadavg()[0]:.1f})")
         return 0
     if args.rounds <= 0 or args.per_round <= 0:
         parser.error("--rounds and --round must be positive")
