@@ -73,6 +73,11 @@ int32_t lbf_rx_init(lbf_rx_t *rx)
     for (int32_t i = 0; i < rx->capacity; i++) {
         impl->iov[i].iov_base = rx->slab + (int64_t)i * rx->slot_size;
         impl->iov[i].iov_len = (size_t)rx->slot_size;
+        struct msghdr *h = &impl->msgs[i].msg_hdr; /* msg_name stays NULL (calloc) */
+        h->msg_iov = &impl->iov[i];
+        h->msg_iovlen = 1;
+        h->msg_control = impl->control + (int64_t)i * RX_CONTROL_SIZE;
+        h->msg_controllen = RX_CONTROL_SIZE;
     }
     return 0;
 }
@@ -86,13 +91,10 @@ int32_t lbf_rx_recv(lbf_rx_t *rx, int32_t fd, int32_t feed, int32_t start, int32
     if (max == 0)
         return 0;
     rx_impl_t *impl = rx->impl;
+    /* the kernel writes back only msg_controllen, msg_flags and msg_len (no msg_name: the sender's address is
+     * not needed); the rest was set once by lbf_rx_init */
     for (int32_t i = start; i < start + max; i++) {
-        struct msghdr *h = &impl->msgs[i].msg_hdr;
-        memset(h, 0, sizeof *h);
-        h->msg_iov = &impl->iov[i];
-        h->msg_iovlen = 1;
-        h->msg_control = impl->control + (int64_t)i * RX_CONTROL_SIZE;
-        h->msg_controllen = RX_CONTROL_SIZE;
+        impl->msgs[i].msg_hdr.msg_controllen = RX_CONTROL_SIZE;
         impl->msgs[i].msg_len = 0;
     }
     int flags = mode == LBF_RECV_WAIT_FOR_ONE ? MSG_WAITFORONE : MSG_DONTWAIT;
@@ -165,15 +167,15 @@ int32_t lbf_rx_datagrams(const lbf_rx_t *rx, int32_t i)
 
 int feed_blocks_fill_packet(const uint8_t *p, int32_t length, uint32_t count)
 {
+    /* one check per block: its 2-byte length must lie inside the datagram before it is read. A block that runs
+     * past the end leaves off beyond the last place a length may start (the next block's check fails) or, for
+     * the last block, not at the end (the final check fails). */
+    const int64_t last_length_at = (int64_t)length - MOLD_BLOCK_LENGTH_SIZE;
     int64_t off = MOLD_HEADER_LENGTH;
     for (uint32_t i = 0; i < count; i++) {
-        if (off + MOLD_BLOCK_LENGTH_SIZE > length)
+        if (off > last_length_at)
             return 0;
-        int64_t len = be16(p + off);
-        off += MOLD_BLOCK_LENGTH_SIZE;
-        if (len > length - off)
-            return 0;
-        off += len;
+        off += MOLD_BLOCK_LENGTH_SIZE + (int64_t)be16(p + off);
     }
     return off == length;
 }

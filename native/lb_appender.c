@@ -243,63 +243,147 @@ void lb_claim_abort(uint8_t *terms, int64_t frame_offset, int32_t frame_length)
     lb_st_i32(terms + frame_offset, frame_length);
 }
 
+_Static_assert(LB_SESSION_ID_OFFSET == LB_TERM_OFFSET_OFFSET + 4 && LB_TERM_ID_OFFSET == LB_STREAM_ID_OFFSET + 4 &&
+               LB_STREAM_ID_OFFSET == LB_TERM_OFFSET_OFFSET + 8 && LB_RESERVED_VALUE_OFFSET == LB_HEADER_LENGTH - 8,
+               "offer_batch writes the header's fields in pairs");
+
+/* Two 32-bit header fields that sit side by side (lo at the lower address) as one 64-bit store. */
+static inline uint64_t pair32(int32_t lo, int32_t hi)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return ((uint64_t)(uint32_t)lo << 32) | (uint32_t)hi;
+#else
+    return ((uint64_t)(uint32_t)hi << 32) | (uint32_t)lo;
+#endif
+}
+
+/* memcpy of a short message without the library call (a batch's messages are mostly tens of bytes): overlapping
+ * 16/8/4-byte moves cover exactly [0, n), the way the library's own small-size path does; longer ones call it */
+static inline void copy_message(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    if (n > 64) {
+        memcpy(dst, src, n);
+    } else if (n >= 16) {
+        uint8_t a[16], b[16], c[16], d[16];
+        memcpy(a, src, 16);
+        memcpy(d, src + n - 16, 16);
+        if (n > 32) {
+            memcpy(b, src + 16, 16);
+            memcpy(c, src + n - 32, 16);
+            memcpy(dst + 16, b, 16);
+            memcpy(dst + n - 32, c, 16);
+        }
+        memcpy(dst, a, 16);
+        memcpy(dst + n - 16, d, 16);
+    } else if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, src, 8);
+        memcpy(&b, src + n - 8, 8);
+        memcpy(dst, &a, 8);
+        memcpy(dst + n - 8, &b, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, src, 4);
+        memcpy(&b, src + n - 4, 4);
+        memcpy(dst, &a, 4);
+        memcpy(dst + n - 4, &b, 4);
+    } else if (n > 0) {
+        uint8_t a = src[0], b = src[n / 2], c = src[n - 1];
+        dst[0] = a;
+        dst[n / 2] = b;
+        dst[n - 1] = c;
+    }
+}
+
+/* Frames for messages [0, n) of a batch from term_offset on (space reserved). Inlined twice by offer_batch, once
+ * where offsets and reserved values are known to be there, so that loop tests neither. */
+static inline __attribute__((always_inline)) void write_batch(const lb_publication_t *p, uint8_t *term,
+                                                              int32_t term_offset, int32_t term_id,
+                                                              const uint8_t *data, const int64_t *offsets,
+                                                              const int32_t *lengths, const int64_t *reserved_values,
+                                                              int32_t n)
+{
+    int32_t offset = term_offset;
+    const uint8_t *src = data;
+    const int32_t session_id = p->session_id;
+    /* bytes 16..23 of every header: stream id and term id, the same for the whole batch */
+    const uint64_t stream_and_term = pair32(p->stream_id, term_id);
+    const uint64_t kind = ((uint64_t)LB_UNFRAGMENTED << 40) | ((uint64_t)LB_HDR_TYPE_DATA << 48);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t len = lengths[i];
+        int32_t frame_length = len + LB_HEADER_LENGTH;
+        uint8_t *frame = term + offset;
+        if (offsets) src = data + offsets[i];
+        /* the header as lb_write_header writes it (the negative length first, in one store), then 3 x 8 bytes */
+        lb_st_i64(frame, (int64_t)((uint64_t)(uint32_t)(-frame_length) | kind));
+        uint64_t offset_and_session = pair32(offset, session_id);
+        int64_t rv = reserved_values ? reserved_values[i] : 0;
+        memcpy(frame + LB_TERM_OFFSET_OFFSET, &offset_and_session, 8);
+        memcpy(frame + LB_STREAM_ID_OFFSET, &stream_and_term, 8);
+        memcpy(frame + LB_RESERVED_VALUE_OFFSET, &rv, 8);
+        copy_message(frame + LB_HEADER_LENGTH, src, (size_t)len);
+        lb_st_i32(frame, frame_length);
+        offset += (int32_t)lb_align_frame(frame_length);
+        src += len;
+    }
+}
+
 static int64_t offer_batch_impl(lb_publication_t *p, int exclusive, const char *data, int64_t data_length,
                                 const int64_t *offsets, const int32_t *lengths, const int64_t *reserved_values,
                                 int32_t count, int32_t *appended)
 {
     *appended = 0;
     if (count <= 0) return LB_ADMIN_ACTION;
-    /* validate the whole batch first: nothing is reserved for a batch that cannot be written */
-    int64_t cursor = 0;
-    for (int32_t i = 0; i < count; i++) {
-        int64_t start = offsets ? offsets[i] : cursor;
-        if (lengths[i] < 0 || lengths[i] > p->max_message_length || start < 0 || start > data_length - lengths[i]) {
-            return LB_INVALID_BATCH;
-        }
-        cursor = start + lengths[i];
+    const int32_t max_payload = p->max_payload_length;
+    const uint32_t max_message = (uint32_t)p->max_message_length;
+    const int fragmented = lengths[0] > max_payload;  /* a message that needs fragments goes in on its own */
+    /* where the tail is (read only: nothing is reserved yet), so one pass over the batch both validates every
+     * message and sizes the longest prefix of unfragmented messages that fits the window and the term */
+    tail_view_t v;
+    int64_t status = fragmented ? 0 : append_begin(p, exclusive, lengths[0], &v);
+    int fitting = !fragmented && status == 0;
+    int64_t room = 0;
+    if (fitting) { /* what the window and the term have left */
+        int64_t budget = v.limit - v.position, term_left = p->term_length - v.term_offset;
+        room = budget < term_left ? budget : term_left;
     }
-    if (lengths[0] > p->max_payload_length) {
-        /* a message that needs fragments goes in on its own */
+    int64_t required = 0, cursor = 0;
+    int32_t n = count, longest = 0;
+    /* the whole batch is validated: nothing is reserved for a batch that cannot be written; on the way, the
+     * space all of it needs (usually it fits: one pass, the prefix search below only when it does not) */
+    for (int32_t i = 0; i < count; i++) {
+        int32_t len = lengths[i];
+        int64_t start = offsets ? offsets[i] : cursor;
+        /* a negative length reads as a huge unsigned one */
+        if ((uint32_t)len > max_message || start < 0 || start > data_length - len) return LB_INVALID_BATCH;
+        cursor = start + len;
+        required += lb_align_frame((int64_t)len + LB_HEADER_LENGTH);
+        longest = len > longest ? len : longest;
+    }
+    if (fitting && (required > room || longest > max_payload)) {
+        /* the longest prefix of unfragmented messages that fits (the first one always: append_begin saw room) */
+        required = 0;
+        for (n = 0; n < count; n++) {
+            int32_t len = lengths[n];
+            int64_t aligned = lb_align_frame((int64_t)len + LB_HEADER_LENGTH);
+            if (len > max_payload || (n > 0 && required + aligned > room)) break;
+            required += aligned;
+        }
+    }
+    if (fragmented) {
         int64_t r = offer_impl(p, exclusive, data + (offsets ? offsets[0] : 0), lengths[0],
                                reserved_values ? reserved_values[0] : 0);
         if (r >= 0) *appended = 1;
         return r;
     }
-    tail_view_t v;
-    int64_t status = append_begin(p, exclusive, lengths[0], &v);
     if (status != 0) return status;
-
-    /* take the longest prefix of unfragmented messages that fits the window and what the term has left */
-    int64_t budget = v.limit - v.position;
-    int64_t term_left = p->term_length - v.term_offset;
-    int64_t required = 0;
-    int32_t n = 0;
-    while (n < count) {
-        int32_t len = lengths[n];
-        if (len > p->max_payload_length) break;
-        int64_t aligned = lb_align_frame(len + LB_HEADER_LENGTH);
-        if (n > 0 && (required + aligned > budget || required + aligned > term_left)) break;
-        required += aligned;
-        n++;
-    }
     uint8_t *term = NULL; int32_t term_offset = 0, term_id = 0;
     status = append_reserve(p, exclusive, &v, required, &term, &term_offset, &term_id);
     if (status != 0) return status;
-    int32_t offset = term_offset;
-    const char *src = data;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t frame_length = lengths[i] + LB_HEADER_LENGTH;
-        uint8_t *frame = term + offset;
-        int64_t rv = reserved_values ? reserved_values[i] : 0;
-        if (offsets) src = data + offsets[i];
-        lb_write_header(frame, frame_length, LB_UNFRAGMENTED, LB_HDR_TYPE_DATA, offset, p->session_id, p->stream_id,
-                        term_id);
-        memcpy(frame + LB_RESERVED_VALUE_OFFSET, &rv, 8);
-        if (lengths[i]) memcpy(frame + LB_HEADER_LENGTH, src, (size_t)lengths[i]);
-        lb_st_i32(frame, frame_length);
-        offset += (int32_t)lb_align_frame(frame_length);
-        src += lengths[i];
-    }
+    if (offsets != NULL && reserved_values != NULL) /* the feed handler's batches: a loop without the tests */
+        write_batch(p, term, term_offset, term_id, (const uint8_t *)data, offsets, lengths, reserved_values, n);
+    else
+        write_batch(p, term, term_offset, term_id, (const uint8_t *)data, offsets, lengths, reserved_values, n);
     *appended = n;
     return position_after(p, term_id, term_offset + required);
 }

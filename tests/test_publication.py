@@ -139,6 +139,23 @@ def test_offer_batch_list_and_buffer_forms(pipe) -> None:
     assert [(g[0], g[1]) for g in p.drain()] == [(b"a", 1), (b"bb", 2), (b"ccc", 3), (b"0123", 0), (b"456789", 0)]
 
 
+def test_offer_batch_copies_every_short_length_exactly(pipe) -> None:
+    # lengths 0..130 cover every size class of the batch's inline copy (and the library call above 64 bytes);
+    # the bytes around each message in the source differ from it, so an over- or under-copy shows
+    p = pipe()
+    rng = np.random.default_rng(7)
+    messages = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in range(131)]
+    data = np.frombuffer(b"".join(messages), dtype=np.uint8)
+    lengths = np.array([len(m) for m in messages], dtype=np.int32)
+    rest = 0
+    while rest < len(messages):
+        r = p.pub.offer_batch(data[int(lengths[:rest].sum()):], lengths=lengths[rest:],
+                              reserved_values=np.arange(rest, len(messages), dtype=np.int64))
+        assert r.appended > 0, r
+        rest += r.appended
+    assert [(g[0], g[1]) for g in p.drain()] == [(m, i) for i, m in enumerate(messages)]
+
+
 def test_offer_batch_stops_at_window_and_term_end(pipe) -> None:
     p = pipe(term_length=64 * 1024)
     p.limit.set(64 * 10)
