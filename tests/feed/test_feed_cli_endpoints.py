@@ -65,3 +65,17 @@ def test_addresses_the_handler_can_use_still_parse() -> None:
     assert parse_feed("OFF") is None
     assert parse_server("10.0.0.9:30010") == ("10.0.0.9", 30010)
     assert parse_server("localhost:30010") == ("localhost", 30010)  # the server's socket resolves a name
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--feed-a", "239.1.1.1:30001", "--feed-b", "239.1.1.1:30001"),
+     "--feed-a and --feed-b are both 239.1.1.1:30001"),  # every datagram on both feeds: copies, not sources
+    (("--feed-a", "127.0.0.1:30001", "--feed-b", "127.0.0.1:30002", "--retransmit", "127.0.0.1:30001"),
+     "--retransmit 127.0.0.1:30001 is --feed-a's address"),
+])
+def test_feeds_that_are_not_two_sources_are_refused(feed: Callable[..., Ran], args: tuple[str, ...],
+                                                   says: str) -> None:
+    ran = feed(*args)
+    assert ran.returncode == 2, ran.stderr
+    assert says in ran.stderr and "Traceback" not in ran.stderr
+

@@ -92,6 +92,10 @@ def _cmd_feed(args: argparse.Namespace) -> int:
             raise
         print(f"logbuf feed: error: {exc}", file=sys.stderr)
         return 1
+    if handler.rcvbuf_granted < config.rcvbuf:
+        print(f"logbuf feed: warning: --rcvbuf {config.rcvbuf} was capped at {handler.rcvbuf_granted} bytes per "
+              "socket (net.core.rmem_max; raising past it needs CAP_NET_ADMIN): a burst longer than that is "
+              "dropped by the kernel (counted as kernel_drops)", file=sys.stderr, flush=True)
     with handler, _stop_on_signals() as stop:
 
         def stop_when_signalled() -> None:
@@ -170,6 +174,16 @@ def _refuse_what_is_not_honoured(args: argparse.Namespace) -> None:
         if args.mode == feed and others in given and getattr(args, others) is not None:
             raise UsageError(f"{flag(others)} is not read with --mode {feed} (give {flag(others)} off or leave it "
                              "out)")
+    used = [(name, address) for name, address, feed in (("--feed-a", args.feed_a, "a"), ("--feed-b", args.feed_b, "b"))
+            if address is not None and args.mode in (feed, "ab")]
+    if len(used) == 2 and used[0][1] == used[1][1] and used[0][1][1] != 0:  # port 0: two ephemeral ports
+        # every datagram would arrive on both feeds: one forged datagram would be "confirmed by the other feed"
+        raise UsageError(f"--feed-a and --feed-b are both {used[0][1][0]}:{used[0][1][1]}: A and B must be two "
+                         "different sources (or use --mode a)")
+    for name, address in used:
+        if args.retransmit is not None and tuple(args.retransmit) == tuple(address):
+            raise UsageError(f"--retransmit {address[0]}:{address[1]} is {name}'s address: the requests would go "
+                             "to the handler's own feed")
     if "interface" in given and not any(_is_multicast(address) for address in (args.feed_a, args.feed_b)):
         raise UsageError("--interface is only used to join multicast groups (neither --feed-a nor --feed-b is one)")
     if "capture_stream" in given and not args.capture:

@@ -246,6 +246,9 @@ class FeedHandler:
             sock.connect(cfg.retransmit)  # answers come back to this socket, and only from the server
             sock.setblocking(False)
             self.sockets[Feed.RETRANSMIT] = sock
+        # what the kernel granted (the smallest of the sockets): below --rcvbuf without CAP_NET_ADMIN
+        self.rcvbuf_granted = min((s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2
+                                   for s in self.sockets.values()), default=cfg.rcvbuf)
         if cfg.kernel_timestamps:
             for sock in self.sockets.values():
                 enable_kernel_timestamps(sock)
