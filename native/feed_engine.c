@@ -557,90 +557,146 @@ static inline void session_candidate_revealed(lbf_eng_t *e, int32_t feed, int sa
     im->cand_n = kept;
 }
 
+/* append a copy of the datagram to the held candidates (0: out of memory, counted) */
+static int hold_candidate(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, const uint8_t *session,
+                          uint64_t start, uint64_t end, int64_t arrival_ns)
+{
+    eng_impl_t *im = IMPL(e);
+    uint8_t *copy = malloc((size_t)length);
+    if (copy == NULL || !feed_grow((void **)&im->cand, &im->cand_cap, im->cand_n + 1, sizeof *im->cand)) {
+        free(copy);
+        im->oom = 1;
+        return 0;
+    }
+    memcpy(copy, p, (size_t)length);
+    candidate_t *c = &im->cand[im->cand_n++];
+    memset(c, 0, sizeof *c);
+    c->feed = feed;
+    memcpy(c->session, session, MOLD_SESSION_LENGTH);
+    c->start = start;
+    c->end = end;
+    c->arrival_ns = arrival_ns;
+    c->data = copy;
+    c->length = length;
+    c->used = 1;
+    return 1;
+}
+
 /* hold the first datagram of a session until a second one confirms it: the other feed's (its position within
- * max_jump) or the same feed's next one continuing it (spec.py _session_confirmed). Returns how many held
- * datagrams it confirms, moved into `out` lowest position first (the caller frees them); -1 when this one is
- * held instead. A feed holds one candidate per session, of ENG_CANDIDATES_PER_FEED sessions at most. */
+ * max_jump), or the same feed's next one continuing it, with both feeds arbitrated only once the other feed has
+ * been silent for end_of_session_quiet_ns (two datagrams of one feed are one source); what its feed sends on
+ * meanwhile is held behind it (up to ENG_HELD_PER_SESSION), a repeat of what it held is dropped (spec.py
+ * _session_confirmed). Returns how many held datagrams it confirms, in *out (malloc'd, lowest position first;
+ * the caller frees them and it); -1 when this one is held instead. A feed holds datagrams of
+ * ENG_CANDIDATES_PER_FEED sessions at most. */
 static int32_t session_confirmed(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length,
                                  const uint8_t *session, uint64_t first, uint32_t count, int is_marker,
-                                 int64_t arrival_ns, candidate_t *out)
+                                 int64_t arrival_ns, candidate_t **out)
 {
     eng_impl_t *im = IMPL(e);
     uint64_t start = first, end = is_marker ? first : first + count, bound = e->config.max_jump;
-    int32_t n = 0, kept = 0;
-    uint8_t confirming[ENG_MAX_CANDIDATES];
+    int32_t n = 0, kept = 0, run = 0, run_first = -1, run_last = -1;
+    int alone = 1; /* the other live feed is silent (or not arbitrated) */
+    if ((e->config.feed_mask & LIVE_FEEDS_MASK) == LIVE_FEEDS_MASK) {
+        int64_t other = im->feed_seen_ns[feed == LBF_FEED_A ? LBF_FEED_B : LBF_FEED_A];
+        int64_t since = other != INT64_MIN ? other : im->first_seen_ns;
+        alone = since != INT64_MIN && arrival_ns - since >= e->config.end_of_session_quiet_ns;
+    }
     for (int32_t i = 0; i < im->cand_n; i++) {
         candidate_t *c = &im->cand[i];
         uint64_t d = c->start > start ? c->start - start : start - c->start;
-        confirming[i] = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0 &&
-                        (c->feed == feed ? c->end <= start : (!bound || d <= bound));
-        n += confirming[i];
+        c->same = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0;
+        if (c->same && c->feed == feed) { /* this feed's run of that session */
+            run++;
+            if (run_first < 0)
+                run_first = i;
+            run_last = i;
+        }
+        c->confirming = c->same && (c->feed == feed ? alone && c->end <= start : (!bound || d <= bound));
+        n += c->confirming;
     }
-    if (n == 0) {
-        uint8_t *copy = malloc((size_t)length);
-        if (copy == NULL) {
-            im->oom = 1;
-            return -1;
-        }
-        memcpy(copy, p, (size_t)length);
-        /* the same feed went back (or elsewhere) in that session, or holds too many: the older one is dropped */
-        int32_t mine = 0, same = 0;
-        for (int32_t i = 0; i < im->cand_n; i++) {
-            if (im->cand[i].feed == feed) {
-                mine++;
-                same += memcmp(im->cand[i].session, session, MOLD_SESSION_LENGTH) == 0;
-            }
-        }
-        int32_t excess = mine - ENG_CANDIDATES_PER_FEED + 1;
-        for (int32_t i = 0; i < im->cand_n; i++) {
-            candidate_t *c = &im->cand[i];
-            int drop = 0;
-            if (c->feed == feed) {
-                if (same)
-                    drop = memcmp(c->session, session, MOLD_SESSION_LENGTH) == 0;
-                else if (excess > 0) {
-                    drop = 1;
-                    excess--;
-                }
-            }
-            if (drop) {
-                free(c->data);
-                e->counters[LBF_C_SESSIONS_FORGED] += 1;
-            } else {
-                im->cand[kept++] = *c;
-            }
-        }
-        candidate_t *c = &im->cand[kept++];
-        c->feed = feed;
-        memcpy(c->session, session, MOLD_SESSION_LENGTH);
-        c->start = start;
-        c->end = end;
-        c->arrival_ns = arrival_ns;
-        c->data = copy;
-        c->length = length;
-        c->used = 1;
-        im->cand_n = kept;
+    if (n == 0 && run_first >= 0 && start >= im->cand[run_first].start) {
+        /* its feed goes on (held behind the first, waiting for the other feed or its silence), or repeats what
+         * it held (nothing new) */
+        if (start >= im->cand[run_last].end && run < ENG_HELD_PER_SESSION)
+            hold_candidate(e, feed, p, length, session, start, end, arrival_ns);
         return -1;
     }
-    /* every other candidate was forged */
-    e->counters[LBF_C_SESSIONS_FORGED] += im->cand_n - n;
+    if (n == 0) {
+        /* the same feed went back (or elsewhere) in that session: what it held of it is dropped; or it holds too
+         * many sessions: the oldest one's are dropped */
+        int32_t any = 0;
+        for (int32_t i = 0; i < im->cand_n; i++) {
+            im->cand[i].confirming = im->cand[i].feed == feed && im->cand[i].same; /* now: to drop */
+            any |= im->cand[i].confirming;
+        }
+        if (!any) {
+            const uint8_t *sessions[ENG_CANDIDATES_PER_FEED + 1];
+            int32_t ns = 0;
+            for (int32_t i = 0; i < im->cand_n; i++) {
+                if (im->cand[i].feed != feed)
+                    continue;
+                int32_t k = 0;
+                while (k < ns && memcmp(sessions[k], im->cand[i].session, MOLD_SESSION_LENGTH) != 0)
+                    k++;
+                if (k == ns && ns < ENG_CANDIDATES_PER_FEED + 1)
+                    sessions[ns++] = im->cand[i].session;
+            }
+            int32_t excess = ns - ENG_CANDIDATES_PER_FEED + 1; /* the oldest sessions go */
+            for (int32_t i = 0; i < im->cand_n; i++)
+                for (int32_t k = 0; im->cand[i].feed == feed && k < excess; k++)
+                    if (memcmp(sessions[k], im->cand[i].session, MOLD_SESSION_LENGTH) == 0)
+                        im->cand[i].confirming = 1;
+        }
+        for (int32_t i = 0; i < im->cand_n; i++) {
+            if (im->cand[i].confirming) {
+                free(im->cand[i].data);
+                e->counters[LBF_C_SESSIONS_FORGED] += 1;
+            } else {
+                im->cand[kept++] = im->cand[i];
+            }
+        }
+        im->cand_n = kept;
+        hold_candidate(e, feed, p, length, session, start, end, arrival_ns);
+        return -1;
+    }
+    /* confirmed: the confirming ones and what their feeds held behind them (their continuations) */
+    uint64_t floor[LBF_FEEDS];
+    int32_t has_floor[LBF_FEEDS] = {0};
+    for (int32_t i = 0; i < im->cand_n; i++) {
+        candidate_t *c = &im->cand[i];
+        if (c->confirming && (!has_floor[c->feed] || c->start < floor[c->feed])) {
+            floor[c->feed] = c->start;
+            has_floor[c->feed] = 1;
+        }
+    }
+    candidate_t *taken = malloc((size_t)im->cand_n * sizeof *taken);
+    if (taken == NULL) {
+        im->oom = 1;
+        free_candidates(im);
+        return -1;
+    }
     n = 0;
     for (int32_t i = 0; i < im->cand_n; i++) {
-        if (confirming[i])
-            out[n++] = im->cand[i];
-        else
-            free(im->cand[i].data);
+        candidate_t *c = &im->cand[i];
+        if (c->confirming || (c->same && has_floor[c->feed] && c->start >= floor[c->feed])) {
+            taken[n++] = *c;
+        } else {
+            free(c->data);
+            e->counters[LBF_C_SESSIONS_FORGED] += 1;
+        }
     }
     im->cand_n = 0;
-    for (int32_t i = 1; i < n; i++) { /* stable insertion sort by position */
-        candidate_t c = out[i];
+    for (int32_t i = 1; i < n; i++) { /* stable insertion sort by position (nearly sorted already) */
+        candidate_t c = taken[i];
         int32_t j = i - 1;
-        while (j >= 0 && out[j].start > c.start) {
-            out[j + 1] = out[j];
+        while (j >= 0 && taken[j].start > c.start) {
+            taken[j + 1] = taken[j];
             j--;
         }
-        out[j + 1] = c;
+        taken[j + 1] = c;
     }
+    *out = taken;
     return n;
 }
 
@@ -668,9 +724,9 @@ static int accept_session(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t 
         if (!complete && arrival_ns - e->last_session_arrival_ns < e->config.session_change_idle_ns)
             return 0;
     }
-    candidate_t held[ENG_MAX_CANDIDATES];
+    candidate_t *held = NULL;
     int32_t n = e->config.confirm
-                    ? session_confirmed(e, feed, p, length, session, first, count, is_marker, arrival_ns, held)
+                    ? session_confirmed(e, feed, p, length, session, first, count, is_marker, arrival_ns, &held)
                     : 0;
     if (n < 0)
         return 0;
@@ -700,6 +756,7 @@ static int accept_session(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t 
         eng_intake_packet(e, c->data, c->length, f, 0, c->arrival_ns, -1, 0);
         free(c->data);
     }
+    free(held);
     return 1;
 }
 
@@ -1217,6 +1274,13 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
         st[LBF_FS_DECODE_ERRORS] += 1;
         return;
     }
+    if (feed != LBF_FEED_RETRANSMIT) {
+        eng_impl_t *im = IMPL(e);
+        if (arrival_ns > im->feed_seen_ns[feed])
+            im->feed_seen_ns[feed] = arrival_ns;
+        if (im->first_seen_ns == INT64_MIN)
+            im->first_seen_ns = arrival_ns;
+    }
     const uint8_t *session = p + MOLD_SESSION_OFFSET;
     int same = e->has_session && memcmp(session, e->session, MOLD_SESSION_LENGTH) == 0;
     session_candidate_revealed(e, feed, same);
@@ -1428,6 +1492,10 @@ int32_t lbf_eng_init(lbf_eng_t *e)
     if (e->impl == NULL)
         return -ENOMEM;
     e->recovery_deadline_ns = INT64_MAX;
+    eng_impl_t *im = IMPL(e);
+    for (int32_t f = 0; f < LBF_FEEDS; f++)
+        im->feed_seen_ns[f] = INT64_MIN;
+    im->first_seen_ns = INT64_MIN;
     int32_t rc = feed_rec_init(e);
     if (rc < 0) {
         lbf_eng_destroy(e);
@@ -1444,6 +1512,7 @@ void lbf_eng_destroy(lbf_eng_t *e)
     feed_q_clear(im);
     free_held(im);
     free_candidates(im);
+    free(im->cand);
     free(im->heap);
     free(im->cov_start);
     free(im->cov_end);

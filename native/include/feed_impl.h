@@ -68,7 +68,7 @@ int feed_blocks_fill_packet(const uint8_t *p, int32_t length, uint32_t count);
 
 #define ENG_MAX_HELD LBF_FEEDS /* one unconfirmed jump per feed */
 #define ENG_CANDIDATES_PER_FEED 2 /* sessions a feed may hold a first datagram of (spec.py CANDIDATES_PER_FEED) */
-#define ENG_MAX_CANDIDATES (ENG_CANDIDATES_PER_FEED * LBF_FEEDS)
+#define ENG_HELD_PER_SESSION 4096 /* datagrams of one session a feed holds awaiting confirmation (spec.py) */
 #define ENG_MAX_REQUESTED 4096 /* requested ranges remembered for accepting answers (spec.py MAX_REQUESTED_RANGES) */
 
 typedef struct q_entry {
@@ -109,6 +109,7 @@ typedef struct candidate {
     int64_t arrival_ns;
     uint8_t *data;
     int32_t length;
+    uint8_t same, confirming; /* scratch of session_confirmed */
 } candidate_t;
 
 /* the re-request pacing (src/logbuf/feed/recovery.py is its specification, name for name) */
@@ -170,7 +171,12 @@ typedef struct eng_impl {
     int64_t retired_n, retired_cap;
     held_t held[ENG_MAX_HELD];
     int32_t held_n;
-    candidate_t cand[ENG_MAX_CANDIDATES]; /* sessions' first datagrams awaiting confirmation, arrival order */
+    candidate_t *cand; /* sessions' datagrams awaiting confirmation, arrival order (grows) */
+    int64_t cand_cap;
+    /* when each live feed last sent a valid datagram, and when the first came (INT64_MIN: not yet): a feed's
+     * own next datagram confirms a session only while the other feed is silent */
+    int64_t feed_seen_ns[LBF_FEEDS];
+    int64_t first_seen_ns;
     int32_t cand_n;
     int32_t end_held[LBF_FEEDS];  /* per live feed: an END_OF_SESSION awaiting confirmation */
     uint64_t end_next[LBF_FEEDS];

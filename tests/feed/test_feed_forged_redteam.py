@@ -4,6 +4,8 @@ specification and the C engine alike):
 * the same forged packet on both feeds, or two forged packets in a row on one feed, a few messages ahead: the
   copies (or the same feed continuing) confirm the jump, but it stays provisional and the forging feed going
   back below it undoes it;
+* two datagrams of a forger's session on one feed before the true session, or (``--join live``) two forged
+  packets far ahead in a row: two datagrams of one feed are one source while the other feed is live;
 * one forged END_OF_SESSION sent twice on one feed, or on A followed by a freeze of A while B carries the
   session past it: an end acts only after the quiet period without traffic past it on either feed;
 * a session id that is not ASCII (any 10 bytes pass the wire's validation) is resumed after a restart."""
@@ -125,6 +127,35 @@ def test_a_forged_end_sent_twice_on_one_feed_does_not_end_the_session(make: type
     events += arb.on_tick(now + ArbiterConfig().end_of_session_quiet_ns)  # an end acts after the quiet period
     assert [e.next_sequence for e in events if isinstance(e, EndOfSession)] == [61]
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
+
+
+def test_two_datagrams_of_another_session_on_one_feed_never_choose_the_session(make: type) -> None:
+    evil = m.encode_session("EVILSESS01")
+    arb = make(ArbiterConfig())
+    events: list = []
+    events += arb.on_packet(Feed.A, m.encode_downstream(evil, 1, [b"EVIL1", b"EVIL2"]), 0)
+    events += arb.on_packet(Feed.A, m.encode_downstream(evil, 3, [b"EVIL3"]), 0)
+    now = 0
+    for first in range(1, 51, 10):  # then the true session on both feeds
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert forged_messages(events) == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 51))
+
+
+def test_join_live_never_starts_at_two_forged_packets_on_one_feed(make: type) -> None:
+    arb = make(ArbiterConfig(start_sequence=None))
+    events: list = []
+    events += arb.on_packet(Feed.A, m.encode_downstream(TRUE, 10**9, [b"FORGED1"]), 0)
+    events += arb.on_packet(Feed.A, m.encode_downstream(TRUE, 10**9 + 1, [b"FORGED2"]), 0)
+    now = 0
+    for first in range(5001, 5051, 10):
+        now += MS
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert forged_messages(events) == []
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(5001, 5051))
 
 
 def test_a_session_id_the_wire_accepted_can_be_resumed_after_a_restart(make: type) -> None:

@@ -199,12 +199,31 @@ def test_a_session_starts_with_the_other_feeds_copy(make: type) -> None:
     assert arb.counters.sessions_forged == 0
 
 
-def test_a_session_starts_with_the_same_feeds_next_datagram(make: type) -> None:
-    """Feed B lost: A's second datagram confirms its first (one packet interval later)."""
+def test_a_session_starts_with_the_same_feeds_next_datagram_once_the_other_feed_is_silent(make: type) -> None:
+    """Feed B lost: two datagrams of one feed are one source, so A's datagrams are held until B has been silent
+    for the quiet period; then A's next one confirms them and nothing A carried is lost."""
     arb = make(ArbiterConfig())
+    assert arb.on_packet(Feed.A, pk(1, 10), 0) == []
+    assert arb.on_packet(Feed.A, pk(11, 10), MS) == []  # B may still send its copy: held behind the first
+    assert arb.on_packet(Feed.A, pk(11, 10), 2 * MS) == []  # a repeat: nothing new
+    events = arb.on_packet(Feed.A, pk(21, 10), QUIET)
+    assert [s for s, _ in delivered(events)] == list(range(1, 31))
+    assert arb.counters.sessions_forged == 0
+
+
+def test_a_single_feed_session_starts_with_its_next_datagram(make: type) -> None:
+    arb = make(ArbiterConfig(mode=FeedMode.A_ONLY))
     assert arb.on_packet(Feed.A, pk(1, 10), 0) == []
     events = arb.on_packet(Feed.A, pk(11, 10), MS)
     assert [s for s, _ in delivered(events)] == list(range(1, 21))
+
+
+def test_a_session_starts_with_the_other_feeds_copy_and_what_the_first_feed_held(make: type) -> None:
+    """B lags: A's first datagrams wait for B's copy of the first, then all of A's go out (A's copies win)."""
+    arb = make(ArbiterConfig())
+    run(arb, [(Feed.A, pk(s, 10)) for s in range(1, 41, 10)])
+    events = arb.on_packet(Feed.B, pk(1, 10), 5 * MS)
+    assert [(e.seq, e.feed) for e in events if isinstance(e, Deliver)] == [(s, Feed.A) for s in range(1, 41)]
 
 
 def test_a_heartbeat_first_then_data_joins_live_at_its_next_sequence(make: type) -> None:

@@ -41,7 +41,8 @@ the hole like a zero-length packet) and never advances ``expected``. An end of s
 (``confirm``) by ``end_of_session_quiet_ns`` without traffic past it (the other feed's copy is no confirmation: a
 forger may send both); data or a marker past it on either live feed reveals it as forged (``ends_forged``). ``EndOfSession`` is emitted once confirmed and the stream reached it.
 **Sessions**: a session is adopted only when a second datagram confirms its first (``confirm``): the other live
-feed's (within ``max_jump`` of it) or the same feed's next one at or past its end; until then the first is held
+feed's (within ``max_jump`` of it) or the same feed's next one at or past its end (with both feeds arbitrated,
+only once the other has been silent for ``end_of_session_quiet_ns``: one feed is one source); until then the first is held
 (one per session, of ``CANDIDATES_PER_FEED`` sessions per live feed, counted as foreign); confirming one session,
 or the current session continuing on that feed, reveals the others as forged (``sessions_forged``); a feed's
 unconfirmed end of session is confirmed by that feed moving to a new (confirmed) session; on confirmation the
@@ -170,6 +171,7 @@ class _Queued:
 
 
 CANDIDATES_PER_FEED = 2  # sessions a live feed may hold a first datagram of at once
+HELD_PER_SESSION = 4096  # datagrams of one session a feed holds awaiting confirmation (C: ENG_HELD_PER_SESSION)
 
 
 class _Candidate:
@@ -261,6 +263,10 @@ class SpecArbiter:
         # first datagrams of sessions not adopted yet, until a second one confirms them: arrival order, at most
         # CANDIDATES_PER_FEED per live feed (of distinct sessions)
         self._candidates: list[_Candidate] = []
+        # when each live feed last sent a valid datagram, and when the first came (None: not yet): a feed's own
+        # next datagram confirms a session only while the other feed is silent
+        self._feed_seen_ns: list[int | None] = [None] * len(Feed)
+        self._first_seen_ns: int | None = None
         # per live feed, an END_OF_SESSION marker not confirmed yet: (next sequence, arrival)
         self._end_candidates: list[tuple[int, int] | None] = [None] * len(Feed)
 
@@ -367,6 +373,11 @@ class SpecArbiter:
         if not valid:
             st[FS_DECODE_ERRORS] += 1
             return
+        if feed != Feed.RETRANSMIT:
+            seen = self._feed_seen_ns[feed]
+            self._feed_seen_ns[feed] = arrival_ns if seen is None else max(seen, arrival_ns)
+            if self._first_seen_ns is None:
+                self._first_seen_ns = arrival_ns
         self._session_candidate_revealed(feed, session)
         if session != self.session and not self._accept_session(feed, buf, session, first, count, marker,
                                                                 arrival_ns, out):
@@ -639,28 +650,58 @@ class SpecArbiter:
     def _session_confirmed(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int,
                            marker: bool, arrival_ns: int) -> list[_Candidate] | None:
         """Hold the first datagram of a session until a second one confirms it: the other feed's (its position
-        within ``max_jump``) or the same feed's next one continuing it (at or past its end). Returns the held
-        datagrams it confirms (lowest position first), or None when this one is held instead. A feed holds one
-        candidate per session, of two sessions at most (a forged datagram between two true ones displaces
-        neither); confirming one session drops every other candidate (``sessions_forged``)."""
+        within ``max_jump``) or the same feed's next one continuing it (at or past its end) — with both feeds
+        arbitrated, the latter only once the other feed has been silent for ``end_of_session_quiet_ns``: two
+        datagrams of one feed are one source. What its feed sends on meanwhile is held behind it (up to
+        ``HELD_PER_SESSION``; a repeat of what it held is dropped). Returns the held datagrams it confirms (the
+        confirming ones and their feeds' continuations, lowest position first), or None when this one is held
+        instead. A feed holds datagrams of ``CANDIDATES_PER_FEED`` sessions at most; confirming one session drops
+        every other candidate (``sessions_forged``)."""
         start = first  # a marker's next sequence, a data packet's first
         end = first if marker else first + count
         bound = self.config.max_jump
         candidates = self._candidates
-        confirming = [c for c in candidates if c.session == session and
-                      (c.end <= start if c.feed == feed else bound is None or abs(c.start - start) <= bound)]
-        if not confirming:
-            # the same feed went back (or elsewhere) in that session, or holds too many: the older one is dropped
-            mine = [c for c in candidates if c.feed == feed]
-            drop = [c for c in mine if c.session == session] or mine[: max(0, len(mine) - CANDIDATES_PER_FEED + 1)]
+        alone = True  # the other live feed is silent (or not arbitrated)
+        if self.feed_mask & LIVE_FEEDS_MASK == LIVE_FEEDS_MASK:
+            other = self._feed_seen_ns[Feed.B if feed == Feed.A else Feed.A]
+            since = other if other is not None else self._first_seen_ns
+            alone = since is not None and arrival_ns - since >= self.config.end_of_session_quiet_ns
+        same = [c.session == session for c in candidates]
+        confirming = [s and (alone and c.end <= start if c.feed == feed
+                             else bound is None or abs(c.start - start) <= bound) for s, c in zip(same, candidates)]
+        run = [c for s, c in zip(same, candidates) if s and c.feed == feed]  # this feed's run of that session
+        if not any(confirming):
+            if run and start >= run[0].start:
+                # its feed goes on (held behind the first, waiting for the other feed or its silence), or repeats
+                # what it held (nothing new)
+                if start >= run[-1].end and len(run) < HELD_PER_SESSION:
+                    candidates.append(_Candidate(session, feed, bytes(buf), start, end, arrival_ns))
+                return None
+            # the same feed went back (or elsewhere) in that session: what it held of it is dropped; or it holds
+            # too many sessions: the oldest one's are dropped
+            mine = [i for i, c in enumerate(candidates) if c.feed == feed]
+            drop = {i for i in mine if same[i]}
+            if not drop:
+                sessions: list[bytes] = []
+                for i in mine:
+                    if candidates[i].session not in sessions:
+                        sessions.append(candidates[i].session)
+                oldest = set(sessions[: max(0, len(sessions) - CANDIDATES_PER_FEED + 1)])
+                drop = {i for i in mine if candidates[i].session in oldest}
             self.counters.sessions_forged += len(drop)
-            self._candidates = [c for c in candidates if c not in drop]
+            self._candidates = [c for i, c in enumerate(candidates) if i not in drop]
             self._candidates.append(_Candidate(session, feed, bytes(buf), start, end, arrival_ns))
             return None
-        self.counters.sessions_forged += len(candidates) - len(confirming)
+        # confirmed: the confirming ones and what their feeds held behind them (their continuations)
+        floor: dict[Feed, int] = {}
+        for c, yes in zip(candidates, confirming):
+            if yes:
+                floor[c.feed] = min(floor.get(c.feed, c.start), c.start)
+        taken = [c for i, c in enumerate(candidates)
+                 if confirming[i] or (same[i] and c.feed in floor and c.start >= floor[c.feed])]
+        self.counters.sessions_forged += len(candidates) - len(taken)
         self._candidates = []
-        return sorted(confirming, key=lambda c: c.start)
-
+        return sorted(taken, key=lambda c: c.start)
     def _accept_session(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int, marker: bool,
                         arrival_ns: int, out: list[Event]) -> bool:
         """A datagram of a session other than the current one: True when it starts (or switches to) its session
