@@ -1090,8 +1090,8 @@ static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_
         if (!confirmed && known != 0 && position > known && last >= e->expected) {
             hold(e, feed, p, length, position, first, count, is_marker, arrival_ns, 1);
         } else {
-            if (confirmed) /* the other feed's held jump announced all of it: both feeds carried it */
-                provisional_small(im, position, base, LIVE_FEEDS_MASK);
+            if (confirmed) /* the other feed's held jump announced all of it (that feed's jump is its own) */
+                provisional_small(im, position, base, 1u << feed);
             take(e, feed, p, length, first, count, is_marker, arrival_ns, slot, base_offset);
         }
     }

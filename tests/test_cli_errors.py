@@ -284,6 +284,29 @@ def test_the_feed_handler_interrupted(driver: Path) -> None:
     assert rest[-1] == "logbuf feed: interrupted"
 
 
+@pytest.mark.slow  # the client notices a dead driver after its 10 s liveness
+def test_the_feed_handler_writes_its_summary_when_the_driver_dies(tmp_path: Path) -> None:
+    directory = tmp_path / "driver"
+    drv = start("driver", "--dir", str(directory))
+    try:
+        lines_of(drv.stderr, "driver").read_until("Ctrl-C to stop", timeout=TIMEOUT)
+        summary = tmp_path / "feed.json"
+        proc = start("feed", "--dir", str(directory), "--feed-a", "127.0.0.1:0", "--feed-b", "127.0.0.1:0",
+                     "--no-recovery", "--checkpoint", "off", "--wait-for-subscriber", "0", "--summary-json",
+                     str(summary))
+        reader = lines_of(proc.stderr, "feed")
+        try:
+            reader.read_until("logbuf feed: A=", timeout=TIMEOUT)
+            drv.kill()  # by its PID: the driver is gone
+            rest = reader.read_to_end(timeout=TIMEOUT + 30)
+        finally:
+            status = stop_process(proc)
+        assert status == 1 and "error" in rest[-1]
+        assert "published" in json.loads(summary.read_text())  # the run's counters up to the failure
+    finally:
+        stop_process(drv)
+
+
 def test_the_recorder_interrupted(driver: Path, tmp_path: Path) -> None:
     proc = start("record", str(tmp_path / "rec"), "--dir", str(driver))
     code, rest = interrupt(proc, "until Ctrl-C")

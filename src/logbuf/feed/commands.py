@@ -15,6 +15,8 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from logbuf.cli_args import (
     DefaultsHelpFormatter,
@@ -28,6 +30,9 @@ from logbuf.cli_args import (
 from logbuf.errors import LogbufError, UsageError
 from logbuf.units import NANOS_PER_MILLI as _NANOS_PER_MILLI
 from logbuf.units import NANOS_PER_SECOND as _NANOS_PER_SECOND
+
+if TYPE_CHECKING:
+    from logbuf.feed.handler import FeedHandlerConfig
 
 
 def _stop_on_signals() -> contextlib.AbstractContextManager[StopSignal]:
@@ -120,16 +125,14 @@ def _cmd_feed(args: argparse.Namespace) -> int:
             if traceback_wanted():
                 raise
             print(f"logbuf feed: error: {exc}", file=sys.stderr)
+            if args.summary_json:  # the run's counters up to the failure (a restart resumes from the checkpoint)
+                _write_json_atomically(args.summary_json, _summary(handler.counter_values(),
+                                                                   handler.latency_percentiles_ns(), config))
             return 1
         values = handler.counter_values()
         latency = handler.latency_percentiles_ns()
         stop.set()  # ends the watcher thread (signum stays None unless a signal came)
-    # the answers' counters are there whenever recovery is on (zeros included: a monitor reads fixed keys)
-    summary: dict[str, float] = {k: v for k, v in values.items()
-                                 if not k.startswith("RETRANSMIT.") or config.retransmit is not None}
-    summary.update({f"wire_to_log_{k}_ns": v for k, v in latency.items()})
-    received = sum(values.get(f"{feed}.packets", 0) for feed in ("A", "B", "RETRANSMIT"))
-    summary["cpu_ns_per_packet"] = round(values["cpu_us"] * 1_000 / received, 1) if received else 0.0
+    summary = _summary(values, latency, config)
     if args.summary_json:
         _write_json_atomically(args.summary_json, summary)
     if not args.quiet:
@@ -143,6 +146,18 @@ def _cmd_feed(args: argparse.Namespace) -> int:
               "connected)", file=sys.stderr)
         return status or 1
     return status
+
+
+def _summary(values: Mapping[str, float], latency: Mapping[str, float],
+             config: FeedHandlerConfig) -> dict[str, float]:
+    """The ``--summary-json`` object: the counters, the wire-to-log percentiles and the CPU per packet."""
+    # the answers' counters are there whenever recovery is on (zeros included: a monitor reads fixed keys)
+    summary: dict[str, float] = {k: v for k, v in values.items()
+                                 if not k.startswith("RETRANSMIT.") or config.retransmit is not None}
+    summary.update({f"wire_to_log_{k}_ns": v for k, v in latency.items()})
+    received = sum(values.get(f"{feed}.packets", 0) for feed in ("A", "B", "RETRANSMIT"))
+    summary["cpu_ns_per_packet"] = round(values["cpu_us"] * 1_000 / received, 1) if received else 0.0
+    return summary
 
 
 def _is_multicast(address: tuple[str, int] | None) -> bool:

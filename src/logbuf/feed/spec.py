@@ -536,8 +536,8 @@ class SpecArbiter:
             if not confirmed and known != 0 and position > known and last >= self._next:
                 self._hold(feed, buf, position, first, count, marker, arrival_ns, True)
             else:
-                if confirmed:  # the other feed's held jump announced all of it: both feeds carried it
-                    self._provisional_small(position, base, LIVE_FEEDS_MASK)
+                if confirmed:  # the other feed's held jump announced all of it (that feed's own jump is its own)
+                    self._provisional_small(position, base, 1 << feed)
                 self._take(feed, buf, first, count, marker, arrival_ns, out)
         for h in after:  # held copies this packet covers: its own copies first
             self._intake(h.feed, h.data, h.first, h.count, h.marker, h.arrival_ns, out)
@@ -668,8 +668,8 @@ class SpecArbiter:
             alone = since is not None and arrival_ns - since >= self.config.end_of_session_quiet_ns
         same = [c.session == session for c in candidates]
         confirming = [s and (alone and c.end <= start if c.feed == feed
-                             else bound is None or abs(c.start - start) <= bound) for s, c in zip(same, candidates)]
-        run = [c for s, c in zip(same, candidates) if s and c.feed == feed]  # this feed's run of that session
+                             else bound is None or abs(c.start - start) <= bound) for s, c in zip(same, candidates, strict=True)]
+        run = [c for s, c in zip(same, candidates, strict=True) if s and c.feed == feed]  # this feed's run of that session
         if not any(confirming):
             if run and start >= run[0].start:
                 # its feed goes on (held behind the first, waiting for the other feed or its silence), or repeats
@@ -694,7 +694,7 @@ class SpecArbiter:
             return None
         # confirmed: the confirming ones and what their feeds held behind them (their continuations)
         floor: dict[Feed, int] = {}
-        for c, yes in zip(candidates, confirming):
+        for c, yes in zip(candidates, confirming, strict=True):
             if yes:
                 floor[c.feed] = min(floor.get(c.feed, c.start), c.start)
         taken = [c for i, c in enumerate(candidates)
