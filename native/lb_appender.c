@@ -335,6 +335,7 @@ static int64_t offer_batch_impl(lb_publication_t *p, int exclusive, const char *
     *appended = 0;
     if (count <= 0) return LB_ADMIN_ACTION;
     const int32_t max_payload = p->max_payload_length;
+    if (p->max_message_length < 0) return LB_INVALID_BATCH;  /* no length fits */
     const uint32_t max_message = (uint32_t)p->max_message_length;
     const int fragmented = lengths[0] > max_payload;  /* a message that needs fragments goes in on its own */
     /* where the tail is (read only: nothing is reserved yet), so one pass over the batch both validates every
@@ -354,7 +355,7 @@ static int64_t offer_batch_impl(lb_publication_t *p, int exclusive, const char *
     for (int32_t i = 0; i < count; i++) {
         int32_t len = lengths[i];
         int64_t start = offsets ? offsets[i] : cursor;
-        /* a negative length reads as a huge unsigned one */
+        /* a negative length reads as a huge unsigned one, over any limit */
         if ((uint32_t)len > max_message || start < 0 || start > data_length - len) return LB_INVALID_BATCH;
         cursor = start + len;
         required += lb_align_frame((int64_t)len + LB_HEADER_LENGTH);
