@@ -312,6 +312,9 @@ class Recovery:
         self._paced = False
         old = self._outstanding
         old_keys = sorted(old)
+        # answered (held) as the poll found them: a hinted start's covering request is judged on what it was before
+        # this walk re-sent it (as the time it was sent is), never on its fresh copy asking only up to the hint
+        old_held = frozenset(self._held)
         splits = self._splits
         kept: dict[int, int] = {}
         timed_out: set[int] = set()
@@ -326,7 +329,7 @@ class Recovery:
                 count = min(request, last - seq + 1)
                 s = bisect.bisect_right(splits, seq)  # a hinted start inside it ends it there
                 hinted = s > 0 and splits[s - 1] == seq
-                cover = None if seq in old or not hinted else self._covering(old, old_keys, seq, now_ns)
+                cover = None if seq in old or not hinted else self._covering(old, old_keys, old_held, seq, now_ns)
                 if chunk_end > seq:  # the rest of a chunk cut at a hinted start: up to its end
                     count = min(count, chunk_end - seq)
                 else:
@@ -404,15 +407,17 @@ class Recovery:
         self._head_ns = self._first_requested_ns(holes[0][0]) if holes else None
         return out
 
-    def _covering(self, old: dict[int, int], old_keys: list[int], seq: int, now_ns: int) -> int | None:
+    def _covering(self, old: dict[int, int], old_keys: list[int], old_held: frozenset[int], seq: int,
+                  now_ns: int) -> int | None:
         """For a hinted start ``seq``: the request in flight cut there (it asks up to ``seq``), if it was not
-        answered yet and is not due again; None otherwise."""
+        answered yet (``old_held``: answered when the poll began, even if the poll re-sent it since) and is not due
+        again; None otherwise."""
         k = bisect.bisect_left(old_keys, seq) - 1
         if k < 0:
             return None
         start = old_keys[k]
         asked = self._asked.get(start)
-        if asked is None or seq - start != asked or start in self._held:
+        if asked is None or seq - start != asked or start in old_held:
             return None
         if now_ns - old[start] >= self.config.retry_interval_ns:
             # due: no longer covering; its first time-out is met here (the walk may not reach its start) and
