@@ -463,18 +463,10 @@ static uint64_t silent_upto(lbf_eng_t *e, rec_t *r, int64_t holes, int64_t now_n
     return upto;
 }
 
-/* the last sequence to give up (0: none), from the first of the leading holes: the longest run from there whose
- * every sequence was requested give_up ago (since its give-up clock started) without being filled, or once the
- * server has answered nothing for give_up while requests were in flight, the longest run covered by requests that
- * timed out unanswered. A part of a hole never asked for is never given up: it is asked for first */
-uint64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
+/* the last sequence of the leading run of the holes requested give_up ago (since its give-up clock started) and
+ * not filled, 0 if none (recovery.py _clock_upto) */
+static uint64_t clock_upto(lbf_eng_t *e, rec_t *r, int64_t holes, int64_t now_ns)
 {
-    rec_t *r = REC(e);
-    if (!e->recovering)
-        return 0;
-    resume(e, r, now_ns, 1);
-    if (server_silent(e, r, now_ns))
-        return silent_upto(e, r, holes, now_ns);
     uint64_t upto = 0;
     for (int64_t h = 0; h < holes; h++) {
         uint64_t cur = r->hole_first[h], last = r->hole_last[h];
@@ -490,6 +482,27 @@ uint64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
                 return upto;
             cur = upto + 1;
         }
+    }
+    return upto;
+}
+
+/* the last sequence to give up (0: none), from the first of the leading holes: the longest run from there whose
+ * every sequence was requested give_up ago (since its give-up clock started) without being filled, or once the
+ * server has answered nothing for give_up while requests were in flight, also the longest run covered by requests
+ * that timed out unanswered (the longer of the two). A part of a hole never asked for is never given up: it is
+ * asked for first */
+uint64_t feed_rec_expired(lbf_eng_t *e, int64_t holes, int64_t now_ns)
+{
+    rec_t *r = REC(e);
+    if (!e->recovering)
+        return 0;
+    resume(e, r, now_ns, 1);
+    uint64_t upto = clock_upto(e, r, holes, now_ns);
+    if (server_silent(e, r, now_ns)) {
+        /* also what a give-up clock ran out for: a sequence asked long ago whose request was sent again lately
+         * is not kept waiting for that one's time-out, and the first hole's give-up deadline always acts */
+        uint64_t silent = silent_upto(e, r, holes, now_ns);
+        return silent > upto ? silent : upto;
     }
     return upto;
 }

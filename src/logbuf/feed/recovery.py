@@ -56,8 +56,8 @@ missing ``give_up_ns`` after the latest of their first request, the last answer 
 answer that could not be kept is still the server answering) and the last congestion cut (a dropped request
 says nothing about whether the server has the data: a slow server restarts every give-up clock while it
 drops). When the server has answered nothing for ``give_up_ns`` while requests were in flight (it stopped
-answering), it is the leading run covered by requests that timed out unanswered (what they asked); the rest
-is asked for and given up in turn as its requests time out. A part of a hole no request asked for is never
+answering), it is also the leading run covered by requests that timed out unanswered (what they asked); the
+rest is asked for and given up in turn as its requests time out. A part of a hole no request asked for is never
 given up: a hole may go in several parts. (A range the server lacks that is wider than the window fills it
 with requests nobody answers, which is what a server that stopped answering looks like: what they asked is
 given up after ``give_up``, then the rest of the range a window at a time as it is asked and times out.)
@@ -439,14 +439,23 @@ class Recovery:
     def expired(self, holes: Sequence[Hole], now_ns: int) -> int:
         """The last sequence to give up (0: none), from the first of the leading ``holes``: the longest run from
         there whose every sequence was requested ``give_up_ns`` ago (since its give-up clock started) without
-        being filled; once the server has answered nothing for ``give_up_ns`` while requests were in flight, the
-        longest run covered by requests that timed out unanswered (what was asked). A part of a hole never asked
-        for is never given up: it is asked for first."""
+        being filled; once the server has answered nothing for ``give_up_ns`` while requests were in flight, also
+        the longest run covered by requests that timed out unanswered (what was asked; the longer of the two). A
+        part of a hole never asked for is never given up: it is asked for first."""
         if not self.active:
             return 0
         self._resume(now_ns, due=True)
+        upto = self._clock_upto(holes, now_ns)
         if self._server_silent(now_ns):
-            return self._silent_upto(holes, now_ns)
+            # (also what a give-up clock ran out for: a sequence asked long ago whose request was sent again
+            # lately, e.g. once a split pushed it out of the window, is not kept waiting for that one's time-out,
+            # and the give-up deadline of the first hole always acts)
+            return max(upto, self._silent_upto(holes, now_ns))
+        return upto
+
+    def _clock_upto(self, holes: Sequence[Hole], now_ns: int) -> int:
+        """The last sequence of the leading run of ``holes`` requested ``give_up_ns`` ago (since its give-up clock
+        started) and not filled, 0 if none."""
         starts, ends, times = self._req_starts, self._req_ends, self._req_ns
         give_up = self.config.give_up_ns
         upto = 0
