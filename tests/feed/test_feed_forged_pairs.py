@@ -64,7 +64,13 @@ def _forged(first: int, count: int, heartbeat: bool) -> bytes:
 def forge_pairs(arrivals: list[Arrival], forged: list[Pair], beyond: int) -> list[Arrival]:
     out = list(arrivals)
     for p in forged:
-        own = [a for a in arrivals if a.feed == p.feed and int.from_bytes(a.data[18:20], "big") not in (0, 0xFFFF)][1:]
+        own, seen = [], set()  # the feed's data packets after its first, each once (a duplicate is no next packet)
+        for x in arrivals:
+            first_seq = int.from_bytes(x.data[10:18], "big")
+            if x.feed == p.feed and int.from_bytes(x.data[18:20], "big") not in (0, 0xFFFF) and first_seq not in seen:
+                seen.add(first_seq)
+                own.append(x)
+        own = own[1:]
         if not own:
             continue
         true = own[p.at % len(own)]
