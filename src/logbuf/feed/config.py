@@ -67,11 +67,13 @@ class ArbiterConfig:
     max_queue_packets: int = DEFAULT_MAX_QUEUE_PACKETS
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES  # datagram bytes queued at most
     session_change_idle_ns: int = 3 * NANOS_PER_SECOND
-    # an END_OF_SESSION marker no other feed (nor a repeat) confirmed acts after this long without traffic past
-    # it on its feed (a heartbeat interval: a lone forged marker must not end the session)
+    # an END_OF_SESSION acts after this long without traffic past it on either feed (copies and repeats confirm
+    # nothing: a forger sends both); with both feeds arbitrated, a feed's own next datagram confirms a session
+    # only once the other feed has been silent this long (a heartbeat interval)
     end_of_session_quiet_ns: int = NANOS_PER_SECOND
-    # a session (first or switch), the --join live start point and END_OF_SESSION act only when a second
-    # datagram confirms them; False trusts one datagram (a feed nobody can inject into, and tests of other rules)
+    # a session (first or switch) and the --join live start point act only when a second datagram confirms them,
+    # an END_OF_SESSION only after the quiet period; False trusts one datagram (a feed nobody can inject into, and
+    # tests of other rules)
     confirm: bool = True
     delay_window_bits: int = 16
     max_jump: int | None = DEFAULT_MAX_JUMP  # messages past everything known that need a confirmation
