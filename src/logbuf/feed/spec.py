@@ -74,7 +74,7 @@ then the other feed's copies win (a held data packet starting before the confirm
 messages begin; one starting at or after it is taken after it). Its feed continuing below it with new traffic (not
 a late duplicate of what it sent before) reveals it as forged (dropped, ``jumps_forged``). Once confirmed it stays provisional until the stream reaches it:
 a feed that carried it (the same datagram on both feeds is two copies, not two sources) going back below it with
-fresh messages undoes it like a large jump (a feed's true sequences only grow). Before a feed's first packet (nothing to jump from) this does not apply. A packet or
+traffic new since before the jump undoes it like a large jump (a feed's true sequences only grow). Before a feed's first packet (nothing to jump from) this does not apply. A packet or
 heartbeat more than ``max_jump`` messages past everything known is held back until the other feed's copy (within ``max_jump``) or
 the same feed continuing after it confirms the jump; the same feed continuing more than ``max_jump`` below it
 drops it (``jumps_forged``). A confirmed jump stays provisional until the stream reaches it: a live packet
@@ -398,7 +398,7 @@ class SpecArbiter:
                 return
             count = accepted
         else:
-            self._forged_jump_revealed(feed, first, count, marker, out)
+            self._forged_jump_revealed(feed, first, count, marker)
         if self._unconfirmed_jump(feed, buf, first, count, marker, arrival_ns, out):
             return
         self._take(feed, buf, first, count, marker, arrival_ns, out)
@@ -426,7 +426,7 @@ class SpecArbiter:
         self._requested = [r for r in self._requested if r[1] >= expected and not (room and r[0] == first)]
         return min(count, room)
 
-    def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool, out: list[Event]) -> bool:
+    def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
         """Live traffic continuing below a jump reveals it as forged: a held jump of the same feed is dropped
         (a small one by its feed's new traffic below it — a packet reaching past its feed's end, a marker at or past
         it; one past ``max_jump`` by traffic more than ``max_jump`` below it); a
@@ -455,14 +455,14 @@ class SpecArbiter:
                 # a feed that carried the jump went back below it with traffic new since before the jump (even
                 # if the other feed delivered it first): a feed's true sequences only grow, so what it carried
                 # above was forged
-                self._undo_jump(small[0], small[1], out)
+                self._undo_jump(small[0], small[1])
                 revealed = True
         jump = self._jump_at
         if jump is not None:
             if self._next >= jump:
                 self._jump_at = None  # the stream reached the jump: it stands
             elif position < jump and last >= self._next and jump - position > bound:
-                self._undo_jump(jump, self._jump_floor, out)
+                self._undo_jump(jump, self._jump_floor)
                 revealed = True
         return revealed
 
@@ -474,7 +474,7 @@ class SpecArbiter:
         small = self._small_jump
         self._small_jump = (position, base, mask) if small is None else (small[0], small[1], small[2] | mask)
 
-    def _undo_jump(self, jump: int, floor: int, out: list[Event]) -> None:
+    def _undo_jump(self, jump: int, floor: int) -> None:
         """Forget everything from a forged jump's position on: its queued packets, holes and markers."""
         if self._jump_at is not None and self._jump_at >= jump:
             self._jump_at = None
