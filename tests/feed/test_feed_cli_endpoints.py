@@ -5,38 +5,12 @@ the option, decided before a driver or a socket is touched."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import NamedTuple
+from collections.abc import Callable
 
 import pytest
+from test_feed_cli_settings import Ran, feed  # noqa: F401  (the fixture: logbuf feed in this process)
 
-from logbuf import cli
 from logbuf.feed import config
-
-
-class Ran(NamedTuple):
-    returncode: int
-    stderr: str
-
-
-@pytest.fixture
-def feed(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-         tmp_path: Path) -> Iterator[Callable[..., Ran]]:
-    """``logbuf feed ARGS`` through ``logbuf.cli.main`` in this process (a driver directory nobody runs in)."""
-    monkeypatch.delenv(cli.TRACEBACK_ENV, raising=False)
-
-    def run(*args: str) -> Ran:
-        capsys.readouterr()
-        try:
-            code = cli.main(["feed", "--dir", str(tmp_path / "nodrv"), *args])
-        except SystemExit as exit:  # argparse
-            code = int(exit.code or 0)
-        return Ran(code, capsys.readouterr().err)
-
-    yield run
-    logging.getLogger("logbuf").handlers.clear()
 
 
 @pytest.mark.parametrize(("option", "value", "says"), [
@@ -46,7 +20,7 @@ def feed(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
     ("--feed-b", "233.54.12:30002", "'233.54.12' is not an IPv4 address"),
     ("--retransmit", "127.0.0.1:0", "port 0 reaches no server"),  # was: accepted, no request ever answered
 ])
-def test_a_bad_address_is_one_usage_line_naming_the_option(feed: Callable[..., Ran], option: str, value: str,
+def test_a_bad_address_is_one_usage_line_naming_the_option(feed: Callable[..., Ran], option: str, value: str,  # noqa: F811
                                                            says: str) -> None:
     ran = feed(option, value)
     lines = ran.stderr.splitlines()
@@ -73,7 +47,7 @@ def test_addresses_the_handler_can_use_still_parse() -> None:
     (("--feed-a", "127.0.0.1:30001", "--feed-b", "127.0.0.1:30002", "--retransmit", "127.0.0.1:30001"),
      "--retransmit 127.0.0.1:30001 is --feed-a's address"),
 ])
-def test_feeds_that_are_not_two_sources_are_refused(feed: Callable[..., Ran], args: tuple[str, ...],
+def test_feeds_that_are_not_two_sources_are_refused(feed: Callable[..., Ran], args: tuple[str, ...],  # noqa: F811
                                                    says: str) -> None:
     ran = feed(*args)
     assert ran.returncode == 2, ran.stderr

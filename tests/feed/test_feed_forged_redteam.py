@@ -13,38 +13,15 @@ specification and the C engine alike):
 from __future__ import annotations
 
 import pytest
+from test_feed_session_confirm import make  # noqa: F401  (the fixture: the specification, then the C engine)
 
-from logbuf.feed import arbiter as native
 from logbuf.feed.arbiter import ArbiterConfig
-from logbuf.feed.events import Deliver, DeliverBatch, EndOfSession, Feed
-from logbuf.feed.spec import SpecArbiter
+from logbuf.feed.events import Deliver, EndOfSession, Feed
 from logbuf.marketdata import moldudp64 as m
 
 TRUE = m.encode_session("TRUESESS01")
 MS = 1_000_000
 QUIET = ArbiterConfig().end_of_session_quiet_ns
-
-
-class NativeFlat(native.Arbiter):
-    """The C engine with its delivery batches flattened into Deliver events (as the specification emits)."""
-
-    def on_packet(self, *args: object, **kwargs: object) -> list:
-        return _flat(super().on_packet(*args, **kwargs))
-
-    def on_tick(self, now_ns: int) -> list:
-        return _flat(super().on_tick(now_ns))
-
-
-def _flat(events: list) -> list:
-    out = []
-    for event in events:
-        out.extend(event.delivers() if isinstance(event, DeliverBatch) else [event])
-    return out
-
-
-@pytest.fixture(params=["spec", "native"])
-def make(request: pytest.FixtureRequest) -> type:
-    return SpecArbiter if request.param == "spec" else NativeFlat
 
 
 def pk(first: int, count: int = 10, tag: bytes = b"T") -> bytes:
@@ -56,7 +33,7 @@ def forged_messages(events: list) -> list[int]:
 
 
 @pytest.mark.parametrize("ahead", [20, 1000])
-def test_the_same_forged_packet_on_both_feeds_is_never_published(make: type, ahead: int) -> None:
+def test_the_same_forged_packet_on_both_feeds_is_never_published(make: type, ahead: int) -> None:  # noqa: F811
     arb = make(ArbiterConfig())
     events: list = []
     now = 0
@@ -75,7 +52,7 @@ def test_the_same_forged_packet_on_both_feeds_is_never_published(make: type, ahe
 
 
 @pytest.mark.parametrize("ahead", [20, 1000])
-def test_two_forged_packets_in_a_row_on_one_feed_are_never_published(make: type, ahead: int) -> None:
+def test_two_forged_packets_in_a_row_on_one_feed_are_never_published(make: type, ahead: int) -> None:  # noqa: F811
     arb = make(ArbiterConfig())
     events: list = []
     now = 0
@@ -92,7 +69,7 @@ def test_two_forged_packets_in_a_row_on_one_feed_are_never_published(make: type,
     assert forged_messages(events) == []
 
 
-def test_a_forged_end_on_a_frozen_feed_is_revealed_by_the_other_feeds_traffic(make: type) -> None:
+def test_a_forged_end_on_a_frozen_feed_is_revealed_by_the_other_feeds_traffic(make: type) -> None:  # noqa: F811
     arb = make(ArbiterConfig())
     events: list = []
     now = 0
@@ -110,7 +87,7 @@ def test_a_forged_end_on_a_frozen_feed_is_revealed_by_the_other_feeds_traffic(ma
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
 
 
-def test_a_forged_end_sent_twice_on_one_feed_does_not_end_the_session(make: type) -> None:
+def test_a_forged_end_sent_twice_on_one_feed_does_not_end_the_session(make: type) -> None:  # noqa: F811
     arb = make(ArbiterConfig())
     events: list = []
     now = 0
@@ -129,7 +106,7 @@ def test_a_forged_end_sent_twice_on_one_feed_does_not_end_the_session(make: type
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
 
 
-def test_two_datagrams_of_another_session_on_one_feed_never_choose_the_session(make: type) -> None:
+def test_two_datagrams_of_another_session_on_one_feed_never_choose_the_session(make: type) -> None:  # noqa: F811
     evil = m.encode_session("EVILSESS01")
     arb = make(ArbiterConfig())
     events: list = []
@@ -144,7 +121,7 @@ def test_two_datagrams_of_another_session_on_one_feed_never_choose_the_session(m
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 51))
 
 
-def test_join_live_never_starts_at_two_forged_packets_on_one_feed(make: type) -> None:
+def test_join_live_never_starts_at_two_forged_packets_on_one_feed(make: type) -> None:  # noqa: F811
     arb = make(ArbiterConfig(start_sequence=None))
     events: list = []
     events += arb.on_packet(Feed.A, m.encode_downstream(TRUE, 10**9, [b"FORGED1"]), 0)
@@ -158,7 +135,7 @@ def test_join_live_never_starts_at_two_forged_packets_on_one_feed(make: type) ->
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(5001, 5051))
 
 
-def test_a_session_id_the_wire_accepted_can_be_resumed_after_a_restart(make: type) -> None:
+def test_a_session_id_the_wire_accepted_can_be_resumed_after_a_restart(make: type) -> None:  # noqa: F811
     raw = b"\xff\x00SES\xe9\n\x01 \x7f"  # a valid datagram's session field: any 10 bytes pass validation
     first_run = make(ArbiterConfig())
     got = _delivered(first_run.on_packet(Feed.A, _packet(raw, 1), 0) + first_run.on_packet(Feed.B, _packet(raw, 1), 0))
