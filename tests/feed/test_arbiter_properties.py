@@ -355,6 +355,23 @@ def test_a_server_that_lacks_a_wide_range_loses_only_what_was_asked_and_refused_
     assert lost <= asked, "given up what no request asked for"
     assert [d.seq for d in result.delivered] == [s for s in range(1, n + 1) if s not in lost]
     hypothesis.event("all it lacks given up" if set(gone) <= lost else "part of it delivered by the feeds")
+def run_spec_and_c(config: ArbiterConfig, arrivals: list[Arrival], messages: list[bytes], seed: int, rtt_ns: int,
+                   recovery: bool) -> tuple[Arbiter, SimResult]:
+    """The specification and the C engine on the same arrivals (with a complete server when ``recovery``): they
+    agree on every event and counter and the events keep the contract; the C engine and its result."""
+    pacing = RecoveryConfig()
+    runs = []
+    for arbiter in ((SpecArbiter(config, Recovery(pacing, rng=Jitter(seed))), Arbiter(config, pacing, seed=seed))
+                    if recovery else (SpecArbiter(config), Arbiter(config))):
+        server = RetransmitStub(S1, messages) if recovery else None
+        runs.append((arbiter, *run(arbiter, arrivals, server, rtt_ns)))
+    (spec, _, spec_ordered), (arbiter, result, ordered) = runs
+    assert ordered == spec_ordered
+    assert arbiter.counter_values() == spec.counter_values()
+    check_contract(result, ordered)
+    return arbiter, result
+
+
 @dataclass(frozen=True)
 class Forgery:
     """A forged datagram on ``feed`` just before its true packet number ``at`` (modulo the feed's packets after its
@@ -404,20 +421,9 @@ def test_forged_datagrams_a_little_ahead_the_same_in_c_and_spec(
     rng = random.Random(seed)
     messages = make_messages(n, rng)
     arrivals = forge(feed_arrivals(Feed.A, messages, a, rng) + feed_arrivals(Feed.B, messages, b, rng), fakes)
-    config = ArbiterConfig(max_jump=max_jump)
-    pacing = RecoveryConfig()
-    runs = []
-    for arbiter in ((SpecArbiter(config, Recovery(pacing, rng=Jitter(seed))), Arbiter(config, pacing, seed=seed))
-                    if recovery else (SpecArbiter(config), Arbiter(config))):
-        server = RetransmitStub(S1, messages) if recovery else None
-        runs.append((arbiter, *run(arbiter, arrivals, server, rtt_ns)))
-    (spec, _, spec_ordered), (arbiter, result, ordered) = runs
-    assert ordered == spec_ordered
-    assert arbiter.counter_values() == spec.counter_values()
-    check_contract(result, ordered)
+    arbiter, result = run_spec_and_c(ArbiterConfig(max_jump=max_jump), arrivals, messages, seed, rtt_ns, recovery)
     clean = all(f.loss == 0 and f.reorder == 0 and f.jitter_ns == 0 for f in (a, b))
-    # one forged datagram: nothing of it published, nothing given up (two that agree, on one feed or on both,
-    # confirm each other: two sources)
+    # one forged datagram: nothing of it published, nothing given up (two that agree: test_feed_forged_pairs)
     if clean and len(fakes) <= 1:
         assert [(d.seq, d.message) for d in result.delivered] == list(enumerate(messages, 1))
     hypothesis.event("one forgery, clean feeds" if clean and len(fakes) <= 1 else "otherwise")

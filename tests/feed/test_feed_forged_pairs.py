@@ -20,19 +20,16 @@ from test_arbiter_properties import (
     PROFILE,
     S1,
     FeedFaults,
-    check_contract,
     feed_arrivals,
     feed_faults,
     make_messages,
-    run,
+    run_spec_and_c,
 )
 
-from logbuf.feed.arbiter import Arbiter, ArbiterConfig
+from logbuf.feed.arbiter import ArbiterConfig
 from logbuf.feed.events import Feed
-from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
-from logbuf.feed.spec import SpecArbiter
 from logbuf.marketdata import moldudp64 as m
-from support.arbsim import Arrival, RetransmitStub
+from support.arbsim import Arrival
 
 
 @dataclass(frozen=True)
@@ -97,16 +94,6 @@ def test_two_forged_datagrams_that_agree_are_never_published(
     messages = make_messages(n, rng)
     arrivals = forge_pairs(feed_arrivals(Feed.A, messages, a, rng) + feed_arrivals(Feed.B, messages, b, rng), forged,
                            max(a.max_packet, b.max_packet))
-    config = ArbiterConfig(max_jump=max_jump)
-    pacing = RecoveryConfig()
-    runs = []
-    for arbiter in ((SpecArbiter(config, Recovery(pacing, rng=Jitter(seed))), Arbiter(config, pacing, seed=seed))
-                    if recovery else (SpecArbiter(config), Arbiter(config))):
-        server = RetransmitStub(S1, messages) if recovery else None
-        runs.append((arbiter, *run(arbiter, arrivals, server, rtt_ns)))
-    (spec, _, spec_ordered), (arbiter, result, ordered) = runs
-    assert ordered == spec_ordered
-    assert arbiter.counter_values() == spec.counter_values()
-    check_contract(result, ordered)
+    arbiter, result = run_spec_and_c(ArbiterConfig(max_jump=max_jump), arrivals, messages, seed, rtt_ns, recovery)
     assert [(d.seq, d.message) for d in result.delivered] == list(enumerate(messages, 1))
     hypothesis.event("forged jumps revealed" if arbiter.counter_values()["jumps_forged"] else "none revealed")
