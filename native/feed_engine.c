@@ -254,7 +254,8 @@ static void note_ahead(lbf_eng_t *e, int32_t feed, uint64_t position, int64_t ar
         IMPL(e)->ahead[feed]++;
 }
 
-static void open_gap(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason, int32_t lost)
+/* declare [first, last]: a GAP_DETECTED, and an open gap at index at of the open ones (gap_n: last) */
+static void open_gap_at(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason, int32_t lost, int64_t at)
 {
     eng_impl_t *im = IMPL(e);
     e->counters[LBF_C_GAPS_DETECTED] += 1;
@@ -267,10 +268,50 @@ static void open_gap(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason
         im->oom = 1;
         return;
     }
-    gap_t *g = &im->gaps[im->gap_head + im->gap_n++];
+    gap_t *g = &im->gaps[im->gap_head + at];
+    if (at < im->gap_n)
+        memmove(g + 1, g, (size_t)(im->gap_n - at) * sizeof(gap_t));
+    im->gap_n++;
     g->first = first;
     g->last = last;
     g->lost = lost;
+}
+
+static void open_gap(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason, int32_t lost)
+{
+    open_gap_at(e, first, last, reason, lost, IMPL(e)->gap_n);
+}
+
+/* declare the parts of [first, last] no open gap covers, each a gap of its own in sequence order. Open gaps lie
+ * past what is declared only after a jump was undone (they stay open, see undo_jump); otherwise every open gap
+ * ends before first and this is one open_gap (spec.py _open_uncovered) */
+static void open_uncovered(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason, int32_t lost)
+{
+    eng_impl_t *im = IMPL(e);
+    if (!im->gap_n || im->gaps[im->gap_head + im->gap_n - 1].last < first) {
+        open_gap(e, first, last, reason, lost);
+        return;
+    }
+    int64_t i = 0;
+    for (;;) {
+        while (i < im->gap_n && im->gaps[im->gap_head + i].last < first)
+            i++;
+        if (i < im->gap_n && im->gaps[im->gap_head + i].first <= first) { /* covered up to that gap's end */
+            uint64_t end = im->gaps[im->gap_head + i].last;
+            if (end >= last)
+                return;
+            first = end + 1;
+            continue;
+        }
+        uint64_t end = last;
+        if (i < im->gap_n && im->gaps[im->gap_head + i].first - 1 < end)
+            end = im->gaps[im->gap_head + i].first - 1;
+        open_gap_at(e, first, end, reason, lost, i);
+        if (im->oom || end >= last)
+            return;
+        i++;
+        first = end + 1;
+    }
 }
 
 static void unrecoverable(lbf_eng_t *e, uint64_t first, uint64_t last, int32_t reason)
@@ -326,7 +367,7 @@ static void eng_abandon_upto(lbf_eng_t *e, int64_t n, uint64_t upto, int32_t rea
             gap->lost = 1;
         }
         if (last > im->declared_upto) {
-            open_gap(e, first > im->declared_upto + 1 ? first : im->declared_upto + 1, last, reason, 1);
+            open_uncovered(e, first > im->declared_upto + 1 ? first : im->declared_upto + 1, last, reason, 1);
             im->declared_upto = last;
         }
         unrecoverable(e, first, last, reason);
@@ -374,7 +415,7 @@ static void declare(lbf_eng_t *e, int32_t reason, int64_t now_ns)
         uint64_t f, l;
         if (start > e->highest || feed_cov_holes(im, start, e->highest, &f, &l, 1) == 0)
             break;
-        open_gap(e, f, l, reason, 0);
+        open_uncovered(e, f, l, reason, 0);
         if (l == UINT64_MAX)
             break;
         start = l + 1;
@@ -1195,13 +1236,11 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor)
         if (im->feed_end[f] > highest + 1)
             im->feed_end[f] = highest + 1;
     /* declared gaps stay open: they close as usual once the true stream passes them (it brings those sequences, or
-     * they are given up); nothing is asked for past what is left meanwhile (holes end at highest), and what no open
-     * gap covers is declared again when it is a hole */
-    uint64_t keep = highest;
-    if (im->gap_n && im->gaps[im->gap_head + im->gap_n - 1].last > keep)
-        keep = im->gaps[im->gap_head + im->gap_n - 1].last;
-    if (im->declared_upto > keep)
-        im->declared_upto = keep;
+     * they are given up). What is declared ends at what is left: past it, a hole is declared again once detection
+     * finds it (only what no open gap covers gets a GAP_DETECTED), so every hole recovery works on or gives up lies
+     * in an open gap */
+    if (im->declared_upto > highest)
+        im->declared_upto = highest;
     if (im->has_pending_eos && im->pending_eos - 1 > highest)
         im->has_pending_eos = 0;
 }

@@ -282,6 +282,10 @@ def test_recovery_off_names_exactly_the_range_lost_on_both_feeds(
        rtt_ns=st.integers(MS, 20 * MS), window=st.integers(1, 64), lacks=st.integers(0, 20),
        stalls=st.lists(st.tuples(st.integers(0, 400 * MS), st.sampled_from([100, 300, 450, 1_500, 4_000])),
                        max_size=3))
+# (A reordered below its own small jump: the undo left holes no open gap covered inside what counted as declared,
+# and a GAP_UNRECOVERABLE named sequences no GAP_DETECTED had)
+@hypothesis.example(n=68, a=FeedFaults(0.05, 0.1, 0.3, 0, 500_000, 7), b=FeedFaults(0.0, 0.0, 0.1, 0, 0, 11),
+                    seed=813, rtt_ns=MS, window=1, lacks=7, stalls=[])
 def test_stalls_of_the_handler_give_nothing_up_the_server_has_and_agree_in_both(
         n: int, a: FeedFaults, b: FeedFaults, seed: int, rtt_ns: int, window: int, lacks: int,
         stalls: list[tuple[int, int]]) -> None:

@@ -493,9 +493,10 @@ class SpecArbiter:
         self.highest = highest
         self._feed_end = [min(end, highest + 1) for end in self._feed_end]  # what the forged range moved
         # declared gaps stay open: they close as usual once the true stream passes them (it brings those
-        # sequences, or they are given up); nothing is asked for past what is left meanwhile (holes end at highest),
-        # and what no open gap covers is declared again when it is a hole
-        self._declared_upto = min(self._declared_upto, max(highest, self._gaps[-1].last if self._gaps else 0))
+        # sequences, or they are given up). What is declared ends at what is left: past it, a hole is declared
+        # again once detection finds it (only what no open gap covers gets a GapDetected), so every hole recovery
+        # works on or gives up lies in an open gap
+        self._declared_upto = min(self._declared_upto, highest)
         if self._pending_eos is not None and self._pending_eos - 1 > highest:
             self._pending_eos = None
 
@@ -956,16 +957,44 @@ class SpecArbiter:
         # recovery: every hole not declared yet, up to the highest sequence seen, is declared and re-requested
         start = max(self._next, self._declared_upto + 1)
         for first, last in self._coverage.holes(start, self.highest, 1 << 62):
-            self._open(first, last, reason, out)
+            self._open_uncovered(first, last, reason, out)
         self._declared_upto = self.highest
         self.recovery.start(now_ns)
 
-    def _open(self, first: int, last: int, reason: GapReason, out: list[Event], lost: bool = False) -> None:
+    def _open(self, first: int, last: int, reason: GapReason, out: list[Event], lost: bool = False,
+              at: int | None = None) -> None:
+        """Declare ``[first, last]``: a GapDetected, and an open gap (last, or at index ``at``)."""
         self.counters.gaps_detected += 1
         out.append(GapDetected(self._current_session, first, last, reason))
         gap = OpenGap(first, last)
         gap.lost = lost
-        self._gaps.append(gap)
+        if at is None:
+            self._gaps.append(gap)
+        else:
+            self._gaps.insert(at, gap)
+
+    def _open_uncovered(self, first: int, last: int, reason: GapReason, out: list[Event], lost: bool = False
+                        ) -> None:
+        """Declare the parts of ``[first, last]`` no open gap covers, each a gap of its own in sequence order.
+        Open gaps lie past what is declared only after a jump was undone (they stay open, see :meth:`_undo_jump`);
+        otherwise every open gap ends before ``first`` and this is one :meth:`_open`."""
+        gaps = self._gaps
+        if not gaps or gaps[-1].last < first:
+            self._open(first, last, reason, out, lost)
+            return
+        i = 0
+        while first <= last:
+            while i < len(gaps) and gaps[i].last < first:
+                i += 1
+            if i < len(gaps) and gaps[i].first <= first:  # covered up to that gap's end
+                if gaps[i].last >= last:
+                    return
+                first = gaps[i].last + 1
+                continue
+            end = last if i == len(gaps) else min(last, gaps[i].first - 1)
+            self._open(first, end, reason, out, lost, at=i)
+            i += 1
+            first = end + 1
 
     def _unrecoverable(self, first: int, last: int, reason: GapReason, out: list[Event]) -> None:
         self.counters.gaps_unrecoverable += 1
@@ -993,7 +1022,7 @@ class SpecArbiter:
                     break
                 gap.lost = True
             if last > self._declared_upto:
-                self._open(max(first, self._declared_upto + 1), last, reason, out, lost=True)
+                self._open_uncovered(max(first, self._declared_upto + 1), last, reason, out, lost=True)
                 self._declared_upto = last
             self._unrecoverable(first, last, reason, out)
             self.expected = last + 1
