@@ -43,6 +43,7 @@ lbf_event_t *feed_emit(lbf_eng_t *e, int32_t kind, int32_t reason, uint64_t a, u
 }
 
 #define LIVE_FEEDS_MASK ((1u << LBF_FEED_A) | (1u << LBF_FEED_B)) /* both live feeds */
+#define SMALL_JUMP_REVEALED (1u << 8) /* (in small_jump_feeds) a feed that carried it revealed it already */
 
 static int out_room(lbf_eng_t *e, int64_t n)
 {
@@ -657,9 +658,14 @@ static int32_t session_confirmed(lbf_eng_t *e, int32_t feed, const uint8_t *p, i
         n += c->confirming;
     }
     if (n == 0 && run_first >= 0 && start >= im->cand[run_first].start) {
-        /* its feed goes on (held behind the first, waiting for the other feed or its silence), or repeats what
-         * it held (nothing new) */
-        if (start >= im->cand[run_last].end && run < ENG_HELD_PER_SESSION)
+        /* its feed goes on (held behind the first, waiting for the other feed or its silence), reordered or not,
+         * or repeats what it held (nothing new) */
+        int repeat = 0;
+        for (int32_t i = run_first; i <= run_last && !repeat; i++) {
+            const candidate_t *c = &im->cand[i];
+            repeat = c->same && c->feed == feed && c->start == start && c->end == end;
+        }
+        if (!repeat && run < ENG_HELD_PER_SESSION)
             hold_candidate(e, feed, p, length, session, start, end, arrival_ns);
         return -1;
     }
@@ -728,16 +734,41 @@ static int32_t session_confirmed(lbf_eng_t *e, int32_t feed, const uint8_t *p, i
         }
     }
     im->cand_n = 0;
-    for (int32_t i = 1; i < n; i++) { /* stable insertion sort by position (nearly sorted already) */
-        candidate_t c = taken[i];
-        int32_t j = i - 1;
-        while (j >= 0 && taken[j].start > c.start) {
-            taken[j + 1] = taken[j];
-            j--;
-        }
-        taken[j + 1] = c;
+    /* each feed's in the order it sent them (what a feed sent below a jump of its own must reveal that jump, as it
+     * would have unheld), the feeds merged by the position each is at (the lowest first datagram first: a stream
+     * joined where it is starts at the lowest) */
+    candidate_t *merged = malloc((size_t)(n > 0 ? n : 1) * sizeof *merged);
+    if (merged == NULL) {
+        for (int32_t i = 0; i < n; i++)
+            free(taken[i].data);
+        free(taken);
+        im->oom = 1;
+        return -1;
     }
-    *out = taken;
+    int32_t next[2]; /* each feed's next held datagram (taken is in arrival order; n: none left) */
+    for (int32_t f = 0; f < 2; f++) {
+        next[f] = 0;
+        while (next[f] < n && taken[next[f]].feed != f)
+            next[f]++;
+    }
+    for (int32_t k = 0; k < n; k++) {
+        if (next[LBF_FEED_A] >= n && next[LBF_FEED_B] >= n) { /* only the live feeds hold candidates */
+            for (int32_t i = 0; i < n; i++)
+                if (taken[i].feed != LBF_FEED_A && taken[i].feed != LBF_FEED_B)
+                    free(taken[i].data);
+            n = k;
+            break;
+        }
+        int32_t f = next[LBF_FEED_A] >= n ? LBF_FEED_B
+                    : next[LBF_FEED_B] >= n ? LBF_FEED_A
+                    : taken[next[LBF_FEED_B]].start < taken[next[LBF_FEED_A]].start ? LBF_FEED_B : LBF_FEED_A;
+        merged[k] = taken[next[f]];
+        do
+            next[f]++;
+        while (next[f] < n && taken[next[f]].feed != f);
+    }
+    free(taken);
+    *out = merged;
     return n;
 }
 
@@ -966,18 +997,22 @@ static void hold(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, u
 }
 
 /* a confirmed small jump past `base` (everything known) by the feeds in `mask`: provisional until the stream
- * reaches it (the lowest one counts; later ones add their feeds) (spec.py _provisional_small) */
+ * reaches it (the lowest one counts; later ones past what was known before it add their feeds, even where another
+ * feed's copy made them known since: each feed that jumped there answers for what it brought, and a lower one moves
+ * it down) (spec.py _provisional_small) */
 static void provisional_small(eng_impl_t *im, uint64_t position, uint64_t base, uint32_t mask)
 {
-    if (position <= base)
-        return;
-    if (!im->has_small_jump) {
+    if (im->has_small_jump) {
+        if (position > im->small_jump_floor) { /* even where another feed's copy made it known since */
+            im->small_jump_feeds |= mask;
+            if (position < im->small_jump_at)
+                im->small_jump_at = position;
+        }
+    } else if (position > base) {
         im->has_small_jump = 1;
         im->small_jump_at = position;
         im->small_jump_floor = base;
         im->small_jump_feeds = mask;
-    } else {
-        im->small_jump_feeds |= mask;
     }
 }
 
@@ -1197,20 +1232,44 @@ static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
     return room < count ? (uint32_t)room : count;
 }
 
-/* forget everything from a forged jump's position on: its queued packets, holes, gaps and markers */
-static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor)
+/* forget what a forged jump brought from its position on: its queued packets, holes and markers. A jump past
+ * max_jump (feed < 0): everything from there on. A small one, revealed by feed going back below it: what that feed
+ * vouched for, the packets starting from the jump up to that feed's end (whichever feed's copy was queued: a
+ * forger may send the same datagram on both); the jump stays provisional for the other feeds that carried it, and
+ * what the feeds sent past that end is theirs to answer for (a feed's own reordering looks like a forger to it, and
+ * its true packets must not cost the other feed's) (spec.py _undo_jump) */
+static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor, int32_t feed)
 {
     eng_impl_t *im = IMPL(e);
-    if (im->has_jump && im->jump_at >= jump)
-        im->has_jump = 0;
-    if (im->has_small_jump && im->small_jump_at >= jump)
-        im->has_small_jump = 0;
-    e->counters[LBF_C_JUMPS_FORGED] += 1;
-    free_held(im);
+    if (feed < 0) {
+        e->counters[LBF_C_JUMPS_FORGED] += 1;
+        if (im->has_jump && im->jump_at >= jump)
+            im->has_jump = 0;
+        if (im->has_small_jump && im->small_jump_at >= jump)
+            im->has_small_jump = 0;
+        free_held(im);
+    } else {
+        if (!(im->small_jump_feeds & SMALL_JUMP_REVEALED)) /* counted once, by the first feed that reveals it */
+            e->counters[LBF_C_JUMPS_FORGED] += 1;
+        im->small_jump_feeds = (im->small_jump_feeds & ~(1u << feed)) | SMALL_JUMP_REVEALED;
+        if (!(im->small_jump_feeds & LIVE_FEEDS_MASK))
+            im->has_small_jump = 0;
+        int32_t kept_held = 0;
+        for (int32_t i = 0; i < im->held_n; i++) {
+            if (im->held[i].feed == feed)
+                free(im->held[i].data);
+            else
+                im->held[kept_held++] = im->held[i];
+        }
+        im->held_n = kept_held;
+        if (im->feed_end[feed] > jump)
+            im->feed_end[feed] = jump;
+    }
     int64_t kept = 0;
     e->queued_bytes = 0;
     for (int64_t i = 0; i < im->heap_n; i++) {
-        if (im->heap[i].first < jump) {
+        if (im->heap[i].first < jump ||
+            (feed >= 0 && im->heap[i].feed != feed)) {
             im->heap[kept++] = im->heap[i];
             e->queued_bytes += im->heap[i].length;
         } else {
@@ -1236,11 +1295,12 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor)
         if (im->feed_end[f] > highest + 1)
             im->feed_end[f] = highest + 1;
     /* declared gaps stay open: they close as usual once the true stream passes them (it brings those sequences, or
-     * they are given up). What is declared ends at what is left: past it, a hole is declared again once detection
-     * finds it (only what no open gap covers gets a GAP_DETECTED), so every hole recovery works on or gives up lies
-     * in an open gap */
-    if (im->declared_upto > highest)
-        im->declared_upto = highest;
+     * they are given up). What is declared ends at what is left, or before the jump where packets past it stay:
+     * past that, a hole is declared again once detection finds it (only what no open gap covers gets a
+     * GAP_DETECTED), so every hole recovery works on or gives up lies in an open gap */
+    uint64_t declared = feed < 0 || highest < jump - 1 ? highest : jump - 1;
+    if (im->declared_upto > declared)
+        im->declared_upto = declared;
     if (im->has_pending_eos && im->pending_eos - 1 > highest)
         im->has_pending_eos = 0;
 }
@@ -1272,19 +1332,20 @@ static void forged_jump_revealed(lbf_eng_t *e, int32_t feed, uint64_t first, uin
         uint64_t jump = im->small_jump_at;
         if (e->expected >= jump)
             im->has_small_jump = 0; /* the stream reached it: it stands */
-        else if ((im->small_jump_feeds & (1u << feed)) && position < jump &&
+        else if ((im->small_jump_feeds & (1u << feed)) && last < jump &&
                  (is_marker ? first >= im->small_jump_floor : first + count > im->small_jump_floor))
             /* a feed that carried the jump went back below it with traffic new since before the jump (even if
              * the other feed delivered it first): a feed's true sequences only grow, so what it carried above was
-             * forged */
-            undo_jump(e, jump, im->small_jump_floor);
+             * forged. A packet reaching the jump from below is no such sign: it carries the jump's sequences
+             * itself (a feed's own reordering looks like that), and its copy of them comes first */
+            undo_jump(e, jump, im->small_jump_floor, feed);
     }
     if (im->has_jump) {
         uint64_t jump = im->jump_at;
         if (e->expected >= jump)
             im->has_jump = 0; /* the stream reached the jump: it stands */
         else if (position < jump && last >= e->expected && jump - position > bound)
-            undo_jump(e, jump, im->jump_floor);
+            undo_jump(e, jump, im->jump_floor, -1);
     }
 }
 

@@ -155,6 +155,7 @@ from logbuf.marketdata.moldudp64 import (
 _HEADER = struct.Struct(">10sQH")
 _U64 = (1 << 64) - 1
 LIVE_FEEDS_MASK = (1 << Feed.A) | (1 << Feed.B)  # both live feeds carried a jump
+_REVEALED = 1 << 8  # (in a small jump's feeds) a feed that carried it revealed it as forged already
 
 
 class _Queued:
@@ -450,12 +451,13 @@ class SpecArbiter:
         if small is not None:
             if self._next >= small[0]:
                 self._small_jump = None  # the stream reached it: it stands
-            elif small[2] & (1 << feed) and position < small[0] and (first >= small[1] if marker
-                                                                     else first + count > small[1]):
+            elif small[2] & (1 << feed) and last < small[0] and (first >= small[1] if marker
+                                                                 else first + count > small[1]):
                 # a feed that carried the jump went back below it with traffic new since before the jump (even
                 # if the other feed delivered it first): a feed's true sequences only grow, so what it carried
-                # above was forged
-                self._undo_jump(small[0], small[1])
+                # above was forged. A packet reaching the jump from below is no such sign: it carries the jump's
+                # sequences itself (a feed's own reordering looks like that), and its copy of them comes first
+                self._undo_jump(small[0], small[1], feed)
                 revealed = True
         jump = self._jump_at
         if jump is not None:
@@ -468,21 +470,41 @@ class SpecArbiter:
 
     def _provisional_small(self, position: int, base: int, mask: int) -> None:
         """A confirmed small jump past ``base`` (everything known) by the feeds in ``mask``: provisional until
-        the stream reaches it (the lowest one counts; later ones add their feeds)."""
-        if position <= base:
-            return
+        the stream reaches it (the lowest one counts; later ones past what was known before it add their feeds,
+        even where another feed's copy made them known since: each feed that jumped there answers for what it
+        brought, and a lower one moves it down)."""
         small = self._small_jump
-        self._small_jump = (position, base, mask) if small is None else (small[0], small[1], small[2] | mask)
+        if small is not None:
+            if position > small[1]:
+                self._small_jump = (min(position, small[0]), small[1], small[2] | mask)
+        elif position > base:
+            self._small_jump = (position, base, mask)
 
-    def _undo_jump(self, jump: int, floor: int) -> None:
-        """Forget everything from a forged jump's position on: its queued packets, holes and markers."""
-        if self._jump_at is not None and self._jump_at >= jump:
-            self._jump_at = None
-        if self._small_jump is not None and self._small_jump[0] >= jump:
-            self._small_jump = None
-        self.counters.jumps_forged += 1
-        self._held.clear()
-        self._queue = [q for q in self._queue if q[0] < jump]
+    def _undo_jump(self, jump: int, floor: int, feed: Feed | None = None) -> None:
+        """Forget what a forged jump brought from its position on: its queued packets, holes and markers. A jump
+        past ``max_jump`` (``feed`` None): everything from there on. A small one, revealed by ``feed`` going back
+        below it: what that feed vouched for, the packets starting from the jump up to that feed's end (whichever
+        feed's copy was queued: a forger may send the same datagram on both); the jump stays provisional for the
+        other feeds that carried it, and what the feeds sent past that end is theirs to answer for (a feed's own
+        reordering looks like a forger to it, and its true packets must not cost the other feed's)."""
+        if feed is None:
+            self.counters.jumps_forged += 1
+            if self._jump_at is not None and self._jump_at >= jump:
+                self._jump_at = None
+            if self._small_jump is not None and self._small_jump[0] >= jump:
+                self._small_jump = None
+            self._held.clear()
+            self._queue = [q for q in self._queue if q[0] < jump]
+        else:
+            small = self._small_jump
+            assert small is not None and small[0] == jump
+            if not small[2] & _REVEALED:  # counted once, by the first feed that reveals it
+                self.counters.jumps_forged += 1
+            mask = small[2] & ~(1 << feed) | _REVEALED
+            self._small_jump = (small[0], small[1], mask) if mask & LIVE_FEEDS_MASK else None
+            self._held = [h for h in self._held if h.feed != feed]
+            self._queue = [q for q in self._queue if q[0] < jump or q[2].feed != feed]
+            self._feed_end[feed] = min(self._feed_end[feed], jump)
         heapq.heapify(self._queue)
         self.queued_bytes = sum(len(q[2].data) for q in self._queue)
         self._coverage = Coverage()
@@ -493,10 +515,10 @@ class SpecArbiter:
         self.highest = highest
         self._feed_end = [min(end, highest + 1) for end in self._feed_end]  # what the forged range moved
         # declared gaps stay open: they close as usual once the true stream passes them (it brings those
-        # sequences, or they are given up). What is declared ends at what is left: past it, a hole is declared
-        # again once detection finds it (only what no open gap covers gets a GapDetected), so every hole recovery
-        # works on or gives up lies in an open gap
-        self._declared_upto = min(self._declared_upto, highest)
+        # sequences, or they are given up). What is declared ends at what is left, or before the jump where
+        # packets past it stay: past that, a hole is declared again once detection finds it (only what no open
+        # gap covers gets a GapDetected), so every hole recovery works on or gives up lies in an open gap
+        self._declared_upto = min(self._declared_upto, highest if feed is None else min(highest, jump - 1))
         if self._pending_eos is not None and self._pending_eos - 1 > highest:
             self._pending_eos = None
 
@@ -673,9 +695,9 @@ class SpecArbiter:
         run = [c for s, c in zip(same, candidates, strict=True) if s and c.feed == feed]  # this feed's run of that session
         if not any(confirming):
             if run and start >= run[0].start:
-                # its feed goes on (held behind the first, waiting for the other feed or its silence), or repeats
-                # what it held (nothing new)
-                if start >= run[-1].end and len(run) < HELD_PER_SESSION:
+                # its feed goes on (held behind the first, waiting for the other feed or its silence), reordered
+                # or not, or repeats what it held (nothing new)
+                if len(run) < HELD_PER_SESSION and not any(c.start == start and c.end == end for c in run):
                     candidates.append(_Candidate(session, feed, bytes(buf), start, end, arrival_ns))
                 return None
             # the same feed went back (or elsewhere) in that session: what it held of it is dropped; or it holds
@@ -702,7 +724,18 @@ class SpecArbiter:
                  if confirming[i] or (same[i] and c.feed in floor and c.start >= floor[c.feed])]
         self.counters.sessions_forged += len(candidates) - len(taken)
         self._candidates = []
-        return sorted(taken, key=lambda c: c.start)
+        # each feed's in the order it sent them (what a feed sent below a jump of its own must reveal that jump,
+        # as it would have unheld), the feeds merged by the position each is at (the lowest first datagram first:
+        # a stream joined where it is starts at the lowest)
+        runs = [[c for c in taken if c.feed == f] for f in (Feed.A, Feed.B)]
+        merged: list[_Candidate] = []
+        heads = [0, 0]
+        while len(merged) < len(taken):
+            ready = [f for f in (0, 1) if heads[f] < len(runs[f])]
+            f = min(ready, key=lambda f: runs[f][heads[f]].start)  # (a tie: A first)
+            merged.append(runs[f][heads[f]])
+            heads[f] += 1
+        return merged
     def _accept_session(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int, marker: bool,
                         arrival_ns: int, out: list[Event]) -> bool:
         """A datagram of a session other than the current one: True when it starts (or switches to) its session
