@@ -36,8 +36,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 # Property tests assert behaviour, never speed: no per-example deadline (an example under the sanitizers on a
 # machine whose cores are busy takes several times its quiet time), and a slow data generator is no failure.
-settings.register_profile("logbuf", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("logbuf")
+# The suite draws the same examples on every run (derandomize: each test's own fixed seed), so a run's verdict
+# is reproducible; ``LOGBUF_HYPOTHESIS=explore`` draws new ones on each run (with ``--hypothesis-seed=N`` to
+# repeat one), which is how the examples kept with ``@example`` were found.
+settings.register_profile("logbuf", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+settings.register_profile("explore", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("explore" if os.environ.get("LOGBUF_HYPOTHESIS") == "explore" else "logbuf")
 
 # Parallel runs (pytest-xdist, ``--dist loadgroup``): the tests of the shared SparkSession run one after the other
 # on one worker (one JVM, and the shared analysis, made once), and so do the other tests marked ``slow``

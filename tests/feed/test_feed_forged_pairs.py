@@ -85,6 +85,12 @@ def forge_pairs(arrivals: list[Arrival], forged: list[Pair], beyond: int) -> lis
 @PROFILE
 @given(n=st.integers(30, 300), a=feed_faults, b=feed_faults, forged=pairs, seed=st.integers(0, 2**32),
        rtt_ns=st.integers(10_000, 5_000_000), recovery=st.booleans(), max_jump=st.sampled_from([4_096, 30]))
+# (A's own forged jump to 4, below the one B's copy made provisional at 5, was not tied to it: B's true traffic
+# undid 5 and A's 4-9 were published)
+@hypothesis.example(n=30, a=FeedFaults(0.0, 0.0, 0.0, 0, 0, 1), b=FeedFaults(0.0, 0.0, 0.0, 0, 0, 1),
+                    forged=[Pair(Feed.A, at=0, ahead=2, count=1, heartbeat=False, both=True),
+                            Pair(Feed.A, at=0, ahead=1, count=3, heartbeat=False, both=False)],
+                    seed=0, rtt_ns=10_000, recovery=False, max_jump=4_096)
 def test_two_forged_datagrams_that_agree_are_never_published(
         n: int, a: FeedFaults, b: FeedFaults, forged: list[Pair], seed: int, rtt_ns: int, recovery: bool,
         max_jump: int) -> None:
