@@ -1233,11 +1233,11 @@ static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
 }
 
 /* forget what a forged jump brought from its position on: its queued packets, holes and markers. A jump past
- * max_jump (feed < 0): everything from there on. A small one, revealed by feed going back below it: what that feed
- * vouched for, the packets starting from the jump up to that feed's end (whichever feed's copy was queued: a
- * forger may send the same datagram on both); the jump stays provisional for the other feeds that carried it, and
- * what the feeds sent past that end is theirs to answer for (a feed's own reordering looks like a forger to it, and
- * its true packets must not cost the other feed's) (spec.py _undo_jump) */
+ * max_jump (feed < 0): everything from there on. A small one, revealed by feed going back below it: every packet
+ * queued from the jump on, whichever feed's copy the queue kept (a forger may send the same datagram on both feeds,
+ * and the second copy is a duplicate the queue never kept); the jump stays provisional for the other feeds that
+ * carried it (their going back below it drops what came since). A feed's own reordering across a jump looks the
+ * same: what is dropped then is the true stream's, fetched again from the server (spec.py _undo_jump) */
 static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor, int32_t feed)
 {
     eng_impl_t *im = IMPL(e);
@@ -1268,8 +1268,7 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor, int32_t feed)
     int64_t kept = 0;
     e->queued_bytes = 0;
     for (int64_t i = 0; i < im->heap_n; i++) {
-        if (im->heap[i].first < jump ||
-            (feed >= 0 && im->heap[i].feed != feed)) {
+        if (im->heap[i].first < jump) {
             im->heap[kept++] = im->heap[i];
             e->queued_bytes += im->heap[i].length;
         } else {

@@ -154,30 +154,6 @@ def _delivered(events: list) -> list[int]:
     return [e.seq for e in events if isinstance(e, Deliver)]
 
 
-def test_a_feed_reordering_its_own_packets_across_a_jump_costs_nothing_the_other_feed_carried(
-        make: type) -> None:  # noqa: F811
-    """B sends 31 before 21 (its own reordering, which to the arbiter looks like a forger's jump that B's next
-    packet reveals); A lost 21–30 and carried 31 onwards. B's packets past the jump are dropped as forged, A's
-    stay: the stream still gets every message once, 21–30 from B, 31 on from A, nothing asked for."""
-    arb = make(ArbiterConfig())
-    events: list = []
-    now = 0
-    for feed in (Feed.A, Feed.B):
-        events += arb.on_packet(feed, pk(1), now)
-        events += arb.on_packet(feed, pk(11), now)
-    now += MS
-    events += arb.on_packet(Feed.B, pk(31), now)  # B, reordered: 31 first
-    events += arb.on_packet(Feed.A, pk(31), now)  # A lost 21-30: its 31 confirms B's jump
-    events += arb.on_packet(Feed.B, pk(21), now)  # B's 21 arrives late: below B's jump
-    for first in range(41, 61, 10):  # A goes on past the jump, B too
-        now += MS
-        events += arb.on_packet(Feed.A, pk(first), now)
-        events += arb.on_packet(Feed.B, pk(first), now)
-    delivered = [e for e in events if isinstance(e, Deliver)]
-    assert [e.seq for e in delivered] == list(range(1, 61))
-    assert forged_messages(events) == []
-
-
 def test_a_forged_datagram_ahead_held_at_the_session_start_is_revealed_by_its_feed_going_on(
         make: type) -> None:  # noqa: F811
     """Before A's first datagram confirms the session, B sends 1–10, a forged 12 and then its true 11, 12 and 13:

@@ -483,10 +483,11 @@ class SpecArbiter:
     def _undo_jump(self, jump: int, floor: int, feed: Feed | None = None) -> None:
         """Forget what a forged jump brought from its position on: its queued packets, holes and markers. A jump
         past ``max_jump`` (``feed`` None): everything from there on. A small one, revealed by ``feed`` going back
-        below it: what that feed vouched for, the packets starting from the jump up to that feed's end (whichever
-        feed's copy was queued: a forger may send the same datagram on both); the jump stays provisional for the
-        other feeds that carried it, and what the feeds sent past that end is theirs to answer for (a feed's own
-        reordering looks like a forger to it, and its true packets must not cost the other feed's)."""
+        below it: every packet queued from the jump on, whichever feed's copy the queue kept (a forger may send the
+        same datagram on both feeds, and the second copy is a duplicate the queue never kept, so which feed
+        vouched for a packet is not known); the jump stays provisional for the other feeds that carried it (their
+        going back below it drops what came since). A feed's own reordering across a jump looks the same: what is
+        dropped then is the true stream's, fetched again from the server."""
         if feed is None:
             self.counters.jumps_forged += 1
             if self._jump_at is not None and self._jump_at >= jump:
@@ -503,7 +504,7 @@ class SpecArbiter:
             mask = small[2] & ~(1 << feed) | _REVEALED
             self._small_jump = (small[0], small[1], mask) if mask & LIVE_FEEDS_MASK else None
             self._held = [h for h in self._held if h.feed != feed]
-            self._queue = [q for q in self._queue if q[0] < jump or q[2].feed != feed]
+            self._queue = [q for q in self._queue if q[0] < jump]
             self._feed_end[feed] = min(self._feed_end[feed], jump)
         heapq.heapify(self._queue)
         self.queued_bytes = sum(len(q[2].data) for q in self._queue)
