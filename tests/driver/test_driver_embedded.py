@@ -152,6 +152,7 @@ def test_closed_publication_drains_then_the_image_goes_and_the_file_is_deleted(c
     assert len(got) == 20 and image.is_end_of_stream()
     wait_until(lambda: gone, what="unavailable image")
     assert gone == [image] and not sub.images
+    assert image.is_closed and image.is_end_of_stream()  # closed at its end: it still says so (as Aeron's)
     wait_until(lambda: not path.exists(), what="log file deleted")
 
 

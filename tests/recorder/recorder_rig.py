@@ -70,15 +70,18 @@ class FeedScript:
     messages: dict[tuple[str, int], tuple[int, str, int]] = field(default_factory=dict)  # (session, seq) -> (day index, feed, arrival)
     packets: list[tuple[str, str, int, int, int, int]] = field(default_factory=list)  # session, feed, arrival, seq, count, bytes
     gaps: list[tuple[str, int, int, int, int | None]] = field(default_factory=list)  # session, first, last, detected, recovered
+    end_ns: int = T0_NS  # the latest time it stamps on anything: a script that follows starts there
 
 
 def make_script(day: Day, sessions: list[tuple[str, int]], *, seed: int = 5, gap_every: int = 0,
-                end_of_session: bool = True) -> FeedScript:
+                end_of_session: bool = True, start_ns: int = T0_NS) -> FeedScript:
     """``sessions``: (name, message count) in order; each restarts sequences at 1.  Every ``gap_every``
-    packets a gap is declared: alternately recovered (re-delivered from feed R) and unrecoverable."""
+    packets a gap is declared: alternately recovered (re-delivered from feed R) and unrecoverable.  Times
+    start after ``start_ns`` (a later run of the handler starts after the ``end_ns`` of the one before: the
+    recorder labels packets with sessions by time)."""
     rng = np.random.default_rng(seed)
     script = FeedScript()
-    now = T0_NS
+    now = start_ns
     index = 0
     packet_no = 0
     for session, count in sessions:
@@ -136,6 +139,7 @@ def make_script(day: Day, sessions: list[tuple[str, int]], *, seed: int = 5, gap
             now += 1_000_000
             script.steps.append(Step("event", event=out.FeedEvent(out.END_OF_SESSION, 0, last_seq + 1, 0, now,
                                                                   session.encode())))
+    script.end_ns = max([now, *(p[2] for p in script.packets)])  # (the other feed's copy comes 30 us later)
     return script
 
 
@@ -144,13 +148,15 @@ class _Stopped(Exception):
 
 
 class FeedPublisher:
-    def __init__(self, client: logbuf.Client, channel: str = "aeron:ipc", deadline_s: float = 60.0) -> None:
+    def __init__(self, client: logbuf.Client, channel: str = "aeron:ipc", deadline_s: float = 60.0,
+                 stopped: threading.Event | None = None) -> None:
         self.messages = client.add_exclusive_publication(channel, out.MESSAGES_STREAM)
         self.events = client.add_exclusive_publication(channel, out.EVENTS_STREAM)
         self.capture = client.add_exclusive_publication(channel, out.CAPTURE_STREAM)
         self.deadline_s = deadline_s
         self.published = 0
-        self.stopped = threading.Event()  # set by a failing test: play() returns before the driver goes
+        # set by a failing test (or given: a failing recorder's): play() returns before the driver goes
+        self.stopped = stopped or threading.Event()
 
     def wait_connected(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout

@@ -51,17 +51,19 @@ def launch_driver(directory: Path, liveness_s: float = 10.0) -> logbuf.MediaDriv
 
 
 class Background:
-    """Runs a callable on a thread and keeps its exception for the test to look at."""
+    """Runs a callable on a thread and keeps its exception for the test to look at (``failed`` is set then)."""
 
     def __init__(self, target, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         self.error: BaseException | None = None
         self.result = None
+        self.failed = threading.Event()
 
         def run() -> None:
             try:
                 self.result = target(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - reported to the test
                 self.error = exc
+                self.failed.set()
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
@@ -150,26 +152,73 @@ def test_commits_keep_up_with_a_small_publication_window(tmp_path: Path, day: Da
     check_recording(tmp_path / "rec", day, script)
 
 
-def test_a_feed_handler_restart_is_followed_to_its_new_publications(tmp_path: Path, day: Day) -> None:
+def handler_restart_scripts(day: Day) -> tuple[FeedScript, FeedScript, FeedScript]:
+    """A handler's run that stops mid-session, the next run's (a new session, later), and both together."""
     first_run = make_script(day, [("S1", 6_000)], gap_every=89, end_of_session=False)
-    second_run = make_script(day, [("S2", 6_000)], gap_every=89)
-    script = FeedScript(steps=[], messages={**first_run.messages, **second_run.messages},
-                        packets=first_run.packets + second_run.packets, gaps=first_run.gaps + second_run.gaps)
+    second_run = make_script(day, [("S2", 6_000)], gap_every=89, start_ns=first_run.end_ns)
+    both = FeedScript(steps=[], messages={**first_run.messages, **second_run.messages},
+                      packets=first_run.packets + second_run.packets, gaps=first_run.gaps + second_run.gaps)
+    return first_run, second_run, both
+
+
+def test_a_feed_handler_restart_is_followed_to_its_new_publications(tmp_path: Path, day: Day) -> None:
+    first_run, second_run, script = handler_restart_scripts(day)
     with launch_driver(tmp_path / "drv") as driver, logbuf.connect(driver.directory) as client:
         config = RecorderConfig(output=tmp_path / "rec", driver_directory=driver.directory, commit_interval_s=0.5)
         with Recorder(config) as recorder:
             run = Background(recorder.run, until_end_of_session=True)
-            first = FeedPublisher(client)
+            # a recorder that fails stops the plays: the test reports its error, not an offer back-pressured 60 s
+            first = FeedPublisher(client, stopped=run.failed)
             first.wait_connected()
             first.play(day, first_run.steps)
             first.close()  # the handler goes: its images end, are drained and close
-            second = FeedPublisher(client)  # a new handler process: new publications, new sessions ids
+            second = FeedPublisher(client, stopped=run.failed)  # a new handler: new publications and session ids
             second.wait_connected()
             second.play(day, second_run.steps)
             run.join(30)
             second.close()
     assert run.error is None, run.error
     assert (run.result.losses, run.result.orphans, run.result.mismatches) == (0, 0, 0)
+    check_recording(tmp_path / "rec", day, script)
+
+
+def test_an_image_closed_before_the_recorder_saw_its_end_ends_without_a_loss_when_it_was_read_to_the_end(
+        tmp_path: Path, day: Day) -> None:
+    """A commit released every byte of the first handler's images, then the handler closed: the driver finds
+    them drained at once and the client closes them before the recorder's next cycle (as on a busy machine).
+    Each was read to its end, so it ends without a loss and the next handler's images are recorded."""
+    first_run, second_run, script = handler_restart_scripts(day)
+    config = RecorderConfig(output=tmp_path / "rec", driver_directory=tmp_path / "drv", commit_interval_s=3600)
+    with launch_driver(tmp_path / "drv") as driver, logbuf.connect(driver.directory) as client, \
+            Recorder(config) as recorder:
+        first = FeedPublisher(client)
+        first.wait_connected()
+        wait_until(lambda: all(s.subscription.images for s in recorder.streams.values()), what="images")
+        playing = Background(first.play, day, first_run.steps)
+
+        def all_read() -> bool:
+            published = not playing.thread.is_alive()  # (before the cycle: nothing comes after it)
+            return recorder.do_work() == 0 and published and recorder.join.pending_messages == 0
+        wait_until(all_read, what="the first run read and joined")
+        assert playing.error is None, playing.error
+        recorder.commit()
+        subscriptions = [s.subscription for s in recorder.streams.values()]
+        assert all(s.active is not None and s.active.held == 0 and s.active.end_of_stream is None
+                   for s in recorder.streams.values())
+        first.close()
+        wait_until(lambda: not any(s.images for s in subscriptions), what="the drained images closed")
+        second = FeedPublisher(client)
+        second.wait_connected()
+        playing = Background(second.play, day, second_run.steps)
+        try:
+            stats = recorder.run(duration_s=60, until_end_of_session=True)  # (RecorderDataLoss before the fix)
+        finally:
+            second.stopped.set()  # (it returns at once if the recorder failed)
+        playing.join()
+        second.close()
+    assert playing.error is None, playing.error
+    assert second.published == len(second_run.messages)
+    assert (stats.losses, stats.orphans, stats.mismatches) == (0, 0, 0)
     check_recording(tmp_path / "rec", day, script)
 
 

@@ -63,10 +63,12 @@ class RecordedImage:
         return self.image.position - self.released
 
     def at_end(self) -> bool:
-        """Its publisher finished and everything it published is handled.  A closed image is not looked at
-        (the client unmaps its log shortly after): only what was learnt before counts."""
+        """Its publisher finished and everything it published is handled.  A closed image is asked too (its
+        log stays mapped while the image holds it): the driver closes an image as soon as every sub-pos is at
+        its end, so one released to its end before its publisher finished may close before a cycle saw it
+        open at its end."""
         image = self.image
-        if self.end_of_stream is None and not image.is_closed and image.is_end_of_stream():
+        if self.end_of_stream is None and image.is_end_of_stream():
             self.end_of_stream = image.log.end_of_stream_position
         return self.end_of_stream is not None and self.processed >= self.end_of_stream
 
@@ -210,7 +212,8 @@ class StreamSet(Mapping[str, Stream]):
         for stream in self._streams.values():
             while stream.images:
                 state = stream.images[0]
-                if state.image.is_closed and not state.ended:
+                # closed at its end: not a loss; the commit that marks it ended comes first ("end of stream")
+                if state.image.is_closed and not state.ended and not state.at_end():
                     state.ended = True
                     self._losses.loss(stream.role, f"the image of stream {stream.stream_id} session "
                                                    f"{state.image.session_id} closed at position "
