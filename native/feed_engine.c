@@ -998,8 +998,8 @@ static void hold(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, u
 
 /* a confirmed small jump past `base` (everything known) by the feeds in `mask`: provisional until the stream
  * reaches it (the lowest one counts; later ones past what was known before it add their feeds, even where another
- * feed's copy made them known since: each feed that jumped there answers for what it brought, and a lower one moves
- * it down) (spec.py _provisional_small) */
+ * feed's copy made them known since: each feed that jumped there may reveal it, and a lower one moves it down)
+ * (spec.py _provisional_small) */
 static void provisional_small(eng_impl_t *im, uint64_t position, uint64_t base, uint32_t mask)
 {
     if (im->has_small_jump) {
@@ -1294,9 +1294,9 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor, int32_t feed)
         if (im->feed_end[f] > highest + 1)
             im->feed_end[f] = highest + 1;
     /* declared gaps stay open: they close as usual once the true stream passes them (it brings those sequences, or
-     * they are given up). What is declared ends at what is left, or before the jump where packets past it stay:
-     * past that, a hole is declared again once detection finds it (only what no open gap covers gets a
-     * GAP_DETECTED), so every hole recovery works on or gives up lies in an open gap */
+     * they are given up). What is declared ends at what is left (a small jump's: before it): past that, a hole is
+     * declared again once detection finds it (only what no open gap covers gets a GAP_DETECTED), so every hole
+     * recovery works on or gives up lies in an open gap */
     uint64_t declared = feed < 0 || highest < jump - 1 ? highest : jump - 1;
     if (im->declared_upto > declared)
         im->declared_upto = declared;

@@ -471,8 +471,8 @@ class SpecArbiter:
     def _provisional_small(self, position: int, base: int, mask: int) -> None:
         """A confirmed small jump past ``base`` (everything known) by the feeds in ``mask``: provisional until
         the stream reaches it (the lowest one counts; later ones past what was known before it add their feeds,
-        even where another feed's copy made them known since: each feed that jumped there answers for what it
-        brought, and a lower one moves it down)."""
+        even where another feed's copy made them known since: each feed that jumped there may reveal it, and a
+        lower one moves it down)."""
         small = self._small_jump
         if small is not None:
             if position > small[1]:
@@ -516,9 +516,9 @@ class SpecArbiter:
         self.highest = highest
         self._feed_end = [min(end, highest + 1) for end in self._feed_end]  # what the forged range moved
         # declared gaps stay open: they close as usual once the true stream passes them (it brings those
-        # sequences, or they are given up). What is declared ends at what is left, or before the jump where
-        # packets past it stay: past that, a hole is declared again once detection finds it (only what no open
-        # gap covers gets a GapDetected), so every hole recovery works on or gives up lies in an open gap
+        # sequences, or they are given up). What is declared ends at what is left (a small jump's: before it):
+        # past that, a hole is declared again once detection finds it (only what no open gap covers gets a
+        # GapDetected), so every hole recovery works on or gives up lies in an open gap
         self._declared_upto = min(self._declared_upto, highest if feed is None else min(highest, jump - 1))
         if self._pending_eos is not None and self._pending_eos - 1 > highest:
             self._pending_eos = None
@@ -737,6 +737,7 @@ class SpecArbiter:
             merged.append(runs[f][heads[f]])
             heads[f] += 1
         return merged
+
     def _accept_session(self, feed: Feed, buf: memoryview, session: bytes, first: int, count: int, marker: bool,
                         arrival_ns: int, out: list[Event]) -> bool:
         """A datagram of a session other than the current one: True when it starts (or switches to) its session
