@@ -972,6 +972,19 @@ static void sort_held(held_t *h, int32_t n) /* stable insertion sort by position
     }
 }
 
+/* drop the held (unconfirmed) jump of a feed */
+static void drop_held(eng_impl_t *im, int32_t feed)
+{
+    int32_t kept = 0;
+    for (int32_t i = 0; i < im->held_n; i++) {
+        if (im->held[i].feed == feed)
+            free(im->held[i].data);
+        else
+            im->held[kept++] = im->held[i];
+    }
+    im->held_n = kept;
+}
+
 /* keep the newest candidate per feed; an older one of the same feed is dropped (spec.py _hold) */
 static void hold(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, uint64_t position, uint64_t first,
                  uint32_t count, int is_marker, int64_t arrival_ns, int32_t small)
@@ -983,16 +996,9 @@ static void hold(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_t length, u
         return;
     }
     memcpy(copy, p, (size_t)length);
-    int32_t kept = 0;
-    for (int32_t i = 0; i < im->held_n; i++) {
-        if (im->held[i].feed == feed)
-            free(im->held[i].data);
-        else
-            im->held[kept++] = im->held[i];
-    }
+    drop_held(im, feed);
     held_t h = {feed, position, first, count, is_marker, arrival_ns, copy, length, small};
-    im->held[kept++] = h;
-    im->held_n = kept;
+    im->held[im->held_n++] = h;
     e->counters[LBF_C_JUMPS_HELD] += 1;
 }
 
@@ -1176,7 +1182,7 @@ static int unconfirmed_jump(lbf_eng_t *e, int32_t feed, const uint8_t *p, int32_
     return 1;
 }
 
-void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count)
+void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count, int64_t now_ns)
 {
     eng_impl_t *im = IMPL(e);
     if (count == 0)
@@ -1187,6 +1193,7 @@ void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count)
     if (im->req_n >= ENG_MAX_REQUESTED) {
         memmove(im->req_first, im->req_first + 1, (size_t)(im->req_n - 1) * sizeof(uint64_t));
         memmove(im->req_last, im->req_last + 1, (size_t)(im->req_n - 1) * sizeof(uint64_t));
+        memmove(im->req_ns, im->req_ns + 1, (size_t)(im->req_n - 1) * sizeof(int64_t));
         im->req_n--;
     }
     int64_t c0 = im->req_cap;
@@ -1199,17 +1206,24 @@ void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count)
         im->oom = 1;
         return;
     }
+    c0 = im->req_cap;
+    if (!feed_grow((void **)&im->req_ns, &c0, im->req_n + 1, sizeof(int64_t))) {
+        im->oom = 1;
+        return;
+    }
     im->req_cap = c0;
     im->req_first[im->req_n] = first;
     im->req_last[im->req_n] = first + count - 1;
+    im->req_ns[im->req_n] = now_ns;
     im->req_n++;
 }
 
 /* the messages of an answer [first, first + count) that were asked for (0: not an answer to a request): only a
  * request starting at first is answered by it (one starting inside or before a request carries sequences nobody
- * asked of it there), and answered it is no longer outstanding; ranges the stream has passed are forgotten on the
- * way (spec.py _requested_count) */
-static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
+ * asked of it there), and only one that went out before the packet arrived (a handler reading its socket late may
+ * find the server's packets to earlier requests there); answered it is no longer outstanding; ranges the stream
+ * has passed are forgotten on the way (spec.py _requested_count) */
+static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count, int64_t arrival_ns)
 {
     eng_impl_t *im = IMPL(e);
     uint64_t expected = e->has_expected ? e->expected : 0;
@@ -1217,14 +1231,16 @@ static uint32_t requested_count(lbf_eng_t *e, uint64_t first, uint32_t count)
      * answer to a newer one short */
     uint64_t room = 0;
     for (int64_t i = 0; i < im->req_n; i++)
-        if (im->req_first[i] == first && im->req_last[i] >= expected && im->req_last[i] - first + 1 > room)
+        if (im->req_first[i] == first && im->req_last[i] >= expected && im->req_ns[i] <= arrival_ns &&
+            im->req_last[i] - first + 1 > room)
             room = im->req_last[i] - first + 1;
     /* answered: no longer outstanding (a retry asks again); ranges the stream has passed are forgotten */
     int64_t kept = 0;
     for (int64_t i = 0; i < im->req_n; i++) {
-        if (im->req_last[i] >= expected && !(room && im->req_first[i] == first)) {
+        if (im->req_last[i] >= expected && !(room && im->req_first[i] == first && im->req_ns[i] <= arrival_ns)) {
             im->req_first[kept] = im->req_first[i];
             im->req_last[kept] = im->req_last[i];
+            im->req_ns[kept] = im->req_ns[i];
             kept++;
         }
     }
@@ -1254,14 +1270,7 @@ static void undo_jump(lbf_eng_t *e, uint64_t jump, uint64_t floor, int32_t feed)
         im->small_jump_feeds = (im->small_jump_feeds & ~(1u << feed)) | SMALL_JUMP_REVEALED;
         if (!(im->small_jump_feeds & LIVE_FEEDS_MASK))
             im->has_small_jump = 0;
-        int32_t kept_held = 0;
-        for (int32_t i = 0; i < im->held_n; i++) {
-            if (im->held[i].feed == feed)
-                free(im->held[i].data);
-            else
-                im->held[kept_held++] = im->held[i];
-        }
-        im->held_n = kept_held;
+        drop_held(im, feed);
         if (im->feed_end[feed] > jump)
             im->feed_end[feed] = jump;
     }
@@ -1394,7 +1403,7 @@ static void eng_intake_packet(lbf_eng_t *e, const uint8_t *p, int32_t n, int32_t
     if (feed == LBF_FEED_RETRANSMIT) {
         /* an answer counts only where a request started, and only for the sequences it asked for; anything else is
          * never published: starting inside a request in flight, it is at most a hint for the pacing */
-        uint32_t accepted = is_marker ? 0 : requested_count(e, first, count);
+        uint32_t accepted = is_marker ? 0 : requested_count(e, first, count, arrival_ns);
         if (accepted == 0) {
             st[LBF_FS_IGNORED] += 1;
             if (!is_marker && e->config.recovery && feed_rec_on_hint(e, first, count, arrival_ns))
@@ -1619,6 +1628,7 @@ void lbf_eng_destroy(lbf_eng_t *e)
     free(im->retired);
     free(im->req_first);
     free(im->req_last);
+    free(im->req_ns);
     feed_rec_destroy(e);
     free(im);
     e->impl = NULL;

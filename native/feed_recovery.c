@@ -532,7 +532,7 @@ static int send_request(lbf_eng_t *e, rec_t *r, uint64_t seq, uint64_t count, ui
 {
     if (!asked_set(r, seq, (uint32_t)count) || feed_emit(e, LBF_EV_REQUEST, 0, seq, count) == NULL)
         return 0;
-    feed_note_request(e, seq, (uint32_t)count);
+    feed_note_request(e, seq, (uint32_t)count, now_ns);
     e->counters[LBF_C_RECOVERY_REQUESTS] += 1;
     e->requests_sent++;
     /* requested: what one answer to it would have carried */

@@ -193,6 +193,7 @@ typedef struct eng_impl {
     int32_t rec_touched;    /* the pacing's state changed: its deadline is computed again */
     int32_t shedding; /* the queue is full and packets past it are being shed (recovery on) */
     uint64_t *req_first, *req_last; /* re-requested inclusive ranges, oldest first (answers accepted inside) */
+    int64_t *req_ns;                /* when each went out (an answer arrives after it) */
     int64_t req_n, req_cap;
     int32_t has_jump;    /* a confirmed jump to jump_at is provisional until the stream reaches it */
     uint64_t jump_at;
@@ -238,7 +239,8 @@ void feed_q_sift_down(eng_impl_t *im, int64_t i);
 
 /* feed_engine.c */
 lbf_event_t *feed_emit(lbf_eng_t *e, int32_t kind, int32_t reason, uint64_t a, uint64_t b);
-void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count); /* answers are accepted inside it */
+/* answers are accepted inside it, arriving from now_ns on */
+void feed_note_request(lbf_eng_t *e, uint64_t first, uint32_t count, int64_t now_ns);
 
 /* feed_recovery.c (each returns 0 or -ENOMEM where it allocates) */
 int32_t feed_rec_init(lbf_eng_t *e);

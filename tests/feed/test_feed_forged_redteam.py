@@ -8,15 +8,19 @@ specification and the C engine alike):
   packets far ahead in a row: two datagrams of one feed are one source while the other feed is live;
 * one forged END_OF_SESSION sent twice on one feed, or on A followed by a freeze of A while B carries the
   session past it: an end acts only after the quiet period without traffic past it on either feed;
-* a session id that is not ASCII (any 10 bytes pass the wire's validation) is resumed after a restart."""
+* a session id that is not ASCII (any 10 bytes pass the wire's validation) is resumed after a restart;
+* a forged packet from the server's address read late, after a request starting where it starts went out,
+  though it arrived before."""
 
 from __future__ import annotations
 
 import pytest
-from test_feed_session_confirm import make  # noqa: F401  (the fixture: the specification, then the C engine)
+from test_feed_session_confirm import NativeFlat, make  # noqa: F401  (the fixture: the specification, then C)
 
 from logbuf.feed.arbiter import ArbiterConfig
-from logbuf.feed.events import Deliver, EndOfSession, Feed
+from logbuf.feed.events import Deliver, EndOfSession, Feed, RecoveryRequest
+from logbuf.feed.recovery import Jitter, Recovery, RecoveryConfig
+from logbuf.feed.spec import SpecArbiter
 from logbuf.marketdata import moldudp64 as m
 
 TRUE = m.encode_session("TRUESESS01")
@@ -172,4 +176,36 @@ def test_a_forged_datagram_ahead_held_at_the_session_start_is_revealed_by_its_fe
         events += arb.on_packet(Feed.A, pk(first, 1), now)
         events += arb.on_packet(Feed.B, pk(first, 1), now)
     assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 41))
+    assert forged_messages(events) == []
+
+
+@pytest.mark.parametrize("engine", ["spec", "native"])
+def test_a_packet_that_arrived_before_a_request_went_out_is_no_answer_to_it(engine: str) -> None:
+    """A starved handler reads its answers socket late: a forged packet the server's address sent before a request
+    starting at its first sequence went out (the arrival stamp tells) is no answer to it and is never published;
+    the true answer, arriving after the request, is."""
+    config, pacing = ArbiterConfig(), RecoveryConfig()
+    arb = (SpecArbiter(config, Recovery(pacing, rng=Jitter(7))) if engine == "spec"
+           else NativeFlat(config, pacing, seed=7))
+    events: list = []
+    now = 0
+    for first in (1, 11, 21, 31):
+        if first != 11:  # 11-20 lost on both feeds
+            now += MS
+            for feed in (Feed.A, Feed.B):
+                events += arb.on_packet(feed, pk(first), now)
+    requests: list = []
+    while not requests:  # detection, then the initial back-off: the request for the hole goes out
+        now = arb.next_deadline_ns()
+        assert now is not None
+        requests = [e for e in arb.on_tick(now) if isinstance(e, RecoveryRequest)]
+    assert requests[0].seq == 11
+    sent = now
+    events += arb.on_packet(Feed.RETRANSMIT, pk(11, tag=b"FORGED"), sent - 1)  # read late: it came before
+    events += arb.on_packet(Feed.RETRANSMIT, pk(11), sent + MS)  # the true answer
+    for first in range(41, 61, 10):
+        now = sent + 2 * MS + first
+        for feed in (Feed.A, Feed.B):
+            events += arb.on_packet(feed, pk(first), now)
+    assert [e.seq for e in events if isinstance(e, Deliver)] == list(range(1, 61))
     assert forged_messages(events) == []

@@ -240,7 +240,7 @@ class SpecArbiter:
         self._retired: set[bytes] = set()
         self._queue: list[tuple[int, int, _Queued]] = []  # heap by (first, arrival order)
         self.queued_bytes = 0  # datagram bytes in the queue
-        self._requested: list[tuple[int, int]] = []  # re-requested inclusive ranges, oldest first
+        self._requested: list[tuple[int, int, int]] = []  # re-requested inclusive ranges and when, oldest first
         self._jump_at: int | None = None  # a confirmed jump to here is provisional until the stream reaches it
         self._jump_floor = 0  # first sequence past everything known before that jump
         # a small jump (within max_jump) two datagrams confirmed: (position, floor, mask of the feeds that carried
@@ -391,7 +391,7 @@ class SpecArbiter:
         if feed == Feed.RETRANSMIT:
             # an answer counts only where a request started, and only for the sequences it asked for; anything else
             # is never published: starting inside a request in flight, it is at most a hint for the pacing
-            accepted = 0 if marker else self._requested_count(first, count)
+            accepted = 0 if marker else self._requested_count(first, count, arrival_ns)
             if accepted == 0:
                 st[FS_IGNORED] += 1
                 if not marker and self.recovery is not None:
@@ -404,27 +404,30 @@ class SpecArbiter:
             return
         self._take(feed, buf, first, count, marker, arrival_ns, out)
 
-    def note_requests(self, requests: list[tuple[int, int]]) -> None:
-        """Re-requests ``(seq, count)`` that went out: answers are accepted only when they start where one of these
-        starts, for its range only."""
+    def note_requests(self, requests: list[tuple[int, int]], now_ns: int) -> None:
+        """Re-requests ``(seq, count)`` that went out at ``now_ns``: answers are accepted only when they start where
+        one of these starts, for its range only, and arrive after it went out."""
         for seq, count in requests:
-            if (seq, seq + count - 1) in self._requested:  # a retry: already there
+            if any(r[0] == seq and r[1] == seq + count - 1 for r in self._requested):  # a retry: already there
                 continue
             if len(self._requested) >= MAX_REQUESTED_RANGES:
                 del self._requested[0]
-            self._requested.append((seq, seq + count - 1))
+            self._requested.append((seq, seq + count - 1, now_ns))
 
-    def _requested_count(self, first: int, count: int) -> int:
+    def _requested_count(self, first: int, count: int, arrival_ns: int) -> int:
         """The messages of an answer ``[first, first + count)`` that were asked for (0: not an answer to a request):
         only a request starting at ``first`` is answered by it (one starting inside or before a request carries
         sequences nobody asked of it there), cut at the furthest end of the requests starting there (an older,
-        shorter request must not cut the answer to a newer one short). Answered, they are no longer outstanding
-        (a retry asks again); ranges the stream has passed are forgotten on the way."""
+        shorter request must not cut the answer to a newer one short). A packet that arrived before a request went
+        out is no answer to it (a handler reading its socket late may find the server's packets to earlier requests
+        there, and a forged one may start where a later request does). Answered, they are no longer outstanding (a
+        retry asks again); ranges the stream has passed are forgotten on the way."""
         expected = self._next if self.expected is not None else 0
-        room = max((high - first + 1 for low, high in self._requested if low == first and high >= expected),
-                   default=0)
+        room = max((r[1] - first + 1 for r in self._requested if r[0] == first and r[1] >= expected
+                    and r[2] <= arrival_ns), default=0)
         # answered: no longer outstanding (a retry asks again); ranges the stream has passed are forgotten
-        self._requested = [r for r in self._requested if r[1] >= expected and not (room and r[0] == first)]
+        self._requested = [r for r in self._requested
+                           if r[1] >= expected and not (room and r[0] == first and r[2] <= arrival_ns)]
         return min(count, room)
 
     def _forged_jump_revealed(self, feed: Feed, first: int, count: int, marker: bool) -> bool:
@@ -1096,7 +1099,7 @@ class SpecArbiter:
                     self._abandon(len(holes), GapReason.GIVE_UP, now_ns, out, upto)
                     continue
                 requests = recovery.poll(self._declared_holes(limit), now_ns)
-                self.note_requests(requests)
+                self.note_requests(requests, now_ns)
                 self.counters.recovery_requests += len(requests)
                 out.extend(RecoveryRequest(self._current_session, seq, count) for seq, count in requests)
             break
