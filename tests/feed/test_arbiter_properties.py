@@ -403,21 +403,24 @@ forgeries = st.lists(st.builds(Forgery, feed=st.sampled_from([Feed.A, Feed.B]), 
                      max_size=3)
 
 
+def next_packets(arrivals: list[Arrival], feed: Feed) -> list[Arrival]:
+    """The data packets of ``feed`` a forgery may precede: after the feed's first (before it, nothing tells a jump
+    on that feed: the join rules apply), each sequence once (a duplicate is no next packet: ahead of a copy of the
+    last one, the forgery would be the next sequence itself, whose first copy wins, see docs/feed.md)."""
+    own, seen = [], set()
+    for a in arrivals:
+        first_seq = int.from_bytes(a.data[10:18], "big")
+        if a.feed == feed and int.from_bytes(a.data[18:20], "big") not in (0, 0xFFFF) and first_seq not in seen:
+            seen.add(first_seq)
+            own.append(a)
+    return own[1:]
+
+
 def forge(arrivals: list[Arrival], forgeries: list[Forgery]) -> list[Arrival]:
     """The arrivals with the forged datagrams inserted (wrong bytes: they start with FORGED)."""
     out = list(arrivals)
     for f in forgeries:
-        # after the feed's first packet: before it, nothing tells a jump on that feed (the join rules apply); a
-        # duplicate is no next packet (ahead of a copy of the last one, the forgery would be the next sequence
-        # itself, whose first copy wins: no jump, see docs/feed.md)
-        own, seen = [], set()
-        for a in arrivals:
-            if a.feed == f.feed and int.from_bytes(a.data[18:20], "big") not in (0, 0xFFFF):
-                first_seq = int.from_bytes(a.data[10:18], "big")
-                if first_seq not in seen:
-                    seen.add(first_seq)
-                    own.append(a)
-        own = own[1:]
+        own = next_packets(arrivals, f.feed)
         if not own:
             continue
         true = own[f.at % len(own)]

@@ -23,6 +23,7 @@ from test_arbiter_properties import (
     feed_arrivals,
     feed_faults,
     make_messages,
+    next_packets,
     run_spec_and_c,
 )
 
@@ -61,13 +62,7 @@ def _forged(first: int, count: int, heartbeat: bool) -> bytes:
 def forge_pairs(arrivals: list[Arrival], forged: list[Pair], beyond: int) -> list[Arrival]:
     out = list(arrivals)
     for p in forged:
-        own, seen = [], set()  # the feed's data packets after its first, each once (a duplicate is no next packet)
-        for x in arrivals:
-            first_seq = int.from_bytes(x.data[10:18], "big")
-            if x.feed == p.feed and int.from_bytes(x.data[18:20], "big") not in (0, 0xFFFF) and first_seq not in seen:
-                seen.add(first_seq)
-                own.append(x)
-        own = own[1:]
+        own = next_packets(arrivals, p.feed)
         if not own:
             continue
         true = own[p.at % len(own)]
