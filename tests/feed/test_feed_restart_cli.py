@@ -211,6 +211,20 @@ def published_since(checker: Checker, count: int, proc: subprocess.Popen, timeou
     wait_until(more, timeout, what="the restarted handler to publish", max_interval=0.005)
 
 
+def last_run_to_the_end(checker: Checker, runs: Runs, sender: Sender, proc: subprocess.Popen,
+                        timeout: float = 120.0) -> None:
+    """The sender ends the session; the last run publishes everything and exits 0 by itself (bounded)."""
+    sender.finish.set()
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "the last run did not reach the end of the session"
+        if not checker.poll():
+            time.sleep(0.002)
+    checker.drain()
+    runs.note(proc)
+    assert proc.returncode == 0, f"the last run exited with {proc.returncode}"
+
+
 def check_every_sequence_once(checker: Checker, runs: Runs, last: int, seed: int) -> None:
     where = f"(seed {seed}; resumes: {runs.resumes})"
     per_image: dict[int, list[int]] = defaultdict(list)
@@ -272,15 +286,7 @@ def test_a_handler_killed_12_times_at_random_moments_publishes_every_sequence_on
                 time.sleep(rng.uniform(0.5, 1.5))
             proc = runs.start()
         published_since(checker, len(checker.got), proc)
-        sender.finish.set()
-        deadline = time.monotonic() + 180
-        while proc.poll() is None:
-            assert time.monotonic() < deadline, "the last run did not reach the end of the session"
-            if not checker.poll():
-                time.sleep(0.002)
-        checker.drain()
-        runs.note(proc)
-        assert proc.returncode == 0, f"the last run exited with {proc.returncode}"
+        last_run_to_the_end(checker, runs, sender, proc, timeout=180.0)
     finally:
         sender.stop()
         server.stop()
@@ -324,15 +330,7 @@ def test_a_restart_after_the_driver_cleaned_up_the_killed_runs_log_resumes_from_
         assert old_image.is_closed or old_image.is_end_of_stream()
         proc = runs.start()
         published_since(checker, len(checker.got), proc)
-        sender.finish.set()
-        deadline = time.monotonic() + 120
-        while proc.poll() is None:
-            assert time.monotonic() < deadline, "the last run did not reach the end of the session"
-            if not checker.poll():
-                time.sleep(0.002)
-        checker.drain()
-        runs.note(proc)
-        assert proc.returncode == 0
+        last_run_to_the_end(checker, runs, sender, proc)
     finally:
         sender.stop()
         server.stop()
@@ -416,15 +414,7 @@ def test_a_kill_between_an_append_and_its_checkpoint_store_is_read_back_from_the
                                                                       f"read back from {state.log.path}")
         proc = runs.start()
         published_since(checker, len(checker.got), proc)
-        sender.finish.set()
-        deadline = time.monotonic() + 120
-        while proc.poll() is None:
-            assert time.monotonic() < deadline, "the last run did not reach the end of the session"
-            if not checker.poll():
-                time.sleep(0.002)
-        checker.drain()
-        runs.note(proc)
-        assert proc.returncode == 0
+        last_run_to_the_end(checker, runs, sender, proc)
     finally:
         sender.stop()
         server.stop()
